@@ -1,0 +1,93 @@
+#include "sf_bytes.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+int sf_fail(struct sf_err *e, int code, const char *fmt, ...)
+{
+	if (e) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+		va_end(ap);
+	}
+	return code;
+}
+
+void sf_err_prefix(struct sf_err *e, const char *fmt, ...)
+{
+	if (!e)
+		return;
+	char pre[256];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(pre, sizeof pre - 2, fmt, ap);
+	va_end(ap);
+	strcat(pre, ": ");
+	size_t k = strlen(pre), old = strnlen(e->msg, sizeof e->msg - 1);
+	if (old > sizeof e->msg - 1 - k)
+		old = sizeof e->msg - 1 - k;
+	memmove(e->msg + k, e->msg, old);
+	memcpy(e->msg, pre, k);
+	e->msg[k + old] = 0;
+}
+
+const uint8_t *sf_cur_take(struct sf_cursor *c, size_t n)
+{
+	if (c->bad || n > c->len - c->pos) {
+		c->bad = true;
+		return NULL;
+	}
+	const uint8_t *p = c->p + c->pos;
+	c->pos += n;
+	return p;
+}
+
+uint8_t sf_cur_u8(struct sf_cursor *c)
+{
+	const uint8_t *p = sf_cur_take(c, 1);
+	return p ? p[0] : 0;
+}
+
+uint16_t sf_cur_u16(struct sf_cursor *c)
+{
+	const uint8_t *p = sf_cur_take(c, 2);
+	return p ? sf_le16(p) : 0;
+}
+
+uint32_t sf_cur_u32(struct sf_cursor *c)
+{
+	const uint8_t *p = sf_cur_take(c, 4);
+	return p ? sf_le32(p) : 0;
+}
+
+uint64_t sf_cur_u64(struct sf_cursor *c)
+{
+	const uint8_t *p = sf_cur_take(c, 8);
+	return p ? sf_le64(p) : 0;
+}
+
+uint64_t sf_cur_uvarint(struct sf_cursor *c)
+{
+	uint64_t v = 0;
+	for (unsigned shift = 0; shift < 70; shift += 7) {
+		const uint8_t *p = sf_cur_take(c, 1);
+		if (!p)
+			return 0;
+		if (shift == 63 && *p > 1) {
+			c->bad = true;
+			return 0;
+		}
+		v |= (uint64_t)(*p & 0x7f) << shift;
+		if (!(*p & 0x80))
+			return v;
+	}
+	c->bad = true;
+	return 0;
+}
+
+int64_t sf_cur_svarint(struct sf_cursor *c)
+{
+	uint64_t u = sf_cur_uvarint(c);
+	return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}

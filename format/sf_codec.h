@@ -1,0 +1,36 @@
+/* Decompression shared by every format: zstd (plain and with raw-content
+ * dictionaries) and lz4, always into a buffer of a size the container
+ * records, since small zstd frames carry no content size. */
+#ifndef SF_CODEC_H
+#define SF_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_bytes.h"
+
+/* Decodes every zstd frame in src (concatenated frames; skippable frames are
+ * skipped; 0 stored bytes decode to nothing) into dst. Fails unless the
+ * output is exactly `want` bytes. With a dictionary (raw content, never
+ * auto-detected), any Dictionary_ID in a frame header is removed before
+ * decoding, because libzstd refuses a declared id on a raw-content
+ * dictionary. `what` names the part for messages. */
+int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
+		   const void *dict, size_t dictlen, const char *what,
+		   struct sf_err *e);
+
+/* Like sf_zstd_decode, but the size is unknown in advance: allocates the
+ * output (malloc) and grows it as needed, up to `limit` bytes. */
+int sf_zstd_decode_alloc(const uint8_t *src, size_t srclen, size_t limit,
+			 const void *dict, size_t dictlen, const char *what,
+			 uint8_t **out, size_t *outlen, struct sf_err *e);
+
+/* The Dictionary_ID a zstd frame header declares (0 if none). Returns 0 on
+ * success, a negative errno if the header is malformed. */
+int sf_zstd_frame_dict_id(const uint8_t *src, size_t srclen, uint32_t *id);
+
+/* lz4 block decode to exactly `want` bytes. */
+int sf_lz4_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
+		  const char *what, struct sf_err *e);
+
+#endif

@@ -1,0 +1,135 @@
+#include "sf_format.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Each format defines its descriptor in its own folder. */
+extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
+extern const struct sf_format sf_fmt_tatami __attribute__((weak));
+extern const struct sf_format sf_fmt_taridx __attribute__((weak));
+extern const struct sf_format sf_fmt_sidx __attribute__((weak));
+extern const struct sf_format sf_fmt_alias __attribute__((weak));
+extern const struct sf_format sf_fmt_tet __attribute__((weak));
+
+static const struct sf_format *all[] = {
+	&sf_fmt_tsumugi, &sf_fmt_tatami, &sf_fmt_taridx, &sf_fmt_sidx, &sf_fmt_alias, &sf_fmt_tet,
+};
+
+const struct sf_format *sf_format_for(const char *dirpath, const char *name)
+{
+	size_t n = strlen(name);
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+		const struct sf_format *f = all[i];
+		if (!f)
+			continue;
+		size_t k = strlen(f->ext);
+		if (n <= k || memcmp(name + n - k, f->ext, k) != 0)
+			continue;
+		if (f->match && !f->match(dirpath, name))
+			continue;
+		return f;
+	}
+	return NULL;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Lists a directory's entry names, sorted bytewise. */
+static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const char *path)
+{
+	int fd = dup(dirfd);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return sf_fail(e, -errno, "%s: cannot list: %s", path, strerror(errno));
+	}
+	rewinddir(d);
+	char **names = NULL;
+	size_t cnt = 0, cap = 0;
+	struct dirent *de;
+	int rc = 0;
+	while ((de = readdir(d))) {
+		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
+			continue;
+		if (cnt == cap) {
+			cap = cap ? cap * 2 : 32;
+			char **p = realloc(names, cap * sizeof *p);
+			if (!p) {
+				rc = -ENOMEM;
+				break;
+			}
+			names = p;
+		}
+		if (!(names[cnt] = strdup(de->d_name))) {
+			rc = -ENOMEM;
+			break;
+		}
+		cnt++;
+	}
+	closedir(d);
+	if (rc) {
+		for (size_t i = 0; i < cnt; i++)
+			free(names[i]);
+		free(names);
+		return sf_fail(e, rc, "%s: out of memory", path);
+	}
+	if (cnt)
+		qsort(names, cnt, sizeof *names, cmp_names);
+	*out = names;
+	*n = cnt;
+	return 0;
+}
+
+int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
+{
+	char *copy = strdup(path);
+	if (!copy)
+		return sf_fail(e, -ENOMEM, "out of memory");
+	char *slash = strrchr(copy, '/');
+	const char *dirpath = ".", *name = copy;
+	if (slash) {
+		*slash = 0;
+		dirpath = slash == copy ? "/" : copy;
+		name = slash + 1;
+	}
+	int rc;
+	char **names = NULL;
+	size_t nnames = 0;
+	struct sf_map *map = NULL;
+	const struct sf_format *f = sf_format_for(dirpath, name);
+	int dirfd = open(dirpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (!f) {
+		rc = sf_fail(e, -EPROTONOSUPPORT, "%s: not a file shardfs recognises", path);
+		goto out;
+	}
+	if (dirfd < 0) {
+		rc = sf_fail(e, -errno, "%s: %s", dirpath, strerror(errno));
+		goto out;
+	}
+	if ((rc = list_names(dirfd, &names, &nnames, e, dirpath)))
+		goto out;
+	if ((rc = sf_map_openat(dirfd, name, path, &map, e)))
+		goto out;
+	struct sf_open_args a = {
+		.dirfd = dirfd, .dirpath = dirpath, .name = name, .path = path, .map = map,
+		.siblings = (const char *const *)names, .nsiblings = nnames,
+	};
+	rc = f->open(&a, out, e);
+out:
+	sf_map_unref(map);
+	for (size_t i = 0; i < nnames; i++)
+		free(names[i]);
+	free(names);
+	if (dirfd >= 0)
+		close(dirfd);
+	free(copy);
+	return rc;
+}

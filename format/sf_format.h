@@ -1,0 +1,48 @@
+/* The formats shardfs recognises, and how a container becomes a view.
+ *
+ * A format claims source files by name (its extension, or a match hook),
+ * and opens one into a view: only as far as header and footer (everything
+ * else is lazy). The daemon places the view beside the file (DESIGN §3.1):
+ * named after the file with `strip` removed, or "<file name>.d".
+ */
+#ifndef SF_FORMAT_H
+#define SF_FORMAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sf_bytes.h"
+#include "sf_map.h"
+#include "sf_view.h"
+
+struct sf_open_args {
+	int dirfd;              /* the directory holding the file */
+	const char *dirpath;    /* its path, for messages (relative to SRC) */
+	const char *name;       /* the file's name in that directory */
+	const char *path;       /* dirpath/name, for messages */
+	struct sf_map *map;     /* the file, mapped (the view takes a ref if it keeps it) */
+	/* All entry names of the directory, sorted bytewise (taridx finds its
+	 * shards here). */
+	const char *const *siblings;
+	size_t nsiblings;
+};
+
+struct sf_format {
+	const char *name;  /* "tsumugi" */
+	const char *ext;   /* ".tsumugi": claimed files end with it, and the view
+			    * is named without it */
+	/* Optional further test (e.g. alias JSON only inside "aliases/"). */
+	bool (*match)(const char *dirpath, const char *name);
+	/* Opens the container. On failure returns a negative errno with e->msg
+	 * saying why; the daemon records it in .shardfs/errors. */
+	int (*open)(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e);
+};
+
+/* The format claiming `name` in `dirpath`, or NULL. */
+const struct sf_format *sf_format_for(const char *dirpath, const char *name);
+
+/* Opens `path` (a file outside any mount, for the tools): maps it, lists its
+ * directory for siblings and opens the view. */
+int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e);
+
+#endif

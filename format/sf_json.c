@@ -1,0 +1,163 @@
+#include "sf_json.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at p (1-4), or 0 if invalid. */
+static size_t utf8_seq(const uint8_t *p, size_t n)
+{
+	uint8_t c = p[0];
+	if (c < 0x80)
+		return 1;
+	size_t len;
+	uint32_t min, cp;
+	if ((c & 0xE0) == 0xC0) {
+		len = 2;
+		min = 0x80;
+		cp = c & 0x1F;
+	} else if ((c & 0xF0) == 0xE0) {
+		len = 3;
+		min = 0x800;
+		cp = c & 0x0F;
+	} else if ((c & 0xF8) == 0xF0) {
+		len = 4;
+		min = 0x10000;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xC0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3F);
+	}
+	if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+		return 0;
+	return len;
+}
+
+void sf_utf8_sanitize_add(struct sf_str *s, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+	size_t i = 0, run = 0;
+	while (i < len) {
+		size_t k = utf8_seq(p + i, len - i);
+		if (k) {
+			i += k;
+			continue;
+		}
+		sf_str_add(s, p + run, i - run);
+		sf_str_add(s, "\xEF\xBF\xBD", 3);
+		i++;
+		run = i;
+	}
+	sf_str_add(s, p + run, len - run);
+}
+
+json_t *sf_json_bytes_as_text(const void *p, size_t len)
+{
+	struct sf_str s = { 0 };
+	sf_utf8_sanitize_add(&s, p, len);
+	if (s.oom) {
+		sf_str_free(&s);
+		return NULL;
+	}
+	json_t *j = json_stringn(s.p ? (const char *)s.p : "", s.len);
+	sf_str_free(&s);
+	return j;
+}
+
+json_t *sf_json_real(double d)
+{
+	if (isnan(d))
+		return json_string("NaN");
+	if (isinf(d))
+		return json_string(d > 0 ? "Infinity" : "-Infinity");
+	return json_real(d);
+}
+
+void sf_base64_add(struct sf_str *s, const void *data, size_t len)
+{
+	static const char tbl[] =
+		"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	const uint8_t *p = data;
+	size_t i = 0;
+	for (; i + 3 <= len; i += 3) {
+		uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+		char o[4] = { tbl[v >> 18], tbl[(v >> 12) & 63], tbl[(v >> 6) & 63], tbl[v & 63] };
+		sf_str_add(s, o, 4);
+	}
+	if (len - i == 1) {
+		uint32_t v = (uint32_t)p[i] << 16;
+		char o[4] = { tbl[v >> 18], tbl[(v >> 12) & 63], '=', '=' };
+		sf_str_add(s, o, 4);
+	} else if (len - i == 2) {
+		uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+		char o[4] = { tbl[v >> 18], tbl[(v >> 12) & 63], tbl[(v >> 6) & 63], '=' };
+		sf_str_add(s, o, 4);
+	}
+}
+
+json_t *sf_json_base64(const void *p, size_t len)
+{
+	struct sf_str s = { 0 };
+	sf_base64_add(&s, p, len);
+	if (s.oom) {
+		sf_str_free(&s);
+		return NULL;
+	}
+	json_t *j = json_stringn(s.p ? (const char *)s.p : "", s.len);
+	sf_str_free(&s);
+	return j;
+}
+
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+	sf_str_add(data, buf, size);
+	return ((struct sf_str *)data)->oom ? -1 : 0;
+}
+
+int sf_json_add(struct sf_str *s, const json_t *j, int newline)
+{
+	if (json_dump_callback(j, dump_cb, s, JSON_COMPACT | JSON_PRESERVE_ORDER |
+				JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY) < 0)
+		return -ENOMEM;
+	if (newline)
+		sf_str_addc(s, '\n');
+	return s->oom ? -ENOMEM : 0;
+}
+
+struct sf_buf *sf_json_pretty(const json_t *j)
+{
+	struct sf_str s = { 0 };
+	if (json_dump_callback(j, dump_cb, &s, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
+				JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY) < 0) {
+		sf_str_free(&s);
+		return NULL;
+	}
+	sf_str_addc(&s, '\n');
+	return sf_str_take(&s);
+}
+
+void sf_fmt_f32(char out[32], float f)
+{
+	for (int prec = 1; prec <= 9; prec++) {
+		snprintf(out, 32, "%.*g", prec, (double)f);
+		if (strtof(out, NULL) == f || isnan(f))
+			return;
+	}
+}
+
+void sf_fmt_f64(char out[32], double d)
+{
+	for (int prec = 1; prec <= 17; prec++) {
+		snprintf(out, 32, "%.*g", prec, d);
+		if (strtod(out, NULL) == d || isnan(d))
+			return;
+	}
+}

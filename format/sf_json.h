@@ -1,0 +1,31 @@
+/* JSON and text rendering rules shared by every view (DESIGN §3.4). */
+#ifndef SF_JSON_H
+#define SF_JSON_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_view.h"
+
+/* A JSON string from arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
+json_t *sf_json_bytes_as_text(const void *p, size_t len);
+/* A JSON number, or the strings "NaN", "Infinity", "-Infinity". */
+json_t *sf_json_real(double d);
+/* Standard padded base64 of bytes, as a JSON string. */
+json_t *sf_json_base64(const void *p, size_t len);
+/* Appends base64 of p to s. */
+void sf_base64_add(struct sf_str *s, const void *p, size_t len);
+/* Appends bytes to s with invalid UTF-8 replaced by U+FFFD. */
+void sf_utf8_sanitize_add(struct sf_str *s, const void *p, size_t len);
+/* Serialises j (compact, keys in insertion order, UTF-8 kept as is) and
+ * appends it to s; `newline` adds '\n'. Returns 0 or -ENOMEM. */
+int sf_json_add(struct sf_str *s, const json_t *j, int newline);
+/* Serialises j pretty-printed (2-space indent) with a final newline into a
+ * new buffer. */
+struct sf_buf *sf_json_pretty(const json_t *j);
+/* Shortest decimal text that reads back as the same float32 / double. */
+void sf_fmt_f32(char out[32], float f);
+void sf_fmt_f64(char out[32], double d);
+
+#endif

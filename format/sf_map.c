@@ -1,0 +1,76 @@
+#include "sf_map.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int sf_map_openat(int dirfd, const char *name, const char *path,
+		  struct sf_map **out, struct sf_err *e)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return sf_fail(e, -errno, "%s: open: %s", path, strerror(errno));
+	struct sf_map *m = calloc(1, sizeof *m);
+	int rc = 0;
+	if (!m) {
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	if (fstat(fd, &m->st) < 0) {
+		rc = sf_fail(e, -errno, "%s: stat: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!S_ISREG(m->st.st_mode)) {
+		rc = sf_fail(e, -EINVAL, "%s: not a regular file", path);
+		goto out;
+	}
+	m->size = (size_t)m->st.st_size;
+	if (m->size) {
+		void *p = mmap(NULL, m->size, PROT_READ, MAP_SHARED, fd, 0);
+		if (p == MAP_FAILED) {
+			rc = sf_fail(e, -errno, "%s: mmap: %s", path, strerror(errno));
+			goto out;
+		}
+		m->data = p;
+	}
+	m->path = strdup(path);
+	if (!m->path) {
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	atomic_init(&m->refs, 1);
+	*out = m;
+	m = NULL;
+out:
+	if (m) {
+		if (m->data)
+			munmap((void *)m->data, m->size);
+		free(m);
+	}
+	close(fd);
+	return rc;
+}
+
+int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e)
+{
+	return sf_map_openat(AT_FDCWD, path, path, out, e);
+}
+
+struct sf_map *sf_map_ref(struct sf_map *m)
+{
+	atomic_fetch_add(&m->refs, 1);
+	return m;
+}
+
+void sf_map_unref(struct sf_map *m)
+{
+	if (!m || atomic_fetch_sub(&m->refs, 1) != 1)
+		return;
+	if (m->data)
+		munmap((void *)m->data, m->size);
+	free(m->path);
+	free(m);
+}

@@ -1,0 +1,29 @@
+/* Read-only memory mappings of source files, shared by reference count:
+ * every extent that points into a mapping keeps it alive through its view. */
+#ifndef SF_MAP_H
+#define SF_MAP_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "sf_bytes.h"
+
+struct sf_map {
+	atomic_uint refs;
+	const uint8_t *data; /* NULL when size == 0 */
+	size_t size;
+	struct stat st;      /* as fstat saw the file when it was mapped */
+	char *path;          /* for messages */
+};
+
+/* Maps `name` relative to `dirfd` (AT_FDCWD for a plain path). `path` is
+ * what messages call the file. */
+int sf_map_openat(int dirfd, const char *name, const char *path,
+		  struct sf_map **out, struct sf_err *e);
+int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e);
+struct sf_map *sf_map_ref(struct sf_map *m);
+void sf_map_unref(struct sf_map *m);
+
+#endif

@@ -1,0 +1,889 @@
+#include "sf_view.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+/* ---- buffers ---------------------------------------------------------- */
+
+struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
+{
+	struct sf_buf *b = malloc(sizeof *b);
+	if (!b)
+		return NULL;
+	atomic_init(&b->refs, 1);
+	b->len = len;
+	b->data = data;
+	return b;
+}
+
+struct sf_buf *sf_buf_new(size_t len)
+{
+	uint8_t *d = calloc(1, len ? len : 1);
+	if (!d)
+		return NULL;
+	struct sf_buf *b = sf_buf_wrap(d, len);
+	if (!b)
+		free(d);
+	return b;
+}
+
+struct sf_buf *sf_buf_ref(struct sf_buf *b)
+{
+	atomic_fetch_add(&b->refs, 1);
+	return b;
+}
+
+void sf_buf_unref(struct sf_buf *b)
+{
+	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+		free(b->data);
+		free(b);
+	}
+}
+
+static bool str_reserve(struct sf_str *s, size_t more)
+{
+	if (s->oom)
+		return false;
+	if (s->len + more <= s->cap)
+		return true;
+	size_t cap = s->cap ? s->cap : 256;
+	while (cap < s->len + more) {
+		if (cap > SIZE_MAX / 2) {
+			s->oom = true;
+			return false;
+		}
+		cap *= 2;
+	}
+	uint8_t *p = realloc(s->p, cap);
+	if (!p) {
+		s->oom = true;
+		return false;
+	}
+	s->p = p;
+	s->cap = cap;
+	return true;
+}
+
+void sf_str_add(struct sf_str *s, const void *p, size_t n)
+{
+	if (n && str_reserve(s, n)) {
+		memcpy(s->p + s->len, p, n);
+		s->len += n;
+	}
+}
+
+void sf_str_addc(struct sf_str *s, char c)
+{
+	sf_str_add(s, &c, 1);
+}
+
+void sf_str_addf(struct sf_str *s, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	va_end(ap);
+	if (n < 0 || !str_reserve(s, (size_t)n + 1))
+		return;
+	va_start(ap, fmt);
+	vsnprintf((char *)s->p + s->len, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	s->len += (size_t)n;
+}
+
+struct sf_buf *sf_str_take(struct sf_str *s)
+{
+	if (s->oom) {
+		sf_str_free(s);
+		return NULL;
+	}
+	struct sf_buf *b = s->p ? sf_buf_wrap(s->p, s->len) : sf_buf_new(0);
+	if (!b) {
+		sf_str_free(s);
+		return NULL;
+	}
+	memset(s, 0, sizeof *s);
+	return b;
+}
+
+void sf_str_free(struct sf_str *s)
+{
+	free(s->p);
+	memset(s, 0, sizeof *s);
+}
+
+/* ---- parts ------------------------------------------------------------ */
+
+static _Atomic uint64_t next_part_id = 1;
+
+static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		       struct sf_err *e)
+{
+	(void)c;
+	return p->produce(p, out, e);
+}
+
+struct sf_cache sf_nocache = { nocache_get };
+
+int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		struct sf_err *e)
+{
+	struct sf_buf *b = NULL;
+	int rc = c->get(c, p, &b, e);
+	if (rc)
+		return rc;
+	uint64_t known = atomic_load(&p->size);
+	if (known == SF_SIZE_UNKNOWN) {
+		atomic_store(&p->size, b->len);
+	} else if (known != b->len) {
+		sf_buf_unref(b);
+		return sf_fail(e, -EIO, "%s: %s: decoded to %zu bytes, expected %llu",
+			       p->view ? p->view->path : "?", p->what, b->len,
+			       (unsigned long long)known);
+	}
+	*out = b;
+	return 0;
+}
+
+/* ---- nodes ------------------------------------------------------------ */
+
+static void node_free(struct sf_node *n)
+{
+	if (!n)
+		return;
+	switch (n->kind) {
+	case SF_DIR:
+		for (size_t i = 0; i < n->u.dir.n; i++)
+			node_free(n->u.dir.kids[i]);
+		free(n->u.dir.kids);
+		free(n->u.dir.index);
+		break;
+	case SF_FILE:
+		for (size_t i = 0; i < n->u.file.n; i++)
+			if (n->u.file.ext[i].kind == SF_EXT_BUF)
+				sf_buf_unref(n->u.file.ext[i].u.buf);
+		free(n->u.file.ext);
+		free(n->u.file.start);
+		free(n->u.file.broken);
+		break;
+	case SF_LINK:
+		free(n->u.target);
+		break;
+	}
+	free(n->name);
+	free(n);
+}
+
+static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char *name)
+{
+	struct sf_node *n = calloc(1, sizeof *n);
+	if (!n)
+		return NULL;
+	n->name = strdup(name);
+	if (!n->name) {
+		free(n);
+		return NULL;
+	}
+	n->kind = kind;
+	n->view = v;
+	if (kind == SF_DIR)
+		n->u.dir.populated = true;
+	else if (kind == SF_FILE)
+		n->u.file.built = true;
+	return n;
+}
+
+static uint64_t name_hash(const char *name)
+{
+	return XXH3_64bits(name, strlen(name));
+}
+
+static void index_put(struct sf_dir *d, size_t k)
+{
+	size_t mask = d->index_cap - 1;
+	size_t i = name_hash(d->kids[k]->name) & mask;
+	while (d->index[i])
+		i = (i + 1) & mask;
+	d->index[i] = (uint32_t)(k + 1);
+}
+
+/* Small directories are searched linearly; larger ones get a hash index. */
+static struct sf_node *dir_get(struct sf_dir *d, const char *name)
+{
+	if (!d->index) {
+		for (size_t i = 0; i < d->n; i++)
+			if (strcmp(d->kids[i]->name, name) == 0)
+				return d->kids[i];
+		return NULL;
+	}
+	size_t mask = d->index_cap - 1;
+	for (size_t i = name_hash(name) & mask; d->index[i]; i = (i + 1) & mask) {
+		struct sf_node *k = d->kids[d->index[i] - 1];
+		if (strcmp(k->name, name) == 0)
+			return k;
+	}
+	return NULL;
+}
+
+static int dir_append(struct sf_node *dir, struct sf_node *kid)
+{
+	struct sf_dir *d = &dir->u.dir;
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? d->cap * 2 : 8;
+		struct sf_node **k = realloc(d->kids, cap * sizeof *k);
+		if (!k)
+			return -ENOMEM;
+		d->kids = k;
+		d->cap = cap;
+	}
+	d->kids[d->n++] = kid;
+	kid->parent = dir;
+	if (d->n >= 16 && d->n * 2 > d->index_cap) {
+		size_t cap = 64;
+		while (cap < d->n * 4)
+			cap *= 2;
+		uint32_t *idx = calloc(cap, sizeof *idx);
+		if (!idx)
+			return 0; /* the linear search still works */
+		free(d->index);
+		d->index = idx;
+		d->index_cap = cap;
+		for (size_t i = 0; i < d->n; i++)
+			index_put(d, i);
+	} else if (d->index) {
+		index_put(d, d->n - 1);
+	}
+	return 0;
+}
+
+static bool must_escape(uint8_t c)
+{
+	return c == '%' || c == '/' || c == '\\' || c < 0x20 || c == 0x7f;
+}
+
+void sf_name_escape(const void *raw, size_t len, size_t max, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	const uint8_t *p = raw;
+	size_t o = 0, cut = 0;
+	bool over = false;
+	for (size_t i = 0; i < len; i++) {
+		size_t w = must_escape(p[i]) ? 3 : 1;
+		if (o + w <= 200)
+			cut = o + w;
+		if (o + w > max) {
+			over = true;
+			break;
+		}
+		if (w == 3) {
+			out[o++] = '%';
+			out[o++] = hex[p[i] >> 4];
+			out[o++] = hex[p[i] & 15];
+		} else {
+			out[o++] = (char)p[i];
+		}
+	}
+	if (over) {
+		/* cut lies on an escape boundary by construction */
+		snprintf(out + cut, SF_NAME_MAX + 1 - cut, "~%016llx",
+			 (unsigned long long)XXH64(raw, len, 0));
+		return;
+	}
+	out[o] = 0;
+}
+
+static int unhex(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+size_t sf_name_unescape(const char *name, uint8_t *out)
+{
+	size_t o = 0;
+	for (size_t i = 0; name[i]; i++) {
+		int hi, lo;
+		if (name[i] == '%' && (hi = unhex(name[i + 1])) >= 0 &&
+		    (lo = unhex(name[i + 2])) >= 0) {
+			out[o++] = (uint8_t)(hi << 4 | lo);
+			i += 2;
+		} else {
+			out[o++] = (uint8_t)name[i];
+		}
+	}
+	return o;
+}
+
+static bool name_taken(struct sf_node *dir, const char *name,
+		       bool (*taken)(struct sf_node *, const char *))
+{
+	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+		return true;
+	return dir_get(&dir->u.dir, name) || (taken && taken(dir, name));
+}
+
+void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
+		   bool (*taken)(struct sf_node *dir, const char *name))
+{
+	if (!name_taken(dir, name, taken)) {
+		strcpy(out, name);
+		return;
+	}
+	for (unsigned long n = 1;; n++) {
+		snprintf(out, SF_NAME_MAX + 16, "%s#%lu", name, n);
+		if (!name_taken(dir, out, taken))
+			return;
+	}
+}
+
+struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const char *name)
+{
+	struct sf_node *n = node_new(dir->view, kind, name);
+	if (!n)
+		return NULL;
+	if (dir_append(dir, n)) {
+		node_free(n);
+		return NULL;
+	}
+	return n;
+}
+
+static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
+				 const void *raw, size_t len)
+{
+	char esc[SF_NAME_MAX + 1], uniq[SF_NAME_MAX + 16];
+	sf_name_escape(raw, len, SF_NAME_MAX, esc);
+	sf_dir_unique(dir, esc, uniq, NULL);
+	return sf_dir_add_exact(dir, kind, uniq);
+}
+
+struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len)
+{
+	return add_named(dir, SF_DIR, raw, len);
+}
+
+struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len)
+{
+	return add_named(dir, SF_FILE, raw, len);
+}
+
+struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len,
+				const char *target)
+{
+	struct sf_node *n = add_named(dir, SF_LINK, raw, len);
+	if (n) {
+		n->u.target = strdup(target);
+		if (!n->u.target)
+			return NULL; /* stays in dir, freed with it */
+	}
+	return n;
+}
+
+void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg)
+{
+	dir->u.dir.populate = fn;
+	dir->u.dir.populated = false;
+	dir->arg = arg;
+}
+
+void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn)
+{
+	dir->u.dir.lookup = fn;
+}
+
+/* ---- file content ----------------------------------------------------- */
+
+static int file_push(struct sf_node *f, struct sf_ext x)
+{
+	struct sf_file *fl = &f->u.file;
+	if (fl->n == fl->cap) {
+		size_t cap = fl->cap ? fl->cap * 2 : 4;
+		struct sf_ext *e = realloc(fl->ext, cap * sizeof *e);
+		if (!e)
+			return -ENOMEM;
+		fl->ext = e;
+		uint64_t *s = realloc(fl->start, cap * sizeof *s);
+		if (!s)
+			return -ENOMEM;
+		fl->start = s;
+		fl->cap = cap;
+	}
+	fl->start[fl->n] = fl->size;
+	fl->ext[fl->n++] = x;
+	fl->size += x.len;
+	return 0;
+}
+
+int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len)
+{
+	struct sf_ext x = { .kind = SF_EXT_MAP, .len = len, .u.map = p };
+	return len ? file_push(f, x) : 0;
+}
+
+int sf_file_add_buf(struct sf_node *f, struct sf_buf *b, uint64_t off, uint64_t len)
+{
+	if (!len)
+		return 0;
+	struct sf_ext x = { .kind = SF_EXT_BUF, .len = len, .off = off, .u.buf = b };
+	int rc = file_push(f, x);
+	if (!rc)
+		sf_buf_ref(b);
+	return rc;
+}
+
+int sf_file_add_part(struct sf_node *f, struct sf_part *p, uint64_t off, uint64_t len)
+{
+	struct sf_ext x = { .kind = SF_EXT_PART, .len = len, .off = off, .u.part = p };
+	return len ? file_push(f, x) : 0;
+}
+
+int sf_file_add_gen(struct sf_node *f, sf_gen_fn fn, void *arg, uint64_t off, uint64_t len)
+{
+	struct sf_ext x = { .kind = SF_EXT_GEN, .len = len, .off = off };
+	x.u.gen.fn = fn;
+	x.u.gen.arg = arg;
+	return len ? file_push(f, x) : 0;
+}
+
+int sf_file_add_zero(struct sf_node *f, uint64_t len)
+{
+	struct sf_ext x = { .kind = SF_EXT_ZERO, .len = len };
+	return len ? file_push(f, x) : 0;
+}
+
+int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len)
+{
+	struct sf_buf *b = sf_buf_new(len);
+	if (!b)
+		return -ENOMEM;
+	if (len)
+		memcpy(b->data, p, len);
+	int rc = sf_file_add_buf(f, b, 0, len);
+	sf_buf_unref(b);
+	return rc;
+}
+
+int sf_file_set_text(struct sf_node *f, const char *s)
+{
+	return sf_file_set_bytes(f, s, strlen(s));
+}
+
+void sf_file_set_whole(struct sf_node *f, struct sf_part *p)
+{
+	f->u.file.whole = p;
+	f->u.file.built = false;
+}
+
+void sf_file_set_build(struct sf_node *f, sf_build_fn fn, void *arg)
+{
+	f->u.file.build = fn;
+	f->u.file.built = false;
+	f->arg = arg;
+}
+
+int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why)
+{
+	f->u.file.size = size;
+	f->u.file.broken = strdup(why);
+	return f->u.file.broken ? 0 : -ENOMEM;
+}
+
+/* ---- views ------------------------------------------------------------ */
+
+static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
+{
+	struct sf_view *v = calloc(1, sizeof *v);
+	if (!v)
+		return NULL;
+	atomic_init(&v->refs, 1);
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	/* populate/build callbacks may look names up in their own view */
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&v->lock, &a);
+	pthread_mutexattr_destroy(&a);
+	v->format = fmt;
+	v->path = strdup(path);
+	if (!v->path) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
+struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path)
+{
+	struct sf_view *v = view_alloc(fmt, path);
+	if (!v)
+		return NULL;
+	v->root = node_new(v, SF_DIR, "");
+	if (!v->root) {
+		sf_view_unref(v);
+		return NULL;
+	}
+	return v;
+}
+
+struct sf_view *sf_view_new_link(const struct sf_format *fmt, const char *path,
+				 const char *target)
+{
+	struct sf_view *v = view_alloc(fmt, path);
+	if (!v)
+		return NULL;
+	v->root = node_new(v, SF_LINK, "");
+	if (!v->root || !(v->root->u.target = strdup(target))) {
+		sf_view_unref(v);
+		return NULL;
+	}
+	return v;
+}
+
+struct sf_view *sf_view_ref(struct sf_view *v)
+{
+	atomic_fetch_add(&v->refs, 1);
+	return v;
+}
+
+void sf_view_unref(struct sf_view *v)
+{
+	if (!v || atomic_fetch_sub(&v->refs, 1) != 1)
+		return;
+	node_free(v->root);
+	for (size_t i = 0; i < v->nparts; i++)
+		free(v->parts[i]);
+	free(v->parts);
+	if (v->free_state)
+		v->free_state(v->state);
+	for (size_t i = 0; i < v->nmaps; i++)
+		sf_map_unref(v->maps[i]);
+	free(v->maps);
+	for (size_t i = 0; i < v->nwarnings; i++)
+		free(v->warnings[i]);
+	free(v->warnings);
+	pthread_mutex_destroy(&v->lock);
+	free(v->path);
+	free(v);
+}
+
+int sf_view_hold_map(struct sf_view *v, struct sf_map *m)
+{
+	struct sf_map **p = realloc(v->maps, (v->nmaps + 1) * sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	v->maps = p;
+	v->maps[v->nmaps++] = sf_map_ref(m);
+	return 0;
+}
+
+void sf_view_warn(struct sf_view *v, const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	char **w = realloc(v->warnings, (v->nwarnings + 1) * sizeof *w);
+	if (!w)
+		return;
+	v->warnings = w;
+	if ((w[v->nwarnings] = strdup(buf)))
+		v->nwarnings++;
+}
+
+struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
+			     uint64_t size, const char *what)
+{
+	if (v->nparts == v->capparts) {
+		size_t cap = v->capparts ? v->capparts * 2 : 16;
+		struct sf_part **p = realloc(v->parts, cap * sizeof *p);
+		if (!p)
+			return NULL;
+		v->parts = p;
+		v->capparts = cap;
+	}
+	struct sf_part *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->id = atomic_fetch_add(&next_part_id, 1);
+	p->produce = fn;
+	p->arg = arg;
+	atomic_init(&p->size, size);
+	p->view = v;
+	p->what = what;
+	v->parts[v->nparts++] = p;
+	return p;
+}
+
+struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
+				 sf_produce_fn info_json, sf_produce_fn verify, void *arg)
+{
+	static const char *const names[3] = { "info.txt", "info.json", "verify" };
+	sf_produce_fn fns[3] = { info_txt, info_json, verify };
+	struct sf_node *meta = sf_dir_add_exact(v->root, SF_DIR, ".shardfs");
+	if (!meta)
+		return NULL;
+	meta->hidden = true;
+	for (int i = 0; i < 3; i++) {
+		if (!fns[i])
+			continue;
+		struct sf_part *p = sf_view_part(v, fns[i], arg, SF_SIZE_UNKNOWN, names[i]);
+		struct sf_node *f = p ? sf_dir_add_exact(meta, SF_FILE, names[i]) : NULL;
+		if (!f)
+			return NULL;
+		sf_file_set_whole(f, p);
+	}
+	return meta;
+}
+
+/* ---- using trees ------------------------------------------------------ */
+
+int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
+{
+	if (dir->kind != SF_DIR)
+		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
+	int rc = 0;
+	pthread_mutex_lock(&dir->view->lock);
+	if (!dir->u.dir.populated) {
+		rc = dir->u.dir.populate(dir, e);
+		if (rc == 0)
+			dir->u.dir.populated = true;
+	}
+	pthread_mutex_unlock(&dir->view->lock);
+	return rc;
+}
+
+int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
+		struct sf_err *e)
+{
+	if (dir->kind != SF_DIR)
+		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
+	int rc = 0;
+	*out = NULL;
+	pthread_mutex_lock(&dir->view->lock);
+	struct sf_node *hit = dir_get(&dir->u.dir, name);
+	if (!hit && !dir->u.dir.populated) {
+		if (dir->u.dir.lookup) {
+			rc = dir->u.dir.lookup(dir, name, &hit, e);
+		} else {
+			rc = dir->u.dir.populate(dir, e);
+			if (rc == 0) {
+				dir->u.dir.populated = true;
+				hit = dir_get(&dir->u.dir, name);
+			}
+		}
+	}
+	pthread_mutex_unlock(&dir->view->lock);
+	*out = hit;
+	return rc;
+}
+
+int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	if (f->kind != SF_FILE)
+		return sf_fail(e, -EISDIR, "%s: not a file", f->view->path);
+	if (f->u.file.built)
+		return 0;
+	int rc = 0;
+	pthread_mutex_lock(&f->view->lock);
+	struct sf_file *fl = &f->u.file;
+	if (!fl->built) {
+		if (fl->whole) {
+			uint64_t size = atomic_load(&fl->whole->size);
+			if (size == SF_SIZE_UNKNOWN) {
+				struct sf_buf *b = NULL;
+				rc = sf_part_get(c, fl->whole, &b, e);
+				if (rc == 0) {
+					size = b->len;
+					sf_buf_unref(b);
+				}
+			}
+			if (rc == 0)
+				rc = sf_file_add_part(f, fl->whole, 0, size);
+		} else if (fl->build) {
+			rc = fl->build(f, c, e);
+		}
+		if (rc == 0)
+			fl->built = true;
+		else
+			sf_err_prefix(e, "%s", f->name);
+	}
+	pthread_mutex_unlock(&f->view->lock);
+	return rc;
+}
+
+int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
+		 struct sf_err *e)
+{
+	struct sf_node *cur = from;
+	char comp[SF_NAME_MAX + 16];
+	const char *p = path;
+	while (*p) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		size_t n = strcspn(p, "/");
+		if (n >= sizeof comp)
+			return sf_fail(e, -ENAMETOOLONG, "%s: name too long in %s", from->view->path, path);
+		memcpy(comp, p, n);
+		comp[n] = 0;
+		p += n;
+		if (strcmp(comp, ".") == 0)
+			continue;
+		struct sf_node *next = NULL;
+		int rc = sf_dir_find(cur, comp, &next, e);
+		if (rc)
+			return rc;
+		if (!next)
+			return sf_fail(e, -ENOENT, "%s: no %s in the view", from->view->path, path);
+		cur = next;
+	}
+	*out = cur;
+	return 0;
+}
+
+static int rv_push(struct sf_readv *rv, const void *p, size_t len)
+{
+	if (rv->n == rv->cap) {
+		size_t cap = rv->cap ? rv->cap * 2 : 8;
+		struct iovec *v = realloc(rv->iov, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		rv->iov = v;
+		rv->cap = cap;
+	}
+	rv->iov[rv->n].iov_base = (void *)p;
+	rv->iov[rv->n].iov_len = len;
+	rv->n++;
+	rv->bytes += len;
+	return 0;
+}
+
+static int rv_hold(struct sf_readv *rv, struct sf_buf *b)
+{
+	if (rv->nhold == rv->caphold) {
+		size_t cap = rv->caphold ? rv->caphold * 2 : 4;
+		struct sf_buf **h = realloc(rv->hold, cap * sizeof *h);
+		if (!h) {
+			sf_buf_unref(b);
+			return -ENOMEM;
+		}
+		rv->hold = h;
+		rv->caphold = cap;
+	}
+	rv->hold[rv->nhold++] = b;
+	return 0;
+}
+
+static const uint8_t zeros[65536];
+
+/* Appends [off, off+len) of extent x. */
+static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, size_t len,
+		    struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	int rc;
+	struct sf_buf *b;
+	switch (x->kind) {
+	case SF_EXT_MAP:
+		rv->from_map += len;
+		return rv_push(rv, x->u.map + off, len);
+	case SF_EXT_BUF:
+		rv->from_synth += len;
+		return rv_push(rv, x->u.buf->data + x->off + off, len);
+	case SF_EXT_PART:
+		rc = sf_part_get(c, x->u.part, &b, e);
+		if (rc)
+			return rc;
+		if (!sf_range_ok(b->len, x->off + off, len)) {
+			sf_buf_unref(b);
+			return sf_fail(e, -EIO, "%s: %s: decoded part is shorter than the file says",
+				       f->view->path, x->u.part->what);
+		}
+		if ((rc = rv_hold(rv, b)))
+			return rc;
+		rv->from_cache += len;
+		return rv_push(rv, b->data + x->off + off, len);
+	case SF_EXT_GEN:
+		b = sf_buf_new(len);
+		if (!b)
+			return -ENOMEM;
+		rc = x->u.gen.fn(x->u.gen.arg, x->off + off, b->data, len, c, e);
+		if (rc) {
+			sf_buf_unref(b);
+			return rc;
+		}
+		if ((rc = rv_hold(rv, b)))
+			return rc;
+		rv->from_synth += len;
+		return rv_push(rv, b->data, len);
+	case SF_EXT_ZERO:
+		rv->from_synth += len;
+		while (len) {
+			size_t k = len < sizeof zeros ? len : sizeof zeros;
+			if ((rc = rv_push(rv, zeros, k)))
+				return rc;
+			len -= k;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
+		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	struct sf_file *fl = &f->u.file;
+	if (fl->broken)
+		return sf_fail(e, -EIO, "%s", fl->broken);
+	if (off >= fl->size)
+		return 0;
+	if (len > fl->size - off)
+		len = fl->size - off;
+	/* first extent whose range contains off */
+	size_t lo = 0, hi = fl->n;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (fl->start[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < fl->n && len; i++) {
+		const struct sf_ext *x = &fl->ext[i];
+		uint64_t in = off - fl->start[i];
+		uint64_t k = x->len - in < len ? x->len - in : len;
+		int rc = read_ext(f, x, in, (size_t)k, c, rv, e);
+		if (rc)
+			return rc;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+void sf_readv_release(struct sf_readv *rv)
+{
+	for (size_t i = 0; i < rv->nhold; i++)
+		sf_buf_unref(rv->hold[i]);
+	free(rv->hold);
+	free(rv->iov);
+	memset(rv, 0, sizeof *rv);
+}
+
+void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst)
+{
+	for (size_t i = 0; i < rv->n; i++) {
+		memcpy(dst, rv->iov[i].iov_base, rv->iov[i].iov_len);
+		dst += rv->iov[i].iov_len;
+	}
+}

@@ -1,0 +1,300 @@
+/* The view model: what a container looks like as a tree of files.
+ *
+ * A format module turns a container into a `struct sf_view`: directories,
+ * files and symlinks. A file has an exact size and a content made of
+ * extents (DESIGN §2): spans of a mapping (zero-copy), slices of a decoded
+ * part (decoded once, held by a cache the caller supplies), owned buffers,
+ * or generated ranges. Nothing here knows FUSE: the daemon serves these
+ * trees, and the tools read them with the same paths.
+ *
+ * Threading: a view may be read by many threads. Lazy work (populating a
+ * directory, building a file's extents) runs under the view's lock, once.
+ */
+#ifndef SF_VIEW_H
+#define SF_VIEW_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "sf_bytes.h"
+#include "sf_map.h"
+
+/* ---- buffers ---------------------------------------------------------- */
+
+/* A reference-counted byte buffer. */
+struct sf_buf {
+	atomic_uint refs;
+	size_t len;
+	uint8_t *data;
+};
+
+struct sf_buf *sf_buf_new(size_t len);            /* zero-filled; NULL on ENOMEM */
+struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len); /* takes a malloc'd block */
+struct sf_buf *sf_buf_ref(struct sf_buf *b);
+void sf_buf_unref(struct sf_buf *b);
+
+/* A growable byte string for building text and JSON views. */
+struct sf_str {
+	uint8_t *p;
+	size_t len, cap;
+	bool oom;
+};
+void sf_str_add(struct sf_str *s, const void *p, size_t n);
+void sf_str_addf(struct sf_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sf_str_addc(struct sf_str *s, char c);
+/* Moves the string into a buffer (the string is left empty). NULL on OOM. */
+struct sf_buf *sf_str_take(struct sf_str *s);
+void sf_str_free(struct sf_str *s);
+
+/* ---- parts: decoded units shared by files ----------------------------- */
+
+struct sf_part;
+/* Produces the whole decoded content of a part into a new buffer. It must be
+ * deterministic: the cache may drop the buffer and call it again. */
+typedef int (*sf_produce_fn)(const struct sf_part *part, struct sf_buf **out,
+			     struct sf_err *e);
+
+#define SF_SIZE_UNKNOWN UINT64_MAX
+
+struct sf_part {
+	uint64_t id;          /* unique in the process: the cache key */
+	sf_produce_fn produce;
+	void *arg;            /* the format's; freed with the view */
+	void *arg2;
+	uint64_t aux;
+	_Atomic uint64_t size; /* SF_SIZE_UNKNOWN until first produced */
+	struct sf_view *view;
+	const char *what;     /* names the part in messages ("regions/forward") */
+};
+
+/* Where decoded parts live while they are in use. The daemon passes its LRU
+ * cache; tools pass sf_nocache (decode on each get). */
+struct sf_cache {
+	/* On success *out holds a reference the caller drops. */
+	int (*get)(struct sf_cache *c, struct sf_part *part, struct sf_buf **out,
+		   struct sf_err *e);
+};
+extern struct sf_cache sf_nocache;
+
+/* Decodes a part through the cache, recording its size. */
+int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		struct sf_err *e);
+
+/* ---- extents ---------------------------------------------------------- */
+
+/* Fills `len` bytes of a generated extent starting `off` bytes into it. */
+typedef int (*sf_gen_fn)(void *arg, uint64_t off, uint8_t *out, size_t len,
+			 struct sf_cache *c, struct sf_err *e);
+
+enum sf_ext_kind {
+	SF_EXT_MAP,  /* map: bytes in a mapping the view keeps alive */
+	SF_EXT_BUF,  /* buf + off: bytes of an owned buffer */
+	SF_EXT_PART, /* part + off: bytes of a decoded part */
+	SF_EXT_GEN,  /* gen(arg, off...) computes the bytes per read */
+	SF_EXT_ZERO, /* zeros */
+};
+
+struct sf_ext {
+	enum sf_ext_kind kind;
+	uint64_t len;
+	uint64_t off; /* BUF, PART: where in the buffer; GEN: passed through */
+	union {
+		const uint8_t *map;
+		struct sf_buf *buf;
+		struct sf_part *part;
+		struct {
+			sf_gen_fn fn;
+			void *arg;
+		} gen;
+	} u;
+};
+
+/* ---- nodes ------------------------------------------------------------ */
+
+enum sf_kind { SF_DIR, SF_FILE, SF_LINK };
+
+struct sf_node;
+/* Adds a lazily populated directory's entries (called once). */
+typedef int (*sf_populate_fn)(struct sf_node *dir, struct sf_err *e);
+/* Resolves one name in a directory without populating it (optional; e.g. the
+ * taridx flat-name lookup). Sets *out to NULL when the name does not exist. */
+typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
+			    struct sf_node **out, struct sf_err *e);
+/* Builds a lazily described file's extents (called once), using
+ * sf_file_add_* on `f`. */
+typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+
+struct sf_dir {
+	struct sf_node **kids;
+	size_t n, cap;
+	/* open-addressed name index, built once a directory grows */
+	uint32_t *index;
+	size_t index_cap;
+	sf_populate_fn populate;
+	sf_lookup_fn lookup;
+	bool populated;
+};
+
+struct sf_file {
+	uint64_t size;
+	struct sf_ext *ext;
+	uint64_t *start; /* start[i] = file offset of ext[i]; for binary search */
+	size_t n, cap;
+	sf_build_fn build;
+	bool built;
+	/* Set when the content is exactly one part of unknown size: the size is
+	 * learned by producing the part. */
+	struct sf_part *whole;
+	/* Content whose source failed a check at build time: reads fail EIO. */
+	char *broken;
+};
+
+struct sf_node {
+	enum sf_kind kind;
+	bool hidden;           /* resolvable but never listed (".shardfs") */
+	char *name;            /* escaped, as shown */
+	struct sf_node *parent;
+	struct sf_view *view;
+	void *arg;             /* the format's, for populate/build/lookup */
+	uint64_t aux;
+	_Atomic(void *) host;  /* the daemon's slot (its inode for this node) */
+	union {
+		struct sf_dir dir;
+		struct sf_file file;
+		char *target;  /* SF_LINK */
+	} u;
+};
+
+/* ---- views ------------------------------------------------------------ */
+
+struct sf_view {
+	atomic_uint refs;
+	pthread_mutex_t lock;     /* guards lazy population and building */
+	struct sf_node *root;     /* a directory, or a symlink (alias views) */
+	const struct sf_format *format;
+	char *path;               /* the container's path, for messages */
+	struct sf_map **maps;     /* mappings the extents point into */
+	size_t nmaps;
+	void *state;              /* the format's parsed container */
+	void (*free_state)(void *state);
+	struct sf_part **parts;   /* owned */
+	size_t nparts, capparts;
+	/* Problems found while opening that did not prevent the view
+	 * (e.g. tet footer JSON damaged): the daemon reports each once. */
+	char **warnings;
+	size_t nwarnings;
+};
+
+/* Creates a view whose root is an empty directory. `path` names the
+ * container in messages. */
+struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path);
+/* Creates a view whose root is a symlink to `target`. */
+struct sf_view *sf_view_new_link(const struct sf_format *fmt, const char *path,
+				 const char *target);
+struct sf_view *sf_view_ref(struct sf_view *v);
+void sf_view_unref(struct sf_view *v);
+/* Keeps `m` alive as long as the view (takes a new reference). */
+int sf_view_hold_map(struct sf_view *v, struct sf_map *m);
+void sf_view_warn(struct sf_view *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A part owned by the view. `size` may be SF_SIZE_UNKNOWN. */
+struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
+			     uint64_t size, const char *what);
+
+/* ---- building trees ----------------------------------------------------
+ *
+ * Names: sf_dir_add_* take a raw name (bytes from the file, or our own
+ * fixed names) and escape it as DESIGN §3.3 says: `%`, `/`, `\`, 0x00-0x1F,
+ * 0x7F become %XX; an empty, ".", "..", or already present result gets
+ * "#<n>"; a result over `SF_NAME_MAX` bytes is cut. Fixed names of ours pass
+ * through the same code unchanged. All return NULL on ENOMEM.
+ */
+#define SF_NAME_MAX 255
+
+struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len);
+struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len);
+struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len,
+				const char *target);
+/* The same, for a name already escaped and made unique by the caller. */
+struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const char *name);
+
+/* Escapes `raw` into `out` (at least SF_NAME_MAX+1 bytes), cutting the
+ * result at `max` bytes (255, or less where a sibling name adds a suffix):
+ * the first 200 bytes (never splitting %XX), "~" and 16 hex digits of
+ * XXH64(raw). Does not add "#<n>". */
+void sf_name_escape(const void *raw, size_t len, size_t max, char *out);
+/* Reverses the escaping of %XX (for names a lookup receives). Returns the
+ * raw length written to out (at most strlen(name) bytes). */
+size_t sf_name_unescape(const char *name, uint8_t *out);
+/* Makes `name` (escaped) unique in dir by appending "#<n>" with the smallest
+ * n >= 1, also when it is empty, "." or "..". `out` has SF_NAME_MAX+16
+ * bytes. `taken` (optional) says whether a further name counts as taken
+ * (tet: a dataset's .npy twin). */
+void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
+		   bool (*taken)(struct sf_node *dir, const char *name));
+
+/* Marks a directory lazy: `fn` adds its entries on first listing/lookup. */
+void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg);
+void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn);
+
+/* Content of files. Extents are appended in order. */
+int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len);
+int sf_file_add_buf(struct sf_node *f, struct sf_buf *b, uint64_t off, uint64_t len); /* takes a ref */
+int sf_file_add_part(struct sf_node *f, struct sf_part *p, uint64_t off, uint64_t len);
+int sf_file_add_gen(struct sf_node *f, sf_gen_fn fn, void *arg, uint64_t off, uint64_t len);
+int sf_file_add_zero(struct sf_node *f, uint64_t len);
+/* Convenience: the file's content is a copy of these bytes / this string. */
+int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len);
+int sf_file_set_text(struct sf_node *f, const char *s);
+/* The file is exactly one part (size may be unknown until produced). */
+void sf_file_set_whole(struct sf_node *f, struct sf_part *p);
+/* The file's extents are built on first use. */
+void sf_file_set_build(struct sf_node *f, sf_build_fn fn, void *arg);
+/* The file is listed with the given size but every read fails with EIO. */
+int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why);
+
+/* Adds the hidden ".shardfs/" of the view root with info.txt, info.json and
+ * verify (DESIGN §3.2), each produced when read (`arg` goes to each part).
+ * Returns the directory so a format can add more (rows/, tiles/). Call it
+ * before adding entries named from user data, so that ".shardfs" counts as
+ * taken. */
+struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
+				 sf_produce_fn info_json, sf_produce_fn verify, void *arg);
+
+/* ---- using trees ------------------------------------------------------ */
+
+/* Finds an entry by its shown name (populating or asking the lookup hook
+ * first). *out is NULL if absent. */
+int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
+		struct sf_err *e);
+/* Makes sure a directory is populated. */
+int sf_dir_ready(struct sf_node *dir, struct sf_err *e);
+/* Makes sure a file's size and extents are known. */
+int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+/* Resolves a path relative to `from` ("a/b/c"; no "..", no links followed). */
+int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
+		 struct sf_err *e);
+
+/* A read's answer: iovecs pointing into mappings and buffers, plus the
+ * references that keep them valid until sf_readv_release. */
+struct sf_readv {
+	struct iovec *iov;
+	size_t n, cap;
+	struct sf_buf **hold;
+	size_t nhold, caphold;
+	uint64_t bytes;
+	uint64_t from_map, from_cache, from_synth; /* byte accounting */
+};
+
+/* Collects [off, off+len) of a ready file (len clipped to the size). */
+int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
+		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
+void sf_readv_release(struct sf_readv *rv);
+/* Copies the collected bytes into dst (rv->bytes long). */
+void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst);
+
+#endif

@@ -1,0 +1,56 @@
+/* A minimal assertion kit for the C unit tests: each failed CHECK prints its
+ * place and counts; main returns the count so meson sees the failure. */
+#ifndef CHECK_H
+#define CHECK_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_failures;
+
+#define CHECK(cond)                                                              \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+			check_failures++;                                        \
+		}                                                                \
+	} while (0)
+
+#define CHECK_EQ_U(a, b)                                                         \
+	do {                                                                     \
+		uint64_t a_ = (uint64_t)(a), b_ = (uint64_t)(b);                 \
+		if (a_ != b_) {                                                  \
+			fprintf(stderr, "%s:%d: %s == %s failed: %" PRIu64 " != %" PRIu64 "\n", \
+				__FILE__, __LINE__, #a, #b, a_, b_);             \
+			check_failures++;                                        \
+		}                                                                \
+	} while (0)
+
+#define CHECK_STR(a, b)                                                          \
+	do {                                                                     \
+		const char *a_ = (a), *b_ = (b);                                 \
+		if (strcmp(a_, b_) != 0) {                                       \
+			fprintf(stderr, "%s:%d: %s == %s failed: \"%s\" != \"%s\"\n", \
+				__FILE__, __LINE__, #a, #b, a_, b_);             \
+			check_failures++;                                        \
+		}                                                                \
+	} while (0)
+
+#define CHECK_DONE()                                                             \
+	do {                                                                     \
+		if (check_failures)                                              \
+			fprintf(stderr, "%d check(s) failed\n", check_failures); \
+		return check_failures ? 1 : 0;                                   \
+	} while (0)
+
+/* Where the upstream-written fixtures are: $SHARDFS_FIXTURES, else
+ * ../shared/fixtures beside the checkout. */
+static inline const char *fixtures_dir(void)
+{
+	const char *d = getenv("SHARDFS_FIXTURES");
+	return d ? d : SHARDFS_SOURCE_ROOT "/../shared/fixtures";
+}
+
+#endif

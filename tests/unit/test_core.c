@@ -1,0 +1,212 @@
+/* Unit tests of the shared format pieces: byte cursors, CRC32C, name
+ * escaping, the extent model and zstd with raw dictionaries. */
+#include <errno.h>
+#include <stdlib.h>
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
+#include "check.h"
+#include "sf_bytes.h"
+#include "sf_codec.h"
+#include "sf_crc32c.h"
+#include "sf_json.h"
+#include "sf_view.h"
+
+static void test_crc(void)
+{
+	/* the standard check value of CRC32C */
+	CHECK_EQ_U(sf_crc32c(0, "123456789", 9), 0xE3069283u);
+	uint32_t part = sf_crc32c(0, "1234", 4);
+	CHECK_EQ_U(sf_crc32c(part, "56789", 5), 0xE3069283u);
+	uint8_t big[1000];
+	for (int i = 0; i < 1000; i++)
+		big[i] = (uint8_t)(i * 7);
+	uint32_t one = sf_crc32c(0, big, 1000), split = sf_crc32c(sf_crc32c(0, big, 333), big + 333, 667);
+	CHECK_EQ_U(one, split);
+}
+
+static void test_cursor(void)
+{
+	const uint8_t b[] = { 0xAC, 0x02, 0x01, 0x00, 0x80 };
+	struct sf_cursor c = sf_cursor(b, sizeof b);
+	CHECK_EQ_U(sf_cur_uvarint(&c), 300);
+	CHECK_EQ_U(sf_cur_u16(&c), 1);
+	CHECK(!c.bad);
+	sf_cur_uvarint(&c); /* truncated varint */
+	CHECK(c.bad);
+	CHECK_EQ_U(sf_cur_u8(&c), 0);
+	CHECK(sf_range_ok(10, 4, 6));
+	CHECK(!sf_range_ok(10, 4, 7));
+	CHECK(!sf_range_ok(10, 11, 0));
+	CHECK(!sf_range_ok(UINT64_MAX, 2, UINT64_MAX));
+}
+
+static void test_escape(void)
+{
+	char out[SF_NAME_MAX + 16];
+	sf_name_escape("a/b%c\\d\n\x7f", 10, SF_NAME_MAX, out);
+	CHECK_STR(out, "a%2Fb%25c%5Cd%0A%7F");
+	uint8_t raw[300];
+	CHECK_EQ_U(sf_name_unescape(out, raw), 10);
+	CHECK(memcmp(raw, "a/b%c\\d\n\x7f", 10) == 0);
+	/* long names: first 200 bytes, never inside %XX, then ~ and XXH64 */
+	char longname[400];
+	memset(longname, 'x', sizeof longname);
+	longname[199] = '/';
+	sf_name_escape(longname, sizeof longname, SF_NAME_MAX, out);
+	CHECK_EQ_U(strlen(out), 199 + 17);
+	CHECK(out[199] == '~');
+	memset(longname, 'y', 255);
+	sf_name_escape(longname, 255, SF_NAME_MAX, out);
+	CHECK_EQ_U(strlen(out), 255);
+
+	struct sf_view *v = sf_view_new(NULL, "t");
+	CHECK(sf_dir_add_file(v->root, "", 0) && strcmp(v->root->u.dir.kids[0]->name, "#1") == 0);
+	CHECK(sf_dir_add_file(v->root, "..", 2) && strcmp(v->root->u.dir.kids[1]->name, "..#1") == 0);
+	CHECK(sf_dir_add_file(v->root, "a", 1));
+	struct sf_node *dup = sf_dir_add_file(v->root, "a", 1);
+	CHECK(dup && strcmp(dup->name, "a#1") == 0);
+	/* many entries switch to the hashed index; every name must still resolve */
+	for (int i = 0; i < 1000; i++) {
+		char n[16];
+		snprintf(n, sizeof n, "n%d", i);
+		sf_dir_add_file(v->root, n, strlen(n));
+	}
+	struct sf_err e;
+	struct sf_node *hit = NULL;
+	CHECK(sf_dir_find(v->root, "n777", &hit, &e) == 0 && hit && strcmp(hit->name, "n777") == 0);
+	CHECK(sf_dir_find(v->root, "a#1", &hit, &e) == 0 && hit == dup);
+	CHECK(sf_dir_find(v->root, "nope", &hit, &e) == 0 && !hit);
+	sf_view_unref(v);
+}
+
+static int produce_abc(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	(void)e;
+	int *calls = p->arg;
+	(*calls)++;
+	*out = sf_buf_new(3);
+	memcpy((*out)->data, "abc", 3);
+	return 0;
+}
+
+static int gen_digits(void *arg, uint64_t off, uint8_t *out, size_t len,
+		      struct sf_cache *c, struct sf_err *e)
+{
+	for (size_t i = 0; i < len; i++)
+		out[i] = (uint8_t)('0' + (off + i) % 10);
+	return 0;
+}
+
+static void test_extents(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "t");
+	static const uint8_t mapped[] = "MAPPED";
+	int calls = 0;
+	struct sf_node *f = sf_dir_add_file(v->root, "f", 1);
+	struct sf_part *p = sf_view_part(v, produce_abc, &calls, 3, "abc");
+	sf_file_add_map(f, mapped, 6);
+	sf_file_add_part(f, p, 1, 2);
+	sf_file_add_zero(f, 2);
+	sf_file_add_gen(f, gen_digits, NULL, 3, 4);
+	sf_file_set_bytes(f, "!", 1);
+	struct sf_err e;
+	CHECK(sf_file_ready(f, &sf_nocache, &e) == 0);
+	CHECK_EQ_U(f->u.file.size, 6 + 2 + 2 + 4 + 1);
+	const char *want = "MAPPEDbc\0\0" "3456!";
+	for (uint64_t off = 0; off <= 15; off++)
+		for (uint64_t len = 0; len <= 16; len++) {
+			struct sf_readv rv = { 0 };
+			CHECK(sf_file_read(f, off, len, &sf_nocache, &rv, &e) == 0);
+			uint8_t got[32];
+			sf_readv_copy(&rv, got);
+			uint64_t expect = off + len > 15 ? 15 - off : len;
+			CHECK_EQ_U(rv.bytes, expect);
+			CHECK(memcmp(got, want + off, rv.bytes) == 0);
+			sf_readv_release(&rv);
+		}
+	CHECK(calls > 0);
+
+	struct sf_node *w = sf_dir_add_file(v->root, "w", 1);
+	struct sf_part *q = sf_view_part(v, produce_abc, &calls, SF_SIZE_UNKNOWN, "abc2");
+	sf_file_set_whole(w, q);
+	CHECK(sf_file_ready(w, &sf_nocache, &e) == 0);
+	CHECK_EQ_U(w->u.file.size, 3);
+
+	struct sf_node *b = sf_dir_add_file(v->root, "b", 1);
+	sf_file_set_broken(b, 10, "t: b: CRC mismatch");
+	struct sf_readv rv = { 0 };
+	CHECK(sf_file_read(b, 0, 10, &sf_nocache, &rv, &e) == -EIO);
+	sf_readv_release(&rv);
+	sf_view_unref(v);
+}
+
+static void test_zstd(void)
+{
+	const char dict[] = "the quick brown fox jumps over the lazy dog; ";
+	char src[500];
+	for (size_t i = 0; i < sizeof src; i++)
+		src[i] = dict[i % (sizeof dict - 1)];
+	uint8_t frame[1024];
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ZSTD_CCtx_loadDictionary_advanced(cc, dict, sizeof dict - 1, ZSTD_dlm_byCopy,
+					  ZSTD_dct_rawContent);
+	size_t n = ZSTD_compress2(cc, frame, sizeof frame, src, sizeof src);
+	CHECK(!ZSTD_isError(n));
+	ZSTD_freeCCtx(cc);
+	/* declare a dictionary id in the header the way upstream writers do:
+	 * shift everything after the header fields to make room for one byte */
+	size_t pos = (frame[4] & 0x20) ? 5 : 6;
+	CHECK((frame[4] & 3) == 0);
+	uint8_t with_id[1100];
+	memcpy(with_id, frame, pos);
+	with_id[4] |= 1;
+	with_id[pos] = 7;
+	memcpy(with_id + pos + 1, frame + pos, n - pos);
+	uint32_t id = 0;
+	CHECK(sf_zstd_frame_dict_id(with_id, n + 1, &id) == 0 && id == 7);
+	uint8_t out[500];
+	struct sf_err e;
+	CHECK(sf_zstd_decode(with_id, n + 1, out, sizeof out, dict, sizeof dict - 1, "t", &e) == 0);
+	CHECK(memcmp(out, src, sizeof src) == 0);
+	/* wrong recorded sizes are refused */
+	CHECK(sf_zstd_decode(frame, n, out, 499, dict, sizeof dict - 1, "t", &e) == -EIO);
+	uint8_t big[600];
+	CHECK(sf_zstd_decode(frame, n, big, 600, dict, sizeof dict - 1, "t", &e) == -EIO);
+	/* zero stored bytes are an empty region */
+	CHECK(sf_zstd_decode(frame, 0, out, 0, NULL, 0, "t", &e) == 0);
+	/* truncation */
+	CHECK(sf_zstd_decode(frame, n - 3, out, sizeof out, dict, sizeof dict - 1, "t", &e) < 0);
+	uint8_t *alloc = NULL;
+	size_t alen = 0;
+	CHECK(sf_zstd_decode_alloc(with_id, n + 1, 1 << 20, dict, sizeof dict - 1, "t", &alloc, &alen, &e) == 0);
+	CHECK_EQ_U(alen, sizeof src);
+	free(alloc);
+}
+
+static void test_json(void)
+{
+	struct sf_str s = { 0 };
+	sf_utf8_sanitize_add(&s, "a\xff" "b\xe2\x82\xac", 6);
+	CHECK(s.len == 8 && memcmp(s.p, "a\xEF\xBF\xBD" "b\xe2\x82\xac", 8) == 0);
+	sf_str_free(&s);
+	sf_base64_add(&s, "ab", 2);
+	CHECK(s.len == 4 && memcmp(s.p, "YWI=", 4) == 0);
+	sf_str_free(&s);
+	char f[32];
+	sf_fmt_f32(f, 0.1f);
+	CHECK_STR(f, "0.1");
+	sf_fmt_f32(f, 1.0f / 3.0f);
+	CHECK(strtof(f, NULL) == 1.0f / 3.0f);
+}
+
+int main(void)
+{
+	test_crc();
+	test_cursor();
+	test_escape();
+	test_extents();
+	test_zstd();
+	test_json();
+	CHECK_DONE();
+}
