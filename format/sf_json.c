@@ -144,6 +144,30 @@ struct sf_buf *sf_json_pretty(const json_t *j)
 	return sf_str_take(&s);
 }
 
+int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim)
+{
+	struct sf_str d = { 0 };
+	sf_str_addf(&d, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+	for (size_t i = 0; i < ndim; i++)
+		sf_str_addf(&d, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+	sf_str_add(&d, ndim == 1 ? ",), }" : "), }", ndim == 1 ? 5 : 4);
+	/* numpy's reader wants the header to end in '\n' and aligns data to 64 */
+	size_t total = (10 + d.len + 1 + 63) / 64 * 64;
+	while (10 + d.len + 1 < total)
+		sf_str_addc(&d, ' ');
+	sf_str_addc(&d, '\n');
+	int rc = d.oom || d.len > UINT16_MAX ? -ENOMEM : 0;
+	if (rc == 0) {
+		uint8_t pre[10] = { 0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0 };
+		sf_put_le16(pre + 8, (uint16_t)d.len);
+		sf_str_add(s, pre, sizeof pre);
+		sf_str_add(s, d.p, d.len);
+		rc = s->oom ? -ENOMEM : 0;
+	}
+	sf_str_free(&d);
+	return rc;
+}
+
 void sf_fmt_f32(char out[32], float f)
 {
 	for (int prec = 1; prec <= 9; prec++) {

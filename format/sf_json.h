@@ -24,6 +24,10 @@ int sf_json_add(struct sf_str *s, const json_t *j, int newline);
 /* Serialises j pretty-printed (2-space indent) with a final newline into a
  * new buffer. */
 struct sf_buf *sf_json_pretty(const json_t *j);
+/* Appends a numpy .npy (format 1.0) header for a C-order array of `descr`
+ * ("<f4", "|u1") and `shape` (ndim 0 = scalar), padded so that the data
+ * starts at a multiple of 64 bytes. Returns 0 or -ENOMEM. */
+int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim);
 /* Shortest decimal text that reads back as the same float32 / double. */
 void sf_fmt_f32(char out[32], float f);
 void sf_fmt_f64(char out[32], double d);
