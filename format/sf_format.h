@@ -33,6 +33,9 @@ struct sf_format {
 			    * is named without it */
 	/* Optional further test (e.g. alias JSON only inside "aliases/"). */
 	bool (*match)(const char *dirpath, const char *name);
+	/* The view depends on sibling files too (taridx shards): reopen it
+	 * whenever the directory changes, not only when the file does. */
+	bool uses_siblings;
 	/* Opens the container. On failure returns a negative errno with e->msg
 	 * saying why; the daemon records it in .shardfs/errors. */
 	int (*open)(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e);

@@ -1,0 +1,241 @@
+#include "cache.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "stats.h"
+
+struct entry {
+	uint64_t id;
+	struct sf_buf *buf;      /* NULL while loading */
+	bool loading;
+	int waiters;
+	struct entry *prev, *next; /* LRU list, most recent first */
+	struct entry *hnext;       /* hash chain */
+};
+
+struct dcache {
+	struct sf_cache iface;   /* first, so the interface pointer is the cache */
+	pthread_mutex_t lock;
+	pthread_cond_t loaded;
+	uint64_t budget, bytes;
+	struct entry **hash;
+	size_t hcap, count;
+	struct entry *head, *tail;
+};
+
+static size_t bucket(const struct dcache *c, uint64_t id)
+{
+	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & (c->hcap - 1);
+}
+
+static struct entry *find(struct dcache *c, uint64_t id)
+{
+	for (struct entry *e = c->hash[bucket(c, id)]; e; e = e->hnext)
+		if (e->id == id)
+			return e;
+	return NULL;
+}
+
+static void lru_unlink(struct dcache *c, struct entry *e)
+{
+	if (e->prev)
+		e->prev->next = e->next;
+	else
+		c->head = e->next;
+	if (e->next)
+		e->next->prev = e->prev;
+	else
+		c->tail = e->prev;
+	e->prev = e->next = NULL;
+}
+
+static void lru_front(struct dcache *c, struct entry *e)
+{
+	e->next = c->head;
+	e->prev = NULL;
+	if (c->head)
+		c->head->prev = e;
+	c->head = e;
+	if (!c->tail)
+		c->tail = e;
+}
+
+static void rehash(struct dcache *c)
+{
+	size_t cap = c->hcap * 2;
+	struct entry **h = calloc(cap, sizeof *h);
+	if (!h)
+		return;
+	struct entry **old = c->hash;
+	size_t oldcap = c->hcap;
+	c->hash = h;
+	c->hcap = cap;
+	for (size_t i = 0; i < oldcap; i++)
+		for (struct entry *e = old[i], *nx; e; e = nx) {
+			nx = e->hnext;
+			size_t b = bucket(c, e->id);
+			e->hnext = h[b];
+			h[b] = e;
+		}
+	free(old);
+}
+
+static void hash_remove(struct dcache *c, struct entry *e)
+{
+	struct entry **pp = &c->hash[bucket(c, e->id)];
+	while (*pp != e)
+		pp = &(*pp)->hnext;
+	*pp = e->hnext;
+	c->count--;
+}
+
+static void drop(struct dcache *c, struct entry *e)
+{
+	hash_remove(c, e);
+	lru_unlink(c, e);
+	if (e->buf) {
+		c->bytes -= e->buf->len;
+		sf_buf_unref(e->buf);
+	}
+	free(e);
+}
+
+/* Evicts least recently used loaded entries until within budget. Buffers
+ * still in use by a reader stay alive through its reference. */
+static void evict(struct dcache *c)
+{
+	struct entry *e = c->tail;
+	while (c->bytes > c->budget && e) {
+		struct entry *prev = e->prev;
+		if (!e->loading) {
+			drop(c, e);
+			stat_add(&stats.cache_evictions, 1);
+		}
+		e = prev;
+	}
+}
+
+static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
+		     struct sf_err *err)
+{
+	struct dcache *c = (struct dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e;
+	for (;;) {
+		e = find(c, part->id);
+		if (!e || !e->loading)
+			break;
+		e->waiters++;
+		pthread_cond_wait(&c->loaded, &c->lock);
+		e->waiters--;
+		if (!e->loading && !e->buf) {
+			/* the decoder failed: free the placeholder once all have seen it */
+			if (!e->waiters)
+				free(e);
+			e = NULL;
+			break;
+		}
+	}
+	if (e) {
+		stat_add(&stats.cache_hits, 1);
+		lru_unlink(c, e);
+		lru_front(c, e);
+		*out = sf_buf_ref(e->buf);
+		pthread_mutex_unlock(&c->lock);
+		return 0;
+	}
+	stat_add(&stats.cache_misses, 1);
+	e = calloc(1, sizeof *e);
+	if (!e) {
+		pthread_mutex_unlock(&c->lock);
+		return sf_fail(err, -ENOMEM, "out of memory");
+	}
+	e->id = part->id;
+	e->loading = true;
+	if (c->count * 2 >= c->hcap)
+		rehash(c);
+	size_t b = bucket(c, e->id);
+	e->hnext = c->hash[b];
+	c->hash[b] = e;
+	c->count++;
+	lru_front(c, e);
+	pthread_mutex_unlock(&c->lock);
+
+	struct sf_buf *buf = NULL;
+	int rc = part->produce(part, &buf, err);
+
+	pthread_mutex_lock(&c->lock);
+	e->loading = false;
+	if (rc == 0) {
+		stat_add(&stats.parts_decoded, 1);
+		stat_add(&stats.bytes_decoded, buf->len);
+		if (buf->len > c->budget) {
+			/* too big to keep: serve it to this reader only */
+			drop(c, e);
+		} else {
+			e->buf = sf_buf_ref(buf);
+			c->bytes += buf->len;
+			evict(c);
+		}
+		*out = buf;
+	} else {
+		hash_remove(c, e);
+		lru_unlink(c, e);
+		if (!e->waiters)
+			free(e);
+	}
+	pthread_cond_broadcast(&c->loaded);
+	pthread_mutex_unlock(&c->lock);
+	return rc;
+}
+
+struct dcache *dcache_new(uint64_t budget)
+{
+	struct dcache *c = calloc(1, sizeof *c);
+	if (!c)
+		return NULL;
+	c->iface.get = cache_get;
+	c->budget = budget;
+	c->hcap = 1024;
+	c->hash = calloc(c->hcap, sizeof *c->hash);
+	if (!c->hash) {
+		free(c);
+		return NULL;
+	}
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->loaded, NULL);
+	return c;
+}
+
+void dcache_free(struct dcache *c)
+{
+	if (!c)
+		return;
+	while (c->head)
+		drop(c, c->head);
+	free(c->hash);
+	pthread_mutex_destroy(&c->lock);
+	pthread_cond_destroy(&c->loaded);
+	free(c);
+}
+
+struct sf_cache *dcache_iface(struct dcache *c)
+{
+	return &c->iface;
+}
+
+uint64_t dcache_bytes(struct dcache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	uint64_t b = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+uint64_t dcache_budget(struct dcache *c)
+{
+	return c->budget;
+}

@@ -1,0 +1,21 @@
+/* The decode cache (DESIGN §2): decoded parts held within a byte budget,
+ * least recently used first out. A part asked for by several readers at
+ * once is decoded by one of them while the others wait, so it is decoded
+ * at most once while it stays cached. */
+#ifndef FS_CACHE_H
+#define FS_CACHE_H
+
+#include <stdint.h>
+
+#include "sf_view.h"
+
+struct dcache;
+
+struct dcache *dcache_new(uint64_t budget);
+void dcache_free(struct dcache *c);
+/* The sf_cache interface the views read through. */
+struct sf_cache *dcache_iface(struct dcache *c);
+uint64_t dcache_bytes(struct dcache *c);
+uint64_t dcache_budget(struct dcache *c);
+
+#endif

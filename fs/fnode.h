@@ -1,0 +1,92 @@
+/* The daemon's inodes. Each kernel-visible entry is an fnode whose address is
+ * its inode number; it lives while the kernel holds lookups on it (or while
+ * it is the current entry of its name). An fnode stands for one version of
+ * a source file: a file replaced in SRC gets a new fnode, so open handles of
+ * the old one keep reading the old bytes. */
+#ifndef FS_FNODE_H
+#define FS_FNODE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "sf_view.h"
+
+enum fkind {
+	FK_SRC_DIR,   /* a directory of SRC (the root too) */
+	FK_SRC_FILE,  /* a regular file of SRC, served from its mapping */
+	FK_SRC_OTHER, /* a symlink, fifo, socket or device of SRC */
+	FK_VIEW,      /* a node of a container's view */
+	FK_META_DIR,  /* the root's .shardfs/ */
+	FK_META_FILE, /* .shardfs/stats.json, .shardfs/errors */
+};
+
+enum meta_file { META_STATS, META_ERRORS };
+
+struct fnode;
+
+/* Children of a directory fnode by name: the current version of each. The
+ * table does not own them; a node leaves it when freed. */
+struct fchildren {
+	struct fnode **slot;
+	size_t cap, n;
+};
+
+struct fnode {
+	enum fkind kind;
+	/* A node is freed when both counts reach zero (ftree_lock guards them). */
+	uint64_t nlookup;             /* the kernel's references */
+	uint64_t refs;                /* children whose parent this is */
+	struct fnode *parent;
+	char *name;
+	char *rel;                    /* SRC nodes: path relative to SRC ("." for root) */
+	struct stat st;               /* SRC nodes: the version this node stands for */
+	struct fchildren kids;        /* directories: SRC children and view roots */
+
+	/* FK_SRC_FILE: mapped at first open, kept for the node's life.
+	 * FK_SRC_DIR: map_lock serialises computing the listing. */
+	pthread_mutex_t map_lock;
+	struct sf_map *map;
+	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
+
+	/* FK_VIEW */
+	struct sf_view *view;
+	struct sf_node *vn;
+	char *vpath;                  /* mount-relative path, for error lines */
+
+	enum meta_file meta;          /* FK_META_FILE */
+
+	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
+};
+
+/* The global lock over every fnode's kids table and attachment. */
+extern pthread_mutex_t ftree_lock;
+
+struct fnode *fnode_root(void);
+int fnode_init_root(const char *src, struct sf_err *e);
+void fnode_fini(void);
+
+struct fnode *fnode_new(enum fkind kind, struct fnode *parent, const char *name);
+/* Looks a current child up by name (ftree_lock held). */
+struct fnode *fnode_child(struct fnode *dir, const char *name);
+/* Makes `n` the current child of its parent under its name, detaching any
+ * earlier one (ftree_lock held). */
+void fnode_attach(struct fnode *n);
+
+/* The kernel learned of n once more / forgot n `k` times. */
+void fnode_lookup_ref(struct fnode *n);
+void fnode_forget(struct fnode *n, uint64_t k);
+
+/* The fnode for a view node, creating it on first use (ftree_lock held).
+ * `name` is what the node is called in `parent` (a view root's node has no
+ * name of its own); NULL means vn->name. */
+struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name);
+
+static inline uint64_t fnode_ino(const struct fnode *n)
+{
+	return n == fnode_root() ? 1 : (uint64_t)(uintptr_t)n;
+}
+
+#endif

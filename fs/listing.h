@@ -1,0 +1,46 @@
+/* What a SRC directory shows: its own entries, and the views placed beside
+ * recognised containers (DESIGN §3.1). Computed when the directory is
+ * listed or a name in it is not found in SRC; reused until the directory
+ * changes. */
+#ifndef FS_LISTING_H
+#define FS_LISTING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+
+#include "fnode.h"
+#include "sf_view.h"
+
+struct lentry {
+	char *name;
+	unsigned char type;     /* DT_* */
+	struct sf_view *view;   /* a view's entry; NULL for a SRC entry */
+	char *file;             /* the view's container file name */
+	struct stat st;         /* SRC entry, or the view's container */
+};
+
+struct listing {
+	atomic_uint refs;
+	struct timespec mtime;   /* of the directory when listed */
+	time_t listed_at;
+	ino_t ino;
+	size_t n;
+	struct lentry *e;        /* SRC entries and views, in byte order of names */
+};
+
+/* The SRC tree's root directory, opened once (every access is relative to it). */
+extern int src_fd;
+
+/* Whether two stats describe the same version of a file: a file replaced
+ * or rewritten in SRC is a new version. */
+bool same_version(const struct stat *a, const struct stat *b);
+/* "dir/name" for a path relative to SRC ("." is the root); malloc'd. */
+char *src_join(const char *dir, const char *name);
+/* The current listing of SRC directory `dir` (a new reference). */
+int listing_get(struct fnode *dir, struct listing **out);
+void listing_unref(struct listing *l);
+/* The view entry named `name`, or NULL. */
+const struct lentry *listing_view(const struct listing *l, const char *name);
+
+#endif

@@ -1,0 +1,185 @@
+/* shardfs SRC MNT: checks the command line, mounts, and runs the session. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "fnode.h"
+#include "listing.h"
+#include "ops.h"
+#include "options.h"
+#include "stats.h"
+
+static int fail(const char *fmt, const char *a, const char *b)
+{
+	fprintf(stderr, "shardfs: ");
+	fprintf(stderr, fmt, a, b);
+	fputc('\n', stderr);
+	return 1;
+}
+
+/* MNT must be an empty directory that is not a dead mount. */
+static int check_mountpoint(const char *mnt)
+{
+	struct stat st;
+	if (stat(mnt, &st) < 0) {
+		if (errno == ENOTCONN)
+			return fail("%s is a stale mount left by a daemon that died; "
+				    "unmount it with 'fusermount3 -u %s' and try again", mnt, mnt);
+		return fail("mount point %s: %s", mnt, strerror(errno));
+	}
+	if (!S_ISDIR(st.st_mode))
+		return fail("mount point %s is not a directory%s", mnt, "");
+	DIR *d = opendir(mnt);
+	if (!d)
+		return fail("mount point %s: %s", mnt, strerror(errno));
+	struct dirent *de;
+	bool empty = true;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			empty = false;
+	closedir(d);
+	if (!empty)
+		return fail("mount point %s is not empty%s", mnt, "");
+	return 0;
+}
+
+static int check_src(const char *src, char **abs)
+{
+	struct stat st;
+	if (stat(src, &st) < 0)
+		return fail("source %s: %s", src, strerror(errno));
+	if (!S_ISDIR(st.st_mode))
+		return fail("source %s is not a directory%s", src, "");
+	*abs = realpath(src, NULL);
+	if (!*abs)
+		return fail("source %s: %s", src, strerror(errno));
+	return 0;
+}
+
+/* Builds the argv libfuse parses: our fixed options first, then the user's. */
+static int fuse_argv(const struct options *o, const char *src, struct fuse_args *args)
+{
+	char *opts = NULL;
+	/* a comma would end the fsname option early */
+	const char *fsname = strchr(src, ',') ? "shardfs" : src;
+	if (asprintf(&opts, "ro,default_permissions,subtype=shardfs,fsname=%s%s%s", fsname,
+		     o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "") < 0)
+		return -1;
+	int rc = fuse_opt_add_arg(args, "shardfs") || fuse_opt_add_arg(args, "-o") ||
+		 fuse_opt_add_arg(args, opts) || (o->debug && fuse_opt_add_arg(args, "-d"));
+	free(opts);
+	return rc ? -1 : 0;
+}
+
+/* Many mappings and listings may be open at once. */
+static void raise_fd_limit(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	struct options o;
+	if (options_parse(argc, argv, &o)) {
+		free(o.fuse_opts);
+		return 2;
+	}
+	if (o.help) {
+		options_usage(stdout);
+		return 0;
+	}
+	if (o.version) {
+		printf("shardfs %s (libfuse %s)\n", SHARDFS_VERSION, fuse_pkgversion());
+		return 0;
+	}
+	char *src = NULL;
+	int rc = 1;
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
+	struct dcache *cache = NULL;
+	bool mounted = false, handlers = false;
+
+	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
+		goto out;
+	if (access("/dev/fuse", R_OK | W_OK) < 0) {
+		fail("/dev/fuse is not available (%s): load the fuse module, or run the "
+		     "container with --device /dev/fuse%s", strerror(errno), "");
+		goto out;
+	}
+	raise_fd_limit();
+	src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct sf_err e = { { 0 } };
+	if (src_fd < 0) {
+		fail("source %s: %s", src, strerror(errno));
+		goto out;
+	}
+	if (fnode_init_root(src, &e)) {
+		fail("%s%s", e.msg, "");
+		goto out;
+	}
+	cache = dcache_new(o.cache_size);
+	if (!cache || fuse_argv(&o, src, &args)) {
+		fail("out of memory%s%s", "", "");
+		goto out;
+	}
+	ops_set_cache(cache);
+	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, NULL);
+	if (!se) {
+		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");
+		goto out;
+	}
+	if (fuse_set_signal_handlers(se)) {
+		fail("cannot install signal handlers%s%s", "", "");
+		goto out;
+	}
+	handlers = true;
+	/* The kernel mount exists once this returns, so a script may use MNT
+	 * as soon as we (or our parent, when daemonized) exit. */
+	if (fuse_session_mount(se, o.mnt)) {
+		fail("cannot mount on %s%s", o.mnt, "");
+		goto out;
+	}
+	mounted = true;
+	if (fuse_daemonize(o.foreground)) {
+		fail("cannot daemonize%s%s", "", "");
+		goto out;
+	}
+	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
+	if (!cfg) {
+		fail("out of memory%s%s", "", "");
+		goto out;
+	}
+	fuse_loop_cfg_set_clone_fd(cfg, 1);
+	fuse_loop_cfg_set_max_threads(cfg, o.threads);
+	fuse_loop_cfg_set_idle_threads(cfg, o.threads < 4 ? o.threads : 4);
+	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
+	fuse_loop_cfg_destroy(cfg);
+out:
+	if (mounted)
+		fuse_session_unmount(se);
+	if (handlers)
+		fuse_remove_signal_handlers(se);
+	if (se)
+		fuse_session_destroy(se);
+	fuse_opt_free_args(&args);
+	fnode_fini();
+	dcache_free(cache);
+	errlog_fini();
+	if (src_fd >= 0)
+		close(src_fd);
+	free(src);
+	free(o.fuse_opts);
+	return rc;
+}

@@ -1,0 +1,766 @@
+/* The FUSE request handlers (libfuse3 low-level API). They translate
+ * between the kernel's inodes and our fnodes, SRC entries and view nodes;
+ * the bytes themselves come from mappings and the views' extents. */
+#include "ops.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include "fnode.h"
+#include "listing.h"
+#include "stats.h"
+
+/* SRC may change under the mount: its entries are trusted for a second.
+ * Views never change under an inode: the kernel may keep them. */
+#define SRC_TIMEOUT 1.0
+#define VIEW_TIMEOUT 86400.0
+
+static struct dcache *cache;
+
+static struct fnode *fn_of(fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? fnode_root() : (struct fnode *)(uintptr_t)ino;
+}
+
+static void count(enum req_kind k)
+{
+	stat_add(&stats.requests[k], 1);
+}
+
+static bool in_view(const struct fnode *n)
+{
+	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
+}
+
+/* Attributes of a node. Files 0444, directories 0555, times of the source. */
+static void fill_attr(struct fnode *n, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_ino = fnode_ino(n);
+	st->st_uid = n->st.st_uid;
+	st->st_gid = n->st.st_gid;
+	st->st_atim = n->st.st_atim;
+	st->st_mtim = n->st.st_mtim;
+	st->st_ctim = n->st.st_ctim;
+	st->st_blksize = 65536;
+	switch (n->kind) {
+	case FK_SRC_DIR:
+	case FK_META_DIR:
+		st->st_mode = S_IFDIR | 0555;
+		st->st_nlink = 2;
+		break;
+	case FK_SRC_FILE:
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		st->st_size = n->st.st_size;
+		break;
+	case FK_SRC_OTHER:
+		st->st_mode = (n->st.st_mode & S_IFMT) | (S_ISLNK(n->st.st_mode) ? 0777 : 0444);
+		st->st_nlink = 1;
+		st->st_size = n->st.st_size;
+		st->st_rdev = n->st.st_rdev;
+		break;
+	case FK_META_FILE:
+		st->st_mode = S_IFREG | 0444;
+		st->st_nlink = 1;
+		break;
+	case FK_VIEW:
+		st->st_nlink = 1;
+		if (n->vn->kind == SF_DIR) {
+			st->st_mode = S_IFDIR | 0555;
+			st->st_nlink = 2;
+		} else if (n->vn->kind == SF_LINK) {
+			st->st_mode = S_IFLNK | 0777;
+			st->st_size = (off_t)strlen(n->vn->u.target);
+		} else {
+			st->st_mode = S_IFREG | 0444;
+			st->st_size = (off_t)n->vn->u.file.size;
+		}
+		break;
+	}
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+/* A view file's size is known once it is ready; a failure is logged and the
+ * file stays listed (size 0) while reads fail with EIO. */
+static int ready(struct fnode *n)
+{
+	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE)
+		return 0;
+	struct sf_err e = { { 0 } };
+	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
+	if (rc)
+		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+	return rc;
+}
+
+static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
+{
+	struct fuse_entry_param ep = { 0 };
+	ep.ino = fnode_ino(n);
+	ep.generation = 1;
+	ep.attr_timeout = timeout;
+	ep.entry_timeout = timeout;
+	ready(n);
+	fill_attr(n, &ep.attr);
+	if (fuse_reply_entry(req, &ep) != 0)
+		fnode_forget(n, 1);
+}
+
+static void reply_negative(fuse_req_t req, double timeout)
+{
+	struct fuse_entry_param ep = { 0 };
+	ep.entry_timeout = timeout;
+	fuse_reply_entry(req, &ep);
+}
+
+/* The fnode for SRC entry `name` of `dir` as it is now (ftree_lock held). */
+static struct fnode *src_child(struct fnode *dir, const char *name, const struct stat *st)
+{
+	struct fnode *n = fnode_child(dir, name);
+	if (n && n->kind != FK_VIEW && same_version(&n->st, st))
+		return n;
+	enum fkind k = S_ISDIR(st->st_mode) ? FK_SRC_DIR :
+		       S_ISREG(st->st_mode) ? FK_SRC_FILE : FK_SRC_OTHER;
+	n = fnode_new(k, dir, name);
+	if (!n)
+		return NULL;
+	n->st = *st;
+	if (!(n->rel = src_join(dir->rel, name))) {
+		fnode_forget(n, 0);
+		return NULL;
+	}
+	fnode_attach(n);
+	return n;
+}
+
+/* The fnode for the view placed under `name` (ftree_lock held). */
+static struct fnode *view_root(struct fnode *dir, const struct lentry *le)
+{
+	struct fnode *n = fnode_child(dir, le->name);
+	if (n && n->kind == FK_VIEW && n->view == le->view)
+		return n;
+	n = le->view->root->host;
+	if (!n) {
+		n = fnode_for_view(dir, le->view->root, le->name);
+		if (!n)
+			return NULL;
+		n->st = le->st;
+	}
+	fnode_attach(n);
+	return n;
+}
+
+static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	if (dir == fnode_root() && strcmp(name, ".shardfs") == 0) {
+		pthread_mutex_lock(&ftree_lock);
+		struct fnode *m = fnode_child(dir, name);
+		if (!m || m->kind != FK_META_DIR) {
+			m = fnode_new(FK_META_DIR, dir, name);
+			if (m) {
+				m->st = dir->st;
+				fnode_attach(m);
+			}
+		}
+		if (m)
+			fnode_lookup_ref(m);
+		pthread_mutex_unlock(&ftree_lock);
+		if (!m)
+			fuse_reply_err(req, ENOMEM);
+		else
+			reply_entry(req, m, VIEW_TIMEOUT);
+		return;
+	}
+	char *rel = src_join(dir->rel, name);
+	if (!rel) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	struct stat st;
+	int src = fstatat(src_fd, rel, &st, AT_SYMLINK_NOFOLLOW);
+	int err = errno;
+	free(rel);
+	struct fnode *n = NULL;
+	if (src == 0) {
+		pthread_mutex_lock(&ftree_lock);
+		n = src_child(dir, name, &st);
+		if (n)
+			fnode_lookup_ref(n);
+		pthread_mutex_unlock(&ftree_lock);
+		if (!n)
+			fuse_reply_err(req, ENOMEM);
+		else
+			reply_entry(req, n, SRC_TIMEOUT);
+		return;
+	}
+	if (err != ENOENT) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	struct listing *l = NULL;
+	int rc = listing_get(dir, &l);
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	const struct lentry *le = listing_view(l, name);
+	if (le) {
+		pthread_mutex_lock(&ftree_lock);
+		n = view_root(dir, le);
+		if (n)
+			fnode_lookup_ref(n);
+		pthread_mutex_unlock(&ftree_lock);
+	}
+	listing_unref(l);
+	if (!le)
+		reply_negative(req, SRC_TIMEOUT);
+	else if (!n)
+		fuse_reply_err(req, ENOMEM);
+	else
+		reply_entry(req, n, SRC_TIMEOUT);
+}
+
+static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	if (dir->vn->kind != SF_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	struct sf_err e = { { 0 } };
+	struct sf_node *kid = NULL;
+	int rc = sf_dir_find(dir->vn, name, &kid, &e);
+	if (rc) {
+		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	if (!kid) {
+		reply_negative(req, VIEW_TIMEOUT);
+		return;
+	}
+	pthread_mutex_lock(&ftree_lock);
+	struct fnode *n = fnode_for_view(dir, kid, NULL);
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&ftree_lock);
+	if (!n)
+		fuse_reply_err(req, ENOMEM);
+	else
+		reply_entry(req, n, VIEW_TIMEOUT);
+}
+
+static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	enum meta_file which;
+	if (strcmp(name, "stats.json") == 0)
+		which = META_STATS;
+	else if (strcmp(name, "errors") == 0)
+		which = META_ERRORS;
+	else {
+		reply_negative(req, VIEW_TIMEOUT);
+		return;
+	}
+	pthread_mutex_lock(&ftree_lock);
+	struct fnode *n = fnode_child(dir, name);
+	if (!n) {
+		n = fnode_new(FK_META_FILE, dir, name);
+		if (n) {
+			n->meta = which;
+			n->st = dir->st;
+			fnode_attach(n);
+		}
+	}
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&ftree_lock);
+	if (!n)
+		fuse_reply_err(req, ENOMEM);
+	else
+		reply_entry(req, n, 0);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	count(REQ_LOOKUP);
+	struct fnode *dir = fn_of(parent);
+	switch (dir->kind) {
+	case FK_SRC_DIR:
+		lookup_src(req, dir, name);
+		break;
+	case FK_VIEW:
+		lookup_view(req, dir, name);
+		break;
+	case FK_META_DIR:
+		lookup_meta(req, dir, name);
+		break;
+	default:
+		fuse_reply_err(req, ENOTDIR);
+	}
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	count(REQ_FORGET);
+	if (ino != FUSE_ROOT_ID)
+		fnode_forget(fn_of(ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
+{
+	for (size_t i = 0; i < n; i++) {
+		count(REQ_FORGET);
+		if (f[i].ino != FUSE_ROOT_ID)
+			fnode_forget(fn_of(f[i].ino), f[i].nlookup);
+	}
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(REQ_GETATTR);
+	struct fnode *n = fn_of(ino);
+	struct stat st;
+	ready(n);
+	fill_attr(n, &st);
+	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
+	fuse_reply_attr(req, &st, t);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	count(REQ_READLINK);
+	struct fnode *n = fn_of(ino);
+	if (n->kind == FK_VIEW && n->vn->kind == SF_LINK) {
+		fuse_reply_readlink(req, n->vn->u.target);
+		return;
+	}
+	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	char buf[PATH_MAX + 1];
+	ssize_t k = readlinkat(src_fd, n->rel, buf, PATH_MAX);
+	if (k < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	buf[k] = 0;
+	fuse_reply_readlink(req, buf);
+}
+
+/* The snapshot a .shardfs/ file shows for one open. */
+static struct sf_buf *meta_content(enum meta_file m)
+{
+	return m == META_STATS ? stats_json(dcache_bytes(cache), dcache_budget(cache))
+			       : errlog_text();
+}
+
+static int map_src_file(struct fnode *n)
+{
+	int rc = 0;
+	pthread_mutex_lock(&n->map_lock);
+	if (!n->map) {
+		struct sf_err e = { { 0 } };
+		struct sf_map *m = NULL;
+		rc = sf_map_openat(src_fd, n->rel, n->rel, &m, &e);
+		if (rc == 0 && !same_version(&m->st, &n->st)) {
+			/* replaced since lookup: the kernel should look it up again */
+			sf_map_unref(m);
+			rc = -ESTALE;
+		} else if (rc == 0) {
+			n->map = m;
+		}
+	}
+	pthread_mutex_unlock(&n->map_lock);
+	return rc;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(REQ_OPEN);
+	struct fnode *n = fn_of(ino);
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	int rc = 0;
+	switch (n->kind) {
+	case FK_SRC_FILE:
+		rc = map_src_file(n);
+		fi->keep_cache = 1;
+		break;
+	case FK_VIEW:
+		if (n->vn->kind != SF_FILE) {
+			rc = -EISDIR;
+			break;
+		}
+		ready(n);
+		fi->keep_cache = 1;
+		break;
+	case FK_META_FILE: {
+		struct sf_buf *b = meta_content(n->meta);
+		if (!b) {
+			rc = -ENOMEM;
+			break;
+		}
+		fi->fh = (uint64_t)(uintptr_t)b;
+		fi->direct_io = 1; /* live counters: no page cache */
+		break;
+	}
+	case FK_SRC_OTHER:
+		rc = -EACCES;
+		break;
+	default:
+		rc = -EISDIR;
+	}
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else
+		fuse_reply_open(req, fi);
+}
+
+static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+{
+	stat_add(&stats.bytes_from_map, rv->from_map);
+	stat_add(&stats.bytes_from_cache, rv->from_cache);
+	stat_add(&stats.bytes_synthesized, rv->from_synth);
+	if (rv->n)
+		fuse_reply_iov(req, rv->iov, (int)rv->n);
+	else
+		fuse_reply_buf(req, NULL, 0);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	count(REQ_READ);
+	struct fnode *n = fn_of(ino);
+	if (n->kind == FK_SRC_FILE) {
+		if (!n->map) {
+			fuse_reply_err(req, EBADF);
+			return;
+		}
+		uint64_t len = (uint64_t)off >= n->map->size ? 0 : n->map->size - (uint64_t)off;
+		if (len > size)
+			len = size;
+		stat_add(&stats.bytes_from_map, len);
+		fuse_reply_buf(req, len ? (const char *)n->map->data + off : NULL, len);
+		return;
+	}
+	if (n->kind == FK_META_FILE) {
+		struct sf_buf *b = (struct sf_buf *)(uintptr_t)fi->fh;
+		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
+		if (len > size)
+			len = size;
+		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+		return;
+	}
+	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (ready(n)) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	struct sf_readv rv = { 0 };
+	struct sf_err e = { { 0 } };
+	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
+	if (rc) {
+		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
+	} else {
+		reply_readv(req, &rv);
+	}
+	sf_readv_release(&rv);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(REQ_RELEASE);
+	if (fn_of(ino)->kind == FK_META_FILE)
+		sf_buf_unref((struct sf_buf *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* A directory handle: the names it lists, taken when opened. */
+struct dirsnap {
+	size_t n;
+	struct dent {
+		char *name;
+		unsigned char type;
+		ino_t ino;
+	} *e;
+};
+
+static void snap_free(struct dirsnap *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->e[i].name);
+	free(s->e);
+	free(s);
+}
+
+static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned char type, ino_t ino)
+{
+	if (s->n == *cap) {
+		size_t c = *cap ? *cap * 2 : 16;
+		struct dent *p = realloc(s->e, c * sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		s->e = p;
+		*cap = c;
+	}
+	if (!(s->e[s->n].name = strdup(name)))
+		return -ENOMEM;
+	s->e[s->n].type = type;
+	s->e[s->n].ino = ino;
+	s->n++;
+	return 0;
+}
+
+static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	struct listing *l = NULL;
+	int rc = listing_get(dir, &l);
+	for (size_t i = 0; rc == 0 && i < l->n; i++) {
+		const struct lentry *e = &l->e[i];
+		/* a view has no inode of its own until looked up: any unique
+		 * non-zero number will do for readdir */
+		ino_t ino = e->view ? (ino_t)(uintptr_t)e->view : e->st.st_ino;
+		rc = snap_add(s, cap, e->name, e->type, ino ? ino : 1);
+	}
+	listing_unref(l);
+	return rc;
+}
+
+static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	struct sf_err e = { { 0 } };
+	struct sf_node *vn = dir->vn;
+	int rc = sf_dir_ready(vn, &e);
+	if (rc) {
+		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		return -EIO;
+	}
+	pthread_mutex_lock(&vn->view->lock);
+	for (size_t i = 0; rc == 0 && i < vn->u.dir.n; i++) {
+		struct sf_node *k = vn->u.dir.kids[i];
+		if (k->hidden)
+			continue;
+		unsigned char t = k->kind == SF_DIR ? DT_DIR : k->kind == SF_LINK ? DT_LNK : DT_REG;
+		rc = snap_add(s, cap, k->name, t, (ino_t)(uintptr_t)k);
+	}
+	pthread_mutex_unlock(&vn->view->lock);
+	return rc;
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(REQ_OPENDIR);
+	struct fnode *n = fn_of(ino);
+	struct dirsnap *s = calloc(1, sizeof *s);
+	size_t cap = 0;
+	int rc = s ? 0 : -ENOMEM;
+	if (rc == 0)
+		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
+	if (rc == 0)
+		rc = snap_add(s, &cap, "..", DT_DIR, 1);
+	if (rc == 0) {
+		if (n->kind == FK_SRC_DIR)
+			rc = snap_src(n, s, &cap);
+		else if (n->kind == FK_VIEW && n->vn->kind == SF_DIR)
+			rc = snap_view(n, s, &cap);
+		else if (n->kind != FK_META_DIR)
+			rc = -ENOTDIR;
+	}
+	if (rc) {
+		if (s)
+			snap_free(s);
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)s;
+	fi->cache_readdir = in_view(n);
+	fi->keep_cache = in_view(n);
+	fuse_reply_open(req, fi);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	count(REQ_READDIR);
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	char *buf = malloc(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0;
+	for (size_t i = (size_t)off; i < s->n; i++) {
+		struct stat st = { .st_ino = s->e[i].ino, .st_mode = (mode_t)s->e[i].type << 12 };
+		size_t k = fuse_add_direntry(req, buf + used, size - used, s->e[i].name, &st,
+					     (off_t)(i + 1));
+		if (k > size - used)
+			break;
+		used += k;
+	}
+	fuse_reply_buf(req, buf, used);
+	free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(REQ_RELEASEDIR);
+	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	count(REQ_STATFS);
+	struct statvfs sv;
+	if (fstatvfs(src_fd, &sv) < 0) {
+		fuse_reply_err(req, errno);
+		return;
+	}
+	sv.f_flag |= ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	count(REQ_GETXATTR);
+	/* ENOSYS tells the kernel never to ask again */
+	fuse_reply_err(req, ENOSYS);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	count(REQ_LISTXATTR);
+	fuse_reply_err(req, ENOSYS);
+}
+
+/* Every call that would change anything. */
+static void refuse(fuse_req_t req)
+{
+	count(REQ_WRITE_LIKE);
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	refuse(req);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
+{
+	refuse(req);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	refuse(req);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	refuse(req);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	refuse(req);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	refuse(req);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	refuse(req);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	refuse(req);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	refuse(req);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	refuse(req);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
+			 struct fuse_file_info *fi)
+{
+	refuse(req);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	/* large reads and readahead cut per-request overhead on big parts */
+	conn->max_readahead = 1 << 20;
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	conn->max_background = 64;
+	conn->congestion_threshold = 48;
+}
+
+const struct fuse_lowlevel_ops shardfs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.readlink = op_readlink,
+	.open = op_open,
+	.read = op_read,
+	.release = op_release,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.releasedir = op_releasedir,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_unlink,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.write = op_write,
+	.setxattr = op_setxattr,
+	.removexattr = op_unlink,
+	.create = op_create,
+	.fallocate = op_fallocate,
+};
+
+void ops_set_cache(struct dcache *c)
+{
+	cache = c;
+}

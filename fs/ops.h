@@ -1,0 +1,13 @@
+/* The request handlers the session runs. */
+#ifndef FS_OPS_H
+#define FS_OPS_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "cache.h"
+
+extern const struct fuse_lowlevel_ops shardfs_ops;
+void ops_set_cache(struct dcache *c);
+
+#endif

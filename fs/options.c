@@ -1,0 +1,122 @@
+#include "options.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_CACHE (256ull << 20)
+
+void options_usage(FILE *to)
+{
+	fputs("usage: shardfs SRC MNT [options]\n"
+	      "\n"
+	      "Mounts the directory SRC read-only at MNT. Everything in SRC shows through\n"
+	      "unchanged; beside each recognised container (.tsumugi, .tatami, .taridx with\n"
+	      "its _<n>.tar shards, .sidx, .tet, Shardlake aliases) a view directory shows\n"
+	      "its parts as ordinary files. MNT/.shardfs/ holds stats.json and errors.\n"
+	      "\n"
+	      "options:\n"
+	      "  -f                  stay in the foreground (default: daemonize once mounted)\n"
+	      "  -d                  debug: print every FUSE request (implies -f)\n"
+	      "  -o OPT[,OPT...]     FUSE mount options, e.g. allow_other\n"
+	      "  --cache-size SIZE   budget for decoded parts, bytes with K/M/G suffix\n"
+	      "                      (default 256M)\n"
+	      "  --threads N         most request threads (default 16)\n"
+	      "  -h, --help          this text\n"
+	      "  -V, --version       the version\n"
+	      "\n"
+	      "Unmount with: fusermount3 -u MNT (or send the daemon SIGTERM).\n",
+	      to);
+}
+
+int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *s == '-')
+		return -1;
+	unsigned shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 0: break;
+	default: return -1;
+	}
+	if (*end == 'B' || *end == 'b' || *end == 'i')
+		end += (*end == 'i' && (end[1] == 'B' || end[1] == 'b')) ? 2 : 1;
+	if (*end || (shift && v > (UINT64_MAX >> shift)))
+		return -1;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+static int add_fuse_opt(struct options *o, const char *opt)
+{
+	size_t old = o->fuse_opts ? strlen(o->fuse_opts) : 0;
+	char *p = realloc(o->fuse_opts, old + strlen(opt) + 2);
+	if (!p)
+		return -1;
+	if (old)
+		p[old++] = ',';
+	strcpy(p + old, opt);
+	o->fuse_opts = p;
+	return 0;
+}
+
+static int bad(const char *msg, const char *arg)
+{
+	fprintf(stderr, "shardfs: %s%s%s (see shardfs --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+	return 1;
+}
+
+int options_parse(int argc, char **argv, struct options *o)
+{
+	memset(o, 0, sizeof *o);
+	o->cache_size = DEFAULT_CACHE;
+	o->threads = 16;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const char *val = NULL;
+		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+			o->help = true;
+		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
+			o->version = true;
+		} else if (strcmp(a, "-f") == 0) {
+			o->foreground = true;
+		} else if (strcmp(a, "-d") == 0) {
+			o->debug = o->foreground = true;
+		} else if (strncmp(a, "-o", 2) == 0) {
+			val = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+			if (!val)
+				return bad("-o needs an argument", NULL);
+			if (add_fuse_opt(o, val))
+				return bad("out of memory", NULL);
+		} else if (strncmp(a, "--cache-size", 12) == 0) {
+			val = a[12] == '=' ? a + 13 : (a[12] == 0 && i + 1 < argc ? argv[++i] : NULL);
+			if (!val || parse_size(val, &o->cache_size))
+				return bad("--cache-size needs a size like 512M", val);
+		} else if (strncmp(a, "--threads", 9) == 0) {
+			val = a[9] == '=' ? a + 10 : (a[9] == 0 && i + 1 < argc ? argv[++i] : NULL);
+			char *end = NULL;
+			long t = val ? strtol(val, &end, 10) : 0;
+			if (!val || *end || t < 1 || t > 1024)
+				return bad("--threads needs a number from 1 to 1024", val);
+			o->threads = (unsigned)t;
+		} else if (a[0] == '-' && a[1]) {
+			return bad("unknown option", a);
+		} else if (!o->src) {
+			o->src = a;
+		} else if (!o->mnt) {
+			o->mnt = a;
+		} else {
+			return bad("too many arguments", a);
+		}
+	}
+	if (o->help || o->version)
+		return 0;
+	if (!o->src || !o->mnt)
+		return bad("missing SRC and MNT", NULL);
+	return 0;
+}

@@ -1,0 +1,24 @@
+/* The command line of shardfs. */
+#ifndef FS_OPTIONS_H
+#define FS_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+struct options {
+	const char *src, *mnt;
+	bool foreground, debug, help, version;
+	uint64_t cache_size;
+	unsigned threads;
+	char *fuse_opts;   /* comma-joined -o options, or NULL */
+};
+
+/* Parses argv; on a bad command line prints one line to stderr and returns
+ * non-zero. */
+int options_parse(int argc, char **argv, struct options *o);
+void options_usage(FILE *to);
+/* "64M" -> 67108864; returns -1 on a malformed size. */
+int parse_size(const char *s, uint64_t *out);
+
+#endif

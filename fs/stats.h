@@ -1,0 +1,42 @@
+/* Live counters for .shardfs/stats.json and the problem log for
+ * .shardfs/errors (DESIGN §3.2). */
+#ifndef FS_STATS_H
+#define FS_STATS_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "sf_view.h"
+
+enum req_kind {
+	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
+	REQ_RELEASE, REQ_OPENDIR, REQ_READDIR, REQ_RELEASEDIR, REQ_STATFS,
+	REQ_GETXATTR, REQ_LISTXATTR, REQ_ACCESS, REQ_WRITE_LIKE, REQ_OTHER,
+	REQ_KINDS
+};
+
+struct stats {
+	atomic_uint_fast64_t requests[REQ_KINDS];
+	atomic_uint_fast64_t bytes_from_map, bytes_from_cache, bytes_synthesized;
+	atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
+	atomic_uint_fast64_t bytes_decoded, parts_decoded;
+	atomic_uint_fast64_t errors;
+	atomic_uint_fast64_t containers_opened, containers_failed;
+};
+
+extern struct stats stats;
+
+static inline void stat_add(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+/* Records a problem once: the same (path, message) pair is logged only the
+ * first time. `path` is relative to the mount root. */
+void errlog_add(const char *path, const char *msg);
+/* The log's text (one line per problem) and stats.json, as new buffers. */
+struct sf_buf *errlog_text(void);
+struct sf_buf *stats_json(uint64_t cache_bytes, uint64_t cache_budget);
+void errlog_fini(void);
+
+#endif
