@@ -1,0 +1,192 @@
+/* Regions: their stored bytes, the CRC checked on first access (spec A10),
+ * and their decoding (codec 0 zero-copy, zstd and shared-dictionary zstd
+ * decoded once into the cache). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_codec.h"
+#include "sf_crc32c.h"
+#include "tsm_shard.h"
+
+struct sf_cache *tsm_cache(struct tsm_shard *s)
+{
+	return atomic_load(&s->cache);
+}
+
+void tsm_remember_cache(struct tsm_shard *s, struct sf_cache *c)
+{
+	if (c)
+		atomic_store(&s->cache, c);
+}
+
+struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
+{
+	for (size_t i = 0; i < s->nregions; i++)
+		if (s->regions[i].kind == kind)
+			return s->regions[i].bad ? NULL : &s->regions[i];
+	return NULL;
+}
+
+const struct tsm_dict *tsm_dict_find(const struct tsm_shard *s, uint32_t id)
+{
+	for (size_t i = 0; i < s->ndicts; i++)
+		if (s->dicts[i].id == id)
+			return &s->dicts[i];
+	return NULL;
+}
+
+int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
+		      struct sf_err *e)
+{
+	if (r->bad)
+		return sf_fail(e, -EIO, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
+	const uint8_t *b = s->data + r->offset;
+	int st = atomic_load(&r->checked);
+	if (st == 0) {
+		/* Racing threads compute the same answer; storing it twice is fine. */
+		st = sf_crc32c(0, b, r->length) == r->crc ? 1 : -1;
+		atomic_store(&r->checked, st);
+	}
+	if (st < 0)
+		return sf_fail(e, -EIO, "%s: regions/%s: region CRC mismatch", s->view->path, r->name);
+	*p = b;
+	return 0;
+}
+
+int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		      struct sf_err *e)
+{
+	const uint8_t *src;
+	int rc = tsm_region_stored(s, r, &src, e);
+	if (rc)
+		return rc;
+	const void *dict = NULL;
+	size_t dictlen = 0;
+	if (r->codec == TSM_ZSTD_DICT) {
+		if (!s->has_dict_region)
+			return sf_fail(e, -EIO, "%s: regions/%s: a dictionary-compressed region in a "
+				       "shard without a dictionary region", s->view->path, r->name);
+		/* Upstream picks the dictionary by the frame's id, not the
+		 * descriptor's; id 0 (the empty frame) means none. */
+		uint32_t id = 0;
+		if (r->length && sf_zstd_frame_dict_id(src, r->length, &id))
+			return sf_fail(e, -EIO, "%s: regions/%s: not a zstd frame", s->view->path,
+				       r->name);
+		if (id) {
+			const struct tsm_dict *d = tsm_dict_find(s, id);
+			if (!d)
+				return sf_fail(e, -EIO, "%s: regions/%s: frame names dictionary %u, "
+					       "which the shard does not have", s->view->path, r->name, id);
+			dict = d->p;
+			dictlen = d->len;
+		}
+	}
+	struct sf_buf *b = sf_buf_new(r->raw_length);
+	if (!b)
+		return sf_fail(e, -ENOMEM, "%s: regions/%s: out of memory", s->view->path, r->name);
+	char what[600];
+	snprintf(what, sizeof what, "%s: regions/%s", s->view->path, r->name);
+	rc = sf_zstd_decode(src, r->length, b->data, r->raw_length, dict, dictlen, what, e);
+	if (rc) {
+		sf_buf_unref(b);
+		return rc == -ENOMEM ? rc : -EIO;
+	}
+	*out = b;
+	return 0;
+}
+
+static int produce_region(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	return tsm_region_decode(p->arg, p->arg2, out, e);
+}
+
+int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache *c,
+		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e)
+{
+	*hold = NULL;
+	if (r->codec == TSM_NONE)
+		return tsm_region_stored(s, r, p, e);
+	int rc = sf_part_get(c, r->decoded, hold, e);
+	if (rc == 0)
+		*p = (*hold)->data;
+	return rc;
+}
+
+int tsm_file_from_part(struct sf_node *f, struct sf_part *p, struct sf_cache *c,
+		       struct sf_err *e)
+{
+	uint64_t size = atomic_load(&p->size);
+	if (size == SF_SIZE_UNKNOWN) {
+		struct sf_buf *b = NULL;
+		int rc = sf_part_get(c, p, &b, e);
+		if (rc == -EIO)
+			return sf_file_set_broken(f, 0, e->msg);
+		if (rc)
+			return rc;
+		size = b->len;
+		sf_buf_unref(b);
+	}
+	return sf_file_add_part(f, p, 0, size);
+}
+
+/* regions/<name> of a codec-0 region and regions/<name>.zst: the stored
+ * bytes straight from the mapping, once their CRC holds. */
+static int build_stored(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tsm_shard *s = f->arg;
+	struct tsm_region *r = &s->regions[f->aux];
+	const uint8_t *p;
+	int rc = tsm_region_stored(s, r, &p, e);
+	if (rc)
+		return sf_file_set_broken(f, r->bad ? 0 : r->length, e->msg);
+	return sf_file_add_map(f, p, r->length);
+}
+
+static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
+{
+	struct tsm_region *r = &s->regions[i];
+	struct sf_node *f = sf_dir_add_file(dir, r->name, strlen(r->name));
+	if (!f)
+		return -ENOMEM;
+	f->aux = i;
+	if (r->bad) {
+		char why[600];
+		snprintf(why, sizeof why, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
+		return sf_file_set_broken(f, r->codec == TSM_NONE ? r->length : 0, why);
+	}
+	if (r->codec == TSM_NONE) {
+		sf_file_set_build(f, build_stored, s);
+		return 0;
+	}
+	char what[48];
+	snprintf(what, sizeof what, "regions/%s", r->name);
+	char *owned = tsm_own(s, strdup(what));
+	r->decoded = owned ? sf_view_part(s->view, produce_region, s, r->raw_length, owned) : NULL;
+	if (!r->decoded)
+		return -ENOMEM;
+	r->decoded->arg2 = r;
+	sf_file_add_part(f, r->decoded, 0, r->raw_length);
+	char zname[40];
+	snprintf(zname, sizeof zname, "%s.zst", r->name);
+	struct sf_node *z = sf_dir_add_file(dir, zname, strlen(zname));
+	if (!z)
+		return -ENOMEM;
+	z->aux = i;
+	sf_file_set_build(z, build_stored, s);
+	return 0;
+}
+
+int tsm_add_regions(struct tsm_shard *s, struct sf_node *root)
+{
+	struct sf_node *dir = sf_dir_add_dir(root, "regions", 7);
+	if (!dir)
+		return -ENOMEM;
+	for (size_t i = 0; i < s->nregions; i++) {
+		int rc = add_region_files(s, dir, i);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}

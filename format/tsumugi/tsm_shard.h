@@ -1,0 +1,144 @@
+/* The tsumugi (TSM1) search shard as the view sees it: the container facts
+ * read at open, lazily checked regions, and the pieces each view file uses.
+ * Internal to format/tsumugi/. */
+#ifndef TSM_SHARD_H
+#define TSM_SHARD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sf_bytes.h"
+#include "sf_view.h"
+
+#define TSM_HEADER_SIZE 64
+#define TSM_TRAILER_SIZE 16
+#define TSM_DESC_SIZE 36
+
+enum tsm_kind {
+	TSM_LEXICAL = 1,
+	TSM_FORWARD = 2,
+	TSM_FEATURE = 3,
+	TSM_GRAPH = 4,
+	TSM_VECTOR = 5,
+	TSM_DICTIONARY = 6,
+};
+
+enum tsm_codec { TSM_NONE = 0, TSM_ZSTD = 1, TSM_ZSTD_DICT = 2 };
+
+struct tsm_header {
+	uint16_t major, minor;
+	uint64_t flags;
+	uint32_t doc_count, region_count;
+	uint64_t footer_offset, footer_length;
+	uint64_t node_base, build_epoch;
+	uint32_t crc, reserved;
+};
+
+struct tsm_region {
+	uint8_t kind, codec;
+	uint16_t flags;
+	uint64_t offset, length, raw_length;
+	uint32_t crc, dict_id;
+	bool first_of_kind;
+	/* Why the descriptor cannot be served (bounds, codec), or NULL. */
+	const char *bad;
+	char name[32];      /* "forward", "forward.1", "kind-9" */
+	atomic_int checked; /* CRC of the stored bytes: 0 not yet, 1 ok, -1 bad */
+	struct sf_part *decoded; /* codec 1/2: the decoded bytes */
+};
+
+struct tsm_schema_col {
+	uint8_t *name;
+	size_t name_len;
+	uint8_t type, codec, nullable;
+};
+
+struct tsm_stat {
+	uint8_t *key;
+	size_t key_len;
+	uint64_t bits;
+};
+
+struct tsm_dict {
+	uint32_t id;
+	const uint8_t *p;
+	size_t len;
+};
+
+struct tsm_fwd;
+
+struct tsm_shard {
+	struct sf_view *view;
+	const uint8_t *data; /* the whole mapped file */
+	size_t size;
+	char *file_name;     /* as `tsumugi inspect` would be given it */
+	struct tsm_header h;
+	struct tsm_region *regions;
+	size_t nregions;
+	struct tsm_schema_col *schema;
+	size_t nschema;
+	struct tsm_stat *stats; /* sorted by key bytes */
+	size_t nstats;
+	bool has_dict_region;
+	struct tsm_dict *dicts;
+	size_t ndicts;
+	/* The cache the daemon passed to the last build; produce functions have
+	 * none of their own and need it for the region parts they read. */
+	_Atomic(struct sf_cache *) cache;
+	/* The forward region's parsed header (parsed once, under the view lock). */
+	struct tsm_fwd *fwd;
+	/* Allocations owned by view files (freed with the state). */
+	void **owned;
+	size_t nowned, capowned;
+};
+
+/* tsm_container.c: A11 validation and footer parsing. */
+int tsm_parse(struct tsm_shard *s, const char *path, struct sf_err *e);
+void tsm_shard_free(void *state);
+const char *tsm_kind_name(uint8_t kind);  /* "unknown" for others */
+const char *tsm_codec_name(uint8_t codec); /* "unknown" for others */
+const char *tsm_flag_name(int bit);        /* NULL for unused bits */
+bool tsm_stat_is_hash(const uint8_t *key, size_t len);
+/* Keeps `p` until the view goes; returns p, or NULL (and frees p) on OOM. */
+void *tsm_own(struct tsm_shard *s, void *p);
+
+/* tsm_region.c: stored bytes, CRC on first access, decoding. */
+/* The first region of `kind` that has no descriptor problem, or NULL. */
+struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind);
+/* Checks the region's CRC (once) and returns its stored bytes. */
+int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
+		      struct sf_err *e);
+/* The decoded bytes: the mapping for codec 0, else the cached part (*hold is
+ * the reference to drop; NULL for mapped bytes). */
+int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache *c,
+		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e);
+/* Decodes stored bytes of `r` into a new buffer without any cache. */
+int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		      struct sf_err *e);
+/* The dictionary registered under `id`, or NULL. */
+const struct tsm_dict *tsm_dict_find(const struct tsm_shard *s, uint32_t id);
+/* Adds regions/ with every descriptor's files. */
+int tsm_add_regions(struct tsm_shard *s, struct sf_node *root);
+struct sf_cache *tsm_cache(struct tsm_shard *s);
+void tsm_remember_cache(struct tsm_shard *s, struct sf_cache *c);
+/* Gives `f` the content of part p, learning its size by producing it; a
+ * source that fails a check (-EIO) makes the file broken instead. */
+int tsm_file_from_part(struct sf_node *f, struct sf_part *p, struct sf_cache *c,
+		       struct sf_err *e);
+
+/* tsm_forward.c: docs/, docs.jsonl. */
+int tsm_add_docs(struct tsm_shard *s, struct sf_node *root);
+/* Decodes every value of the forward region (for verify); appends findings. */
+int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors);
+
+/* tsm_feature.c: features.npy, features.csv. */
+int tsm_add_features(struct tsm_shard *s, struct sf_node *root);
+int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors);
+
+/* tsm_info.c: .shardfs/info.txt, info.json, verify. */
+int tsm_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tsm_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tsm_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+
+#endif
