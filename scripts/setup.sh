@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what shardfs needs to build and test on Debian, then builds it.
+# Usage: scripts/setup.sh [BUILD_DIR] [meson options...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  meson ninja-build pkg-config gcc clang libclang-rt-14-dev
+  libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev libjansson-dev
+  python3 python3-pytest python3-numpy python3-zarr python3-xxhash python3-zstandard zstd
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ! -e /dev/fuse ]; then
+  echo "setup: /dev/fuse is missing: shardfs can build, but not mount here" >&2
+fi
+
+build=${1:-build}
+shift || true
+if [ ! -f "$build/build.ninja" ]; then
+  meson setup "$build" "$@" >/dev/null
+fi
+ninja -C "$build" >/dev/null
+echo "setup: built $build"

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test under ASan+UBSan: the C unit tests,
+# then the mounted integration tests. The last line is "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+build=build-test
+scripts/setup.sh "$build" -Db_sanitize=address,undefined -Db_lundef=false || {
+  echo "0 passed, 1 failed"; exit 1; }
+
+export SHARDFS_BUILD="$PWD/$build"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+
+meson test -C "$build" --no-rebuild --print-errorlogs >"$build/unit.log" 2>&1
+tail -n 12 "$build/unit.log"
+
+# Debian's python3 has the test libraries; another python3 may come first on PATH.
+/usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
+  --junitxml="$build/pytest.xml" "$@"
+
+/usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml"
