@@ -147,7 +147,9 @@ struct sf_buf *sf_json_pretty(const json_t *j)
 int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim)
 {
 	struct sf_str d = { 0 };
-	sf_str_addf(&d, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+	/* a structured dtype is a list literal, written as given */
+	const char *q = descr[0] == '[' ? "" : "'";
+	sf_str_addf(&d, "{'descr': %s%s%s, 'fortran_order': False, 'shape': (", q, descr, q);
 	for (size_t i = 0; i < ndim; i++)
 		sf_str_addf(&d, "%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
 	sf_str_add(&d, ndim == 1 ? ",), }" : "), }", ndim == 1 ? 5 : 4);

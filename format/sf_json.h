@@ -25,7 +25,8 @@ int sf_json_add(struct sf_str *s, const json_t *j, int newline);
  * new buffer. */
 struct sf_buf *sf_json_pretty(const json_t *j);
 /* Appends a numpy .npy (format 1.0) header for a C-order array of `descr`
- * ("<f4", "|u1") and `shape` (ndim 0 = scalar), padded so that the data
+ * ("<f4", "|u1", or a structured dtype's list literal such as
+ * "[('id', '<u8'), ('v', '<f4', (3,))]") and `shape` (ndim 0 = scalar), padded so that the data
  * starts at a multiple of 64 bytes. Returns 0 or -ENOMEM. */
 int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim);
 /* Shortest decimal text that reads back as the same float32 / double. */

@@ -1,0 +1,71 @@
+/* aliases/<alias>.json (spec shardlake §4.2) shown as a symlink
+ * aliases/<alias> -> ../indexes/<index_version> (DESIGN §3.8). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "sl_formats.h"
+
+/* Only JSON files directly inside a directory named "aliases". */
+static bool alias_match(const char *dirpath, const char *name)
+{
+	(void)name;
+	const char *base = strrchr(dirpath, '/');
+	return strcmp(base ? base + 1 : dirpath, "aliases") == 0;
+}
+
+/* A version names one directory under indexes/: never a path, never empty,
+ * "." or "..", which would point the link elsewhere. */
+static bool version_ok(const char *v)
+{
+	return v[0] && !strchr(v, '/') && strcmp(v, ".") != 0 && strcmp(v, "..") != 0;
+}
+
+static int alias_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+{
+	json_error_t je;
+	const struct sf_map *m = a->map;
+	json_t *j = json_loadb(m->data ? (const char *)m->data : "", m->size, 0, &je);
+	if (!j)
+		return sf_fail(e, -EINVAL, "%s: alias is not JSON: line %d: %s", a->path, je.line, je.text);
+	const char *v = json_string_value(json_object_get(j, "index_version"));
+	int rc = 0;
+	if (!v)
+		rc = sf_fail(e, -EINVAL, "%s: alias has no \"index_version\" string", a->path);
+	else if (!version_ok(v))
+		rc = sf_fail(e, -EINVAL, "%s: alias index_version \"%s\" is not a version name",
+			     a->path, v);
+	char *target = NULL;
+	if (!rc && asprintf(&target, "../indexes/%s", v) < 0)
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	struct sf_view *view = rc ? NULL : sf_view_new_link(&sf_fmt_alias, a->path, target);
+	if (!rc && !view)
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	if (!rc) {
+		struct stat st;
+		if (fstatat(a->dirfd, target, &st, 0) != 0 || !S_ISDIR(st.st_mode))
+			sf_view_warn(view, "%s: alias points at index version \"%s\", which does not exist (dangling link)",
+				     a->path, v);
+		const char *named = json_string_value(json_object_get(j, "alias"));
+		size_t stem = strlen(a->name) - strlen(".json");
+		if (named && (strlen(named) != stem || memcmp(named, a->name, stem) != 0))
+			sf_view_warn(view, "%s: the file names alias \"%.*s\" but its \"alias\" field says \"%s\"",
+				     a->path, (int)stem, a->name, named);
+		*out = view;
+	}
+	free(target);
+	json_decref(j);
+	return rc;
+}
+
+const struct sf_format sf_fmt_alias = {
+	.name = "alias",
+	.ext = ".json",
+	.match = alias_match,
+	.open = alias_open,
+};

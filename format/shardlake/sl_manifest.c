@@ -1,0 +1,40 @@
+#include "sl_manifest.h"
+
+#include <errno.h>
+#include <string.h>
+
+int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
+		      struct sf_err *e)
+{
+	json_error_t je;
+	json_t *j = json_loadb(m->data ? (const char *)m->data : "", m->size, 0, &je);
+	if (!j)
+		return sf_fail(e, -EINVAL, "%s: not JSON: line %d: %s", path, je.line, je.text);
+	if (!json_is_object(j) || !json_is_array(json_object_get(j, "shards"))) {
+		json_decref(j);
+		return sf_fail(e, -EINVAL, "%s: not a manifest (no \"shards\" array)", path);
+	}
+	*out = j;
+	return 0;
+}
+
+json_t *sl_manifest_entry(json_t *manifest, const char *name)
+{
+	size_t i, n = strlen(name);
+	json_t *s;
+	json_array_foreach(json_object_get(manifest, "shards"), i, s) {
+		const char *key = json_string_value(json_object_get(s, "artifact_key"));
+		if (!key)
+			continue;
+		size_t k = strlen(key);
+		if (k >= n && strcmp(key + k - n, name) == 0 && (k == n || key[k - n - 1] == '/'))
+			return s;
+	}
+	return NULL;
+}
+
+const char *sl_entry_fingerprint(json_t *entry)
+{
+	const char *f = json_string_value(json_object_get(entry, "sha256"));
+	return f ? f : json_string_value(json_object_get(entry, "fingerprint"));
+}

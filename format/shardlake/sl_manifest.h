@@ -1,0 +1,23 @@
+/* The index manifest (spec shardlake §4.1) as far as a shard needs it: its
+ * own entry, the index's dims and codec, for info and verify. */
+#ifndef SL_MANIFEST_H
+#define SL_MANIFEST_H
+
+#include <jansson.h>
+
+#include "sf_bytes.h"
+#include "sf_map.h"
+
+/* Parses the mapped manifest; fails (naming `path`) unless it is a JSON
+ * object whose "shards" is an array. *out is a new reference. */
+int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
+		      struct sf_err *e);
+
+/* The shards[] entry whose artifact_key names the file `name` (its last
+ * component), or NULL. */
+json_t *sl_manifest_entry(json_t *manifest, const char *name);
+
+/* The entry's fingerprint text: "sha256", or "fingerprint" in older files. */
+const char *sl_entry_fingerprint(json_t *entry);
+
+#endif

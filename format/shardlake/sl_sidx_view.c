@@ -1,0 +1,185 @@
+/* The view beside each .sidx shard (DESIGN §3.8): the centroid and record
+ * areas zero-copy, ids/vectors/codes gathered, PQ codes reconstructed. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sl_formats.h"
+#include "sl_codebook.h"
+#include "sf_json.h"
+#include "sl_sidx.h"
+
+/* Maps a file of the index directory, recording why when it cannot. */
+static struct sf_map *map_beside(const struct sf_open_args *a, const char *rel,
+				 struct sf_err *why)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", a->dirpath, rel);
+	struct sf_map *m = NULL;
+	return sf_map_openat(a->dirfd, rel, path, &m, why) == 0 ? m : NULL;
+}
+
+static void sidx_free(void *state)
+{
+	struct sl_sidx *s = state;
+	if (!s)
+		return;
+	free(s->name);
+	free(s);
+}
+
+/* Appends a .npy header to `f`; the caller appends exactly the data. */
+static int add_npy_header(struct sf_node *f, const char *descr, const uint64_t *shape, int ndim)
+{
+	struct sf_str s = { 0 };
+	int rc = sf_npy_header(&s, descr, shape, (size_t)ndim);
+	struct sf_buf *b = rc ? NULL : sf_str_take(&s);
+	if (!b) {
+		sf_str_free(&s);
+		return -ENOMEM;
+	}
+	rc = sf_file_add_buf(f, b, 0, b->len);
+	sf_buf_unref(b);
+	return rc;
+}
+
+/* Adds `name`: a .npy header, then `len` bytes of the mapping at `off`. */
+static int add_mapped_npy(struct sf_node *dir, const char *name, const char *descr,
+			  const uint64_t *shape, int ndim, uint64_t off, uint64_t len)
+{
+	const struct sl_sidx *s = dir->arg;
+	struct sf_node *f = sf_dir_add_file(dir, name, strlen(name));
+	if (!f)
+		return -ENOMEM;
+	int rc = add_npy_header(f, descr, shape, ndim);
+	return rc ? rc : sf_file_add_map(f, s->map->data + off, len);
+}
+
+/* Adds `name`: a .npy header, then the whole of a part of `len` bytes
+ * decoded once by `fn`. Returns the file so a caller can mark it broken. */
+static struct sf_node *add_part_npy(struct sf_node *dir, const char *name, const char *descr,
+				    const uint64_t *shape, int ndim, sf_produce_fn fn,
+				    uint64_t aux, uint64_t len)
+{
+	struct sl_sidx *s = dir->arg;
+	struct sf_part *p = sf_view_part(dir->view, fn, s, len, name);
+	struct sf_node *f = p ? sf_dir_add_file(dir, name, strlen(name)) : NULL;
+	if (!f)
+		return NULL;
+	p->aux = aux;
+	if (add_npy_header(f, descr, shape, ndim) || sf_file_add_part(f, p, 0, len))
+		return NULL;
+	return f;
+}
+
+/* reconstructed.npy, when the index directory holds a codebook: listed
+ * with its exact size even when the codebook does not fit the shard, so
+ * that the failure shows as EIO on read. */
+static int add_reconstructed(struct sf_node *dir)
+{
+	struct sl_sidx *s = dir->arg;
+	const struct sl_shard *h = &s->hdr;
+	uint64_t shape[2] = { h->nrecords, h->dims }, len;
+	struct sl_codebook cb;
+	struct sf_err e = { { 0 } };
+	bool fits = sf_mul_ok(h->nrecords, (uint64_t)h->dims * 4, &len) && len <= SIZE_MAX;
+	int rc = fits ? sl_codebook_for(s, &cb, &e)
+			 : sf_fail(&e, -EIO, "%s: reconstructed.npy: %llu x %u floats do not fit in memory",
+				   dir->view->path, (unsigned long long)h->nrecords, h->dims);
+	if (rc == 0)
+		return add_part_npy(dir, "reconstructed.npy", "<f4", shape, 2,
+				    sl_produce_reconstructed, 0, len) ? 0 : -ENOMEM;
+	struct sf_node *f = sf_dir_add_file(dir, "reconstructed.npy", strlen("reconstructed.npy"));
+	if (!f || add_npy_header(f, "<f4", shape, 2))
+		return -ENOMEM;
+	uint64_t size;
+	return sf_file_set_broken(f, fits && sf_add_ok(f->u.file.size, len, &size) ? size : 0, e.msg);
+}
+
+static int sidx_populate(struct sf_node *dir, struct sf_err *e)
+{
+	struct sl_sidx *s = dir->arg;
+	const struct sl_shard *h = &s->hdr;
+	char rec_descr[128];
+	uint64_t cshape[2] = { h->ncentroids, h->dims }, n[1] = { h->nrecords };
+	uint64_t payload = h->record_size - 8;
+	if (h->version == 1)
+		snprintf(rec_descr, sizeof rec_descr, "[('id', '<u8'), ('vector', '<f4', (%u,))]", h->dims);
+	else
+		snprintf(rec_descr, sizeof rec_descr, "[('id', '<u8'), ('codes', '|u1', (%u,))]", h->pq_m);
+	int rc = add_mapped_npy(dir, "centroids.npy", "<f4", cshape, 2, h->centroids_off,
+				h->centroids_len);
+	if (!rc)
+		rc = add_mapped_npy(dir, "records.npy", rec_descr, n, 1, h->records_off, h->records_len);
+	if (!rc && !add_part_npy(dir, "ids.npy", "<u8", n, 1, sl_produce_field, SL_FIELD_ID,
+				 h->nrecords * 8))
+		rc = -ENOMEM;
+	if (!rc) {
+		struct sf_part *p = sf_view_part(dir->view, sl_produce_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
+		struct sf_node *f = p ? sf_dir_add_file(dir, "ids.txt", strlen("ids.txt")) : NULL;
+		if (f)
+			sf_file_set_whole(f, p);
+		else
+			rc = -ENOMEM;
+	}
+	uint64_t pshape[2] = { h->nrecords, h->version == 1 ? h->dims : h->pq_m };
+	const char *pname = h->version == 1 ? "vectors.npy" : "codes.npy";
+	if (!rc && !add_part_npy(dir, pname, h->version == 1 ? "<f4" : "|u1", pshape, 2,
+				 sl_produce_field, SL_FIELD_PAYLOAD, h->nrecords * payload))
+		rc = -ENOMEM;
+	if (!rc && h->version == 2 && s->codebook)
+		rc = add_reconstructed(dir);
+	if (rc)
+		return sf_fail(e, rc, "%s: cannot build the view: %s", dir->view->path, strerror(-rc));
+	return 0;
+}
+
+static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+{
+	struct sl_shard h;
+	int rc = sl_shard_parse(a->map->data, a->map->size, a->path, &h, e);
+	if (rc)
+		return rc;
+	struct sf_view *v = sf_view_new(&sf_fmt_sidx, a->path);
+	struct sl_sidx *s = v ? calloc(1, sizeof *s) : NULL;
+	if (!s) {
+		sf_view_unref(v);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	}
+	v->state = s;
+	v->free_state = sidx_free;
+	s->hdr = h;
+	s->map = a->map;
+	s->name = strdup(a->name);
+	s->manifest = map_beside(a, "../manifest.json", &s->manifest_err);
+	if (h.version == 2)
+		s->codebook = map_beside(a, "../pq_codebook.bin", &s->codebook_err);
+	/* the view holds every mapping; the state only borrows them */
+	rc = sf_view_hold_map(v, a->map);
+	if (!rc && s->manifest)
+		rc = sf_view_hold_map(v, s->manifest);
+	if (!rc && s->codebook)
+		rc = sf_view_hold_map(v, s->codebook);
+	sf_map_unref(s->manifest);
+	sf_map_unref(s->codebook);
+	if (!rc && (!s->name || !sf_view_add_meta(v, sl_produce_info_txt, sl_produce_info_json,
+						  sl_produce_verify, s)))
+		rc = -ENOMEM;
+	if (rc) {
+		sf_view_unref(v);
+		return sf_fail(e, rc, "%s: out of memory", a->path);
+	}
+	if (h.trailing)
+		sf_view_warn(v, "%s: %llu trailing bytes after the records (upstream ignores them)",
+			     a->path, (unsigned long long)h.trailing);
+	sf_dir_set_populate(v->root, sidx_populate, s);
+	*out = v;
+	return 0;
+}
+
+const struct sf_format sf_fmt_sidx = {
+	.name = "sidx",
+	.ext = ".sidx",
+	.open = sidx_open,
+};
