@@ -27,7 +27,7 @@ fi
 build=${1:-build}
 shift || true
 if [ ! -f "$build/build.ninja" ]; then
-  meson setup "$build" "$@" >/dev/null
+  out=$(meson setup "$build" "$@" 2>&1) || { echo "$out" >&2; exit 1; }
 fi
-ninja -C "$build" >/dev/null
+out=$(ninja -C "$build" 2>&1) || { echo "$out" | tail -40 >&2; exit 1; }
 echo "setup: built $build"
