@@ -1,0 +1,127 @@
+/* The tetration `.tet` tensor container (specs/tet.md): the parsed file and
+ * the pieces of its zarr v2 view (DESIGN §3.9). */
+#ifndef TET_H
+#define TET_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sf_bytes.h"
+#include "sf_map.h"
+#include "sf_view.h"
+
+#define TET_MAX_DIM 8
+#define TET_ENTRY_SIZE 104
+#define TET_NO_ENTRY UINT64_MAX
+/* Dataset entries are cut shorter than SF_NAME_MAX so "<entry>.npy" fits. */
+#define TET_ENTRY_MAX 250
+
+enum tet_codec { TET_RAW = 0, TET_ZSTD = 1 };
+
+/* One chunk index entry (spec §6.2). */
+struct tet_entry {
+	uint64_t dataset_id;
+	uint64_t coords[TET_MAX_DIM];
+	uint64_t off, raw, stored;
+	uint32_t codec;
+};
+
+struct tet_file;
+
+/* One dataset record (spec §5.2) and what validation found (spec §11.3). */
+struct tet_dataset {
+	struct tet_file *file;
+	uint32_t id;
+	const uint8_t *name;
+	uint32_t name_len;
+	uint32_t dtype, ndim;
+	uint64_t shape[TET_MAX_DIM], cshape[TET_MAX_DIM];
+	/* grid cells per axis, and the zarr chunk shape (min(cshape, shape), >= 1) */
+	uint64_t grid[TET_MAX_DIM], zchunk[TET_MAX_DIM];
+	size_t esize;
+	const char *descr, *dtype_name;
+	uint64_t nelem, nbytes, nchunks, zbytes;
+	uint64_t nentries;        /* entries naming this dataset */
+	uint64_t *cell;           /* row-major grid cell -> entry index */
+	char *problem;            /* why the dataset is not shown, or NULL */
+	bool zero_copy;           /* spec §7.6: the C-order array is one file span */
+	uint64_t zero_copy_off;
+	char esc[SF_NAME_MAX + 1];       /* the escaped name, for messages */
+	char entry[SF_NAME_MAX + 16];    /* its directory in the group (valid only) */
+	json_t *meta;             /* footer metadata.datasets[name], borrowed */
+	/* decoded tiles (zstd) and zero-padded chunks (edge cells), per entry
+	 * index of this dataset's cells; made on first use under the view lock */
+	struct sf_part **tile, **padded;
+	char (*what)[SF_NAME_MAX + 200]; /* the parts' names, per cell */
+};
+
+struct tet_file {
+	const uint8_t *data;
+	uint64_t len;
+	const char *path;
+	/* superblock (§4) */
+	uint32_t version, dataset_count, flags;
+	uint64_t index_off, index_len, blob_len;
+	/* chunk index (§6) */
+	uint64_t entry_count;
+	uint16_t budget_bps;
+	uint32_t budget_bytes;
+	struct tet_entry *entries;
+	struct tet_dataset *ds;
+	uint64_t orphans;         /* entries whose dataset_id names no record */
+	/* footer (§9) */
+	bool footer;              /* flag set and a THST tail present */
+	uint64_t json_len, spill_off, spill_len;
+	uint64_t payload_bound;   /* P of §9.3 */
+	json_t *footer_json;      /* the footer object when it is valid */
+	json_t *history, *metadata; /* borrowed from footer_json / spill_json */
+	json_t *spill_json;
+	char *footer_error;       /* why the footer JSON was not usable */
+};
+
+/* Parses and validates a whole container held in memory. Container-level
+ * failures (spec §11.1 except the footer JSON) return an error; dataset and
+ * footer problems are recorded in the result. */
+int tet_parse(const uint8_t *data, uint64_t len, const char *path,
+	      struct tet_file **out, struct sf_err *e);
+void tet_free(struct tet_file *tf);
+/* The per-dataset checks of §11.3 (part of tet_parse). */
+int tet_validate(struct tet_file *tf, struct sf_err *e);
+
+/* The extent of the tile of `en` on each axis (§7.2). */
+void tet_tile_ext(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t *ext);
+/* Decodes the tile of `en` into dst (en->raw bytes). */
+int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
+		    uint8_t *dst, struct sf_err *e);
+/* Creates the dataset's tile and padded-chunk parts once. */
+int tet_make_parts(struct sf_view *v, struct tet_dataset *ds);
+/* Chunk file, tile file, stored-zstd file and whole-array .npy contents. */
+int tet_build_chunk(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+int tet_build_tile(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+int tet_build_stored(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+int tet_build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+/* Copies [off, off+len) of the dataset's C-order bytes into out (§7.4). */
+int tet_assemble(struct tet_dataset *ds, uint64_t off, uint8_t *out, size_t len,
+		 struct sf_cache *c, struct sf_err *e);
+
+/* zarr metadata documents, as parts' produce functions. */
+int tet_produce_zgroup(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_group_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_zarray(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_array_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+
+/* .shardfs/info.txt, info.json and verify. */
+int tet_produce_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+
+/* Footer JSON (§9): fills history/metadata or footer_error. */
+void tet_footer_parse(struct tet_file *tf, uint64_t json_off);
+
+/* Dtype facts (§5.3): element size (0 if unknown), numpy descr, label. */
+size_t tet_dtype_size(uint32_t dtype);
+const char *tet_dtype_descr(uint32_t dtype);
+const char *tet_dtype_name(uint32_t dtype);
+
+#endif

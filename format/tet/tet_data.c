@@ -1,0 +1,270 @@
+/* Chunk bytes: stored tiles, zero-padded zarr chunks, and the whole
+ * dataset in C order (spec §7), served from the mapping where the bytes
+ * are already right and from decoded parts otherwise. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_codec.h"
+#include "sf_json.h"
+#include "tet.h"
+
+static const struct tet_entry *cell_entry(const struct tet_dataset *ds, uint64_t cell)
+{
+	return &ds->file->entries[ds->cell[cell]];
+}
+
+int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
+		    uint8_t *dst, struct sf_err *e)
+{
+	const uint8_t *src = ds->file->data + en->off;
+	if (en->codec == TET_RAW) {
+		memcpy(dst, src, en->raw);
+		return 0;
+	}
+	char what[SF_NAME_MAX + 300];
+	snprintf(what, sizeof what, "%s: %s: chunk at %llu", ds->file->path, ds->esc,
+		 (unsigned long long)en->off);
+	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
+}
+
+/* The tile as stored, decoded (zstd tiles only). */
+static int produce_tile(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	const struct tet_dataset *ds = p->arg;
+	const struct tet_entry *en = &ds->file->entries[p->aux];
+	struct sf_buf *b = sf_buf_new(en->raw);
+	if (!b)
+		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
+	int rc = tet_tile_decode(ds, en, b->data, e);
+	if (rc) {
+		sf_buf_unref(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+/* An edge tile placed at the corner of a zero-filled full zarr chunk. */
+static int produce_padded(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	const struct tet_dataset *ds = p->arg;
+	const struct tet_entry *en = &ds->file->entries[p->aux];
+	uint32_t n = ds->ndim;
+	struct sf_buf *b = sf_buf_new(ds->zbytes);
+	uint8_t *decoded = en->codec == TET_RAW ? NULL : malloc(en->raw ? en->raw : 1);
+	if (!b || (en->codec != TET_RAW && !decoded)) {
+		sf_buf_unref(b);
+		free(decoded);
+		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
+	}
+	const uint8_t *tile = ds->file->data + en->off;
+	int rc = decoded ? tet_tile_decode(ds, en, decoded, e) : 0;
+	if (decoded)
+		tile = decoded;
+	uint64_t ext[TET_MAX_DIM], idx[TET_MAX_DIM] = { 0 };
+	tet_tile_ext(ds, en, ext);
+	uint64_t rows = 1, rowbytes = ext[n - 1] * ds->esize;
+	for (uint32_t d = 0; d + 1 < n; d++)
+		rows *= ext[d];
+	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
+		uint64_t dst = 0;
+		for (uint32_t d = 0; d + 1 < n; d++)
+			dst = dst * ds->zchunk[d] + idx[d];
+		memcpy(b->data + dst * ds->zchunk[n - 1] * ds->esize, tile + r * rowbytes, rowbytes);
+		for (uint32_t d = n - 1; d-- > 0;) {
+			if (++idx[d] < ext[d])
+				break;
+			idx[d] = 0;
+		}
+	}
+	free(decoded);
+	if (rc) {
+		sf_buf_unref(b);
+		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+static bool is_edge(const struct tet_dataset *ds, const struct tet_entry *en)
+{
+	uint64_t ext[TET_MAX_DIM];
+	tet_tile_ext(ds, en, ext);
+	for (uint32_t d = 0; d < ds->ndim; d++)
+		if (ext[d] != ds->zchunk[d])
+			return true;
+	return false;
+}
+
+int tet_make_parts(struct sf_view *v, struct tet_dataset *ds)
+{
+	if (ds->tile || !ds->nchunks)
+		return 0;
+	if (!ds->what && !(ds->what = calloc(ds->nchunks, sizeof *ds->what)))
+		return -ENOMEM;
+	struct sf_part **tile = calloc(ds->nchunks, sizeof *tile);
+	struct sf_part **padded = calloc(ds->nchunks, sizeof *padded);
+	int rc = tile && padded ? 0 : -ENOMEM;
+	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
+		const struct tet_entry *en = cell_entry(ds, c);
+		char *what = ds->what[c];
+		size_t k = (size_t)snprintf(what, sizeof ds->what[c], "%s/", ds->entry);
+		for (uint32_t d = 0; d < ds->ndim && k < sizeof ds->what[c]; d++)
+			k += (size_t)snprintf(what + k, sizeof ds->what[c] - k, "%s%llu", d ? "." : "",
+					      (unsigned long long)en->coords[d]);
+		if (en->codec == TET_ZSTD &&
+		    !(tile[c] = sf_view_part(v, produce_tile, ds, en->raw, what)))
+			rc = -ENOMEM;
+		if (rc == 0 && is_edge(ds, en) &&
+		    !(padded[c] = sf_view_part(v, produce_padded, ds, ds->zbytes, what)))
+			rc = -ENOMEM;
+		if (tile[c])
+			tile[c]->aux = ds->cell[c];
+		if (padded[c])
+			padded[c]->aux = ds->cell[c];
+	}
+	if (rc) {
+		/* parts already made stay owned by the view, unused */
+		free(tile);
+		free(padded);
+		return rc;
+	}
+	ds->padded = padded;
+	ds->tile = tile;
+	return 0;
+}
+
+/* The tile exactly: mapped when raw, the decoded part when zstd. */
+static int add_tile(struct sf_node *f, struct tet_dataset *ds, uint64_t cell)
+{
+	const struct tet_entry *en = cell_entry(ds, cell);
+	if (en->codec == TET_RAW)
+		return sf_file_add_map(f, ds->file->data + en->off, en->raw);
+	return sf_file_add_part(f, ds->tile[cell], 0, en->raw);
+}
+
+int tet_build_chunk(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tet_dataset *ds = f->arg;
+	int rc = tet_make_parts(f->view, ds);
+	if (rc)
+		return sf_fail(e, rc, "%s: out of memory", ds->file->path);
+	if (ds->padded[f->aux])
+		return sf_file_add_part(f, ds->padded[f->aux], 0, ds->zbytes);
+	return add_tile(f, ds, f->aux);
+}
+
+int tet_build_tile(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tet_dataset *ds = f->arg;
+	int rc = tet_make_parts(f->view, ds);
+	if (rc)
+		return sf_fail(e, rc, "%s: out of memory", ds->file->path);
+	return add_tile(f, ds, f->aux);
+}
+
+int tet_build_stored(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tet_dataset *ds = f->arg;
+	const struct tet_entry *en = cell_entry(ds, f->aux);
+	return sf_file_add_map(f, ds->file->data + en->off, en->stored);
+}
+
+/* Decoded tiles a single read keeps at hand, so that a read crossing the
+ * same tiles row after row fetches each once. */
+#define HELD 16
+
+struct held {
+	uint64_t cell[HELD];
+	struct sf_buf *buf[HELD];
+	unsigned next;
+};
+
+static int held_get(struct held *h, struct tet_dataset *ds, uint64_t cell,
+		    struct sf_cache *c, const uint8_t **out, struct sf_err *e)
+{
+	for (unsigned i = 0; i < HELD; i++)
+		if (h->buf[i] && h->cell[i] == cell) {
+			*out = h->buf[i]->data;
+			return 0;
+		}
+	struct sf_buf *b = NULL;
+	int rc = sf_part_get(c, ds->tile[cell], &b, e);
+	if (rc)
+		return rc;
+	unsigned i = h->next++ % HELD;
+	sf_buf_unref(h->buf[i]);
+	h->buf[i] = b;
+	h->cell[i] = cell;
+	*out = b->data;
+	return 0;
+}
+
+int tet_assemble(struct tet_dataset *ds, uint64_t off, uint8_t *out, size_t len,
+		 struct sf_cache *c, struct sf_err *e)
+{
+	uint32_t n = ds->ndim;
+	uint64_t es = ds->esize;
+	struct held h = { { 0 }, { NULL }, 0 };
+	int rc = 0;
+	while (len && rc == 0) {
+		uint64_t rem = off / es, within = off % es, g[TET_MAX_DIM];
+		for (uint32_t d = n; d-- > 0;) {
+			g[d] = rem % ds->shape[d];
+			rem /= ds->shape[d];
+		}
+		uint64_t cell = 0;
+		for (uint32_t d = 0; d < n; d++)
+			cell = cell * ds->grid[d] + g[d] / ds->cshape[d];
+		const struct tet_entry *en = cell_entry(ds, cell);
+		uint64_t ext[TET_MAX_DIM], local = 0, l = 0;
+		tet_tile_ext(ds, en, ext);
+		for (uint32_t d = 0; d < n; d++) {
+			l = g[d] - en->coords[d] * ds->cshape[d];
+			local = local * ext[d] + l;
+		}
+		/* the run goes to the end of this tile row */
+		uint64_t run = (ext[n - 1] - l) * es - within;
+		if (run > len)
+			run = len;
+		const uint8_t *tile = ds->file->data + en->off;
+		if (en->codec != TET_RAW)
+			rc = held_get(&h, ds, cell, c, &tile, e);
+		if (rc == 0) {
+			memcpy(out, tile + local * es + within, run);
+			out += run;
+			off += run;
+			len -= run;
+		}
+	}
+	for (unsigned i = 0; i < HELD; i++)
+		sf_buf_unref(h.buf[i]);
+	return rc;
+}
+
+static int gen_array(void *arg, uint64_t off, uint8_t *out, size_t len,
+		     struct sf_cache *c, struct sf_err *e)
+{
+	return tet_assemble(arg, off, out, len, c, e);
+}
+
+int tet_build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tet_dataset *ds = f->arg;
+	struct sf_str s = { 0 };
+	int rc = sf_npy_header(&s, ds->descr, ds->shape, ds->ndim);
+	struct sf_buf *hdr = rc ? NULL : sf_str_take(&s);
+	if (!hdr) {
+		sf_str_free(&s);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", ds->file->path);
+	}
+	rc = sf_file_add_buf(f, hdr, 0, hdr->len);
+	sf_buf_unref(hdr);
+	if (rc == 0 && ds->zero_copy)
+		rc = sf_file_add_map(f, ds->file->data + ds->zero_copy_off, ds->nbytes);
+	else if (rc == 0 && (rc = tet_make_parts(f->view, ds)) == 0)
+		rc = sf_file_add_gen(f, gen_array, ds, 0, ds->nbytes);
+	return rc ? sf_fail(e, rc, "%s: out of memory", ds->file->path) : 0;
+}
