@@ -1,0 +1,126 @@
+/* The daemon's decode cache: decode once under concurrent readers, stay
+ * within the byte budget, evict least recently used, survive failures. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "cache.h"
+#include "check.h"
+#include "stats.h"
+
+static atomic_int produced;
+
+static int produce_slow(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	atomic_fetch_add(&produced, 1);
+	usleep(20000); /* let the other readers pile up on the same part */
+	*out = sf_buf_new((size_t)p->aux);
+	if (!*out)
+		return -ENOMEM;
+	memset((*out)->data, (int)(p->id & 0xff), (size_t)p->aux);
+	return 0;
+}
+
+static int produce_fail(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	atomic_fetch_add(&produced, 1);
+	usleep(5000);
+	return sf_fail(e, -EIO, "broken on purpose");
+}
+
+struct race {
+	struct dcache *c;
+	struct sf_part *p;
+	int rc;
+	uint8_t first;
+};
+
+static void *reader(void *arg)
+{
+	struct race *r = arg;
+	struct sf_buf *b = NULL;
+	struct sf_err e;
+	r->rc = sf_part_get(dcache_iface(r->c), r->p, &b, &e);
+	if (r->rc == 0) {
+		r->first = b->data[0];
+		sf_buf_unref(b);
+	}
+	return NULL;
+}
+
+static void race_on(struct dcache *c, struct sf_part *p, int nthreads, int want_rc)
+{
+	pthread_t t[16];
+	struct race r[16];
+	for (int i = 0; i < nthreads; i++) {
+		r[i] = (struct race){ c, p, 1, 0 };
+		pthread_create(&t[i], NULL, reader, &r[i]);
+	}
+	for (int i = 0; i < nthreads; i++) {
+		pthread_join(t[i], NULL);
+		CHECK_EQ_U(r[i].rc, (uint64_t)want_rc);
+		if (want_rc == 0)
+			CHECK_EQ_U(r[i].first, p->id & 0xff);
+	}
+}
+
+int main(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "t");
+	struct dcache *c = dcache_new(1000);
+
+	/* 16 readers of one part: one decode */
+	struct sf_part *p = sf_view_part(v, produce_slow, NULL, 300, "p");
+	p->aux = 300;
+	race_on(c, p, 16, 0);
+	CHECK_EQ_U(atomic_load(&produced), 1);
+	CHECK_EQ_U(dcache_bytes(c), 300);
+
+	/* more parts than the budget holds: the least recently used goes */
+	struct sf_part *q[5];
+	for (int i = 0; i < 5; i++) {
+		q[i] = sf_view_part(v, produce_slow, NULL, 300, "q");
+		q[i]->aux = 300;
+	}
+	atomic_store(&produced, 0);
+	race_on(c, q[0], 2, 0);
+	race_on(c, q[1], 2, 0);
+	race_on(c, p, 1, 0);    /* p becomes most recent: still cached */
+	CHECK_EQ_U(atomic_load(&produced), 2);
+	race_on(c, q[2], 1, 0); /* over budget: q[0] (least recent) is evicted */
+	CHECK(dcache_bytes(c) <= 1000);
+	atomic_store(&produced, 0);
+	race_on(c, p, 1, 0);
+	CHECK_EQ_U(atomic_load(&produced), 0);
+	race_on(c, q[0], 1, 0);
+	CHECK_EQ_U(atomic_load(&produced), 1);
+	CHECK(dcache_bytes(c) <= 1000);
+
+	/* a part larger than the whole budget is served but not kept */
+	struct sf_part *big = sf_view_part(v, produce_slow, NULL, 5000, "big");
+	big->aux = 5000;
+	atomic_store(&produced, 0);
+	race_on(c, big, 1, 0);
+	race_on(c, big, 1, 0);
+	CHECK_EQ_U(atomic_load(&produced), 2);
+	CHECK(dcache_bytes(c) <= 1000);
+
+	/* failures reach every waiting reader and are not cached */
+	struct sf_part *bad = sf_view_part(v, produce_fail, NULL, 10, "bad");
+	atomic_store(&produced, 0);
+	race_on(c, bad, 8, -EIO);
+	CHECK(atomic_load(&produced) >= 1);
+
+	/* a part whose decoded size differs from what the file records is refused */
+	struct sf_part *liar = sf_view_part(v, produce_slow, NULL, 99, "liar");
+	liar->aux = 100;
+	race_on(c, liar, 1, -EIO);
+
+	CHECK(atomic_load(&stats.cache_hits) > 0);
+	CHECK(atomic_load(&stats.cache_evictions) > 0);
+	dcache_free(c);
+	sf_view_unref(v);
+	errlog_fini();
+	CHECK_DONE();
+}
