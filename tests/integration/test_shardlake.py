@@ -1,0 +1,191 @@
+"""Shardlake storage roots through the mount: the fixture roots against
+their truth files, aliases as symlinks, and roots from our writer with
+broken shards, manifests and aliases."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, WRITERS, read_through
+
+ROOTS = ["main", "legacy"]
+
+
+def sha(b) -> str:
+    return hashlib.sha256(bytes(b)).hexdigest()
+
+
+def load(p: Path):
+    return np.load(p, mmap_mode="r")
+
+
+def view_of(mnt: Path, key: str) -> Path:
+    """The view directory beside a shard: its name minus ".sidx"."""
+    return mnt / key[: -len(".sidx")]
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = tmp_path_factory.mktemp("shardlake") / "root"
+    subprocess.run([sys.executable, str(WRITERS / "shardlake_writer.py"), str(out)], check=True)
+    return out, json.loads((out / "truth.json").read_text())
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_fixture_shards_match_truth(root, mount):
+    src = FIXTURES / "shardlake" / root
+    truth = json.loads((FIXTURES / "shardlake" / f"{root}.truth.json").read_text())
+    mnt = mount(src)
+    checked = 0
+    for iv, idx in truth["indexes"].items():
+        for s in idx["shards"]:
+            shard = mnt / s["artifact_key"]
+            # the shard itself still shows through, byte for byte
+            assert sha(read_through(shard)) == s["file_sha256"]
+            v = view_of(mnt, s["artifact_key"])
+            n, dims, c = s["vector_count"], s["dims"], s["centroid_count"]
+            cen = load(v / "centroids.npy")
+            assert cen.dtype == np.dtype("<f4") and cen.shape == (c, dims)
+            assert sha(np.ascontiguousarray(cen).tobytes()) == s["centroids_sha256"]
+            want_c = np.array(s["centroids"], dtype="<f4").reshape(c, dims)
+            assert np.array_equal(cen, want_c, equal_nan=True)
+            rec = load(v / "records.npy")
+            assert rec.shape == (n,) and rec.dtype.names[0] == "id"
+            assert sha(rec.tobytes()) == s["records_sha256"]
+            ids = load(v / "ids.npy")
+            assert ids.dtype == np.dtype("<u8") and ids.shape == (n,)
+            assert sha(ids.tobytes()) == s["ids_sha256"]
+            assert np.array_equal(ids, rec["id"])
+            if "ids" in s:
+                assert ids.tolist() == s["ids"]
+            txt = (v / "ids.txt").read_text()
+            assert txt == "".join(f"{i}\n" for i in ids.tolist())
+            if s["format_version"] == 1:
+                vec = load(v / "vectors.npy")
+                assert vec.shape == (n, dims) and vec.dtype == np.dtype("<f4")
+                assert sha(vec.tobytes()) == s["vectors_sha256"]
+                assert np.array_equal(vec, rec["vector"].reshape(n, dims), equal_nan=True)
+                assert not (v / "codes.npy").exists()
+            else:
+                codes = load(v / "codes.npy")
+                assert codes.shape == (n, s["pq_m"]) and codes.dtype == np.uint8
+                assert sha(codes.tobytes()) == s["codes_sha256"]
+                recon = load(v / "reconstructed.npy")
+                assert recon.shape == (n, dims)
+                assert sha(recon.tobytes()) == s["reconstructed_sha256"]
+            verify = (v / ".shardfs" / "verify").read_text().splitlines()
+            assert verify[0] == "status: ok", verify
+            assert any("trailing" in line for line in verify[1:]) == (s["trailing_bytes"] > 0)
+            info = json.loads((v / ".shardfs" / "info.json").read_text())
+            assert info["header"]["shard_id"] == s["shard_id"]
+            assert info["manifest"]["entry"]["artifact_key"] == s["artifact_key"]
+            assert s["fingerprint"] in (v / ".shardfs" / "info.txt").read_text()
+            checked += 1
+    assert checked == sum(len(i["shards"]) for i in truth["indexes"].values())
+
+
+@pytest.mark.parametrize("root", ROOTS)
+def test_fixture_aliases(root, mount):
+    truth = json.loads((FIXTURES / "shardlake" / f"{root}.truth.json").read_text())
+    mnt = mount(FIXTURES / "shardlake" / root)
+    names = set(os.listdir(mnt / "aliases"))
+    for alias, a in truth["aliases"].items():
+        link = mnt / "aliases" / alias
+        assert alias in names and f"{alias}.json" in names
+        assert link.is_symlink()
+        assert os.readlink(link) == f"../indexes/{a['index_version']}"
+        assert link.exists() == (not a["dangling"])
+        if not a["dangling"]:
+            # the link resolves inside the mount, to the index with its views
+            assert (link / "manifest.json").read_bytes() == \
+                (FIXTURES / "shardlake" / root / "indexes" / a["index_version"] / "manifest.json").read_bytes()
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    for alias, a in truth["aliases"].items():
+        assert (f"aliases/{alias}.json" in errors) == a["dangling"], errors
+
+
+def test_cd_into_alias(mount):
+    mnt = mount(FIXTURES / "shardlake" / "main")
+    here = os.getcwd()
+    try:
+        os.chdir(mnt / "aliases" / "latest" / "shards")
+        names = sorted(os.listdir("."))
+        assert "shard-0000.sidx" in names and "shard-0000" in names
+        assert load(Path("shard-0000") / "ids.npy").shape[0] > 0
+    finally:
+        os.chdir(here)
+
+
+def test_written_root(written, mount):
+    src, truth = written
+    mnt = mount(src)
+    for iv, idx in truth["indexes"].items():
+        dims = idx["dims"]
+        for s in idx["shards"]:
+            v = view_of(mnt, s["key"])
+            n = len(s["ids"])
+            assert load(v / "ids.npy").tolist() == s["ids"]
+            assert (v / "ids.txt").read_text().split() == [str(i) for i in s["ids"]]
+            cen = load(v / "centroids.npy")
+            assert np.array_equal(cen, np.array(s["centroids"], dtype="<f4"))
+            rec = load(v / "records.npy")
+            assert rec.shape == (n,) and rec["id"].tolist() == s["ids"]
+            if s["format_version"] == 1:
+                want = np.array(s["vectors"], dtype="<f4").reshape(n, dims)
+                assert np.array_equal(load(v / "vectors.npy"), want)
+                assert np.array_equal(rec["vector"].reshape(n, dims), want)
+            else:
+                m = len(s["codes"][0]) if n else load(v / "codes.npy").shape[1]
+                assert np.array_equal(load(v / "codes.npy"),
+                                      np.array(s["codes"], dtype=np.uint8).reshape(n, m))
+                want = np.array(s["reconstructed"], dtype="<f4").reshape(n, dims)
+                assert np.array_equal(load(v / "reconstructed.npy"), want)
+            assert (v / ".shardfs" / "verify").read_text() == "status: ok\n"
+    for alias, target in truth["aliases"].items():
+        assert os.readlink(mnt / "aliases" / alias) == f"../indexes/{target}"
+
+
+def test_broken_inputs_are_reported(written, mount):
+    src, truth = written
+    mnt = mount(src)
+    bad = truth["bad"]
+    shards = mnt / "indexes" / "idx-bad" / "shards"
+    listed = set(os.listdir(shards))
+    for key in bad["fail_open"]:
+        p = mnt / key
+        # the file passes through, gets no view, and is reported
+        assert p.read_bytes() == (src / key).read_bytes()
+        stem = p.name.rsplit(".", 1)[0]
+        assert stem not in set(os.listdir(p.parent)), key
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    for key in bad["fail_open"]:
+        assert key in errors, (key, errors)
+    assert "truncated" in errors and "overflow" in errors
+    # the intact shard beside them still has its view; its manifest does
+    # not parse, which verify reports without breaking the other files
+    v = view_of(mnt, bad["intact"][0])
+    assert "shard-0000" in listed
+    assert load(v / "ids.npy").tolist() == [0, 1, 2, 3, 4]
+    verify = (v / ".shardfs" / "verify").read_text().splitlines()
+    assert verify[0] == "status: failed" and "not JSON" in verify[1]
+    assert json.loads((v / ".shardfs" / "info.json").read_text())["manifest"]["error"]
+    # and the rest of the root is browsable
+    assert os.readlink(mnt / "aliases" / "latest") == "../indexes/idx-cos-8"
+    assert (mnt / "aliases" / "latest" / "shards" / "shard-0000" / "ids.npy").exists()
+    assert not os.path.lexists(mnt / "aliases" / "escape")
+    assert not os.path.lexists(mnt / "aliases" / "broken")
+
+
+def test_sample_root(tmp_path, mount):
+    out = tmp_path / "sample"
+    subprocess.run([sys.executable, str(WRITERS / "shardlake_writer.py"), "--sample", str(out)],
+                   check=True)
+    mnt = mount(out)
+    assert load(mnt / "aliases" / "pq" / "shards" / "shard-0000" / "reconstructed.npy").shape[1] == 8
+    assert (mnt / "aliases" / "latest" / "shards" / "shard-0001" / ".shardfs" / "verify") \
+        .read_text() == "status: ok\n"
