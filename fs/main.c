@@ -25,21 +25,26 @@ static int fail(const char *fmt, const char *a, const char *b)
 	return 1;
 }
 
+/* A dead daemon leaves its mount answering ENOTCONN: say how to clear it. */
+static int mountpoint_error(const char *mnt)
+{
+	if (errno == ENOTCONN)
+		return fail("%s is a stale mount left by a daemon that died; "
+			    "unmount it with 'fusermount3 -u %s' and try again", mnt, mnt);
+	return fail("mount point %s: %s", mnt, strerror(errno));
+}
+
 /* MNT must be an empty directory that is not a dead mount. */
 static int check_mountpoint(const char *mnt)
 {
 	struct stat st;
-	if (stat(mnt, &st) < 0) {
-		if (errno == ENOTCONN)
-			return fail("%s is a stale mount left by a daemon that died; "
-				    "unmount it with 'fusermount3 -u %s' and try again", mnt, mnt);
-		return fail("mount point %s: %s", mnt, strerror(errno));
-	}
+	if (stat(mnt, &st) < 0)
+		return mountpoint_error(mnt);
 	if (!S_ISDIR(st.st_mode))
 		return fail("mount point %s is not a directory%s", mnt, "");
 	DIR *d = opendir(mnt);
 	if (!d)
-		return fail("mount point %s: %s", mnt, strerror(errno));
+		return mountpoint_error(mnt);
 	struct dirent *de;
 	bool empty = true;
 	while ((de = readdir(d)))
