@@ -150,6 +150,23 @@ def test_written_root(written, mount):
         assert os.readlink(mnt / "aliases" / alias) == f"../indexes/{target}"
 
 
+def test_records_and_centroids_are_zero_copy(written, mount):
+    src, truth = written
+    mnt = mount(src)
+    s = truth["indexes"]["idx-cos-8"]["shards"][0]
+    v = view_of(mnt, s["key"])
+    stats = mnt / ".shardfs" / "stats.json"
+    for name in ("records.npy", "centroids.npy"):
+        before = json.loads(stats.read_text())["bytes_served"]
+        data = read_through(v / name)
+        after = json.loads(stats.read_text())["bytes_served"]
+        header = 10 + int.from_bytes(data[8:10], "little")
+        assert header % 64 == 0
+        # everything past the .npy header comes straight from the shard's mapping
+        assert after["from_mappings"] - before["from_mappings"] == len(data) - header
+        assert after["from_cache"] == before["from_cache"]
+
+
 def test_broken_inputs_are_reported(written, mount):
     src, truth = written
     mnt = mount(src)
