@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zstd.h>
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
@@ -381,6 +382,33 @@ static int produce_block(const struct sf_part *p, struct sf_buf **out, struct sf
 	return rc;
 }
 
+/* The last block's size: from its frame header when the header records it
+ * (a wrong one fails the read later, when the part decodes), else by
+ * decoding that block, which is small: only 1-255 byte frames omit it. */
+static int last_block_size(struct tsm_shard *s, const uint8_t *slot, uint64_t len, uint32_t ci,
+			   uint32_t n, struct sf_cache *c, struct sf_part *last, uint64_t *size,
+			   struct sf_err *e)
+{
+	uint32_t nb;
+	uint64_t foff = 0, flen = 0;
+	int rc = block_span(s, slot, len, ci, n - 1, &nb, &foff, &flen, e);
+	if (rc)
+		return rc;
+	unsigned long long fcs = flen ? ZSTD_getFrameContentSize(slot + foff, flen)
+				      : ZSTD_CONTENTSIZE_UNKNOWN;
+	if (fcs <= FWD_BLOCK) {
+		*size = fcs;
+		atomic_store(&last->size, fcs);
+		return 0;
+	}
+	struct sf_buf *b = NULL;
+	if ((rc = sf_part_get(c, last, &b, e)))
+		return rc;
+	*size = b->len;
+	sf_buf_unref(b);
+	return 0;
+}
+
 /* A blocked body: one part per block, so `head -c` decodes only block 0.
  * Only the last block's size is unknown, and learning it decodes that one
  * block alone. */
@@ -402,12 +430,9 @@ static int build_blocked(struct sf_node *f, struct tsm_shard *s, const uint8_t *
 		return -ENOMEM;
 	*bl = (struct fwd_blocks){ s, doc, ci };
 	last->aux = n - 1;
-	struct sf_buf *b = NULL;
-	rc = sf_part_get(c, last, &b, e);
-	if (rc)
+	uint64_t last_len;
+	if ((rc = last_block_size(s, slot, len, ci, n, c, last, &last_len, e)))
 		return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
-	uint64_t last_len = b->len;
-	sf_buf_unref(b);
 	for (uint32_t k = 0; k + 1 < n; k++) {
 		struct sf_part *p = sf_view_part(s->view, produce_block, bl, FWD_BLOCK,
 						 "forward body block");

@@ -146,7 +146,7 @@ static json_t *header_json(const struct tsm_shard *s)
 		if (h->flags >> b & 1)
 			json_array_append_new(names, tsm_flag_name(b) ? json_string(tsm_flag_name(b))
 								  : json_sprintf("bit-%d", b));
-	return json_pack("{s:s, s:i, s:i, s:o, s:o, s:i, s:i, s:o, s:o, s:o, s:o, s:i, s:i}",
+	return json_pack("{s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I}",
 			 "magic", "TSM1", "version_major", h->major, "version_minor", h->minor,
 			 "flags", u64_json(h->flags), "flag_names", names,
 			 "doc_count", (json_int_t)h->doc_count,
@@ -198,7 +198,7 @@ static json_t *regions_json(const struct tsm_shard *s)
 		const struct tsm_region *r = &s->regions[i];
 		char file[48];
 		snprintf(file, sizeof file, "regions/%s", r->name);
-		json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:i, s:o, s:o, s:o, s:i, s:i, s:b}",
+		json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:i, s:o, s:o, s:o, s:I, s:I, s:b}",
 				      "file", file, "kind", r->kind, "kind_name", tsm_kind_name(r->kind),
 				      "codec", r->codec, "codec_name", tsm_codec_name(r->codec),
 				      "flags", r->flags, "offset", u64_json(r->offset),
@@ -217,7 +217,7 @@ int tsm_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e
 	const struct tsm_shard *s = p->arg;
 	json_t *dicts = json_array();
 	for (size_t i = 0; i < s->ndicts; i++)
-		json_array_append_new(dicts, json_pack("{s:i, s:i}", "id", (json_int_t)s->dicts[i].id,
+		json_array_append_new(dicts, json_pack("{s:I, s:I}", "id", (json_int_t)s->dicts[i].id,
 						       "length", (json_int_t)s->dicts[i].len));
 	json_t *j = json_pack("{s:s, s:o, s:{s:o, s:o}, s:o, s:o}", "format", "tsumugi",
 			      "header", header_json(s), "footer", "schema", schema_json(s),
@@ -275,7 +275,8 @@ static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_s
 		uint32_t id = 0;
 		const uint8_t *src;
 		if (tsm_region_stored(s, r, &src, &e) == 0 &&
-		    sf_zstd_frame_dict_id(src, r->length, &id) == 0 && id != r->dict_id) {
+		    sf_zstd_frame_dict_id(src, r->length, &id) == 0 && id != r->dict_id &&
+		    (id || r->raw_length)) {
 			sf_str_addf(o, "warning: %s: regions/%s: descriptor names dictionary %u, the "
 				    "frame %u (the frame's is used)\n", path, r->name, r->dict_id, id);
 			(*warnings)++;
