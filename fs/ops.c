@@ -38,6 +38,13 @@ static bool in_view(const struct fnode *n)
 	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
 }
 
+/* The snapshot a .shardfs/ file shows for one open. */
+static struct sf_buf *meta_content(enum meta_file m)
+{
+	return m == META_STATS ? stats_json(dcache_bytes(cache), dcache_budget(cache))
+			       : errlog_text();
+}
+
 /* Attributes of a node. Files 0444, directories 0555, times of the source. */
 static void fill_attr(struct fnode *n, struct stat *st)
 {
@@ -66,10 +73,15 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		st->st_size = n->st.st_size;
 		st->st_rdev = n->st.st_rdev;
 		break;
-	case FK_META_FILE:
+	case FK_META_FILE: {
+		/* live content: its current length, re-read at every stat */
+		struct sf_buf *b = meta_content(n->meta);
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
+		st->st_size = b ? (off_t)b->len : 0;
+		sf_buf_unref(b);
 		break;
+	}
 	case FK_VIEW:
 		st->st_nlink = 1;
 		if (n->vn->kind == SF_DIR) {
@@ -354,13 +366,6 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	}
 	buf[k] = 0;
 	fuse_reply_readlink(req, buf);
-}
-
-/* The snapshot a .shardfs/ file shows for one open. */
-static struct sf_buf *meta_content(enum meta_file m)
-{
-	return m == META_STATS ? stats_json(dcache_bytes(cache), dcache_budget(cache))
-			       : errlog_text();
 }
 
 static int map_src_file(struct fnode *n)

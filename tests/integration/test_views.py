@@ -1,0 +1,117 @@
+"""Where views appear (DESIGN §3.1) and how they behave whatever the format:
+names and clashes, broken containers, symlinks, hidden .shardfs/, the
+error log, and containers replaced while mounted."""
+import os
+import re
+import shutil
+import time
+
+from conftest import FIXTURES, read_through
+
+TET = FIXTURES / "tet" / "sample.tet"
+TSUMUGI = FIXTURES / "tsumugi" / "gold_prod.tsumugi"
+LINE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ (\S.*?): (.+)$")
+
+
+def error_lines(mnt):
+    text = (mnt / ".shardfs" / "errors").read_text()
+    lines = text.splitlines()
+    for line in lines:
+        assert LINE.match(line), line
+    return lines
+
+
+def test_view_names_and_clashes(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(TET, src / "plain.tet")
+    shutil.copy(TET, src / "taken.tet")
+    (src / "taken").mkdir()
+    shutil.copy(TET, src / "both.tet")
+    (src / "both").mkdir()
+    (src / "both.tet.d").write_text("in the way")
+    # two containers whose views want the same name: the earlier file wins
+    shutil.copy(TET, src / "y.tet")
+    shutil.copy(TSUMUGI, src / "y.tsumugi")
+    mnt = mount(src)
+    names = sorted(os.listdir(mnt))
+    assert names == sorted([
+        "plain.tet", "plain",
+        "taken.tet", "taken", "taken.tet.d",
+        "both.tet", "both", "both.tet.d",
+        "y.tet", "y", "y.tsumugi", "y.tsumugi.d",
+    ])
+    assert (mnt / "plain").is_dir() and (mnt / "plain" / ".zgroup").is_file()
+    assert (mnt / "taken").is_dir() and os.listdir(mnt / "taken") == []
+    assert (mnt / "taken.tet.d" / ".zgroup").is_file()
+    assert (mnt / "both.tet.d").read_text() == "in the way"
+    assert (mnt / "y" / ".zgroup").is_file()
+    assert (mnt / "y.tsumugi.d" / "regions").is_dir()
+    lines = error_lines(mnt)
+    clash = [l for l in lines if LINE.match(l).group(1) == "both.tet"]
+    assert len(clash) == 1 and "taken" in clash[0]
+
+
+def test_broken_and_symlinked_containers(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(TET, src / "good.tet")
+    (src / "garbage.tet").write_bytes(b"this is not a tet file at all" * 10)
+    data = TET.read_bytes()
+    (src / "torn.tet").write_bytes(data[: len(data) // 2])
+    os.symlink("good.tet", src / "alias.tet")
+    mnt = mount(src)
+    names = sorted(os.listdir(mnt))
+    assert names == sorted(["good.tet", "good", "garbage.tet", "torn.tet", "alias.tet"])
+    # broken files still pass through byte for byte
+    assert read_through(mnt / "garbage.tet") == (src / "garbage.tet").read_bytes()
+    assert read_through(mnt / "torn.tet") == data[: len(data) // 2]
+    assert os.readlink(mnt / "alias.tet") == "good.tet"
+    assert not (mnt / "garbage").exists() and not (mnt / "alias").exists()
+    # each failure logged once, however often the directory is listed
+    for _ in range(3):
+        os.listdir(mnt)
+        (mnt / "garbage").exists()
+    lines = error_lines(mnt)
+    paths = [LINE.match(l).group(1) for l in lines]
+    assert sorted(paths) == ["garbage.tet", "torn.tet"]
+
+
+def test_meta_is_hidden_but_reachable(tmp_path, mount):
+    src = tmp_path / "src"
+    (src / "deep" / "er").mkdir(parents=True)
+    shutil.copy(TET, src / "deep" / "er" / "t.tet")
+    mnt = mount(src)
+    view = mnt / "deep" / "er" / "t"
+    assert ".shardfs" not in os.listdir(view)
+    assert ".shardfs" not in os.listdir(mnt)
+    info = (view / ".shardfs" / "info.txt").read_text()
+    assert info and info.endswith("\n")
+    assert (view / ".shardfs" / "verify").read_text().splitlines()[0] == "status: ok"
+    st = os.stat(view / ".shardfs" / "info.txt")
+    assert st.st_size == len(info.encode())
+    assert oct(st.st_mode & 0o777) == "0o444"
+    assert oct(os.stat(view).st_mode & 0o777) == "0o555"
+    # view times come from the container
+    assert int(os.stat(view).st_mtime) == int(os.stat(src / "deep" / "er" / "t.tet").st_mtime)
+
+
+def test_replaced_container(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    shutil.copy(FIXTURES / "tet" / "multichunk_u8.tet", src / "t.tet")
+    mnt = mount(src)
+    before = sorted(os.listdir(mnt / "t"))
+    f = open(mnt / "t" / ".shardfs" / "info.txt", "rb")
+    head = f.read(5)
+    old_info = (mnt / "t" / ".shardfs" / "info.txt").read_bytes()
+    shutil.copy(TET, src / ".t.tmp")
+    os.rename(src / ".t.tmp", src / "t.tet")
+    time.sleep(1.3)
+    after = sorted(os.listdir(mnt / "t"))
+    assert before != after
+    new_info = (mnt / "t" / ".shardfs" / "info.txt").read_bytes()
+    assert new_info != old_info
+    # the handle opened before the replacement keeps reading the old view
+    assert head + f.read() == old_info
+    f.close()
