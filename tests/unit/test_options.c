@@ -1,0 +1,55 @@
+/* The daemon's command line: sizes, options, and refusals. */
+#include <stdlib.h>
+
+#include "check.h"
+#include "options.h"
+
+static int parse(struct options *o, int argc, const char **argv)
+{
+	int rc = options_parse(argc, (char **)argv, o);
+	return rc;
+}
+
+int main(void)
+{
+	uint64_t v = 0;
+	CHECK(parse_size("0", &v) == 0 && v == 0);
+	CHECK(parse_size("4096", &v) == 0 && v == 4096);
+	CHECK(parse_size("64K", &v) == 0 && v == 65536);
+	CHECK(parse_size("512M", &v) == 0 && v == 512ull << 20);
+	CHECK(parse_size("2G", &v) == 0 && v == 2ull << 30);
+	CHECK(parse_size("2GiB", &v) == 0 && v == 2ull << 30);
+	CHECK(parse_size("3MB", &v) == 0 && v == 3ull << 20);
+	CHECK(parse_size("", &v) < 0);
+	CHECK(parse_size("-1", &v) < 0);
+	CHECK(parse_size("12X", &v) < 0);
+	CHECK(parse_size("99999999999999999999", &v) < 0);
+	CHECK(parse_size("17179869184G", &v) < 0);
+
+	struct options o;
+	const char *a1[] = { "shardfs", "src", "mnt", "-f", "--cache-size", "1M", "--threads=3",
+			     "-o", "allow_other", "-oro" };
+	CHECK(parse(&o, 10, a1) == 0);
+	CHECK_STR(o.src, "src");
+	CHECK_STR(o.mnt, "mnt");
+	CHECK(o.foreground && !o.debug);
+	CHECK_EQ_U(o.cache_size, 1 << 20);
+	CHECK_EQ_U(o.threads, 3);
+	CHECK_STR(o.fuse_opts, "allow_other,ro");
+	free(o.fuse_opts);
+
+	const char *a2[] = { "shardfs", "-d", "s", "m" };
+	CHECK(parse(&o, 4, a2) == 0 && o.debug && o.foreground);
+	const char *a3[] = { "shardfs", "s" };
+	CHECK(parse(&o, 2, a3) != 0);
+	const char *a4[] = { "shardfs", "s", "m", "x" };
+	CHECK(parse(&o, 4, a4) != 0);
+	const char *a5[] = { "shardfs", "s", "m", "--threads", "0" };
+	CHECK(parse(&o, 5, a5) != 0);
+	const char *a6[] = { "shardfs", "--help" };
+	CHECK(parse(&o, 2, a6) == 0 && o.help);
+	const char *a7[] = { "shardfs", "s", "m", "-o" };
+	CHECK(parse(&o, 4, a7) != 0);
+	free(o.fuse_opts);
+	CHECK_DONE();
+}
