@@ -1,0 +1,186 @@
+/* iTar folds (specs/taridx.md): a `<fold>.taridx` index of 32-byte rows
+ * pointing at members of the tars `<fold>_<S>.tar` beside it.
+ *
+ * This header is shared by the files of format/taridx/ and by the
+ * shardfs-taridx tool; nothing outside them needs it. */
+#ifndef TARIDX_H
+#define TARIDX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sf_bytes.h"
+#include "sf_format.h"
+#include "sf_map.h"
+#include "sf_view.h"
+
+#define TX_HDR_SIZE 64
+#define TX_ROW_SIZE 32
+#define TX_BLOCK 512
+/* Paths longer than this (GNU long names, pax paths) are not shown. */
+#define TX_PATH_MAX 4096
+
+/* ---- strings and tar header facts (tx_tar.c) -------------------------- */
+
+struct tx_str {
+	const uint8_t *p;
+	size_t len;
+};
+
+/* A stem and extension as upstream derives them from a name (spec §4.1):
+ * UTF-8 decoded with replacement, base name after the last '/', split at
+ * its first '.', extension lowercased. The buffers hold the worst case of
+ * a 100-byte name field; longer names are cut (see tx_key_from). */
+struct tx_key {
+	uint8_t stem[4 * TX_BLOCK];
+	size_t stem_len;
+	uint8_t ext[4 * TX_BLOCK];
+	size_t ext_len;
+	uint64_t hash; /* XXH64 of the stem, seed 0 */
+	bool cut;      /* the name was too long to derive exactly */
+};
+
+/* Derives the key of `name` (len bytes, already cut at its NUL). */
+void tx_key_from(const uint8_t *name, size_t len, struct tx_key *k);
+/* Length of a NUL-terminated field of at most `max` bytes. */
+size_t tx_field_len(const uint8_t *p, size_t max);
+/* The header's size field read the way upstream does (Python's
+ * int(field.split(b'\0')[0] or b'0', 8)). -EINVAL if it is not octal. */
+int tx_hdr_size(const uint8_t *hdr, uint64_t *size);
+/* True when the stored checksum matches the header's bytes. */
+bool tx_hdr_checksum_ok(const uint8_t *hdr);
+bool tx_block_is_zero(const uint8_t *p);
+/* Looks `key` up in pax extended-header records; false if absent or the
+ * records are malformed. */
+bool tx_pax_get(const uint8_t *p, size_t len, const char *key, struct tx_str *val);
+/* True when bytes are valid UTF-8. */
+bool tx_utf8_valid(const uint8_t *p, size_t len);
+
+/* ---- the index file (tx_index.c) -------------------------------------- */
+
+struct tx_row {
+	uint16_t fid;
+	uint64_t off;   /* the member's 512-byte header in tar `fid` */
+	uint64_t size;  /* payload length */
+	uint16_t extid;
+	uint32_t crashid;
+	uint64_t keyhash;
+};
+
+struct tx_index {
+	const uint8_t *data;
+	size_t size;
+	uint16_t major, minor, rec_size, hdr_size;
+	uint64_t n_stems, n_rows, off_crash, off_arr;
+	uint32_t n_ext, n_crash;
+	uint8_t flags;
+	struct tx_str *ext;    /* n_ext strings, in id order */
+	struct tx_str *crash;  /* n_crash stems; crash id c is crash[c-1] */
+	struct tx_crash_ent {
+		uint64_t hash;
+		uint32_t id;
+	} *crash_by_hash;      /* the crash stems sorted by their XXH64 */
+	/* The (keyhash, crashid) lookup, built on first use: rows grouped by
+	 * the top bits of their key hash (perm), bucket b being
+	 * perm[start[b] .. start[b+1]). 4 bytes per row plus at most 4 per
+	 * row for the buckets. */
+	uint32_t *perm;
+	uint32_t *start;
+	unsigned bits;
+};
+
+/* Parses and checks the header, extension and crash blocks (spec §6.2).
+ * `what` names the file in messages. The index keeps pointers into p. */
+int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
+		   struct sf_err *e);
+void tx_index_free(struct tx_index *ix);
+void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out);
+/* Crash id of a stem: its position in the crash block (1-based), else 0. */
+uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash);
+/* Extension id of an extension, or -1. */
+long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len);
+/* Builds the lookup (once). */
+int tx_lookup_build(struct tx_index *ix, struct sf_err *e);
+/* Calls fn for each row with this key hash, crash id and extension id, in
+ * row order; stops early when fn returns true. */
+void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
+		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg);
+/* Number of distinct (keyhash, crashid) groups (samples), and the number
+ * of maximal runs of consecutive rows with the same pair. Needs the lookup. */
+void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs);
+
+/* ---- shards ----------------------------------------------------------- */
+
+struct tx_shard {
+	char *name;          /* "<fold>_<S>.tar" */
+	struct sf_map *map;  /* NULL when it could not be mapped */
+	char *problem;       /* why map is NULL */
+};
+
+/* Picks the shards of `fold` from a directory's names: "<fold>_<S>.tar"
+ * with no '_' in S, sorted by S (the rank is the fid). Fills names only. */
+int tx_shards_find(const char *fold, const char *const *names, size_t n,
+		   struct tx_shard **out, size_t *nout);
+void tx_shards_free(struct tx_shard *s, size_t n);
+
+/* ---- the fold (tx_fold.c, tx_member.c) --------------------------------------------- */
+
+enum tx_kind { TX_FILE, TX_HARDLINK, TX_SYMLINK, TX_OTHER };
+
+/* What one row turned out to be. */
+struct tx_member {
+	struct tx_row row;
+	const uint8_t *hdr;   /* its 512-byte header, or NULL */
+	const char *bad;      /* NULL when the row verifies (spec §6.2) */
+	bool payload_ok;      /* the payload lies inside the tar */
+	enum tx_kind kind;
+};
+
+struct tx_fold {
+	struct tx_index ix;
+	struct tx_shard *shards;
+	size_t nshards;
+	char *fold;
+	struct sf_view *view;
+	struct sf_node *rows_dir;
+	/* Rows whose node the lookup hooks created (in the root and rows/),
+	 * so that listing does not add them twice. */
+	uint8_t *hooked_member, *hooked_row;
+};
+
+/* Checks a row against its tar (everything but the header's size and
+ * checksum, which only verify reports). */
+void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m);
+/* The payload bytes of a row, or NULL when they are not inside the tar. */
+const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
+/* The full path of member row r (TX_PATH_MAX bytes: pax path, else GNU long
+ * name, else ustar prefix/name; empty and "." components dropped) and its
+ * link target. False when it has no usable path. */
+bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
+		     uint8_t *path, size_t *plen, struct tx_str *link);
+
+/* ---- the view's metadata (tx_meta.c) ---------------------------------- */
+
+int tx_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tx_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tx_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+
+/* ---- building an index (tx_build.c) ----------------------------------- */
+
+/* Reports progress after each tar: index of the tar, rows so far. */
+typedef void (*tx_progress_fn)(void *arg, size_t tar, uint64_t rows);
+
+/* Indexes the tars (in fid order) as upstream's parse_folder does, and
+ * returns the index file's bytes. `names` name the tars in messages.
+ * Empty tars are reported through `warn`: upstream's fid numbering skips
+ * them (spec §2.3), and so does this unless `rank_fids` asks for fids that
+ * are the tars' ranks, as readers expect. */
+int tx_build_index(const struct sf_map *const *tars, const char *const *names, size_t n,
+		   bool rank_fids, tx_progress_fn progress, void *parg,
+		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
+		   struct sf_err *e);
+
+extern const struct sf_format sf_fmt_taridx;
+
+#endif

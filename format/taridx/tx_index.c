@@ -1,0 +1,260 @@
+/* The .taridx file: header, extension and crash-stem blocks, rows
+ * (spec §3), and the (keyhash, crashid) lookup over the rows. */
+#include <errno.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+#include "taridx.h"
+
+/* Splits a block on '\n' only (spec §3.2): `want` strings, where an empty
+ * block is zero strings when want is 0 and one empty string when 1. */
+static int split_block(const uint8_t *p, size_t len, uint64_t want, const char *what,
+		       const char *block, struct tx_str **out, struct sf_err *e)
+{
+	uint64_t have = len || want ? 1 : 0;
+	for (size_t i = 0; i < len; i++)
+		have += p[i] == '\n';
+	if (have != want)
+		return sf_fail(e, -EINVAL, "%s: %s block holds %llu strings, header says %llu",
+			       what, block, (unsigned long long)have, (unsigned long long)want);
+	if (!tx_utf8_valid(p, len))
+		return sf_fail(e, -EINVAL, "%s: %s block is not UTF-8", what, block);
+	struct tx_str *s = calloc(want ? want : 1, sizeof *s);
+	if (!s)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", what);
+	size_t k = 0, from = 0;
+	for (size_t i = 0; want && i <= len; i++) {
+		if (i == len || p[i] == '\n') {
+			s[k].p = p + from;
+			s[k].len = i - from;
+			k++;
+			from = i + 1;
+		}
+	}
+	*out = s;
+	return 0;
+}
+
+static int cmp_crash(const void *a, const void *b)
+{
+	const struct tx_crash_ent *x = a, *y = b;
+	return x->hash < y->hash ? -1 : x->hash > y->hash ? 1 : (x->id > y->id) - (x->id < y->id);
+}
+
+int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
+		   struct sf_err *e)
+{
+	memset(ix, 0, sizeof *ix);
+	if (n < TX_HDR_SIZE)
+		return sf_fail(e, -EINVAL, "%s: %zu bytes, shorter than the 64-byte header", what, n);
+	if (memcmp(p, "TARIDX\0\0", 8) != 0)
+		return sf_fail(e, -EINVAL, "%s: bad magic (not a .taridx index)", what);
+	struct sf_cursor c = sf_cursor(p + 8, TX_HDR_SIZE - 8);
+	ix->major = sf_cur_u16(&c);
+	ix->minor = sf_cur_u16(&c);
+	ix->rec_size = sf_cur_u16(&c);
+	ix->hdr_size = sf_cur_u16(&c);
+	ix->n_stems = sf_cur_u64(&c);
+	ix->n_rows = sf_cur_u64(&c);
+	ix->n_ext = sf_cur_u32(&c);
+	ix->n_crash = sf_cur_u32(&c);
+	ix->off_crash = sf_cur_u64(&c);
+	ix->off_arr = sf_cur_u64(&c);
+	ix->flags = sf_cur_u8(&c);
+	ix->data = p;
+	ix->size = n;
+	if (ix->major != 1)
+		return sf_fail(e, -EINVAL, "%s: version %u.%u, only 1.x is known", what,
+			       ix->major, ix->minor);
+	if (ix->rec_size != TX_ROW_SIZE || ix->hdr_size != TX_HDR_SIZE)
+		return sf_fail(e, -EINVAL, "%s: rec_size %u / hdr_size %u, expected 32 / 64", what,
+			       ix->rec_size, ix->hdr_size);
+	if (ix->off_crash < TX_HDR_SIZE || ix->off_arr < ix->off_crash || ix->off_arr > n)
+		return sf_fail(e, -EINVAL, "%s: block offsets %llu, %llu out of order or past the end (%zu bytes)",
+			       what, (unsigned long long)ix->off_crash, (unsigned long long)ix->off_arr, n);
+	uint64_t rows_len = n - ix->off_arr, want;
+	if (rows_len % TX_ROW_SIZE || !sf_mul_ok(ix->n_rows, TX_ROW_SIZE, &want) || want != rows_len)
+		return sf_fail(e, -EINVAL, "%s: %llu bytes of rows, header says %llu rows (torn index?)",
+			       what, (unsigned long long)rows_len, (unsigned long long)ix->n_rows);
+	/* rows are numbered with 32 bits in the lookup */
+	if (ix->n_rows >= UINT32_MAX)
+		return sf_fail(e, -EFBIG, "%s: %llu rows, more than this reader handles", what,
+			       (unsigned long long)ix->n_rows);
+	int rc = split_block(p + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
+			     "extension", &ix->ext, e);
+	if (!rc)
+		rc = split_block(p + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,
+				 "crash-stem", &ix->crash, e);
+	if (!rc && ix->n_crash) {
+		ix->crash_by_hash = malloc(ix->n_crash * sizeof *ix->crash_by_hash);
+		if (!ix->crash_by_hash)
+			rc = sf_fail(e, -ENOMEM, "%s: out of memory", what);
+		for (uint32_t i = 0; !rc && i < ix->n_crash; i++) {
+			ix->crash_by_hash[i].hash = XXH64(ix->crash[i].p, ix->crash[i].len, 0);
+			ix->crash_by_hash[i].id = i + 1;
+		}
+		if (!rc)
+			qsort(ix->crash_by_hash, ix->n_crash, sizeof *ix->crash_by_hash, cmp_crash);
+	}
+	if (rc)
+		tx_index_free(ix);
+	return rc;
+}
+
+void tx_index_free(struct tx_index *ix)
+{
+	free(ix->ext);
+	free(ix->crash);
+	free(ix->crash_by_hash);
+	free(ix->perm);
+	free(ix->start);
+	ix->ext = ix->crash = NULL;
+	ix->crash_by_hash = NULL;
+	ix->perm = ix->start = NULL;
+}
+
+void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out)
+{
+	const uint8_t *p = ix->data + ix->off_arr + r * TX_ROW_SIZE;
+	out->fid = sf_le16(p);
+	out->off = sf_le64(p + 2);
+	out->size = sf_le64(p + 10);
+	out->extid = sf_le16(p + 18);
+	out->crashid = sf_le32(p + 20);
+	out->keyhash = sf_le64(p + 24);
+}
+
+static uint64_t row_keyhash(const struct tx_index *ix, uint64_t r)
+{
+	return sf_le64(ix->data + ix->off_arr + r * TX_ROW_SIZE + 24);
+}
+
+uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash)
+{
+	size_t lo = 0, hi = ix->n_crash;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (ix->crash_by_hash[mid].hash < hash)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < ix->n_crash && ix->crash_by_hash[lo].hash == hash; lo++) {
+		const struct tx_str *s = &ix->crash[ix->crash_by_hash[lo].id - 1];
+		if (s->len == len && memcmp(s->p, stem, len) == 0)
+			return ix->crash_by_hash[lo].id;
+	}
+	return 0;
+}
+
+long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len)
+{
+	for (uint32_t i = 0; i < ix->n_ext && i < 65536; i++)
+		if (ix->ext[i].len == len && memcmp(ix->ext[i].p, ext, len) == 0)
+			return (long)i;
+	return -1;
+}
+
+static size_t bucket_of(const struct tx_index *ix, uint64_t keyhash)
+{
+	return ix->bits ? (size_t)(keyhash >> (64 - ix->bits)) : 0;
+}
+
+/* Order within a bucket: by key hash, crash id, then row, so that the rows
+ * of one (keyhash, crashid) pair sit together in row order. */
+static int cmp_rows(const void *a, const void *b, void *arg)
+{
+	const struct tx_index *ix = arg;
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	struct tx_row rx, ry;
+	tx_row_get(ix, x, &rx);
+	tx_row_get(ix, y, &ry);
+	if (rx.keyhash != ry.keyhash)
+		return rx.keyhash < ry.keyhash ? -1 : 1;
+	if (rx.crashid != ry.crashid)
+		return rx.crashid < ry.crashid ? -1 : 1;
+	return (x > y) - (x < y);
+}
+
+static void sort_bucket(struct tx_index *ix, uint32_t *p, size_t n)
+{
+	if (n > 16) {
+		qsort_r(p, n, sizeof *p, cmp_rows, ix);
+		return;
+	}
+	for (size_t i = 1; i < n; i++)
+		for (size_t j = i; j > 0 && cmp_rows(&p[j - 1], &p[j], ix) > 0; j--) {
+			uint32_t t = p[j];
+			p[j] = p[j - 1];
+			p[j - 1] = t;
+		}
+}
+
+int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
+{
+	if (ix->start)
+		return 0;
+	/* the largest power of two not above the row count: one or two rows
+	 * per bucket on average, and at most 4 bytes per row for the starts */
+	unsigned bits = 0;
+	while (bits < 31 && (2ull << bits) <= ix->n_rows)
+		bits++;
+	size_t nb = (size_t)1 << bits;
+	uint32_t *start = calloc(nb + 1, sizeof *start);
+	uint32_t *perm = malloc((ix->n_rows ? ix->n_rows : 1) * sizeof *perm);
+	if (!start || !perm) {
+		free(start);
+		free(perm);
+		return sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+	}
+	ix->bits = bits;
+	for (uint64_t r = 0; r < ix->n_rows; r++)
+		start[bucket_of(ix, row_keyhash(ix, r)) + 1]++;
+	for (size_t b = 0; b < nb; b++)
+		start[b + 1] += start[b];
+	/* place rows; start[b] walks forward and is restored after */
+	for (uint64_t r = 0; r < ix->n_rows; r++)
+		perm[start[bucket_of(ix, row_keyhash(ix, r))]++] = (uint32_t)r;
+	for (size_t b = nb; b > 0; b--)
+		start[b] = start[b - 1];
+	start[0] = 0;
+	for (size_t b = 0; b < nb; b++)
+		sort_bucket(ix, perm + start[b], start[b + 1] - start[b]);
+	ix->perm = perm;
+	ix->start = start;
+	return 0;
+}
+
+void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
+		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg)
+{
+	size_t b = bucket_of(ix, keyhash);
+	for (uint32_t i = ix->start[b]; i < ix->start[b + 1]; i++) {
+		struct tx_row row;
+		tx_row_get(ix, ix->perm[i], &row);
+		if (row.keyhash == keyhash && row.crashid == crashid && row.extid == extid &&
+		    fn(arg, ix->perm[i]))
+			return;
+	}
+}
+
+void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs)
+{
+	uint64_t groups = 0, nruns = 0;
+	struct tx_row prev = { 0 }, row;
+	for (uint64_t r = 0; r < ix->n_rows; r++) {
+		tx_row_get(ix, r, &row);
+		if (r == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
+			nruns++;
+		prev = row;
+	}
+	/* the lookup keeps each pair's rows together */
+	for (uint64_t i = 0; i < ix->n_rows; i++) {
+		tx_row_get(ix, ix->perm[i], &row);
+		if (i == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
+			groups++;
+		prev = row;
+	}
+	*samples = groups;
+	*runs = nruns;
+}

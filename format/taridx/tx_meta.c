@@ -1,0 +1,297 @@
+/* .shardfs/info.txt, info.json and verify of a fold view. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_json.h"
+#include "taridx.h"
+
+/* Counts that need a pass over the rows. */
+struct counts {
+	uint64_t samples, runs;
+	uint64_t *per_fid;   /* rows per shard, nshards entries */
+	uint64_t beyond;     /* rows whose fid names no shard */
+};
+
+static int count_rows(struct tx_fold *f, struct counts *c, struct sf_err *e)
+{
+	memset(c, 0, sizeof *c);
+	int rc = tx_lookup_build(&f->ix, e);
+	if (rc)
+		return rc;
+	c->per_fid = calloc(f->nshards + 1, sizeof *c->per_fid);
+	if (!c->per_fid)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	tx_count_groups(&f->ix, &c->samples, &c->runs);
+	for (uint64_t r = 0; r < f->ix.n_rows; r++) {
+		struct tx_row row;
+		tx_row_get(&f->ix, r, &row);
+		if (row.fid < f->nshards)
+			c->per_fid[row.fid]++;
+		else
+			c->beyond++;
+	}
+	return 0;
+}
+
+/* Whether upstream's own loader can read the index back: it splits the
+ * blocks on any whitespace (spec §6.1). */
+static bool upstream_loadable(const struct tx_index *ix)
+{
+	for (uint32_t i = 0; i < ix->n_ext; i++) {
+		if (!ix->ext[i].len)
+			return false;
+		for (size_t j = 0; j < ix->ext[i].len; j++)
+			if (ix->ext[i].p[j] == ' ' || (ix->ext[i].p[j] >= '\t' && ix->ext[i].p[j] <= '\r'))
+				return false;
+	}
+	return true;
+}
+
+static void add_strs(struct sf_str *s, const struct tx_str *v, uint32_t n)
+{
+	if (!n)
+		sf_str_add(s, " (none)", 7);
+	for (uint32_t i = 0; i < n; i++) {
+		sf_str_add(s, " \"", 2);
+		sf_utf8_sanitize_add(s, v[i].p, v[i].len);
+		sf_str_addc(s, '"');
+	}
+	sf_str_addc(s, '\n');
+}
+
+static int finish(struct sf_str *s, struct counts *c, struct sf_buf **out, struct sf_err *e,
+		  const char *path)
+{
+	free(c->per_fid);
+	if (!(*out = sf_str_take(s)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
+	return 0;
+}
+
+int tx_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	struct tx_fold *f = p->arg;
+	const struct tx_index *ix = &f->ix;
+	struct counts c;
+	int rc = count_rows(f, &c, e);
+	if (rc)
+		return rc;
+	struct sf_str s = { 0 };
+	sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
+		    ix->major, ix->minor);
+	sf_str_addf(&s, "rows: %llu\nsamples: %llu (header n_stems %llu)\n",
+		    (unsigned long long)ix->n_rows, (unsigned long long)c.samples,
+		    (unsigned long long)ix->n_stems);
+	sf_str_addf(&s, "contiguous: %s (flag %s)\n", c.runs == c.samples ? "yes" : "no",
+		    ix->flags & 1 ? "set" : "clear");
+	sf_str_addf(&s, "extensions (%u):", ix->n_ext);
+	add_strs(&s, ix->ext, ix->n_ext);
+	sf_str_addf(&s, "crash stems (%u):", ix->n_crash);
+	add_strs(&s, ix->crash, ix->n_crash);
+	sf_str_addf(&s, "upstream loader can read it: %s\n", upstream_loadable(ix) ? "yes" : "no");
+	sf_str_addf(&s, "shards (%zu):\n", f->nshards);
+	for (size_t i = 0; i < f->nshards; i++) {
+		const struct tx_shard *sh = &f->shards[i];
+		sf_str_addf(&s, "  fid %zu  %s  ", i, sh->name);
+		if (sh->map)
+			sf_str_addf(&s, "%zu bytes", sh->map->size);
+		else
+			sf_str_addf(&s, "unreadable (%s)", sh->problem);
+		sf_str_addf(&s, "  %llu rows\n", (unsigned long long)c.per_fid[i]);
+	}
+	if (c.beyond)
+		sf_str_addf(&s, "rows naming a missing shard: %llu\n", (unsigned long long)c.beyond);
+	return finish(&s, &c, out, e, f->view->path);
+}
+
+static json_t *strs_json(const struct tx_str *v, uint32_t n)
+{
+	json_t *a = json_array();
+	for (uint32_t i = 0; a && i < n; i++)
+		json_array_append_new(a, sf_json_bytes_as_text(v[i].p, v[i].len));
+	return a;
+}
+
+int tx_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	struct tx_fold *f = p->arg;
+	const struct tx_index *ix = &f->ix;
+	struct counts c;
+	int rc = count_rows(f, &c, e);
+	if (rc)
+		return rc;
+	json_t *j = json_object(), *h = json_object(), *shards = json_array();
+	json_object_set_new(j, "format", json_string("taridx"));
+	json_object_set_new(j, "fold", sf_json_bytes_as_text(f->fold, strlen(f->fold)));
+	json_object_set_new(j, "index", sf_json_bytes_as_text(f->view->path, strlen(f->view->path)));
+	json_object_set_new(h, "magic", json_string("TARIDX"));
+	json_object_set_new(h, "major", json_integer(ix->major));
+	json_object_set_new(h, "minor", json_integer(ix->minor));
+	json_object_set_new(h, "rec_size", json_integer(ix->rec_size));
+	json_object_set_new(h, "hdr_size", json_integer(ix->hdr_size));
+	json_object_set_new(h, "n_stems", json_integer((json_int_t)ix->n_stems));
+	json_object_set_new(h, "n_rows", json_integer((json_int_t)ix->n_rows));
+	json_object_set_new(h, "n_ext", json_integer(ix->n_ext));
+	json_object_set_new(h, "n_crash", json_integer(ix->n_crash));
+	json_object_set_new(h, "off_crash", json_integer((json_int_t)ix->off_crash));
+	json_object_set_new(h, "off_arr", json_integer((json_int_t)ix->off_arr));
+	json_object_set_new(h, "flags", json_integer(ix->flags));
+	json_t *flags = json_array();
+	if (ix->flags & 1)
+		json_array_append_new(flags, json_string("contiguous"));
+	json_object_set_new(h, "flags_by_name", flags);
+	json_object_set_new(j, "header", h);
+	json_object_set_new(j, "rows", json_integer((json_int_t)ix->n_rows));
+	json_object_set_new(j, "samples", json_integer((json_int_t)c.samples));
+	json_object_set_new(j, "contiguous", json_boolean(c.runs == c.samples));
+	json_object_set_new(j, "contiguous_flag", json_boolean(ix->flags & 1));
+	json_object_set_new(j, "extensions", strs_json(ix->ext, ix->n_ext));
+	json_object_set_new(j, "crash_stems", strs_json(ix->crash, ix->n_crash));
+	json_object_set_new(j, "upstream_loadable", json_boolean(upstream_loadable(ix)));
+	for (size_t i = 0; i < f->nshards; i++) {
+		const struct tx_shard *sh = &f->shards[i];
+		json_t *o = json_object();
+		json_object_set_new(o, "fid", json_integer((json_int_t)i));
+		json_object_set_new(o, "name", sf_json_bytes_as_text(sh->name, strlen(sh->name)));
+		json_object_set_new(o, "size", sh->map ? json_integer((json_int_t)sh->map->size) : json_null());
+		json_object_set_new(o, "rows", json_integer((json_int_t)c.per_fid[i]));
+		if (sh->problem)
+			json_object_set_new(o, "error", sf_json_bytes_as_text(sh->problem, strlen(sh->problem)));
+		json_array_append_new(shards, o);
+	}
+	json_object_set_new(j, "shards", shards);
+	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c.beyond));
+	free(c.per_fid);
+	*out = sf_json_pretty(j);
+	json_decref(j);
+	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+}
+
+/* Findings are listed up to this many; the rest are counted. */
+#define MAX_FINDINGS 200
+
+struct report {
+	struct sf_str body;
+	uint64_t errors, listed, warnings;
+};
+
+static void finding(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void finding(struct report *r, const char *fmt, ...)
+{
+	r->errors++;
+	if (r->listed++ >= MAX_FINDINGS)
+		return;
+	char line[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	sf_str_addf(&r->body, "error: %s\n", line);
+}
+
+static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_t *bad_per_fid)
+{
+	struct tx_member m;
+	tx_member_check(f, r, &m);
+	const struct tx_row *row = &m.row;
+	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
+	bool bad = false;
+	if (m.bad) {
+		finding(rep, "row %llu (fid %u %s, offset %llu): %s", (unsigned long long)r, row->fid,
+			shard, (unsigned long long)row->off, m.bad);
+		bad = true;
+	}
+	if (m.hdr && !m.payload_ok) {
+		finding(rep, "row %llu (fid %u %s, offset %llu): payload of %llu bytes runs past the end of the tar",
+			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
+			(unsigned long long)row->size);
+		bad = true;
+	}
+	uint64_t hsize;
+	if (m.hdr && !m.bad && (tx_hdr_size(m.hdr, &hsize) || hsize != row->size)) {
+		finding(rep, "row %llu (fid %u %s, offset %llu): tar header size differs from the row's %llu",
+			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
+			(unsigned long long)row->size);
+		bad = true;
+	}
+	if (m.hdr && !m.bad && !tx_hdr_checksum_ok(m.hdr)) {
+		finding(rep, "row %llu (fid %u %s, offset %llu): tar header checksum mismatch",
+			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
+		bad = true;
+	}
+	if (bad && row->fid < f->nshards)
+		bad_per_fid[row->fid]++;
+}
+
+/* Explains failures that come from the shards beside the index no longer
+ * being the ones it was built for: fids are ranks, so a shard added or
+ * removed shifts every later one. */
+static void check_shards(struct tx_fold *f, const struct counts *c, const uint64_t *bad,
+			 struct report *rep)
+{
+	if (c->beyond)
+		finding(rep, "%llu rows name fids beyond the %zu shards beside the index: a shard was removed or renamed since indexing",
+			(unsigned long long)c->beyond, f->nshards);
+	for (size_t i = 0; i < f->nshards; i++) {
+		const struct tx_shard *sh = &f->shards[i];
+		if (!sh->map) {
+			finding(rep, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
+			continue;
+		}
+		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
+		if (bad[i] && bad[i] == c->per_fid[i])
+			finding(rep, "none of the %llu rows of fid %zu match %s: the shards beside the index are not the ones it was built for%s",
+				(unsigned long long)c->per_fid[i], i, sh->name,
+				empty ? " (this tar is empty: upstream's indexer skips empty tars without giving them a fid, so every later fid is one too low)" : "");
+		else if (!c->per_fid[i] && !empty)
+			finding(rep, "shard %zu (%s) has no rows: it was added after indexing, and every later fid is shifted", i, sh->name);
+		else if (!c->per_fid[i])
+			rep->warnings++, sf_str_addf(&rep->body, "warning: shard %zu (%s) is an empty tar with no rows\n", i, sh->name);
+	}
+}
+
+int tx_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	struct tx_fold *f = p->arg;
+	const struct tx_index *ix = &f->ix;
+	struct counts c;
+	int rc = count_rows(f, &c, e);
+	if (rc)
+		return rc;
+	uint64_t *bad = calloc(f->nshards + 1, sizeof *bad);
+	if (!bad) {
+		free(c.per_fid);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	struct report rep = { 0 };
+	for (uint64_t r = 0; r < ix->n_rows; r++)
+		check_row(f, r, &rep, bad);
+	check_shards(f, &c, bad, &rep);
+	free(bad);
+	if (rep.listed > MAX_FINDINGS)
+		sf_str_addf(&rep.body, "error: ... and %llu more\n",
+			    (unsigned long long)(rep.listed - MAX_FINDINGS));
+	if (c.samples != ix->n_stems) {
+		rep.warnings++;
+		sf_str_addf(&rep.body, "warning: header n_stems is %llu, the rows hold %llu samples\n",
+			    (unsigned long long)ix->n_stems, (unsigned long long)c.samples);
+	}
+	if ((c.runs == c.samples) != (ix->flags & 1)) {
+		rep.warnings++;
+		sf_str_addf(&rep.body, "warning: the contiguity flag is %s but the rows are %scontiguous\n",
+			    ix->flags & 1 ? "set" : "clear", c.runs == c.samples ? "" : "not ");
+	}
+	if (!upstream_loadable(ix)) {
+		rep.warnings++;
+		sf_str_addf(&rep.body, "warning: an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)\n");
+	}
+	struct sf_str s = { 0 };
+	sf_str_addf(&s, "status: %s\n", rep.errors ? "failed" : "ok");
+	sf_str_add(&s, rep.body.p, rep.body.len);
+	sf_str_free(&rep.body);
+	return finish(&s, &c, out, e, f->view->path);
+}

@@ -1,0 +1,68 @@
+/* Which tars belong to a fold, and in what order (spec §2.1): the fid of a
+ * shard is its rank by suffix string, not the number in its name. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "taridx.h"
+
+struct cand {
+	const char *name;
+	const char *suffix;
+	size_t slen;
+};
+
+static int cmp_suffix(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+	size_t n = x->slen < y->slen ? x->slen : y->slen;
+	int c = memcmp(x->suffix, y->suffix, n);
+	return c ? c : (x->slen > y->slen) - (x->slen < y->slen);
+}
+
+int tx_shards_find(const char *fold, const char *const *names, size_t n,
+		   struct tx_shard **out, size_t *nout)
+{
+	size_t flen = strlen(fold);
+	struct cand *c = calloc(n ? n : 1, sizeof *c);
+	if (!c)
+		return -ENOMEM;
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(names[i]);
+		if (len < flen + 5 || memcmp(names[i], fold, flen) != 0 || names[i][flen] != '_' ||
+		    memcmp(names[i] + len - 4, ".tar", 4) != 0)
+			continue;
+		const char *s = names[i] + flen + 1;
+		size_t slen = len - flen - 5;
+		if (memchr(s, '_', slen))
+			continue;
+		c[k++] = (struct cand){ names[i], s, slen };
+	}
+	qsort(c, k, sizeof *c, cmp_suffix);
+	struct tx_shard *s = calloc(k ? k : 1, sizeof *s);
+	int rc = s ? 0 : -ENOMEM;
+	for (size_t i = 0; !rc && i < k; i++)
+		if (!(s[i].name = strdup(c[i].name)))
+			rc = -ENOMEM;
+	free(c);
+	if (rc) {
+		tx_shards_free(s, k);
+		return rc;
+	}
+	*out = s;
+	*nout = k;
+	return 0;
+}
+
+void tx_shards_free(struct tx_shard *s, size_t n)
+{
+	if (!s)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		free(s[i].name);
+		free(s[i].problem);
+		sf_map_unref(s[i].map);
+	}
+	free(s);
+}
