@@ -1,0 +1,427 @@
+/* Search segments (spec §15): inverted/terms.txt, inverted/postings/<term>
+ * and inverted/deleted.txt. The term dictionary and the run indexes are
+ * parsed once, when inverted/ is first used, and kept with the file: the
+ * directory of terms needs them anyway. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_codec.h"
+#include "tatami.h"
+
+/* A term dictionary block decodes to at most this (upstream's are ~KiB). */
+#define MAX_BLOCK (64u << 20)
+
+struct tat_term {
+	size_t at, len; /* in tat_search.names */
+	uint64_t df;
+	bool single;
+	uint64_t doc, freq, list;
+	struct sf_part *part;
+};
+
+struct tat_search {
+	bool loaded;
+	int rc;
+	char err[512];
+	struct sf_str names;
+	struct tat_term *terms;
+	size_t nterms, capterms;
+	struct tat_rec post, skip;
+	uint64_t *list_at, *list_len, *skip_at; /* per posting list */
+	size_t nlists;
+	const uint8_t *live; /* words, or NULL: every document is live */
+	uint64_t live_n;
+};
+
+void tat_search_free(struct tat_search *s)
+{
+	if (!s)
+		return;
+	sf_str_free(&s->names);
+	free(s->terms);
+	free(s->list_at);
+	free(s->list_len);
+	free(s->skip_at);
+	free(s);
+}
+
+/* One of the four inverted records: stored without a codec, CRC-checked. */
+static int inv_record(struct tat_file *tf, uint64_t off, uint64_t len, const char *what,
+		      struct tat_rec *r, struct sf_err *e)
+{
+	int rc = tat_rec_read(tf, off, r, what, e);
+	if (rc == 0 && r->csize != len)
+		rc = sf_fail(e, -EIO, "%s: %s: record holds %u bytes, the footer says %" PRIu64,
+			     tf->view->path, what, r->csize, len);
+	return rc;
+}
+
+static int add_term(struct tat_search *s, const uint8_t *p, size_t len, struct sf_cursor *c)
+{
+	if (s->nterms == s->capterms) {
+		size_t cap = s->capterms ? 2 * s->capterms : 256;
+		struct tat_term *t = realloc(s->terms, cap * sizeof *t);
+		if (!t)
+			return -ENOMEM;
+		s->terms = t;
+		s->capterms = cap;
+	}
+	struct tat_term *t = &s->terms[s->nterms];
+	memset(t, 0, sizeof *t);
+	t->at = s->names.len;
+	t->len = len;
+	sf_str_add(&s->names, p, len);
+	t->df = sf_cur_uvarint(c);
+	t->single = sf_cur_u8(c) == 1;
+	if (t->single) {
+		t->doc = sf_cur_uvarint(c);
+		t->freq = sf_cur_uvarint(c);
+	} else {
+		t->list = sf_cur_uvarint(c);
+	}
+	if (c->bad)
+		return -EIO;
+	s->nterms++;
+	return s->names.oom ? -ENOMEM : 0;
+}
+
+static int flat_terms(struct tat_search *s, struct sf_cursor *c)
+{
+	uint64_t n = sf_cur_uvarint(c);
+	for (uint64_t i = 0; i < n && !c->bad; i++) {
+		uint64_t len = sf_cur_uvarint(c);
+		const uint8_t *p = len <= sf_cur_left(c) ? sf_cur_take(c, (size_t)len) : NULL;
+		if (!p || add_term(s, p, (size_t)len, c))
+			return -EIO;
+	}
+	return c->bad ? -EIO : 0;
+}
+
+/* Front-coded entries of one block: each term shares a prefix with the
+ * previous one of the block. */
+static int block_terms(struct tat_search *s, const uint8_t *raw, size_t len)
+{
+	struct sf_cursor c = sf_cursor(raw, len);
+	uint8_t *prev = NULL;
+	size_t prevlen = 0;
+	int rc = 0;
+	while (rc == 0 && sf_cur_left(&c)) {
+		uint64_t pre = sf_cur_uvarint(&c), suf = sf_cur_uvarint(&c);
+		const uint8_t *p = suf <= sf_cur_left(&c) ? sf_cur_take(&c, (size_t)suf) : NULL;
+		if (c.bad || !p || pre > prevlen) {
+			rc = -EIO;
+			break;
+		}
+		uint8_t *term = malloc(pre + suf + 1);
+		if (!term) {
+			rc = -ENOMEM;
+			break;
+		}
+		if (pre)
+			memcpy(term, prev, pre);
+		memcpy(term + pre, p, suf);
+		free(prev);
+		prev = term;
+		prevlen = pre + suf;
+		rc = add_term(s, term, prevlen, &c);
+	}
+	free(prev);
+	return rc;
+}
+
+static int tree_terms(struct tat_file *tf, struct tat_search *s, struct sf_cursor *c,
+		      struct sf_err *e)
+{
+	const char *path = tf->view->path;
+	if (sf_cur_u8(c) != 2)
+		return sf_fail(e, -EIO, "%s: term dictionary: block-tree bad version", path);
+	sf_cur_uvarint(c); /* block size: informational */
+	sf_cur_uvarint(c); /* term count: the blocks say */
+	uint64_t nblocks = sf_cur_uvarint(c), ilen = sf_cur_uvarint(c);
+	const uint8_t *index = ilen <= sf_cur_left(c) ? sf_cur_take(c, (size_t)ilen) : NULL;
+	if (c->bad || !index)
+		return sf_fail(e, -EIO, "%s: term dictionary: truncated block index", path);
+	const uint8_t *blocks = c->p + c->pos;
+	size_t blen = sf_cur_left(c);
+	struct sf_cursor ic = sf_cursor(index, (size_t)ilen);
+	for (uint64_t b = 0; b < nblocks; b++) {
+		uint64_t flen = sf_cur_uvarint(&ic);
+		if (flen > sf_cur_left(&ic) || !sf_cur_take(&ic, (size_t)flen))
+			ic.bad = true;
+		uint64_t off = sf_cur_uvarint(&ic), clen = sf_cur_uvarint(&ic), rlen = sf_cur_uvarint(&ic);
+		if (ic.bad || !sf_range_ok(blen, off, clen) || rlen > MAX_BLOCK)
+			return sf_fail(e, -EIO, "%s: term dictionary: block %" PRIu64 " is out of bounds",
+				       path, b);
+		uint8_t *raw = malloc(rlen ? rlen : 1);
+		if (!raw)
+			return sf_fail(e, -ENOMEM, "%s: out of memory", path);
+		char what[600];
+		snprintf(what, sizeof what, "%s: term dictionary block %" PRIu64, path, b);
+		int rc = sf_zstd_decode(blocks + off, (size_t)clen, raw, (size_t)rlen, NULL, 0, what, e);
+		if (rc == 0 && (rc = block_terms(s, raw, (size_t)rlen)))
+			rc = sf_fail(e, rc, "%s: malformed entries", what);
+		free(raw);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Posting data blobs and skip tables: where list i starts in each run. */
+static int index_runs(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
+{
+	const char *path = tf->view->path;
+	struct sf_cursor pc = sf_cursor(s->post.stored, s->post.csize);
+	struct sf_cursor sc = sf_cursor(s->skip.stored, s->skip.csize);
+	uint64_t n = sf_cur_uvarint(&pc);
+	if (pc.bad || n > sf_cur_left(&pc) || sf_cur_uvarint(&sc) != n || sc.bad)
+		return sf_fail(e, -EIO, "%s: postings and skips disagree on the number of lists", path);
+	s->nlists = (size_t)n;
+	s->list_at = calloc(n + 1, sizeof *s->list_at);
+	s->list_len = calloc(n + 1, sizeof *s->list_len);
+	s->skip_at = calloc(n + 1, sizeof *s->skip_at);
+	if (!s->list_at || !s->list_len || !s->skip_at)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t len = sf_cur_uvarint(&pc);
+		s->list_at[i] = pc.pos;
+		s->list_len[i] = len;
+		if (pc.bad || len > sf_cur_left(&pc) || !sf_cur_take(&pc, (size_t)len))
+			return sf_fail(e, -EIO, "%s: postings run: list %zu is truncated", path, i);
+		s->skip_at[i] = sc.pos;
+		sf_cur_uvarint(&sc);
+		uint64_t nb = sf_cur_uvarint(&sc);
+		for (uint64_t b = 0; b < nb && !sc.bad; b++)
+			for (int k = 0; k < 5; k++)
+				sf_cur_uvarint(&sc);
+		if (sc.bad)
+			return sf_fail(e, -EIO, "%s: skips run: list %zu is truncated", path, i);
+	}
+	return 0;
+}
+
+static int load(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
+{
+	const struct tat_invert *v = &tf->inv;
+	const char *path = tf->view->path;
+	struct tat_rec dict, live;
+	int rc = inv_record(tf, v->dict_off, v->dict_len, "term dictionary", &dict, e);
+	if (rc == 0)
+		rc = inv_record(tf, v->post_off, v->post_len, "postings run", &s->post, e);
+	if (rc == 0)
+		rc = inv_record(tf, v->skip_off, v->skip_len, "skips run", &s->skip, e);
+	if (rc == 0 && v->live_len) {
+		rc = inv_record(tf, v->live_off, v->live_len, "live-docs run", &live, e);
+		if (rc == 0) {
+			struct sf_cursor c = sf_cursor(live.stored, live.csize);
+			s->live_n = sf_cur_uvarint(&c);
+			uint64_t words = s->live_n / 64 + (s->live_n % 64 != 0);
+			if (c.bad || words > sf_cur_left(&c) / 8)
+				rc = sf_fail(e, -EIO, "%s: live-docs run is truncated", path);
+			else
+				s->live = c.p + c.pos;
+		}
+	}
+	if (rc)
+		return rc;
+	struct sf_cursor c = sf_cursor(dict.stored, dict.csize);
+	if (tf->hflags & TAT_H_BLOCK_TREE)
+		rc = tree_terms(tf, s, &c, e);
+	else if ((rc = flat_terms(s, &c)))
+		rc = sf_fail(e, rc, "%s: term dictionary: malformed flat layout", path);
+	return rc ? rc : index_runs(tf, s, e);
+}
+
+static int search_get(struct tat_file *tf, struct tat_search **out, struct sf_err *e)
+{
+	pthread_mutex_lock(&tf->memo_lock);
+	struct tat_search *s = tf->search;
+	if (!s && (s = tf->search = calloc(1, sizeof *s)) == NULL) {
+		pthread_mutex_unlock(&tf->memo_lock);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
+	}
+	if (!s->loaded) {
+		s->rc = load(tf, s, e);
+		if (s->rc)
+			snprintf(s->err, sizeof s->err, "%s", e->msg);
+		s->loaded = true;
+	} else if (s->rc) {
+		snprintf(e->msg, sizeof e->msg, "%s", s->err);
+	}
+	pthread_mutex_unlock(&tf->memo_lock);
+	*out = s;
+	return s->rc;
+}
+
+static bool is_live(const struct tat_search *s, uint64_t doc)
+{
+	if (!s->live)
+		return true;
+	return doc < s->live_n && (sf_le64(s->live + 8 * (doc / 64)) >> (doc % 64) & 1);
+}
+
+/* One posting block (spec §15.4) appended as `doc\tfreq` lines. */
+static int block_lines(const struct tat_search *s, struct sf_cursor *c, uint64_t first,
+		       uint64_t count, struct sf_str *out)
+{
+	uint64_t gaps[128], freqs[128];
+	if (count == 0 || count > 128)
+		return -EIO;
+	if (count == 128) {
+		unsigned w = sf_cur_u8(c);
+		if (c->bad || tat_unpack(c, w, 127, gaps))
+			return -EIO;
+	} else if (tat_dec_groupvarint(c, (size_t)count - 1, gaps)) {
+		return -EIO;
+	}
+	if (tat_dec_pfordelta(c, (size_t)count, freqs))
+		return -EIO;
+	uint64_t doc = first;
+	for (uint64_t j = 0; j < count; j++) {
+		if (j)
+			doc += gaps[j - 1];
+		if (is_live(s, doc))
+			sf_str_addf(out, "%" PRIu64 "\t%" PRIu64 "\n", doc, freqs[j]);
+	}
+	return 0;
+}
+
+static int posting_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+{
+	struct tat_file *tf = p->arg2;
+	const struct tat_term *t = p->arg;
+	struct tat_search *s = tf->search;
+	const char *path = tf->view->path;
+	struct sf_str text = { 0 };
+	if (t->single) {
+		if (is_live(s, t->doc))
+			sf_str_addf(&text, "%" PRIu64 "\t%" PRIu64 "\n", t->doc, t->freq);
+	} else {
+		if (t->list >= s->nlists)
+			return sf_fail(e, -EIO, "%s: %s: posting list %" PRIu64 " does not exist", path,
+				       p->what, t->list);
+		const uint8_t *data = s->post.stored + s->list_at[t->list];
+		uint64_t dlen = s->list_len[t->list];
+		struct sf_cursor sc = sf_cursor(s->skip.stored, s->skip.csize);
+		sc.pos = s->skip_at[t->list];
+		sf_cur_uvarint(&sc);
+		uint64_t nb = sf_cur_uvarint(&sc);
+		for (uint64_t b = 0; b < nb; b++) {
+			uint64_t first = sf_cur_uvarint(&sc);
+			sf_cur_uvarint(&sc);
+			sf_cur_uvarint(&sc);
+			uint64_t off = sf_cur_uvarint(&sc), count = sf_cur_uvarint(&sc);
+			struct sf_cursor bc = sf_cursor(data, (size_t)dlen);
+			bc.pos = off <= dlen ? (size_t)off : 0;
+			if (sc.bad || off > dlen || block_lines(s, &bc, first, count, &text)) {
+				sf_str_free(&text);
+				return sf_fail(e, -EIO, "%s: %s: posting block %" PRIu64 " is malformed",
+					       path, p->what, b);
+			}
+		}
+	}
+	*out = sf_str_take(&text);
+	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", path);
+}
+
+static int populate_postings(struct sf_node *dir, struct sf_err *e)
+{
+	struct tat_file *tf = dir->view->state;
+	struct tat_search *s;
+	int rc = search_get(tf, &s, e);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < s->nterms; i++) {
+		struct tat_term *t = &s->terms[i];
+		struct sf_node *f = sf_dir_add_file(dir, s->names.p + t->at, t->len);
+		if (!f)
+			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
+		if (!(t->part = sf_view_part(tf->view, posting_produce, t, SF_SIZE_UNKNOWN, f->name)))
+			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
+		t->part->arg2 = tf;
+		sf_file_set_build(f, tat_build_whole, t->part);
+	}
+	return 0;
+}
+
+/* terms.txt names each term as postings/ shows it, so it lists that
+ * directory once it is populated. */
+static int build_terms(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tat_file *tf = f->view->state;
+	struct sf_node *dir = f->arg;
+	int rc = sf_dir_ready(dir, e);
+	if (rc)
+		return rc == -ENOMEM ? rc : sf_file_set_broken(f, 0, e->msg);
+	struct tat_search *s = tf->search;
+	struct sf_str text = { 0 };
+	for (size_t i = 0; i < dir->u.dir.n; i++)
+		sf_str_addf(&text, "%s\t%" PRIu64 "\n", dir->u.dir.kids[i]->name, s->terms[i].df);
+	struct sf_buf *b = sf_str_take(&text);
+	if (!b)
+		return -ENOMEM;
+	rc = sf_file_add_buf(f, b, 0, b->len);
+	sf_buf_unref(b);
+	return rc;
+}
+
+static int build_deleted(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	struct tat_file *tf = f->view->state;
+	struct tat_search *s;
+	int rc = search_get(tf, &s, e);
+	if (rc)
+		return rc == -ENOMEM ? rc : sf_file_set_broken(f, 0, e->msg);
+	struct sf_str text = { 0 };
+	for (uint64_t d = 0; s->live && d < s->live_n; d++)
+		if (!is_live(s, d))
+			sf_str_addf(&text, "%" PRIu64 "\n", d);
+	struct sf_buf *b = sf_str_take(&text);
+	if (!b)
+		return -ENOMEM;
+	rc = sf_file_add_buf(f, b, 0, b->len);
+	sf_buf_unref(b);
+	return rc;
+}
+
+int tat_search_add(struct tat_file *tf, struct sf_node *root)
+{
+	struct sf_node *inv = sf_dir_add_exact(root, SF_DIR, "inverted");
+	struct sf_node *terms = inv ? sf_dir_add_exact(inv, SF_FILE, "terms.txt") : NULL;
+	struct sf_node *post = terms ? sf_dir_add_exact(inv, SF_DIR, "postings") : NULL;
+	struct sf_node *del = post ? sf_dir_add_exact(inv, SF_FILE, "deleted.txt") : NULL;
+	if (!del)
+		return -ENOMEM;
+	sf_dir_set_populate(post, populate_postings, NULL);
+	sf_file_set_build(terms, build_terms, post);
+	sf_file_set_build(del, build_deleted, NULL);
+	return 0;
+}
+
+int tat_search_check(struct tat_file *tf, struct sf_str *report, struct sf_err *e)
+{
+	struct tat_search *s;
+	int rc = search_get(tf, &s, e);
+	if (rc) {
+		sf_str_addf(report, "error: %s\n", e->msg);
+		return rc;
+	}
+	int bad = 0;
+	for (size_t i = 0; i < s->nterms; i++) {
+		struct sf_part tmp = { .arg = &s->terms[i], .arg2 = tf, .what = "postings" };
+		struct sf_buf *b = NULL;
+		if (posting_produce(&tmp, &b, e)) {
+			sf_str_addf(report, "error: term %zu: %s\n", i, e->msg);
+			bad = -EIO;
+			continue;
+		}
+		sf_buf_unref(b);
+	}
+	if (tf->inv.num_terms != s->nterms)
+		sf_str_addf(report, "warning: footer counts %" PRIu64 " terms, the dictionary holds %zu\n",
+			    tf->inv.num_terms, s->nterms);
+	return bad;
+}
