@@ -6,8 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Length of the valid UTF-8 sequence at p (1-4), or 0 if invalid. */
-static size_t utf8_seq(const uint8_t *p, size_t n)
+size_t sf_utf8_seq(const uint8_t *p, size_t n)
 {
 	uint8_t c = p[0];
 	if (c < 0x80)
@@ -46,7 +45,7 @@ void sf_utf8_sanitize_add(struct sf_str *s, const void *data, size_t len)
 	const uint8_t *p = data;
 	size_t i = 0, run = 0;
 	while (i < len) {
-		size_t k = utf8_seq(p + i, len - i);
+		size_t k = sf_utf8_seq(p + i, len - i);
 		if (k) {
 			i += k;
 			continue;

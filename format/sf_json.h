@@ -16,6 +16,9 @@ json_t *sf_json_real(double d);
 json_t *sf_json_base64(const void *p, size_t len);
 /* Appends base64 of p to s. */
 void sf_base64_add(struct sf_str *s, const void *p, size_t len);
+/* Length of the valid UTF-8 sequence at p (1-4; n > 0 bytes available), or
+ * 0 if it is not valid (overlong, surrogate, beyond U+10FFFF, truncated). */
+size_t sf_utf8_seq(const uint8_t *p, size_t n);
 /* Appends bytes to s with invalid UTF-8 replaced by U+FFFD. */
 void sf_utf8_sanitize_add(struct sf_str *s, const void *p, size_t len);
 /* Serialises j (compact, keys in insertion order, UTF-8 kept as is) and
