@@ -63,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(root, sizeof root, "/tmp/fuzz_shardlake.XXXXXX");
 		if (!mkdtemp(root))
 			abort();
-		char cmd[160];
+		char cmd[256];
 		snprintf(cmd, sizeof cmd, "mkdir -p %s/indexes/v/shards %s/aliases", root, root);
 		if (system(cmd) != 0)
 			abort();
