@@ -1,0 +1,357 @@
+"""Mounted tests of the tet view (DESIGN §3.9, specs/tet.md): the upstream
+fixtures against EXPECTED.json, the writer's corpus (every dtype, rank 1..8,
+zero-length axes, mixed codecs, shuffled and gapped payloads, hostile
+names, footers), real clients (numpy.load with mmap, zarr.open), bad input,
+and memory while reading a 1 GiB dataset. Expected values are computed here
+from the arrays the writer stored, never from the view."""
+import errno
+import hashlib
+import json
+import os
+import shutil
+import struct
+import sys
+
+import numpy as np
+import pytest
+import xxhash
+import zarr
+import zstandard
+
+from conftest import FIXTURES, WRITERS, read_through
+
+sys.path.insert(0, str(WRITERS))
+import tet_writer as tw  # noqa: E402
+
+EXPECTED = json.loads((FIXTURES / "tet" / "EXPECTED.json").read_text())
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+# ---- names as DESIGN §3.3 and §3.9 say, computed independently ----------
+
+def escape(raw, limit=250):
+    parts = []
+    for b in raw:
+        parts.append(f"%{b:02X}".encode() if b in b"%/\\" or b < 0x20 or b == 0x7F else bytes([b]))
+    out = b"".join(parts)
+    if len(out) > limit:
+        cut, n = b"", 0
+        for p in parts:
+            if n + len(p) > 200:
+                break
+            cut += p
+            n += len(p)
+        out = cut + b"~" + f"{xxhash.xxh64_intdigest(raw):016x}".encode()
+    return out
+
+
+def group_entries(names):
+    """Directory entry of each dataset in a zarr group view."""
+    taken = {b".zgroup", b".zattrs", b".shardfs"}
+    reserved = {b".zarray", b".zmetadata"}
+    out = []
+    for raw in names:
+        base = escape(raw)
+
+        def free(n):
+            return (n not in (b"", b".", b"..") and n not in taken and n not in reserved
+                    and n + b".npy" not in taken)
+        name, k = base, 0
+        while not free(name):
+            k += 1
+            name = base + b"#%d" % k
+        taken.update({name, name + b".npy"})
+        out.append(name)
+    return out
+
+
+def view_path(mnt, fname):
+    return mnt / fname[:-len(".tet")]
+
+
+# ---- upstream fixtures ---------------------------------------------------
+
+def test_fixtures(mount):
+    mnt = mount(FIXTURES / "tet")
+    for fx in EXPECTED["files"]:
+        src = FIXTURES / "tet" / fx["file"]
+        # the container passes through unchanged, its view beside it
+        assert sha(read_through(mnt / fx["file"])) == fx["file_sha256"]
+        view = view_path(mnt, fx["file"])
+        assert (view / ".zgroup").is_file()
+        data = src.read_bytes()
+        for ds in fx["datasets"]:
+            name = ds["name"]
+            arr = np.load(view / f"{name}.npy", mmap_mode="r")
+            assert arr.dtype == np.dtype(ds["numpy"]) and list(arr.shape) == ds["shape"]
+            assert sha(np.ascontiguousarray(arr).tobytes()) == ds["logical_sha256"]
+            z = zarr.open(str(view), mode="r")[name]
+            assert np.array_equal(z[...], arr)
+            zattrs = json.loads((view / name / ".zattrs").read_text())
+            assert zattrs["_ARRAY_DIMENSIONS"] == [f"dim_{i}" for i in range(ds["ndim"])]
+        for ch in fx["chunks"]:
+            name = fx["datasets"][ch["dataset_id"]]["name"]
+            coords = ".".join(map(str, ch["coords"]))
+            tile = read_through(view / ".shardfs" / "tiles" / name / coords)
+            assert sha(tile) == ch["decoded_sha256"]
+            assert tile == data[ch["payload_offset"]:ch["payload_offset"] + ch["raw_byte_len"]]
+        verify = (view / ".shardfs" / "verify").read_text()
+        assert verify.startswith("status: ok\n") == (fx["upstream_verify"] == "ok")
+    # plan.tet: the damaged footer is reported, the dataset still reads
+    assert "footer" in json.loads((mnt / "plan" / ".zattrs").read_text())["footer_error"]
+    assert any("plan.tet" in line and "footer" in line
+               for line in (mnt / ".shardfs" / "errors").read_text().splitlines())
+
+
+def test_info_follows_tet_info(mount):
+    mnt = mount(FIXTURES / "tet")
+    info = (mnt / "sample" / ".shardfs" / "info.txt").read_text()
+    # the layout upstream's `tet info --all -n 0` prints (spec §12.5)
+    assert info.startswith("file: sample.tet\nsize: 368 bytes  layout_version: 1  "
+                           "datasets: 1  chunks: 2\n")
+    assert "    0  temperature           f32    2×3               2×2           2\n" in info
+    assert "     1  temperature   0,1                8           8    raw  360\n" in info
+    j = json.loads((mnt / "sample" / ".shardfs" / "info.json").read_text())
+    fx = next(f for f in EXPECTED["files"] if f["file"] == "sample.tet")
+    assert j["summary"]["superblock"]["chunk_index_length"] == fx["superblock"]["chunk_index_length"]
+    assert [c["payload_offset"] for c in j["summary"]["chunks"]] == \
+        [c["payload_offset"] for c in fx["chunks"]]
+
+
+# ---- the writer's corpus -------------------------------------------------
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tetcorpus")
+    return d, tw.write_corpus(d)
+
+
+def stored_entries(path):
+    """(dataset_id, coords, offset, raw, stored, codec) of every index entry."""
+    b = path.read_bytes()
+    n, index_off = struct.unpack_from("<I", b, 8)[0], struct.unpack_from("<Q", b, 16)[0]
+    if n == 0:
+        return []
+    count = struct.unpack_from("<Q", b, index_off + 8)[0]
+    out = []
+    for k in range(count):
+        f = struct.unpack_from("<Q8QQQQII", b, index_off + 32 + 104 * k)
+        out.append((f[0], f[1:9], f[9], f[10], f[11], f[12]))
+    return out
+
+
+def test_corpus_arrays_and_chunks(mount, corpus):
+    src, files = corpus
+    mnt = mount(src)
+    for fname, dss in files.items():
+        view = view_path(mnt, fname)
+        entries = group_entries([d.name for d in dss])
+        assert sorted(os.listdir(view)) == sorted(
+            [".zgroup", ".zattrs"] + [e.decode() for e in entries] +
+            [e.decode() + ".npy" for e in entries])
+        raw = (src / fname).read_bytes()
+        index = stored_entries(src / fname)
+        for did, (ds, entry) in enumerate(zip(dss, entries)):
+            entry = entry.decode()
+            want = ds.array
+            got = np.load(view / f"{entry}.npy", mmap_mode="r")
+            assert got.dtype == want.dtype and got.shape == want.shape
+            assert got.tobytes() == tw.c_order(ds)
+            # read in odd pieces through the kernel too
+            whole = read_through(view / f"{entry}.npy", 4093)
+            assert whole[len(whole) - want.nbytes:] == tw.c_order(ds)
+            zarray = json.loads((view / entry / ".zarray").read_text())
+            assert zarray["chunks"] == [max(1, min(c, s)) for c, s in zip(ds.chunks, want.shape)]
+            assert zarray["dtype"] == want.dtype.str and zarray["compressor"] is None
+            chunk_names = sorted(n for n in os.listdir(view / entry) if not n.startswith("."))
+            cells = tw.cells(tw.grid_of(want.shape, ds.chunks))
+            assert chunk_names == sorted(".".join(map(str, c)) for c in cells)
+            for c in cells:
+                cname = ".".join(map(str, c))
+                assert read_through(view / entry / cname) == tw.zarr_chunk(ds, c)
+                tile = tw.tile_of(want, c, ds.chunks).tobytes()
+                tdir = view / ".shardfs" / "tiles" / entry
+                assert read_through(tdir / cname) == tile
+                e = next(x for x in index if x[0] == did and tuple(x[1][:want.ndim]) == c)
+                if e[5] == 1:
+                    stored = read_through(tdir / (cname + ".zst"))
+                    assert stored == raw[e[2]:e[2] + e[4]]
+                    assert zstandard.ZstdDecompressor().decompressobj().decompress(stored) == tile
+                else:
+                    assert not (tdir / (cname + ".zst")).exists()
+        verify = (view / ".shardfs" / "verify").read_text()
+        assert verify.startswith("status: ok\n"), (fname, verify)
+
+
+def test_corpus_zarr_clients(mount, corpus):
+    src, files = corpus
+    mnt = mount(src)
+    for fname, dss in files.items():
+        if fname in ("names.tet", "empty.tet"):
+            continue
+        g = zarr.open(str(view_path(mnt, fname)), mode="r")
+        for ds, entry in zip(dss, group_entries([d.name for d in dss])):
+            z = g[entry.decode()]
+            assert z.dtype == ds.array.dtype and z.shape == ds.array.shape
+            assert np.array_equal(z[...], ds.array), fname
+
+
+def zero_copy_span(path, ds_id, ds):
+    """Spec §7.6 computed from the stored index: (offset, nbytes) or None."""
+    shape, chunks = ds.array.shape, ds.chunks
+    j = max((d for d in range(len(shape)) if chunks[d] < shape[d]), default=-1)
+    if any(chunks[d] != 1 and shape[d] != 1 for d in range(j)) or not ds.array.nbytes:
+        return None
+    by = {tuple(e[1][:len(shape)]): e for e in stored_entries(path) if e[0] == ds_id}
+    cells = tw.cells(tw.grid_of(shape, chunks))
+    if any(by[c][5] != 0 for c in cells):
+        return None
+    for a, b in zip(cells, cells[1:]):
+        if by[a][2] + by[a][3] != by[b][2]:
+            return None
+    return [by[cells[0]][2], ds.array.nbytes]
+
+
+def test_zero_copy_when_layout_allows(mount, corpus):
+    src, files = corpus
+    mnt = mount(src)
+    seen = 0
+    for fname, dss in files.items():
+        info = json.loads((view_path(mnt, fname) / ".shardfs" / "info.json").read_text())
+        for i, ds in enumerate(dss):
+            want = zero_copy_span(src / fname, i, ds)
+            assert info["summary"]["datasets"][i]["zero_copy_span"] == want, (fname, i)
+            seen += want is not None
+    assert seen >= 2  # the zero_copy case has two row-slab datasets
+
+
+def test_footer_metadata(mount, corpus):
+    src, files = corpus
+    mnt = mount(src)
+    for fname in ("footer.tet", "footer_spill.tet"):
+        view = view_path(mnt, fname)
+        meta = tw.corpus()[fname[:-4]][1]["footer"]
+        group = json.loads((view / ".zattrs").read_text())
+        assert group["metadata"] == meta["metadata"]
+        assert group["history"] == meta["history"]
+        attrs = json.loads((view / "t" / ".zattrs").read_text())
+        assert attrs["_ARRAY_DIMENSIONS"] == ["y", "x"]
+        assert attrs["units"] == "K" and attrs["long_name"] == "temperature"
+        info = (view / ".shardfs" / "info.txt").read_text()
+        assert "       dim_names: y, x\n" in info and "       units: K\n" in info
+        assert "coords: x(3 labels)" in info
+    assert "memory_budget_percent: 25\n" in (mnt / "footer" / ".shardfs" / "info.txt").read_text()
+
+
+# ---- bad input -------------------------------------------------------------
+
+def damaged_files(d):
+    """name -> bytes of files that break one rule of spec §11 each, and the
+    datasets of the file they were made from."""
+    good = [tw.Dataset(b"a", tw.ramp((4, 3), "<f4"), (2, 2), tw.alternate),
+            tw.Dataset(b"b", tw.ramp((5,), "<u2"), (2,), "zstd")]
+    base = d / "base.tet"
+    lay = tw.write_tet(base, good)
+    b = base.read_bytes()
+    out = {}
+
+    def patched(name, *edits):
+        x = bytearray(b)
+        for off, fmt, val in edits:
+            struct.pack_into(fmt, x, off, val)
+        out[name] = bytes(x)
+
+    e = lay.entry_offsets
+    patched("bad_magic", (0, "<4s", b"XETR"))
+    patched("index_past_end", (24, "<Q", len(b)))
+    patched("chunk_outside", (e[1] + 72, "<Q", len(b) - 1))
+    patched("bad_codec", (e[0] + 96, "<I", 5))
+    out["torn"] = b[:-7]
+    # refused datasets: the file opens without them
+    coords1 = struct.unpack_from("<8Q", b, e[1] + 8)
+    patched("dup_coords", *[(e[0] + 8 + 8 * i, "<Q", v) for i, v in enumerate(coords1)])
+    rec_b = lay.record_offsets[1]
+    patched("zero_chunk_extent", (rec_b + 24 + 8, "<Q", 0))
+    # b's first tile recompressed from one byte less: decodes to the wrong size
+    eb = e[4]
+    off, stored = struct.unpack_from("<Q", b, eb + 72)[0], struct.unpack_from("<Q", b, eb + 88)[0]
+    short = tw.zstd_frame(b"\1\2\3")
+    assert len(short) <= stored
+    x = bytearray(b)
+    x[off:off + len(short)] = short
+    struct.pack_into("<Q", x, eb + 88, len(short))
+    out["zstd_size"] = bytes(x)
+    base.unlink()
+    return out, good
+
+
+def test_bad_input(mount, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    files, good = damaged_files(tmp_path)
+    for name, data in files.items():
+        (src / f"{name}.tet").write_bytes(data)
+    shutil.copy(FIXTURES / "tet" / "sample.tet", src / "fine.tet")
+    mnt = mount(src)
+    names = set(os.listdir(mnt))
+    for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
+        assert refused not in names and f"{refused}.tet" in names
+        assert read_through(mnt / f"{refused}.tet") == files[refused]
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
+        assert f"{refused}.tet" in errors
+    # a dataset that fails validation has no entries; the other one reads
+    assert sorted(os.listdir(mnt / "dup_coords")) == [".zattrs", ".zgroup", "b", "b.npy"]
+    assert sorted(os.listdir(mnt / "zero_chunk_extent")) == [".zattrs", ".zgroup", "a", "a.npy"]
+    assert np.array_equal(np.load(mnt / "dup_coords" / "b.npy"), good[1].array)
+    assert np.array_equal(np.load(mnt / "zero_chunk_extent" / "a.npy"), good[0].array)
+    for name in ("dup_coords", "zero_chunk_extent"):
+        assert (mnt / name / ".shardfs" / "verify").read_text().startswith("status: failed\n")
+    # zstd decoding to the wrong size: listed with its size, reads fail EIO
+    view = mnt / "zstd_size"
+    assert (view / "b" / "0").stat().st_size == 4
+    for p in (view / "b" / "0", view / ".shardfs" / "tiles" / "b" / "0", view / "b.npy"):
+        with pytest.raises(OSError) as exc:
+            read_through(p)
+        assert exc.value.errno == errno.EIO
+    assert read_through(view / "b" / "1") == tw.zarr_chunk(good[1], (1,))
+    assert np.array_equal(np.load(view / "a.npy", mmap_mode="r"), good[0].array)
+    verify = (view / ".shardfs" / "verify").read_text()
+    assert verify.startswith("status: failed\n") and "chunk_decode" in verify
+    # the rest of the mount keeps working
+    assert np.array_equal(np.load(mnt / "fine" / "temperature.npy"),
+                          np.arange(1, 7, dtype="<f4").reshape(2, 3))
+
+
+# ---- a 1 GiB dataset within the cache budget ------------------------------
+
+def vm_hwm_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    raise AssertionError("no VmHWM")
+
+
+def test_big_dataset_memory(mount, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    tw.write_big(src / "big.tet")
+    mnt = mount(src, "--cache-size", "64M")
+    pid = mount.last.proc.pid
+    arr = np.load(mnt / "big" / "big.npy", mmap_mode="r")
+    rows, cols = arr.shape
+    assert arr.nbytes == 1 << 30
+    step = 256
+    for r0 in range(0, rows, step):
+        got = np.array(arr[r0:r0 + step])
+        idx = (np.arange(r0, r0 + step, dtype=np.uint64)[:, None] * np.uint64(cols) +
+               np.arange(cols, dtype=np.uint64)[None, :])
+        want = (idx * np.uint64(2654435761) % np.uint64(1 << 32)).astype("<u4")
+        assert np.array_equal(got, want), r0
+        del got
+    # decoded tiles are 4 MiB each; the daemon stays near its 64 MiB budget
+    assert vm_hwm_kib(pid) < 256 * 1024
