@@ -236,6 +236,7 @@ static void check_shards(struct tx_fold *f, const struct counts *c, const uint64
 	if (c->beyond)
 		finding(rep, "%llu rows name fids beyond the %zu shards beside the index: a shard was removed or renamed since indexing",
 			(unsigned long long)c->beyond, f->nshards);
+	bool shifted = false;
 	for (size_t i = 0; i < f->nshards; i++) {
 		const struct tx_shard *sh = &f->shards[i];
 		if (!sh->map) {
@@ -243,12 +244,16 @@ static void check_shards(struct tx_fold *f, const struct counts *c, const uint64
 			continue;
 		}
 		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
+		if (bad[i] && bad[i] == c->per_fid[i] && empty)
+			shifted = true;
 		if (bad[i] && bad[i] == c->per_fid[i])
 			finding(rep, "none of the %llu rows of fid %zu match %s: the shards beside the index are not the ones it was built for%s",
 				(unsigned long long)c->per_fid[i], i, sh->name,
 				empty ? " (this tar is empty: upstream's indexer skips empty tars without giving them a fid, so every later fid is one too low)" : "");
 		else if (!c->per_fid[i] && !empty)
-			finding(rep, "shard %zu (%s) has no rows: it was added after indexing, and every later fid is shifted", i, sh->name);
+			finding(rep, "shard %zu (%s) has no rows: %s", i, sh->name,
+				shifted ? "its rows name the fid of the shard before it" :
+				"it was added after indexing, and every later fid is shifted");
 		else if (!c->per_fid[i])
 			rep->warnings++, sf_str_addf(&rep->body, "warning: shard %zu (%s) is an empty tar with no rows\n", i, sh->name);
 	}

@@ -1,2 +1,502 @@
+/* taridx: the fold view against upstream's fixtures (EXPECTED.json), the
+ * index builder against upstream's indexes, the flat-name lookup without a
+ * listing, and hostile input made here (bad names, torn indexes, rows past
+ * the end of a tar, missing shards). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
 #include "check.h"
-int main(void) { CHECK_DONE(); }
+#include "sf_format.h"
+#include "taridx/taridx.h"
+
+static struct sf_buf *slurp(const char *path)
+{
+	struct sf_map *m = NULL;
+	struct sf_err e;
+	if (sf_map_open(path, &m, &e))
+		return NULL;
+	struct sf_buf *b = sf_buf_new(m->size);
+	if (b && m->size)
+		memcpy(b->data, m->data, m->size);
+	sf_map_unref(m);
+	return b;
+}
+
+/* The whole content of a view file, or NULL when a read fails (*rc). */
+static struct sf_buf *read_all(struct sf_node *f, int *rc)
+{
+	struct sf_err e;
+	*rc = sf_file_ready(f, &sf_nocache, &e);
+	if (*rc)
+		return NULL;
+	struct sf_readv rv = { 0 };
+	*rc = sf_file_read(f, 0, f->u.file.size, &sf_nocache, &rv, &e);
+	struct sf_buf *b = *rc ? NULL : sf_buf_new(rv.bytes);
+	if (b)
+		sf_readv_copy(&rv, b->data);
+	sf_readv_release(&rv);
+	return b;
+}
+
+static struct sf_node *walk(struct sf_view *v, const char *path)
+{
+	struct sf_node *n = NULL;
+	struct sf_err e;
+	return sf_view_walk(v->root, path, &n, &e) ? NULL : n;
+}
+
+/* The full path of fixture row i as tar readers see it: the GNU long name
+ * or pax path of the record before it, else ustar prefix + "/" + name. */
+static void full_path(const char *casedir, json_t *rows, size_t i, char *out, size_t cap)
+{
+	json_t *row = json_array_get(rows, i), *prev = i ? json_array_get(rows, i - 1) : NULL;
+	const char *name = json_string_value(json_object_get(row, "member_name"));
+	const char *prefix = json_string_value(json_object_get(row, "ustar_prefix"));
+	snprintf(out, cap, "%s%s%s", prefix, *prefix ? "/" : "", name);
+	const char *ptf = prev ? json_string_value(json_object_get(prev, "typeflag")) : "";
+	if (strcmp(ptf, "L") && strcmp(ptf, "x"))
+		return;
+	char path[8192];
+	snprintf(path, sizeof path, "%s/%s", casedir, json_string_value(json_object_get(prev, "tar")));
+	struct sf_buf *t = slurp(path);
+	if (!t)
+		return;
+	uint64_t off = (uint64_t)json_integer_value(json_object_get(prev, "offset")) + 512;
+	uint64_t size = (uint64_t)json_integer_value(json_object_get(prev, "size"));
+	const char *data = (const char *)t->data + off;
+	if (!strcmp(ptf, "L")) {
+		snprintf(out, cap, "%.*s", (int)size, data);
+	} else {
+		const char *p = memmem(data, size, " path=", 6);
+		const char *nl = p ? memchr(p, '\n', size - (size_t)(p - data)) : NULL;
+		if (nl)
+			snprintf(out, cap, "%.*s", (int)(nl - p - 6), p + 6);
+	}
+	sf_buf_unref(t);
+}
+
+/* Every row's payload (rows/<row>) and every member at its path equal the
+ * bytes upstream recorded: read independently at the recorded offset. */
+static void check_fold(const char *casedir, const char *fold, json_t *fj)
+{
+	char path[8192], full[8192];
+	snprintf(path, sizeof path, "%s/%s", casedir, json_string_value(json_object_get(fj, "taridx")));
+	struct sf_view *v = NULL;
+	struct sf_err e;
+	CHECK(sf_open_path(path, &v, &e) == 0);
+	if (!v)
+		return;
+	struct tx_fold *f = v->state;
+	json_t *h = json_object_get(fj, "header");
+	CHECK_EQ_U(f->ix.n_rows, json_integer_value(json_object_get(h, "n_rows")));
+	CHECK_EQ_U(f->ix.n_stems, json_integer_value(json_object_get(h, "n_stems")));
+	CHECK_EQ_U(f->ix.n_ext, json_integer_value(json_object_get(h, "n_ext")));
+	json_t *tars = json_object_get(fj, "tars_in_fid_order");
+	CHECK_EQ_U(f->nshards, json_array_size(tars));
+	for (size_t i = 0; i < f->nshards && i < json_array_size(tars); i++)
+		CHECK_STR(f->shards[i].name, json_string_value(json_array_get(tars, i)));
+	json_t *exts = json_object_get(fj, "extensions");
+	for (size_t i = 0; i < f->ix.n_ext && i < json_array_size(exts); i++) {
+		const char *want = json_string_value(json_array_get(exts, i));
+		CHECK(f->ix.ext[i].len == strlen(want) && memcmp(f->ix.ext[i].p, want, strlen(want)) == 0);
+	}
+	json_t *rows = json_object_get(fj, "rows"), *row;
+	size_t i;
+	/* flat names resolve without listing the fold */
+	json_array_foreach(rows, i, row) {
+		const char *tf = json_string_value(json_object_get(row, "typeflag"));
+		full_path(casedir, rows, i, full, sizeof full);
+		if (strcmp(tf, "0") || strchr(full, '/') || !json_is_true(json_object_get(row, "header_stem_hashes_to_keyhash")))
+			continue;
+		struct sf_node *n = NULL;
+		CHECK(sf_dir_find(v->root, full, &n, &e) == 0 && n);
+		if (!n || v->root->u.dir.populated)
+			fprintf(stderr, "flat name %s of %s/%s not found through the index\n", full, casedir, fold);
+		CHECK(!v->root->u.dir.populated);
+	}
+	json_array_foreach(rows, i, row) {
+		const char *tar = json_string_value(json_object_get(row, "tar"));
+		uint64_t off = (uint64_t)json_integer_value(json_object_get(row, "offset"));
+		uint64_t size = (uint64_t)json_integer_value(json_object_get(row, "size"));
+		snprintf(path, sizeof path, "%s/%s", casedir, tar);
+		struct sf_buf *t = slurp(path);
+		CHECK(t && off + 512 + size <= t->len);
+		if (!t)
+			continue;
+		snprintf(path, sizeof path, ".shardfs/rows/%zu", i);
+		struct sf_node *n = walk(v, path);
+		int rc;
+		struct sf_buf *got = n ? read_all(n, &rc) : NULL;
+		CHECK(got && got->len == size && memcmp(got->data, t->data + off + 512, size) == 0);
+		sf_buf_unref(got);
+		/* members: regular files whose header upstream's stem matches */
+		const char *tf = json_string_value(json_object_get(row, "typeflag"));
+		if (!strcmp(tf, "0") && json_is_true(json_object_get(row, "header_stem_hashes_to_keyhash"))) {
+			full_path(casedir, rows, i, full, sizeof full);
+			n = walk(v, full);
+			got = n && n->kind == SF_FILE ? read_all(n, &rc) : NULL;
+			if (!got)
+				fprintf(stderr, "member %s of %s/%s missing\n", full, casedir, fold);
+			CHECK(got && got->len == size && memcmp(got->data, t->data + off + 512, size) == 0);
+			sf_buf_unref(got);
+		}
+		sf_buf_unref(t);
+	}
+	sf_view_unref(v);
+}
+
+static void test_fixtures(void)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/taridx/EXPECTED.json", fixtures_dir());
+	json_error_t je;
+	json_t *root = json_load_file(path, 0, &je);
+	CHECK(root != NULL);
+	if (!root)
+		return;
+	const char *cname;
+	json_t *c;
+	int folds = 0;
+	json_object_foreach(json_object_get(root, "cases"), cname, c) {
+		const char *fname;
+		json_t *fj;
+		json_object_foreach(json_object_get(c, "folds"), fname, fj) {
+			char dir[4096];
+			snprintf(dir, sizeof dir, "%s/taridx/%s", fixtures_dir(), cname);
+			check_fold(dir, fname, fj);
+			folds++;
+		}
+	}
+	CHECK_EQ_U(folds, 8);
+	json_decref(root);
+}
+
+/* Links in the edge fold, and verify's verdict on every fixture fold. */
+static void test_links_and_verify(void)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/taridx/edge/edge.taridx", fixtures_dir());
+	struct sf_view *v = NULL;
+	struct sf_err e;
+	CHECK(sf_open_path(path, &v, &e) == 0);
+	if (v) {
+		struct sf_node *l = walk(v, "d1/link.jpg");
+		CHECK(l && l->kind == SF_LINK && strcmp(l->u.target, "a.jpg") == 0);
+		struct sf_node *h = walk(v, "d1/hard.cls"), *a = walk(v, "d1/a.cls");
+		int rc;
+		struct sf_buf *hb = h ? read_all(h, &rc) : NULL, *ab = a ? read_all(a, &rc) : NULL;
+		CHECK(hb && ab && hb->len == 1 && ab->len == 1 && hb->data[0] == ab->data[0]);
+		sf_buf_unref(hb);
+		sf_buf_unref(ab);
+		/* directory, long-name and pax records are not members */
+		CHECK(walk(v, "p/PaxHeaders") == NULL);
+		CHECK(walk(v, "@LongLink") == NULL);
+		sf_view_unref(v);
+	}
+	static const char *const folds[] = { "small/train", "small/val", "gnutar/data", "edge/edge",
+					     "crash/wr", "crash/pt", "noncontig/mix", "emptyshard/es" };
+	for (size_t i = 0; i < sizeof folds / sizeof folds[0]; i++) {
+		snprintf(path, sizeof path, "%s/taridx/%s.taridx", fixtures_dir(), folds[i]);
+		CHECK(sf_open_path(path, &v, &e) == 0);
+		struct sf_node *n = v ? walk(v, ".shardfs/verify") : NULL;
+		int rc;
+		struct sf_buf *b = n ? read_all(n, &rc) : NULL;
+		bool ok = b && b->len >= 11 && memcmp(b->data, "status: ok\n", 11) == 0;
+		CHECK(ok == (i != 7));
+		sf_buf_unref(b);
+		if (v)
+			sf_view_unref(v);
+	}
+}
+
+/* The builder writes what upstream wrote, for every fixture fold. */
+static void test_builder(void)
+{
+	static const char *const folds[][2] = {
+		{ "small", "train" }, { "small", "val" }, { "gnutar", "data" }, { "edge", "edge" },
+		{ "crash", "wr" }, { "crash", "pt" }, { "noncontig", "mix" }, { "emptyshard", "es" },
+	};
+	for (size_t i = 0; i < sizeof folds / sizeof folds[0]; i++) {
+		char dir[4096], path[4200];
+		snprintf(dir, sizeof dir, "%s/taridx/%s", fixtures_dir(), folds[i][0]);
+		snprintf(path, sizeof path, "%s/%s.taridx", dir, folds[i][1]);
+		struct sf_view *v = NULL;
+		struct sf_err e;
+		CHECK(sf_open_path(path, &v, &e) == 0);
+		if (!v)
+			continue;
+		struct tx_fold *f = v->state;
+		const struct sf_map *maps[8];
+		const char *names[8];
+		for (size_t k = 0; k < f->nshards; k++) {
+			maps[k] = f->shards[k].map;
+			names[k] = f->shards[k].name;
+		}
+		struct sf_buf *out = NULL, *want = slurp(path);
+		CHECK(tx_build_index(maps, names, f->nshards, false, NULL, NULL, NULL, &out, &e) == 0);
+		CHECK(out && want && out->len == want->len && memcmp(out->data, want->data, out->len) == 0);
+		sf_buf_unref(out);
+		sf_buf_unref(want);
+		sf_view_unref(v);
+	}
+}
+
+/* ---- hostile folds made here ------------------------------------------ */
+
+static void put_octal(uint8_t *p, size_t width, uint64_t v)
+{
+	snprintf((char *)p, width, "%0*llo", (int)width - 1, (unsigned long long)v);
+}
+
+/* Appends a ustar member (header + padded data) to b. */
+static void tar_add(struct sf_str *b, const char *name, size_t nlen, char type,
+		    const char *data, size_t len)
+{
+	uint8_t h[512] = { 0 };
+	memcpy(h, name, nlen < 100 ? nlen : 100);
+	put_octal(h + 100, 8, 0644);
+	put_octal(h + 108, 8, 0);
+	put_octal(h + 116, 8, 0);
+	put_octal(h + 124, 12, len);
+	put_octal(h + 136, 12, 0);
+	h[156] = (uint8_t)type;
+	memcpy(h + 257, "ustar\0" "00", 8);
+	memset(h + 148, ' ', 8);
+	unsigned sum = 0;
+	for (int i = 0; i < 512; i++)
+		sum += h[i];
+	snprintf((char *)h + 148, 8, "%06o", sum);
+	sf_str_add(b, h, 512);
+	sf_str_add(b, data, len);
+	static const uint8_t zero[512];
+	sf_str_add(b, zero, (512 - len % 512) % 512);
+}
+
+static void write_file(const char *dir, const char *name, const void *p, size_t len)
+{
+	char path[8192];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(p, 1, len, f) == len);
+	if (f)
+		fclose(f);
+}
+
+/* Writes DIR/h_0000.tar with hostile names and DIR/h.taridx for it. */
+static struct sf_buf *make_hostile(const char *dir)
+{
+	struct sf_str t = { 0 };
+	tar_add(&t, "../evil.jpg", 11, '0', "E", 1);
+	tar_add(&t, "a\001b.jpg", 7, '0', "C", 1);
+	tar_add(&t, "x/../../y.jpg", 13, '0', "Y", 1);
+	tar_add(&t, "/abs/z.jpg", 10, '0', "Z", 1);
+	tar_add(&t, "p%2Fq.jpg", 9, '0', "P", 1);
+	tar_add(&t, ".shardfs", 8, '0', "S", 1);
+	tar_add(&t, "dup.jpg", 7, '0', "1", 1);
+	tar_add(&t, "dup.jpg", 7, '0', "22", 2);
+	tar_add(&t, "ok.jpg", 6, '0', "fine", 4);
+	static const uint8_t end[1024];
+	sf_str_add(&t, end, sizeof end);
+	write_file(dir, "h_0000.tar", t.p, t.len);
+	struct sf_map m = { .data = t.p, .size = t.len };
+	const struct sf_map *maps[1] = { &m };
+	const char *names[1] = { "h_0000.tar" };
+	struct sf_buf *ix = NULL;
+	struct sf_err e;
+	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
+	sf_str_free(&t);
+	if (ix)
+		write_file(dir, "h.taridx", ix->data, ix->len);
+	return ix;
+}
+
+static int open_in(const char *dir, const char *name, struct sf_view **v)
+{
+	char path[8192];
+	struct sf_err e;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	*v = NULL;
+	return sf_open_path(path, v, &e);
+}
+
+static void expect_content(struct sf_view *v, const char *path, const char *want)
+{
+	struct sf_node *n = walk(v, path);
+	int rc = 0;
+	struct sf_buf *b = n && n->kind == SF_FILE ? read_all(n, &rc) : NULL;
+	if (!b)
+		fprintf(stderr, "%s: missing or unreadable\n", path);
+	CHECK(b && b->len == strlen(want) && memcmp(b->data, want, b->len) == 0);
+	sf_buf_unref(b);
+}
+
+static void test_hostile_names(const char *dir)
+{
+	struct sf_buf *ix = make_hostile(dir);
+	sf_buf_unref(ix);
+	struct sf_view *v;
+	CHECK(open_in(dir, "h.taridx", &v) == 0);
+	if (!v)
+		return;
+	/* flat name through the index; the later of two same paths wins */
+	struct sf_node *n = NULL;
+	struct sf_err e;
+	CHECK(sf_dir_find(v->root, "dup.jpg", &n, &e) == 0 && n);
+	CHECK(!v->root->u.dir.populated);
+	expect_content(v, "dup.jpg", "22");
+	expect_content(v, "ok.jpg", "fine");
+	CHECK(!v->root->u.dir.populated);
+	/* a name that is not there: answered (after listing once) */
+	CHECK(sf_dir_find(v->root, "nothere.jpg", &n, &e) == 0 && !n);
+	/* names stay inside the view, escaped as DESIGN §3.3 says */
+	expect_content(v, "..#1/evil.jpg", "E");
+	expect_content(v, "a%01b.jpg", "C");
+	expect_content(v, "x/..#1/..#1/y.jpg", "Y");
+	expect_content(v, "abs/z.jpg", "Z");
+	expect_content(v, "p%252Fq.jpg", "P");
+	expect_content(v, ".shardfs#1", "S");
+	CHECK(walk(v, ".shardfs/verify") != NULL);
+	/* dup.jpg shows once, though the hook made it before the listing */
+	int dups = 0;
+	for (size_t i = 0; i < v->root->u.dir.n; i++)
+		dups += strncmp(v->root->u.dir.kids[i]->name, "dup.jpg", 7) == 0;
+	CHECK_EQ_U(dups, 1);
+	sf_view_unref(v);
+}
+
+/* Rows past the end of a tar and missing shards: the rest still reads,
+ * the broken member is listed with its size and reads fail EIO. */
+static void test_broken(const char *dir)
+{
+	struct sf_buf *ix = make_hostile(dir);
+	if (!ix)
+		return;
+	struct tx_index p;
+	struct sf_err e;
+	CHECK(tx_index_parse(ix->data, ix->len, "h", &p, &e) == 0);
+	/* row of ok.jpg claims 1 MiB */
+	uint64_t last = p.n_rows - 1;
+	sf_put_le64(ix->data + p.off_arr + last * 32 + 10, 1 << 20);
+	/* row 0 points at a fid with no shard */
+	sf_put_le16(ix->data + p.off_arr, 5);
+	tx_index_free(&p);
+	write_file(dir, "h.taridx", ix->data, ix->len);
+	struct sf_view *v;
+	CHECK(open_in(dir, "h.taridx", &v) == 0);
+	if (v) {
+		struct sf_node *n = walk(v, "ok.jpg");
+		CHECK(n && sf_file_ready(n, &sf_nocache, &e) == 0 && n->u.file.size == 1 << 20);
+		int rc = 0;
+		CHECK(n && !read_all(n, &rc) && rc == -EIO);
+		char rowpath[64];
+		snprintf(rowpath, sizeof rowpath, ".shardfs/rows/%llu", (unsigned long long)last);
+		n = walk(v, rowpath);
+		CHECK(n && !read_all(n, &rc) && rc == -EIO);
+		CHECK(walk(v, "..#1/evil.jpg") == NULL);
+		expect_content(v, "dup.jpg", "22");
+		n = walk(v, ".shardfs/verify");
+		struct sf_buf *rep = n ? read_all(n, &rc) : NULL;
+		CHECK(rep && memcmp(rep->data, "status: failed\n", 15) == 0);
+		CHECK(rep && memmem(rep->data, rep->len, "runs past the end", 17));
+		CHECK(rep && memmem(rep->data, rep->len, "beyond the 1 shards", 19));
+		sf_buf_unref(rep);
+		sf_view_unref(v);
+	}
+	/* torn, truncated and corrupt indexes refuse to open */
+	size_t cuts[] = { 0, 10, 63, 64, ix->len - 1, ix->len - 31 };
+	for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+		write_file(dir, "h.taridx", ix->data, cuts[i]);
+		CHECK(open_in(dir, "h.taridx", &v) != 0 && !v);
+	}
+	uint8_t saved = ix->data[0];
+	ix->data[0] = 'X';
+	write_file(dir, "h.taridx", ix->data, ix->len);
+	CHECK(open_in(dir, "h.taridx", &v) != 0);
+	ix->data[0] = saved;
+	sf_put_le32(ix->data + 32, 7); /* n_ext disagrees with the block */
+	write_file(dir, "h.taridx", ix->data, ix->len);
+	CHECK(open_in(dir, "h.taridx", &v) != 0);
+	sf_put_le64(ix->data + 40, UINT64_MAX); /* off_crash past the end */
+	write_file(dir, "h.taridx", ix->data, ix->len);
+	CHECK(open_in(dir, "h.taridx", &v) != 0);
+	sf_buf_unref(ix);
+	/* the shard is gone: the fold still opens and says so */
+	ix = make_hostile(dir);
+	sf_buf_unref(ix);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/h_0000.tar", dir);
+	unlink(path);
+	CHECK(open_in(dir, "h.taridx", &v) == 0);
+	if (v) {
+		CHECK(v->nwarnings == 1);
+		struct sf_node *n = NULL;
+		CHECK(sf_dir_find(v->root, "ok.jpg", &n, &e) == 0 && !n);
+		sf_view_unref(v);
+	}
+}
+
+/* Shards are ranked by suffix string: "1-" sorts after "1" though its
+ * file name sorts before. */
+static void test_shard_order(void)
+{
+	const char *names[] = { "f_1-.tar", "f_1.tar", "f_10.tar", "f_a_b.tar", "f.tar", "g_1.tar", "f_2.tar" };
+	struct tx_shard *s = NULL;
+	size_t n = 0;
+	CHECK(tx_shards_find("f", names, 7, &s, &n) == 0);
+	CHECK_EQ_U(n, 4);
+	if (n == 4) {
+		CHECK_STR(s[0].name, "f_1.tar");
+		CHECK_STR(s[1].name, "f_1-.tar");
+		CHECK_STR(s[2].name, "f_10.tar");
+		CHECK_STR(s[3].name, "f_2.tar");
+	}
+	tx_shards_free(s, n);
+}
+
+/* Stems as upstream derives them (spec §4.1), including Python's UTF-8
+ * replacement of ill-formed bytes and lowercased extensions. */
+static void test_keys(void)
+{
+	struct tx_key k;
+	tx_key_from((const uint8_t *)"sub/dir/PHOTO.B.JPG", 19, &k);
+	CHECK(k.stem_len == 5 && !memcmp(k.stem, "PHOTO", 5));
+	CHECK(k.ext_len == 5 && !memcmp(k.ext, "b.jpg", 5));
+	CHECK_EQ_U(k.hash, XXH64("PHOTO", 5, 0));
+	tx_key_from((const uint8_t *)"d1/", 3, &k);
+	CHECK_EQ_U(k.hash, 0xef46db3751d8e999ull);
+	/* b'\xe2\x82x\xff.TXT' decodes to U+FFFD 'x' U+FFFD */
+	tx_key_from((const uint8_t *)"\xe2\x82x\xff.\xc3\x89T", 8, &k);
+	CHECK(k.stem_len == 7 && !memcmp(k.stem, "\xEF\xBF\xBDx\xEF\xBF\xBD", 7));
+	CHECK(k.ext_len == 3 && !memcmp(k.ext, "\xc3\xa9t", 3));
+	uint8_t h[512] = { 0 };
+	memcpy(h + 124, " 0000644 \0", 10);
+	uint64_t size = 0;
+	CHECK(tx_hdr_size(h, &size) == 0 && size == 0644);
+	h[124] = (uint8_t)0x80;
+	CHECK(tx_hdr_size(h, &size) != 0);
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/test_taridx.XXXXXX";
+	CHECK(mkdtemp(dir) != NULL);
+	test_keys();
+	test_shard_order();
+	test_fixtures();
+	test_builder();
+	test_links_and_verify();
+	test_hostile_names(dir);
+	test_broken(dir);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/h.taridx", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/h_0000.tar", dir);
+	unlink(path);
+	rmdir(dir);
+	CHECK_DONE();
+}
