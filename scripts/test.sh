@@ -18,4 +18,11 @@ tail -n 12 "$build/unit.log"
 /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
   --junitxml="$build/pytest.xml" "$@"
 
-/usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml"
+# --- fuzzing: every libFuzzer target for a few seconds (clang, ASan+UBSan),
+# one result per target. Long runs: tests/fuzz/run.sh 600.
+rm -f "$build/fuzz.json"
+FUZZ_BUILD=build-fuzz FUZZ_RESULTS="$PWD/$build/fuzz.json" \
+  tests/fuzz/run.sh "${FUZZ_SECONDS:-15}"
+
+/usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
+  "$build/fuzz.json"

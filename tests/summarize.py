@@ -1,5 +1,6 @@
 """Prints the one closing line CI reads, 'N passed, N failed', from meson's
-test log and pytest's JUnit XML; exits non-zero when anything failed or
+test log, pytest's JUnit XML and, when given, the fuzz run's results (JSON
+lines in meson's test log form); exits non-zero when anything failed or
 nothing ran."""
 import json
 import sys
@@ -41,8 +42,10 @@ def pytest_counts(path):
 def main():
     p1, f1 = meson_counts(sys.argv[1])
     p2, f2 = pytest_counts(sys.argv[2])
-    passed, failed = p1 + p2, f1 + f2
-    print(f"unit: {p1} passed, {f1} failed; mounted: {p2} passed, {f2} failed")
+    p3, f3 = meson_counts(sys.argv[3]) if len(sys.argv) > 3 else (0, 0)
+    passed, failed = p1 + p2 + p3, f1 + f2 + f3
+    print(f"unit: {p1} passed, {f1} failed; mounted: {p2} passed, {f2} failed"
+          + (f"; fuzz: {p3} passed, {f3} failed" if len(sys.argv) > 3 else ""))
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed or not passed else 0)
 

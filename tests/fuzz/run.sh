@@ -17,20 +17,22 @@ build=${FUZZ_BUILD:-build-fuzz}
 fixtures=${SHARDFS_FIXTURES:-$PWD/../shared/fixtures}
 formats="${SHARDFS_FORMATS:-}"
 
+record() {
+  [ -n "${FUZZ_RESULTS:-}" ] && printf '{"name": "%s", "result": "%s", "duration": %s}\n' \
+    "$1" "$2" "$3" >>"$FUZZ_RESULTS"
+  return 0
+}
+
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang meson setup "$build" -Dfuzz=true -Db_sanitize=address,undefined \
     -Db_lundef=false ${formats:+-Dformats=$formats} >"$build.setup.log" 2>&1 || {
-    tail -20 "$build.setup.log" >&2; exit 1; }
+    tail -20 "$build.setup.log" >&2; record fuzz_setup FAIL 0; exit 1; }
 fi
 targets=$(meson introspect "$build" --targets | /usr/bin/python3 -c '
 import json, sys
 print(" ".join(sorted(t["name"][5:] for t in json.load(sys.stdin)
                       if t["name"].startswith("fuzz_") and t["type"] == "executable")))')
 [ $# -gt 0 ] && targets="$*"
-for fmt in $targets; do
-  ninja -C "$build" "tests/fuzz/fuzz_$fmt" >"$build/fuzz-build-$fmt.log" 2>&1 || {
-    tail -20 "$build/fuzz-build-$fmt.log" >&2; echo "fuzz $fmt: does not build" >&2; exit 1; }
-done
 
 # A seed directory per format: fixture files, writer samples, regressions.
 seeds() {
@@ -49,6 +51,13 @@ export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:symbolize=1"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 status=0
 for fmt in $targets; do
+  if ! ninja -C "$build" "tests/fuzz/fuzz_$fmt" >"$build/fuzz-build-$fmt.log" 2>&1; then
+    tail -20 "$build/fuzz-build-$fmt.log" >&2
+    echo "fuzz $fmt: does not build"
+    record "fuzz_$fmt" FAIL 0
+    status=1
+    continue
+  fi
   corpus=$build/corpus/$fmt art=$build/artifacts/$fmt/
   mkdir -p "$corpus" "$art"
   seeddir=$(seeds "$fmt")
@@ -70,7 +79,6 @@ for fmt in $targets; do
     grep -m1 -E "ERROR: |runtime error|deadly signal|timeout" "$log"
     result=FAIL status=1
   fi
-  [ -n "${FUZZ_RESULTS:-}" ] && printf '{"name": "fuzz_%s", "result": "%s", "duration": %s}\n' \
-    "$fmt" "$result" "$dur" >>"$FUZZ_RESULTS"
+  record "fuzz_$fmt" "$result" "$dur"
 done
 exit $status
