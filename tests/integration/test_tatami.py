@@ -1,0 +1,218 @@
+"""tatami views read through a real mount (DESIGN §3.6): the upstream
+fixtures against what upstream's reader recovers, the writer's files against
+the values the writer put in, and damaged files against DESIGN §3.4."""
+import base64
+import errno
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import FIXTURES, WRITERS, read_through
+
+TAT = FIXTURES / "tatami"
+FIXTURE_FILES = sorted(p.name for p in TAT.glob("*.tatami"))
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+@pytest.fixture
+def fixmnt(mount):
+    return mount(TAT)
+
+
+@pytest.mark.parametrize("name", FIXTURE_FILES)
+def test_fixture_matches_upstream(fixmnt, name):
+    truth = json.loads((TAT / (name + ".upstream.json")).read_text())
+    view = fixmnt / name[:-len(".tatami")]
+    assert (view / ".shardfs" / "info.txt").read_text() == truth["inspect"]
+    names = [s["name"] for s in truth["schema"]]
+    views = [("valid_sha256", "valid.bin"), ("values_sha256", "values.bin"),
+             ("offsets_sha256", "offsets.bin"), ("data_sha256", "data.bin")]
+    for col in truth["columns"]:
+        for key, fname in views:
+            if key in col:
+                assert sha(read_through(view / "columns" / col["name"] / fname)) == col[key], (col["name"], fname)
+    for g, grp in enumerate(truth["row_groups"] or []):
+        for ch in grp["chunks"]:
+            d = view / "rowgroups" / str(g) / names[ch["column_id"]]
+            for key, fname in views:
+                if key in ch["decoded"]:
+                    assert sha(read_through(d / fname, 4096)) == ch["decoded"][key]
+            chunk = read_through(d / "chunk.bin")
+            raw = (TAT / name).read_bytes()
+            assert chunk == raw[ch["first_page_offset"]:ch["first_page_offset"] + len(chunk)]
+    rows = (view / "rows.jsonl").read_text().split("\n")[:-1]
+    assert len(rows) == truth["header"]["row_count"]
+    assert rows[:len(truth["cat_head"] or [])] == (truth["cat_head"] or [])
+    inv = truth.get("inverted")
+    if inv:
+        lines = (view / "inverted" / "terms.txt").read_text().split("\n")[:-1]
+        assert len(lines) == inv["num_terms"]
+        for line in lines:
+            term, df = line.split("\t")
+            assert int(df) == inv["terms"][term]["df"]
+            post = (view / "inverted" / "postings" / term).read_text().split("\n")[:-1]
+            packed = b"".join(struct.pack("<II", *map(int, p.split("\t"))) for p in post)
+            assert sha(packed) == inv["terms"][term]["postings_sha256"]
+        assert (view / "inverted" / "deleted.txt").read_text() == ""
+    assert (view / ".shardfs" / "verify").read_text().startswith("status: ok\n")
+
+
+def test_numpy_mmap(fixmnt):
+    truth = json.loads((TAT / "g01_alltypes.tatami.upstream.json").read_text())
+    col = {s["name"]: s for s in truth["schema"]}
+    for name, dtype in [("b", "|b1"), ("i8", "|i1"), ("u64", "<u8"), ("f32", "<f4"), ("ts", "<M8[us]")]:
+        a = np.load(fixmnt / "g01_alltypes" / "columns" / name / "values.npy", mmap_mode="r")
+        assert a.dtype == np.dtype(dtype) and a.shape == (700,)
+        assert a.tobytes() == read_through(fixmnt / "g01_alltypes" / "columns" / name / "values.bin")
+        assert col[name]
+
+
+# ---- the writer's files ---------------------------------------------------
+
+DT = {"bool": "u1", "int8": "<i1", "int16": "<i2", "int32": "<i4", "int64": "<i8", "uint8": "<u1",
+      "uint16": "<u2", "uint32": "<u4", "uint64": "<u8", "float32": "<f4", "float64": "<f8",
+      "timestamp_micros": "<i8"}
+
+
+def value(v):
+    if isinstance(v, dict):
+        return bytes.fromhex(v["hex"]) if "hex" in v else float(v["float"])
+    return v
+
+
+def go_float(x, f32):
+    """encoding/json's float text, computed with numpy's shortest digits."""
+    if x != x or x in (float("inf"), float("-inf")):
+        return '"NaN"' if x != x else '"Infinity"' if x > 0 else '"-Infinity"'
+    if x == 0:
+        return "-0" if str(x).startswith("-") else "0"
+    v = np.float32(x) if f32 else np.float64(x)
+    mant, exp = np.format_float_scientific(v, unique=True, trim="-").split("e")
+    exp = int(exp)
+    neg = mant.startswith("-")
+    digits = mant.lstrip("-").replace(".", "")
+    a = abs(float(v))
+    if a < 1e-6 or a >= 1e21:
+        body = digits[0] + ("." + digits[1:] if len(digits) > 1 else "")
+        return ("-" if neg else "") + body + ("e-%d" % -exp if exp < 0 else "e+%02d" % exp)
+    dp = exp + 1
+    if dp <= 0:
+        body = "0." + "0" * -dp + digits
+    elif dp >= len(digits):
+        body = digits + "0" * (dp - len(digits))
+    else:
+        body = digits[:dp] + "." + digits[dp:]
+    return ("-" if neg else "") + body
+
+
+def go_json(v, t):
+    if v is None:
+        return "null"
+    if t == "bool":
+        return "true" if v else "false"
+    if t in ("float32", "float64"):
+        return go_float(v, t == "float32")
+    if t == "string":
+        s = json.dumps(v, ensure_ascii=False)
+        for a, b in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"),
+                     ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+            s = s.replace(a, b)
+        return s
+    if t in ("bytes", "blobref"):
+        return json.dumps(base64.b64encode(v).decode())
+    return str(v)
+
+
+def expected_views(t, vals):
+    valid = bytes(0 if v is None else 1 for v in vals)
+    out = {"valid.bin": valid,
+           "values.jsonl": "".join(go_json(v, t) + "\n" for v in vals).encode()}
+    if t in ("string", "bytes", "blobref"):
+        data, offs = b"", [0]
+        for v in vals:
+            data += b"" if v is None else v.encode() if isinstance(v, str) else v
+            offs.append(len(data))
+        out["offsets.bin"] = struct.pack("<%dQ" % len(offs), *offs)
+        out["data.bin"] = data
+    elif t != "list":
+        arr = np.array([0 if v is None else v for v in vals], dtype=np.dtype(DT[t]))
+        out["values.bin"] = arr.tobytes()
+    return out
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tatami-written")
+    subprocess.run([sys.executable, str(WRITERS / "tatami_writer.py"), str(d)], check=True)
+    return d
+
+
+@pytest.mark.parametrize("name", ["w_alltypes", "w_blob", "w_search_tree", "w_search_flat", "w_empty"])
+def test_writer_files(mount, written, name):
+    exp = json.loads((written / (name + ".tatami.expect.json")).read_text())
+    view = mount(written) / name
+    for col in exp["columns"]:
+        t, vals = col["type"], [value(v) for v in col["values"]]
+        d = view / "columns" / col["name"].replace("%", "%25").replace("/", "%2F")  # §3.3
+        for fname, want in expected_views(t, vals).items():
+            assert read_through(d / fname, 1000) == want, (col["name"], fname)
+        if "values.bin" in expected_views(t, vals) and t != "list":
+            assert np.load(d / "values.npy", mmap_mode="r").shape == (len(vals),)
+        start = 0
+        for g, n in enumerate(exp["groups"]):
+            gd = view / "rowgroups" / str(g) / d.name
+            for fname, want in expected_views(t, vals[start:start + n]).items():
+                assert read_through(gd / fname) == want, (col["name"], g, fname)
+            start += n
+        if t == "blobref":
+            bdir = view / "blobs" / d.name
+            present = [str(i) for i, v in enumerate(vals) if v is not None]
+            assert sorted(p.name for p in bdir.iterdir()) == sorted(present)
+            for i in present:
+                assert (bdir / i).read_bytes() == vals[int(i)]
+    rows = (view / "rows.jsonl").read_text().split("\n")[:-1]
+    assert len(rows) == sum(exp["groups"])
+    if "postings" in exp:
+        inv = view / "inverted"
+        terms = sorted(exp["df"], key=lambda s: s.encode())
+        assert (inv / "terms.txt").read_text() == "".join("%s\t%d\n" % (t, exp["df"][t]) for t in terms)
+        for t, ps in exp["postings"].items():
+            assert (inv / "postings" / t).read_text() == "".join("%d\t%d\n" % tuple(p) for p in ps)
+        assert (inv / "deleted.txt").read_text() == "".join("%d\n" % d for d in exp["deleted"])
+    assert (view / ".shardfs" / "verify").read_text().startswith("status: ok\n")
+
+
+# ---- bad input --------------------------------------------------------------
+
+def test_damaged_files(mount, tmp_path):
+    raw = bytearray((TAT / "g06_tiny.tatami").read_bytes())
+    bad_page = bytearray(raw)
+    bad_page[100] ^= 0x40          # inside the only page's payload (spec §22)
+    (tmp_path / "page.tatami").write_bytes(bad_page)
+    bad_footer = bytearray(raw)
+    bad_footer[120] ^= 1           # inside the footer
+    (tmp_path / "footer.tatami").write_bytes(bad_footer)
+    (tmp_path / "torn.tatami").write_bytes(raw[:150])
+    shutil.copy(TAT / "g06_tiny.tatami", tmp_path / "good.tatami")
+    mnt = mount(tmp_path)
+    names = sorted(p.name for p in mnt.iterdir())
+    assert "good" in names and "page" in names
+    assert "footer" not in names and "torn" not in names
+    assert (mnt / "footer.tatami").read_bytes() == bytes(bad_footer)
+    assert (mnt / "page" / "columns" / "n" / "values.bin").stat().st_size == 12
+    with pytest.raises(OSError) as ei:
+        (mnt / "page" / "columns" / "n" / "values.bin").read_bytes()
+    assert ei.value.errno == errno.EIO
+    assert (mnt / "good" / "columns" / "n" / "values.bin").read_bytes() == struct.pack("<3i", 7, 0, -3)
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "footer.tatami" in errors and "torn.tatami" in errors
+    assert "page/columns/n/values.bin" in errors and "checksum" in errors
