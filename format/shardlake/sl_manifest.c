@@ -1,6 +1,7 @@
 #include "sl_manifest.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
@@ -16,6 +17,44 @@ int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 	}
 	*out = j;
 	return 0;
+}
+
+static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	bool valid;
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	int rc;
+	struct sf_err err;
+} memo;
+
+static bool memo_is(const struct stat *st)
+{
+	return memo.valid && memo.dev == st->st_dev && memo.ino == st->st_ino &&
+	       memo.size == st->st_size && memo.mtime.tv_sec == st->st_mtim.tv_sec &&
+	       memo.mtime.tv_nsec == st->st_mtim.tv_nsec;
+}
+
+int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
+{
+	pthread_mutex_lock(&memo_lock);
+	if (!memo_is(&m->st)) {
+		json_t *j = NULL;
+		memo.rc = sl_manifest_parse(m, m->path, &j, &memo.err);
+		json_decref(j);
+		memo.valid = true;
+		memo.dev = m->st.st_dev;
+		memo.ino = m->st.st_ino;
+		memo.size = m->st.st_size;
+		memo.mtime = m->st.st_mtim;
+	}
+	int rc = memo.rc;
+	if (rc)
+		*e = memo.err;
+	pthread_mutex_unlock(&memo_lock);
+	return rc;
 }
 
 json_t *sl_manifest_entry(json_t *manifest, const char *name)

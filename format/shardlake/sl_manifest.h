@@ -13,6 +13,11 @@
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 		      struct sf_err *e);
 
+/* The same check, remembered for the last manifest seen (by device, inode,
+ * size and mtime), so that opening every shard of an index parses their
+ * shared manifest once. */
+int sl_manifest_check(const struct sf_map *m, struct sf_err *e);
+
 /* The shards[] entry whose artifact_key names the file `name` (its last
  * component), or NULL. */
 json_t *sl_manifest_entry(json_t *manifest, const char *name);

@@ -7,6 +7,7 @@
 
 #include "sl_formats.h"
 #include "sl_codebook.h"
+#include "sl_manifest.h"
 #include "sf_json.h"
 #include "sl_sidx.h"
 
@@ -170,6 +171,9 @@ static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct 
 		sf_view_unref(v);
 		return sf_fail(e, rc, "%s: out of memory", a->path);
 	}
+	struct sf_err me;
+	if (s->manifest && sl_manifest_check(s->manifest, &me))
+		sf_view_warn(v, "%s", me.msg);
 	if (h.trailing)
 		sf_view_warn(v, "%s: %llu trailing bytes after the records (upstream ignores them)",
 			     a->path, (unsigned long long)h.trailing);

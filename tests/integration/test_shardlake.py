@@ -183,6 +183,7 @@ def test_broken_inputs_are_reported(written, mount):
     for key in bad["fail_open"]:
         assert key in errors, (key, errors)
     assert "truncated" in errors and "overflow" in errors
+    assert "manifest.json: not JSON" in errors
     # the intact shard beside them still has its view; its manifest does
     # not parse, which verify reports without breaking the other files
     v = view_of(mnt, bad["intact"][0])

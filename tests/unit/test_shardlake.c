@@ -414,6 +414,7 @@ static void test_pq_and_manifest(void)
 	/* a manifest that does not parse: verify fails, info still reads */
 	spit(mpath, "{\"shards\": [", 12);
 	v = open_ok(path);
+	CHECK(v->nwarnings == 1 && strstr(v->warnings[0], "manifest.json: not JSON"));
 	CHECK_EQ_U(read_view(v, ".shardfs/verify", &got, &len), 0);
 	CHECK(got && strncmp((char *)got, "status: failed\nerror: manifest: ", 32) == 0);
 	free(got);
