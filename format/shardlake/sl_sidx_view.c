@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sl_formats.h"
-#include "sl_codebook.h"
-#include "sl_manifest.h"
 #include "sf_json.h"
+#include "sl_codebook.h"
+#include "sl_formats.h"
+#include "sl_manifest.h"
 #include "sl_sidx.h"
 
 /* Maps a file of the index directory, recording why when it cannot. */
@@ -58,7 +58,7 @@ static int add_mapped_npy(struct sf_node *dir, const char *name, const char *des
 }
 
 /* Adds `name`: a .npy header, then the whole of a part of `len` bytes
- * decoded once by `fn`. Returns the file so a caller can mark it broken. */
+ * decoded once by `fn`. Returns the file, or NULL when out of memory. */
 static struct sf_node *add_part_npy(struct sf_node *dir, const char *name, const char *descr,
 				    const uint64_t *shape, int ndim, sf_produce_fn fn,
 				    uint64_t aux, uint64_t len)
