@@ -1,0 +1,211 @@
+"""Mounted tests of the taridx fold view (DESIGN §3.7, specs/taridx.md):
+every fixture fold against EXPECTED.json and against what Python's tarfile
+reads from the shards, flat-name lookup before any listing, listings,
+.shardfs/ metadata, the index builder, and bad input. Expected values come
+from the fixtures, tarfile and the test-data writer, never from the view."""
+import errno
+import hashlib
+import json
+import os
+import pty
+import shutil
+import subprocess
+import sys
+import tarfile
+
+import pytest
+
+from conftest import FIXTURES, TOOLS, WRITERS, read_through
+
+sys.path.insert(0, str(WRITERS))
+import taridx_writer as tw  # noqa: E402
+
+TX = FIXTURES / "taridx"
+EXPECTED = json.loads((TX / "EXPECTED.json").read_text())
+FOLDS = [(case, fold) for case, c in EXPECTED["cases"].items() for fold in c["folds"]]
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def shown_path(name):
+    """A tar path as the view shows it: empty and '.' components dropped,
+    bytes escaped (DESIGN §3.3), '..' made '..#1'."""
+    comps = []
+    for c in name.encode("utf-8", "surrogateescape").split(b"/"):
+        if c in (b"", b"."):
+            continue
+        esc = b"".join(b"%%%02X" % x if x in b"%\\" or x < 0x20 or x == 0x7F else bytes([x])
+                       for x in c)
+        comps.append(b"..#1" if esc == b".." else esc)
+    return os.fsdecode(b"/".join(comps))
+
+
+def expected_members(case, fold):
+    """{shown path: payload} of the regular members a verifying index row
+    points at, read with tarfile; the later of two equal paths wins."""
+    f = EXPECTED["cases"][case]["folds"][fold]
+    good = {(r["tar"], r["offset"]) for r in f["rows"]
+            if r["header_stem_hashes_to_keyhash"] and r["tar"] == f["tars_in_fid_order"][r["fid"]]}
+    out = {}
+    for tar in f["tars_in_fid_order"]:
+        with tarfile.open(TX / case / tar, encoding="utf-8", errors="surrogateescape") as t:
+            for m in t.getmembers():
+                if (tar, m.offset_data - 512) not in good:
+                    continue
+                if m.isreg():
+                    out[shown_path(m.name)] = t.extractfile(m).read()
+                elif m.islnk():
+                    out[shown_path(m.name)] = t.extractfile(m).read()
+    return out
+
+
+@pytest.mark.parametrize("case,fold", FOLDS)
+def test_fixture_members_and_rows(mount, case, fold):
+    mnt = mount(TX / case)
+    f = EXPECTED["cases"][case]["folds"][fold]
+    view = mnt / fold
+    for r in f["rows"]:
+        assert sha(read_through(view / ".shardfs" / "rows" / str(r["row"]))) == r["payload_sha256"]
+    want = expected_members(case, fold)
+    assert want or case == "emptyshard"
+    for path, data in want.items():
+        assert (view / path).stat().st_size == len(data)
+        assert read_through(view / path, chunk=333) == data
+    # every member once, with its exact size, and nothing else but links
+    seen = {}
+    for root, dirs, files in os.walk(view):
+        for n in files:
+            p = os.path.join(root, n)
+            if not os.path.islink(p):
+                seen[os.path.relpath(p, view)] = os.stat(p).st_size
+    assert seen == {p: len(d) for p, d in want.items()}
+    # the tars still show through unchanged
+    for tar in f["tars_in_fid_order"]:
+        assert read_through(mnt / tar) == (TX / case / tar).read_bytes()
+
+
+def test_flat_lookup_before_listing(mount):
+    mnt = mount(TX / "crash")
+    rows = EXPECTED["cases"]["crash"]["folds"]["pt"]["rows"]
+    for r in rows:
+        # colliding stems resolve through the crash table
+        assert sha(read_through(mnt / "pt" / r["member_name"])) == r["payload_sha256"]
+    for name in ("nothere.jpg", "482abffa99c209e7.png", "zzz.JPG", "zzz"):
+        with pytest.raises(FileNotFoundError):
+            os.stat(mnt / "pt" / name)
+    assert sorted(os.listdir(mnt / "pt")) == sorted(r["member_name"] for r in rows)
+
+
+def test_links_in_edge(mount):
+    mnt = mount(TX / "edge")
+    assert os.readlink(mnt / "edge" / "d1" / "link.jpg") == "a.jpg"
+    assert read_through(mnt / "edge" / "d1" / "hard.cls") == read_through(mnt / "edge" / "d1" / "a.cls")
+    assert not (mnt / "edge" / "p" / "PaxHeaders").exists()
+
+
+def test_info_and_verify(mount):
+    mnt = mount(TX / "small")
+    info = json.loads((mnt / "train" / ".shardfs" / "info.json").read_text())
+    f = EXPECTED["cases"]["small"]["folds"]["train"]
+    assert info["rows"] == f["header"]["n_rows"]
+    assert info["samples"] == f["header"]["n_stems"]
+    assert info["extensions"] == f["extensions"]
+    assert [s["name"] for s in info["shards"]] == f["tars_in_fid_order"]
+    assert [s["size"] for s in info["shards"]] == [(TX / "small" / t).stat().st_size
+                                                   for t in f["tars_in_fid_order"]]
+    assert info["contiguous"] is True
+    assert (mnt / "train" / ".shardfs" / "verify").read_text() == "status: ok\n"
+    txt = (mnt / "train" / ".shardfs" / "info.txt").read_text()
+    assert "rows: 117\n" in txt and txt.endswith("\n")
+    assert ".shardfs" not in os.listdir(mnt / "train")
+    assert len(os.listdir(mnt / "train" / ".shardfs" / "rows")) == 117
+
+
+def test_verify_reports_shifted_fids(mount):
+    mnt = mount(TX / "emptyshard")
+    rep = (mnt / "es" / ".shardfs" / "verify").read_text().splitlines()
+    assert rep[0] == "status: failed"
+    assert any("es_0001.tar" in line and "empty" in line for line in rep)
+
+
+@pytest.mark.parametrize("case,fold", FOLDS)
+def test_builder_matches_upstream(tmp_path, case, fold):
+    d = tmp_path / case
+    shutil.copytree(TX / case, d)
+    os.chmod(d, 0o755)
+    (d / f"{fold}.taridx").unlink()
+    p = subprocess.run([str(TOOLS / "shardfs-taridx"), str(d), fold], capture_output=True)
+    assert p.returncode == 0, p.stderr
+    assert (d / f"{fold}.taridx").read_bytes() == (TX / case / f"{fold}.taridx").read_bytes()
+    assert not [n for n in os.listdir(d) if n.startswith(".")]
+
+
+def test_builder_progress_and_errors(tmp_path):
+    tw.write_sample(tmp_path)
+    want = (tmp_path / "demo.taridx").read_bytes()
+    (tmp_path / "demo.taridx").unlink()
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(str(TOOLS / "shardfs-taridx"), ["shardfs-taridx", str(tmp_path), "demo"])
+    out = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.waitpid(pid, 0)
+    assert b"\r[" in out and b"2/2 tars" in out
+    assert (tmp_path / "demo.taridx").read_bytes() == want
+    # a malformed tar is refused with a message naming it, and nothing is written
+    (tmp_path / "demo.taridx").unlink()
+    with open(tmp_path / "demo_0001.tar", "r+b") as f:
+        f.seek(124)
+        f.write(b"zz")
+    p = subprocess.run([str(TOOLS / "shardfs-taridx"), str(tmp_path), "demo"], capture_output=True)
+    assert p.returncode != 0 and b"demo_0001.tar" in p.stderr and b"malformed" in p.stderr
+    assert not (tmp_path / "demo.taridx").exists()
+
+
+def test_bad_input(mount, tmp_path):
+    rows = tw.write_fold(tmp_path / "src", "f", tw.sample_samples(8), shard_maxfiles=4)
+    src = tmp_path / "src"
+    idx = (src / "f.taridx").read_bytes()
+    off_arr = int.from_bytes(idx[48:56], "little")
+    # the last row claims more bytes than its tar holds
+    last = len(rows) - 1
+    bad = bytearray(idx)
+    bad[off_arr + 32 * last + 10:off_arr + 32 * last + 18] = (1 << 30).to_bytes(8, "little")
+    (src / "f.taridx").write_bytes(bytes(bad))
+    # a torn index beside it gets no view
+    (src / "g.taridx").write_bytes(idx[:-5])
+    (src / "g_0000.tar").write_bytes((src / "f_0000.tar").read_bytes())
+    mnt = mount(src)
+    assert not (mnt / "g").exists()
+    broken = mnt / "f" / rows[last]["name"].decode()
+    assert broken.stat().st_size == 1 << 30
+    with pytest.raises(OSError) as ei:
+        read_through(broken)
+    assert ei.value.errno == errno.EIO
+    for r in rows[:-1]:
+        assert read_through(mnt / "f" / r["name"].decode()) == r["data"]
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "g.taridx" in errors and rows[last]["name"].decode() in errors
+
+
+def test_missing_shard(mount, tmp_path):
+    rows = tw.write_fold(tmp_path, "f", tw.sample_samples(8), shard_maxfiles=4)
+    (tmp_path / "f_0001.tar").unlink()
+    mnt = mount(tmp_path)
+    for r in rows:
+        p = mnt / "f" / r["name"].decode()
+        if r["fid"] == 0:
+            assert read_through(p) == r["data"]
+        else:
+            assert not p.exists()
+    rep = (mnt / "f" / ".shardfs" / "verify").read_text()
+    assert rep.startswith("status: failed\n") and "removed" in rep
