@@ -165,6 +165,10 @@ int tx_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
 	}
 	json_object_set_new(j, "shards", shards);
 	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c.beyond));
+	/* what the (keyhash, crashid) lookup costs beyond the mapped index */
+	json_object_set_new(j, "lookup_bytes",
+			    json_integer((json_int_t)(ix->n_rows * sizeof *ix->perm +
+						      (((size_t)1 << ix->bits) + 1) * sizeof *ix->start)));
 	free(c.per_fid);
 	*out = sf_json_pretty(j);
 	json_decref(j);
