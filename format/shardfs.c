@@ -1,0 +1,180 @@
+/* The public C API (shardfs.h): thin wrappers over sf_view. */
+#include "shardfs.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_format.h"
+#include "sf_view.h"
+
+struct shardfs {
+	struct sf_view *view;
+	/* A one-part cache: reading a compressed part piece by piece would
+	 * otherwise decode it again for every piece. */
+	struct sf_cache cache;
+	pthread_mutex_t lock;
+	const struct sf_part *held;
+	struct sf_buf *held_buf;
+};
+
+static _Thread_local char last_error[sizeof(struct sf_err)];
+
+static int fail(int rc, const struct sf_err *e)
+{
+	snprintf(last_error, sizeof last_error, "%s", e->msg[0] ? e->msg : strerror(-rc));
+	return rc;
+}
+
+static int held_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		    struct sf_err *e)
+{
+	struct shardfs *h = (struct shardfs *)((char *)c - offsetof(struct shardfs, cache));
+	pthread_mutex_lock(&h->lock);
+	if (h->held == p) {
+		*out = sf_buf_ref(h->held_buf);
+		pthread_mutex_unlock(&h->lock);
+		return 0;
+	}
+	pthread_mutex_unlock(&h->lock);
+	int rc = p->produce(p, out, e);
+	if (rc)
+		return rc;
+	pthread_mutex_lock(&h->lock);
+	if (h->held_buf)
+		sf_buf_unref(h->held_buf);
+	h->held = p;
+	h->held_buf = sf_buf_ref(*out);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+int shardfs_open(const char *path, struct shardfs **out)
+{
+	struct sf_err e = { { 0 } };
+	struct shardfs *h = calloc(1, sizeof *h);
+	if (!h)
+		return fail(sf_fail(&e, -ENOMEM, "out of memory"), &e);
+	int rc = sf_open_path(path, &h->view, &e);
+	if (rc) {
+		free(h);
+		return fail(rc, &e);
+	}
+	h->cache.get = held_get;
+	pthread_mutex_init(&h->lock, NULL);
+	*out = h;
+	return 0;
+}
+
+void shardfs_close(struct shardfs *h)
+{
+	if (!h)
+		return;
+	if (h->held_buf)
+		sf_buf_unref(h->held_buf);
+	pthread_mutex_destroy(&h->lock);
+	sf_view_unref(h->view);
+	free(h);
+}
+
+const char *shardfs_format(const struct shardfs *h)
+{
+	return h->view->format->name;
+}
+
+const char *shardfs_last_error(void)
+{
+	return last_error;
+}
+
+static void describe(struct shardfs *h, struct sf_node *n, struct shardfs_entry *out)
+{
+	struct sf_err e = { { 0 } };
+	*out = (struct shardfs_entry){ .name = n->name };
+	switch (n->kind) {
+	case SF_DIR:
+		out->kind = SHARDFS_DIR;
+		break;
+	case SF_LINK:
+		out->kind = SHARDFS_LINK;
+		out->target = n->u.target;
+		break;
+	case SF_FILE:
+		out->kind = SHARDFS_FILE;
+		out->error = sf_file_ready(n, &h->cache, &e);
+		if (out->error)
+			fail(out->error, &e);
+		else
+			out->size = n->u.file.size;
+		break;
+	}
+}
+
+static int walk(struct shardfs *h, const char *path, struct sf_node **n)
+{
+	struct sf_err e = { { 0 } };
+	int rc = sf_view_walk(h->view->root, path, n, &e);
+	return rc ? fail(rc, &e) : 0;
+}
+
+int shardfs_stat(struct shardfs *h, const char *path, struct shardfs_entry *out)
+{
+	struct sf_node *n;
+	int rc = walk(h, path, &n);
+	if (rc)
+		return rc;
+	describe(h, n, out);
+	return 0;
+}
+
+int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *arg)
+{
+	struct sf_err e = { { 0 } };
+	struct sf_node *d;
+	int rc = walk(h, dir, &d);
+	if (rc)
+		return rc;
+	if (d->kind != SF_DIR)
+		return fail(sf_fail(&e, -ENOTDIR, "%s: %s is not a directory", h->view->path, dir), &e);
+	if ((rc = sf_dir_ready(d, &e)))
+		return fail(rc, &e);
+	for (size_t i = 0; i < d->u.dir.n; i++) {
+		struct sf_node *k = d->u.dir.kids[i];
+		if (k->hidden)
+			continue;
+		struct shardfs_entry ent;
+		describe(h, k, &ent);
+		if ((rc = fn(&ent, arg)))
+			return rc;
+	}
+	return 0;
+}
+
+ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
+		     uint64_t off)
+{
+	struct sf_err e = { { 0 } };
+	struct sf_node *f;
+	int rc = walk(h, path, &f);
+	if (rc)
+		return rc;
+	if (f->kind != SF_FILE)
+		return fail(sf_fail(&e, f->kind == SF_DIR ? -EISDIR : -EINVAL,
+				    "%s: %s is not a file", h->view->path, path), &e);
+	if ((rc = sf_file_ready(f, &h->cache, &e)))
+		return fail(rc, &e);
+	if (off >= f->u.file.size)
+		return 0;
+	if (len > SSIZE_MAX)
+		len = SSIZE_MAX;
+	struct sf_readv rv = { 0 };
+	rc = sf_file_read(f, off, len, &h->cache, &rv, &e);
+	uint64_t got = rv.bytes;
+	if (rc == 0)
+		sf_readv_copy(&rv, buf);
+	sf_readv_release(&rv);
+	return rc ? fail(rc, &e) : (ssize_t)got;
+}

@@ -1,0 +1,87 @@
+/* libshardfs-format: read the containers shardfs understands without FUSE.
+ *
+ * A container (a .tsumugi, .tatami, .taridx with its tars, .sidx or .tet
+ * file) opens into a read-only tree of parts: the same tree the mount shows
+ * in the file's view directory, with the same paths ("regions/forward",
+ * "columns/price/values.npy", ".shardfs/verify"). Nothing here needs
+ * /dev/fuse.
+ *
+ *     struct shardfs *h;
+ *     if (shardfs_open("weights.tet", &h) < 0)
+ *             fprintf(stderr, "%s\n", shardfs_last_error());
+ *     char buf[4096];
+ *     ssize_t n = shardfs_read(h, "w/.zarray", buf, sizeof buf, 0);
+ *     shardfs_close(h);
+ *
+ * Errors: functions return 0 (or a byte count) on success and a negative
+ * errno on failure; shardfs_last_error() then says what was wrong, naming
+ * the file and the part. A part whose bytes fail a check reads as -EIO.
+ *
+ * Threads: a handle may be used by several threads at once. The last error
+ * message is kept per thread.
+ *
+ * Link with `pkg-config --cflags --libs shardfs-format`.
+ */
+#ifndef SHARDFS_H
+#define SHARDFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An opened container. */
+struct shardfs;
+
+enum shardfs_kind {
+	SHARDFS_DIR = 1,
+	SHARDFS_FILE = 2,
+	SHARDFS_LINK = 3,
+};
+
+/* One entry of the tree. The strings belong to the handle and stay valid
+ * until shardfs_close. */
+struct shardfs_entry {
+	const char *name;        /* the entry's name as the mount shows it */
+	enum shardfs_kind kind;
+	uint64_t size;           /* files: the exact size; otherwise 0 */
+	const char *target;      /* links: the link's target; otherwise NULL */
+	int error;               /* files: 0, or the negative errno learning the
+				  * size failed with (size is then 0) */
+};
+
+/* Opens a container file. The format is chosen by the file's name, as the
+ * mount does; a .taridx finds its tars beside it. */
+int shardfs_open(const char *path, struct shardfs **out);
+void shardfs_close(struct shardfs *h);
+
+/* The name of the format module that opened the file: "tsumugi", "tatami",
+ * "taridx", "sidx" (a Shardlake shard), "alias" (a Shardlake alias) or "tet". */
+const char *shardfs_format(const struct shardfs *h);
+
+/* Calls fn for every entry of the directory `dir` ("" is the top of the
+ * tree) in listing order, hidden ".shardfs" excluded. Stops early, returning
+ * fn's value, when fn returns non-zero. */
+typedef int (*shardfs_list_fn)(const struct shardfs_entry *e, void *arg);
+int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *arg);
+
+/* Describes the entry at `path` ("" is the top of the tree). */
+int shardfs_stat(struct shardfs *h, const char *path, struct shardfs_entry *out);
+
+/* Reads up to `len` bytes of the file at `path` from offset `off`. Returns
+ * the number of bytes read (0 at or past the end). A compressed part is
+ * decoded once and kept while it is read piece by piece. */
+ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
+		     uint64_t off);
+
+/* The message of the calling thread's last failure ("" if none). */
+const char *shardfs_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
