@@ -57,12 +57,21 @@ static void open_walk(const char *rel)
 	}
 }
 
+static void remove_root(void)
+{
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+	if (system(cmd) != 0)
+		fprintf(stderr, "fuzz_shardlake: could not remove %s\n", root);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!root[0]) {
 		snprintf(root, sizeof root, "/tmp/fuzz_shardlake.XXXXXX");
 		if (!mkdtemp(root))
 			abort();
+		atexit(remove_root);
 		char cmd[256];
 		snprintf(cmd, sizeof cmd, "mkdir -p %s/indexes/v/shards %s/aliases", root, root);
 		if (system(cmd) != 0)
