@@ -36,6 +36,10 @@ static bool seen_before(uint64_t h)
 
 void errlog_add(const char *path, const char *msg)
 {
+	/* messages name their file; the line already starts with it */
+	size_t plen = strlen(path);
+	if (strncmp(msg, path, plen) == 0 && msg[plen] == ':' && msg[plen + 1] == ' ')
+		msg += plen + 2;
 	XXH3_state_t *st = XXH3_createState();
 	if (!st)
 		return;
