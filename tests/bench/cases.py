@@ -1,0 +1,298 @@
+"""The benchmark cases of issue 8. Each group function measures shardfs and
+its references in the same run and returns result rows (see `row`)."""
+import json
+import multiprocessing
+import os
+import random
+import statistics
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import data
+import mounts
+from data import KiB, MiB, GiB
+
+
+@dataclass
+class Context:
+    build: Path
+    work: Path
+    quick: bool
+    runs: int
+
+    @property
+    def shardfs(self):
+        return self.build / "fs" / "shardfs"
+
+    @property
+    def tools(self):
+        return self.build / "tools"
+
+    def size(self, full, quick):
+        return quick if self.quick else full
+
+
+def row(case, figure, unit, reference, reference_figure, target=None, op=">=", ratio=None):
+    """One comparison. `ratio` is figure / reference unless given; `target`
+    applies to the ratio."""
+    if ratio is None and reference_figure:
+        ratio = figure / reference_figure
+    met = None
+    if target is not None and ratio is not None:
+        met = ratio >= target if op == ">=" else ratio <= target
+    return dict(case=case, figure=figure, unit=unit, reference=reference,
+                reference_figure=reference_figure, ratio=ratio, target=target,
+                target_op=op if target is not None else None, met=met)
+
+
+def median(xs):
+    return statistics.median(xs)
+
+
+def timed(fn, *args):
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def stats(mnt):
+    return json.loads((Path(mnt) / ".shardfs" / "stats.json").read_bytes())
+
+
+# --- small members -------------------------------------------------------
+
+def read_all(paths):
+    """The loop data loaders run: open, read, close."""
+    for p in paths:
+        with open(p, "rb") as f:
+            f.read()
+
+
+def files_per_s(paths):
+    return len(paths) / timed(read_all, paths)
+
+
+def two_passes(root, names):
+    paths = [os.path.join(root, n) for n in names]
+    return files_per_s(paths), files_per_s(paths)
+
+
+def _reader(root, names, barrier, out):
+    barrier.wait()
+    t0 = time.perf_counter()
+    read_all([os.path.join(root, n) for n in names])
+    out.put((t0, time.perf_counter()))
+
+
+def parallel_files_per_s(root, names, readers):
+    """`readers` processes read disjoint slices of `names` at once; the rate
+    is all files over the time from the first start to the last finish."""
+    mp = multiprocessing.get_context("fork")
+    barrier, out = mp.Barrier(readers), mp.Queue()
+    procs = [mp.Process(target=_reader, args=(root, names[i::readers], barrier, out))
+             for i in range(readers)]
+    for p in procs:
+        p.start()
+    spans = [out.get(timeout=600) for _ in procs]
+    for p in procs:
+        p.join()
+        if p.exitcode:
+            raise RuntimeError(f"reader exited {p.exitcode}")
+    return len(names) / (max(e for _, e in spans) - min(s for s, _ in spans))
+
+
+def small_members(ctx):
+    n = ctx.size(100_000, 4_000)
+    src, native, image, names = data.small_fold(ctx.work, ctx.tools, n, 10)
+    order = names[:]
+    random.Random(8).shuffle(order)
+    shard0 = names[:-(-n // 10)]
+    in_shard0 = set(shard0)
+    order0 = [x for x in order if x in in_shard0]
+    data.warm(sorted(src.glob("*")) + [image] + [native / x for x in names])
+    nat, sq1, sq2, sf1, sf2, par, ar1, ar2 = ([] for _ in range(8))
+    for _ in range(ctx.runs):
+        nat.append(two_passes(native, order)[1])
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            first, second = two_passes(mnt / "f", order)
+            sf1.append(first)
+            sf2.append(second)
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            par.append(parallel_files_per_s(mnt / "f", order, 4))
+        with mounts.squashfuse_ll(image) as (mnt, _, _):
+            first, second = two_passes(mnt, order)
+            sq1.append(first)
+            sq2.append(second)
+        with mounts.archivemount(src / "f_0000.tar") as (mnt, _, _):
+            first, second = two_passes(mnt, order0)
+            ar1.append(first)
+            ar2.append(second)
+    u = "files/s"
+    return [
+        row("small_first_pass", median(sf1), u, "native", median(nat), 0.40),
+        row("small_first_pass", median(sf1), u, "squashfuse_ll first pass", median(sq1), 4.0),
+        row("small_first_pass", median(sf1), u, "archivemount first pass", median(ar1)),
+        row("small_second_pass", median(sf2), u, "native", median(nat), 0.80),
+        row("small_second_pass", median(sf2), u, "squashfuse_ll second pass", median(sq2)),
+        row("small_second_pass", median(sf2), u, "archivemount second pass", median(ar2)),
+        row("parallel_4_readers", median(par), u, "1 reader first pass", median(sf1), 1.5),
+    ]
+
+
+# --- large payloads ------------------------------------------------------
+
+def dd(path, skip=0, count=None):
+    """Seconds for dd to read `count` bytes of `path` from `skip` in 1 MiB blocks."""
+    args = ["dd", f"if={path}", "of=/dev/null", "bs=1M", "status=none"]
+    if skip or count is not None:
+        args += ["iflag=skip_bytes,count_bytes", f"skip={skip}"]
+        args += [f"count={count}"] if count is not None else []
+    t = time.perf_counter()
+    subprocess.run(args, check=True)
+    return time.perf_counter() - t
+
+
+def large_payload(ctx):
+    size = ctx.size(1 * GiB, 32 * MiB)
+    src, member, offset = data.big_member(ctx.work, ctx.tools, size)
+    tar = src / "big_0000.tar"
+    data.warm([tar])
+    nat, first, second = [], [], []
+    for _ in range(ctx.runs):
+        nat.append(size / dd(tar, offset, size))
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            path = mnt / "big" / member
+            os.stat(path)
+            first.append(size / dd(path))
+            second.append(size / dd(path))
+    u = "MB/s"
+    mb = 1e6
+    return [
+        row("large_first_read", median(first) / mb, u, "native byte range", median(nat) / mb, 0.40),
+        row("large_second_read", median(second) / mb, u, "native byte range", median(nat) / mb,
+            0.90),
+    ]
+
+
+# --- compressed parts ----------------------------------------------------
+
+def read_in_pieces(path, piece=128 * KiB):
+    with open(path, "rb", buffering=0) as f:
+        while f.read(piece):
+            pass
+
+
+def drop_cached(path):
+    """Drops the kernel's cached pages of a mounted file, so the next read
+    reaches the daemon again."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def compressed_parts(ctx):
+    chunks, chunk_bytes = ctx.size(32, 4), ctx.size(8 * MiB, 2 * MiB)
+    src = data.zstd_tet(ctx.work, chunks, chunk_bytes)
+    data.warm([src / "z.tet"])
+    names = [f"0.{i}" for i in range(chunks)]
+    frames = ctx.work / "frames.zst"
+    with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+        with open(frames, "wb") as f:
+            for c in names:
+                f.write((mnt / "z" / ".shardfs" / "tiles" / "x" / (c + ".zst")).read_bytes())
+    total = chunks * chunk_bytes
+    mine, ref, once = [], [], True
+    for _ in range(ctx.runs):
+        ref.append(total / timed(lambda: subprocess.run(["zstd", "-d", "-q", "-c", str(frames)],
+                                                        check=True, stdout=subprocess.DEVNULL)))
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            paths = [mnt / "z" / "x" / c for c in names]
+            for p in paths:
+                os.stat(p)
+            before = stats(mnt)["cache"]
+            mine.append(total / timed(lambda: [read_in_pieces(p) for p in paths]))
+            after = stats(mnt)["cache"]
+            once &= (after["parts_decoded"] - before["parts_decoded"] == chunks and
+                     after["bytes_decoded"] - before["bytes_decoded"] == total)
+    frames.unlink()
+    mb = 1e6
+    return [
+        row("zstd_decode_128k_reads", median(mine) / mb, "MB/s", "zstd -d same frames",
+            median(ref) / mb, 0.70),
+        row("zstd_decoded_once", 1.0 if once else 0.0, "bool", "parts_decoded == chunks", 1.0,
+            1.0),
+    ]
+
+
+# --- mount time and memory -----------------------------------------------
+
+def mount_and_memory(ctx):
+    count = ctx.size(10_000, 300)
+    src = data.many_containers(ctx.work, count)
+    usable, rss = [], []
+    for _ in range(ctx.runs):
+        t0 = time.perf_counter()
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, proc, _):
+            os.stat(mnt / "c00000.tet")
+            usable.append((time.perf_counter() - t0) * 1000)
+            rss.append(mounts.rss_kib(proc.pid) / KiB)
+    # the stream decodes twice the budget, so the cache must evict
+    budget = ctx.size(256 * MiB, 32 * MiB)
+    chunks = 2 * budget // (8 * MiB)
+    stream = data.zstd_tet(ctx.work, chunks, 8 * MiB)
+    want = ctx.size(10 * GiB, 256 * MiB)
+    with mounts.shardfs(ctx.shardfs, stream, "--cache-size", str(budget)) as (mnt, proc, _):
+        paths = [mnt / "z" / "x" / f"0.{i}" for i in range(chunks)]
+        done = 0
+        while done < want:
+            for p in paths:
+                read_in_pieces(p)
+                drop_cached(p)
+                done += 8 * MiB
+        decoded = stats(mnt)["cache"]["bytes_decoded"]
+        peak = mounts.rss_kib(proc.pid, "VmHWM") / KiB
+    if decoded < want:
+        raise RuntimeError(f"only {decoded} bytes decoded of {want}: reads did not reach the daemon")
+    return [
+        row("mount_usable", median(usable), "ms", f"limit ({count} containers)", 300.0, 1.0, "<="),
+        row("rss_before_use", median(rss), "MiB", "limit", 30.0, 1.0, "<="),
+        row("rss_after_stream", peak, "MiB", f"budget+64 MiB ({decoded / GiB:.1f} GiB decoded)",
+            (budget + 64 * MiB) / MiB, 1.0, "<="),
+    ]
+
+
+# --- fold scale ----------------------------------------------------------
+
+def fold_scale(ctx):
+    n = ctx.size(1_000_000, 20_000)
+    src, _, _, names = data.small_fold(ctx.work, ctx.tools, n, 10, lo=16, hi=64, native=False)
+    data.warm(sorted(src.glob("*")))
+    probe = names[random.Random(2).randrange(n)]
+    lookup, listing = [], []
+    for _ in range(ctx.runs):
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            lookup.append(timed(os.stat, mnt / "f" / probe))
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            t = time.perf_counter()
+            out = subprocess.run(f"find '{mnt}/f' | wc -l", shell=True, check=True,
+                                 capture_output=True, text=True).stdout
+            listing.append(time.perf_counter() - t)
+            if int(out) != n + 1:
+                raise RuntimeError(f"find listed {int(out) - 1} members of {n}")
+    return [
+        row("fold_first_lookup", median(lookup), "s", f"limit ({n} members)", 1.5, 1.0, "<="),
+        row("fold_find_all", median(listing), "s", f"limit ({n} members)", 5.0, 1.0, "<="),
+    ]
+
+
+GROUPS = {
+    "small": small_members,
+    "large": large_payload,
+    "zstd": compressed_parts,
+    "mount": mount_and_memory,
+    "fold": fold_scale,
+}

@@ -1,0 +1,178 @@
+"""The benchmark's data, generated on the spot and kept in a work directory
+between runs (each data set is rebuilt only when its parameters change).
+
+Tar folds are written here with Python's tarfile (the taridx test writer
+makes small fixtures only) and indexed with the project's own
+`shardfs-taridx`; .tet files come from tests/writers/tet_writer.py."""
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "writers"))
+import tet_writer  # noqa: E402  (the project's writer, found through the path above)
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+def _fresh(d, params):
+    """True when `d` already holds the data made with `params`."""
+    stamp = d / "params.json"
+    if stamp.exists() and json.loads(stamp.read_text()) == params:
+        return True
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    return False
+
+
+def _stamp(d, params):
+    (d / "params.json").write_text(json.dumps(params))
+
+
+class _Pool:
+    """Member contents: slices of one random buffer, so generating a million
+    members costs no more than writing them."""
+
+    def __init__(self, rng, size=64 * MiB):
+        self.buf = rng.randbytes(size)
+        self.rng = rng
+
+    def take(self, n):
+        at = self.rng.randrange(0, len(self.buf) - n)
+        return self.buf[at:at + n]
+
+
+def _write_tar(path, members):
+    """members: (name, bytes) pairs, written as USTAR like upstream's writer."""
+    with tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, payload in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(payload)
+            ti.mtime = 1700000000
+            ti.mode = 0o644
+            tf.addfile(ti, _Reader(payload))
+
+
+class _Reader:
+    """The file object tarfile.addfile wants, over bytes without a copy."""
+
+    def __init__(self, b):
+        self.mv, self.at = memoryview(b), 0
+
+    def read(self, n=-1):
+        end = len(self.mv) if n < 0 else self.at + n
+        out = self.mv[self.at:end]
+        self.at += len(out)
+        return out
+
+
+def index_fold(tools, d, fold):
+    subprocess.run([str(tools / "shardfs-taridx"), "--quiet", str(d), fold], check=True)
+
+
+def small_fold(root, tools, members, shards, lo=1 * KiB, hi=16 * KiB, native=True):
+    """A fold `f` of `members` flat members `<key>.bin` of lo..hi bytes in
+    `shards` tars, plus (if `native`) the same files extracted into
+    `native/` and an uncompressed squashfs image of them. Returns
+    (src dir, native dir, squashfs image, member names in key order)."""
+    params = dict(kind="small", members=members, shards=shards, lo=lo, hi=hi, native=native, v=1)
+    d = Path(root) / f"fold-{members}-{lo}-{hi}"
+    names = [f"s{i:07d}.bin" for i in range(members)]
+    src, nat, img = d / "src", d / "native", d / "native.sqfs"
+    if _fresh(d, params):
+        return src, nat, img, names
+    src.mkdir()
+    rng = random.Random(members)
+    pool = _Pool(rng)
+    per = -(-members // shards)
+    if native:
+        nat.mkdir()
+    for s in range(shards):
+        batch = [(n, pool.take(rng.randint(lo, hi))) for n in names[s * per:(s + 1) * per]]
+        _write_tar(src / f"f_{s:04d}.tar", batch)
+        for n, b in batch if native else ():
+            (nat / n).write_bytes(b)
+    index_fold(tools, src, "f")
+    if native:
+        subprocess.run(["mksquashfs", str(nat), str(img), "-noappend", "-no-progress", "-quiet",
+                        "-noI", "-noD", "-noF", "-noX"], check=True, stdout=subprocess.DEVNULL)
+    _stamp(d, params)
+    return src, nat, img, names
+
+
+def big_member(root, tools, size):
+    """A fold `big` whose one member `payload.bin` is `size` bytes of random
+    data. Returns (src dir, member name, byte offset of the payload in
+    big_0000.tar)."""
+    params = dict(kind="big", size=size, v=1)
+    d = Path(root) / f"big-{size}"
+    src = d / "src"
+    if not _fresh(d, params):
+        src.mkdir()
+        rng = np.random.default_rng(3)
+        ti = tarfile.TarInfo("payload.bin")
+        ti.size, ti.mtime = size, 1700000000
+        with open(src / "big_0000.tar", "wb") as f:
+            f.write(ti.tobuf(format=tarfile.USTAR_FORMAT))
+            for at in range(0, size, 64 * MiB):
+                f.write(rng.bytes(min(64 * MiB, size - at)))
+            f.write(b"\0" * ((-size) % 512 + 1024))
+        index_fold(tools, src, "big")
+        _stamp(d, params)
+    return src, "payload.bin", 512
+
+
+def zstd_tet(root, chunks, chunk_bytes=8 * MiB):
+    """A .tet file `z.tet` with one float32 dataset `x` of `chunks` zstd
+    chunks of `chunk_bytes` each (one row of chunks). The values are smooth
+    noise, so the frames compress about 2:1 like real tensors. Returns the
+    src dir."""
+    params = dict(kind="zstd", chunks=chunks, chunk_bytes=chunk_bytes, v=1)
+    d = Path(root) / f"zstd-{chunks}x{chunk_bytes}"
+    src = d / "src"
+    if not _fresh(d, params):
+        src.mkdir()
+        rows = 1024
+        cols = chunk_bytes // 4 // rows
+        rng = np.random.default_rng(5)
+        a = np.cumsum(rng.standard_normal((rows, cols * chunks), dtype=np.float32), axis=1)
+        a = (np.round(a * 16) / 16).astype("<f4")
+        tet_writer.write_tet(str(src / "z.tet"),
+                             [tet_writer.Dataset(b"x", a, (rows, cols), codec="zstd")])
+        _stamp(d, params)
+    return src
+
+
+def many_containers(root, count):
+    """A SRC with `count` small .tet files (copies of the tet writer's
+    sample under different names). Returns the src dir."""
+    params = dict(kind="many", count=count, v=1)
+    d = Path(root) / f"many-{count}"
+    src = d / "src"
+    if not _fresh(d, params):
+        src.mkdir()
+        tmp = d / "sample"
+        tmp.mkdir()
+        one = Path(tet_writer.write_sample(str(tmp)))
+        blob = one.read_bytes()
+        for i in range(count):
+            (src / f"c{i:05d}.tet").write_bytes(blob)
+        shutil.rmtree(tmp)
+        _stamp(d, params)
+    return src
+
+
+def warm(paths):
+    """Reads files once so their bytes are in the page cache."""
+    for p in paths:
+        with open(p, "rb") as f:
+            while f.read(8 * MiB):
+                pass

@@ -1,0 +1,71 @@
+"""Mounting the filesystems under test (shardfs and the reference FUSE
+filesystems), always taken down again."""
+import os
+import subprocess
+import tempfile
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def is_mounted(mnt):
+    mnt = os.path.realpath(mnt)
+    with open("/proc/mounts") as f:
+        return any(line.split()[1] == mnt for line in f)
+
+
+def unmount(mnt):
+    for args in (["fusermount3", "-u"], ["fusermount3", "-uz"]):
+        if not is_mounted(mnt):
+            return
+        subprocess.run(args + [str(mnt)], capture_output=True, timeout=60)
+
+
+@contextmanager
+def mounted(cmd, mnt_base=None):
+    """Runs `cmd(mnt)` (a list) in the foreground, waits for the mount, yields
+    (mnt, process, seconds until mounted), and unmounts at the end."""
+    base = Path(tempfile.mkdtemp(prefix="shardfs-bench-", dir=mnt_base))
+    mnt = base / "mnt"
+    mnt.mkdir()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd(mnt), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        while not is_mounted(mnt):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd(mnt)[0]} exited {proc.returncode}: "
+                                   f"{proc.stderr.read().decode(errors='replace')}")
+            if time.perf_counter() - t0 > 60:
+                raise RuntimeError(f"{cmd(mnt)[0]} did not mount within 60 s")
+            time.sleep(0.001)
+        yield mnt, proc, time.perf_counter() - t0
+    finally:
+        unmount(mnt)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+        os.rmdir(mnt)
+        os.rmdir(base)
+
+
+def shardfs(binary, src, *args):
+    return mounted(lambda mnt: [str(binary), str(src), str(mnt), "-f", *args])
+
+
+def squashfuse_ll(image):
+    return mounted(lambda mnt: ["squashfuse_ll", "-f", str(image), str(mnt)])
+
+
+def archivemount(tar):
+    return mounted(lambda mnt: ["archivemount", "-f", "-o", "readonly", str(tar), str(mnt)])
+
+
+def rss_kib(pid, field="VmRSS"):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no {field} for pid {pid}")

@@ -1,0 +1,116 @@
+#!/usr/bin/python3
+"""shardfs benchmark suite (issue 8).
+
+    /usr/bin/python3 tests/bench/run.py [--quick] [--runs N] [--only CASE,...]
+                                        [--build DIR] [--workdir DIR] [--json FILE]
+
+Generates its own data (tar folds indexed with shardfs-taridx, .tet files
+from the tet writer) in --workdir, measures every case against a reference
+measured in the same run, and prints one line per comparison: the figure,
+the reference, their ratio and the target; then a JSON summary (also
+written to --json). Figures are medians of --runs runs. The machine is
+shared and noisy: the ratios are the result, not the absolute times.
+
+References: the same bytes read natively (extracted files, or the byte
+range of the source file, in the page cache), squashfuse_ll over an
+uncompressed squashfs image of the same files, archivemount on one shard,
+and `zstd -d` on the same frames. The packages they come from are
+installed with apt-get when missing (as root).
+
+--quick runs every case on small data with two runs, for the smoke test;
+its figures are not meaningful.
+"""
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import cases  # noqa: E402
+from data import REPO  # noqa: E402
+
+PACKAGES = {"squashfuse_ll": "squashfuse", "mksquashfs": "squashfs-tools",
+            "archivemount": "archivemount", "zstd": "zstd", "fusermount3": "fuse3"}
+
+
+def install_references():
+    missing = sorted({pkg for tool, pkg in PACKAGES.items() if not shutil.which(tool)})
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        sys.exit(f"bench: missing {' '.join(missing)}; run as root or: "
+                 f"sudo apt-get install {' '.join(missing)}")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    apt = ["apt-get", "install", "-y", "-qq", *missing]
+    if subprocess.run(apt, env=env, capture_output=True).returncode:
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True)
+        subprocess.run(apt, env=env, check=True, capture_output=True)
+
+
+def build(build_dir):
+    """Builds (or refreshes) the daemon and tools; an optimised build by
+    default, so the figures are what users get."""
+    if not (build_dir / "build.ninja").exists():
+        subprocess.run(["meson", "setup", str(build_dir)], cwd=REPO, check=True,
+                       capture_output=True)
+    subprocess.run(["ninja", "-C", str(build_dir), "fs/shardfs", "tools/shardfs-taridx"],
+                   check=True, capture_output=True)
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def line(r):
+    target = f"{r['target_op']} {r['target']:g}" if r["target"] is not None else ""
+    verdict = "" if r["met"] is None else ("met" if r["met"] else "MISSED")
+    return (f"{r['case']:<22} {fmt(r['figure']):>9} {r['unit']:<8} "
+            f"{r['reference']:<26} {fmt(r['reference_figure']):>9}  "
+            f"ratio {fmt(r['ratio']):>6}  {target:<8} {verdict}").rstrip()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small data, two runs (smoke test)")
+    ap.add_argument("--runs", type=int, help="runs per figure (default 5, quick 2)")
+    ap.add_argument("--only", help="comma-separated case groups: " + ",".join(cases.GROUPS))
+    ap.add_argument("--build", type=Path, default=Path(os.environ.get(
+        "SHARDFS_BENCH_BUILD", REPO / "build-bench")), help="meson build dir (default build-bench)")
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardfs-bench"),
+                    help="where generated data is kept between runs")
+    ap.add_argument("--json", type=Path, help="also write the JSON summary here")
+    a = ap.parse_args()
+    groups = a.only.split(",") if a.only else list(cases.GROUPS)
+    unknown = [g for g in groups if g not in cases.GROUPS]
+    if unknown:
+        ap.error(f"unknown case group {unknown[0]} (have {', '.join(cases.GROUPS)})")
+
+    install_references()
+    build(a.build.resolve())
+    ctx = cases.Context(build=a.build.resolve(), work=a.workdir.resolve(), quick=a.quick,
+                        runs=a.runs or (2 if a.quick else 5))
+    ctx.work.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    results = []
+    for g in groups:
+        for r in cases.GROUPS[g](ctx):
+            print(line(r), flush=True)
+            results.append(r)
+    summary = {"quick": a.quick, "runs": ctx.runs, "seconds": round(time.monotonic() - t0, 1),
+               "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+               "results": results}
+    text = json.dumps(summary, indent=1)
+    print(text)
+    if a.json:
+        a.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
