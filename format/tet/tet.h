@@ -28,6 +28,13 @@ struct tet_entry {
 };
 
 struct tet_file;
+struct tet_dataset;
+
+/* A grid cell, as the argument of its chunk file's generator. */
+struct tet_cellref {
+	struct tet_dataset *ds;
+	uint64_t cell;
+};
 
 /* One dataset record (spec §5.2) and what validation found (spec §11.3). */
 struct tet_dataset {
@@ -50,9 +57,10 @@ struct tet_dataset {
 	char esc[SF_NAME_MAX + 1];       /* the escaped name, for messages */
 	char entry[SF_NAME_MAX + 16];    /* its directory in the group (valid only) */
 	json_t *meta;             /* footer metadata.datasets[name], borrowed */
-	/* decoded tiles (zstd) and zero-padded chunks (edge cells), per entry
-	 * index of this dataset's cells; made on first use under the view lock */
-	struct sf_part **tile, **padded;
+	/* per grid cell, made on first use under the view lock: the decoded
+	 * tile parts (zstd cells only) and the cells' generator arguments */
+	struct sf_part **tile;
+	struct tet_cellref *refs;
 	char (*what)[SF_NAME_MAX + 200]; /* the parts' names, per cell */
 };
 
@@ -94,7 +102,9 @@ void tet_tile_ext(const struct tet_dataset *ds, const struct tet_entry *en, uint
 /* Decodes the tile of `en` into dst (en->raw bytes). */
 int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 		    uint8_t *dst, struct sf_err *e);
-/* Creates the dataset's tile and padded-chunk parts once. */
+/* Fails (EIO) when a zstd tile's frames cannot produce en->raw bytes. */
+int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e);
+/* Creates the dataset's tile parts and cell references once. */
 int tet_make_parts(struct sf_view *v, struct tet_dataset *ds);
 /* Chunk file, tile file, stored-zstd file and whole-array .npy contents. */
 int tet_build_chunk(struct sf_node *f, struct sf_cache *c, struct sf_err *e);

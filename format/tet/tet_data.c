@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define ZSTD_STATIC_LINKING_ONLY
+#include <zstd.h>
+
 #include "sf_codec.h"
 #include "sf_json.h"
 #include "tet.h"
@@ -29,57 +32,32 @@ int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
 }
 
+int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)
+{
+	if (en->codec == TET_RAW)
+		return 0;
+	/* the frames' block count bounds their output: a hostile raw_byte_len
+	 * is refused before a buffer of that size is allocated */
+	unsigned long long bound = ZSTD_decompressBound(ds->file->data + en->off, en->stored);
+	if (bound == ZSTD_CONTENTSIZE_ERROR || bound < en->raw)
+		return sf_fail(e, -EIO, "%s: %s: zstd chunk at %llu cannot decode to its %llu bytes",
+			       ds->file->path, ds->esc, (unsigned long long)en->off,
+			       (unsigned long long)en->raw);
+	return 0;
+}
+
 /* The tile as stored, decoded (zstd tiles only). */
 static int produce_tile(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
 	const struct tet_entry *en = &ds->file->entries[p->aux];
+	int rc = tet_tile_fits(ds, en, e);
+	if (rc)
+		return rc;
 	struct sf_buf *b = sf_buf_new(en->raw);
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
-	int rc = tet_tile_decode(ds, en, b->data, e);
-	if (rc) {
-		sf_buf_unref(b);
-		return rc;
-	}
-	*out = b;
-	return 0;
-}
-
-/* An edge tile placed at the corner of a zero-filled full zarr chunk. */
-static int produce_padded(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
-{
-	const struct tet_dataset *ds = p->arg;
-	const struct tet_entry *en = &ds->file->entries[p->aux];
-	uint32_t n = ds->ndim;
-	struct sf_buf *b = sf_buf_new(ds->zbytes);
-	uint8_t *decoded = en->codec == TET_RAW ? NULL : malloc(en->raw ? en->raw : 1);
-	if (!b || (en->codec != TET_RAW && !decoded)) {
-		sf_buf_unref(b);
-		free(decoded);
-		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
-	}
-	const uint8_t *tile = ds->file->data + en->off;
-	int rc = decoded ? tet_tile_decode(ds, en, decoded, e) : 0;
-	if (decoded)
-		tile = decoded;
-	uint64_t ext[TET_MAX_DIM], idx[TET_MAX_DIM] = { 0 };
-	tet_tile_ext(ds, en, ext);
-	uint64_t rows = 1, rowbytes = ext[n - 1] * ds->esize;
-	for (uint32_t d = 0; d + 1 < n; d++)
-		rows *= ext[d];
-	for (uint64_t r = 0; rc == 0 && r < rows; r++) {
-		uint64_t dst = 0;
-		for (uint32_t d = 0; d + 1 < n; d++)
-			dst = dst * ds->zchunk[d] + idx[d];
-		memcpy(b->data + dst * ds->zchunk[n - 1] * ds->esize, tile + r * rowbytes, rowbytes);
-		for (uint32_t d = n - 1; d-- > 0;) {
-			if (++idx[d] < ext[d])
-				break;
-			idx[d] = 0;
-		}
-	}
-	free(decoded);
+	rc = tet_tile_decode(ds, en, b->data, e);
 	if (rc) {
 		sf_buf_unref(b);
 		return rc;
@@ -104,9 +82,10 @@ int tet_make_parts(struct sf_view *v, struct tet_dataset *ds)
 		return 0;
 	if (!ds->what && !(ds->what = calloc(ds->nchunks, sizeof *ds->what)))
 		return -ENOMEM;
+	if (!ds->refs && !(ds->refs = calloc(ds->nchunks, sizeof *ds->refs)))
+		return -ENOMEM;
 	struct sf_part **tile = calloc(ds->nchunks, sizeof *tile);
-	struct sf_part **padded = calloc(ds->nchunks, sizeof *padded);
-	int rc = tile && padded ? 0 : -ENOMEM;
+	int rc = tile ? 0 : -ENOMEM;
 	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
 		const struct tet_entry *en = cell_entry(ds, c);
 		char *what = ds->what[c];
@@ -114,24 +93,18 @@ int tet_make_parts(struct sf_view *v, struct tet_dataset *ds)
 		for (uint32_t d = 0; d < ds->ndim && k < sizeof ds->what[c]; d++)
 			k += (size_t)snprintf(what + k, sizeof ds->what[c] - k, "%s%llu", d ? "." : "",
 					      (unsigned long long)en->coords[d]);
+		ds->refs[c] = (struct tet_cellref){ ds, c };
 		if (en->codec == TET_ZSTD &&
 		    !(tile[c] = sf_view_part(v, produce_tile, ds, en->raw, what)))
 			rc = -ENOMEM;
-		if (rc == 0 && is_edge(ds, en) &&
-		    !(padded[c] = sf_view_part(v, produce_padded, ds, ds->zbytes, what)))
-			rc = -ENOMEM;
-		if (tile[c])
+		else if (tile[c])
 			tile[c]->aux = ds->cell[c];
-		if (padded[c])
-			padded[c]->aux = ds->cell[c];
 	}
 	if (rc) {
 		/* parts already made stay owned by the view, unused */
 		free(tile);
-		free(padded);
 		return rc;
 	}
-	ds->padded = padded;
 	ds->tile = tile;
 	return 0;
 }
@@ -145,14 +118,72 @@ static int add_tile(struct sf_node *f, struct tet_dataset *ds, uint64_t cell)
 	return sf_file_add_part(f, ds->tile[cell], 0, en->raw);
 }
 
+/* The bytes of a cell's tile: the mapping for raw tiles, else the decoded
+ * part, held in *hold until the caller drops it. */
+static int tile_bytes(struct tet_dataset *ds, uint64_t cell, struct sf_cache *c,
+		      struct sf_buf **hold, const uint8_t **out, struct sf_err *e)
+{
+	const struct tet_entry *en = cell_entry(ds, cell);
+	if (en->codec == TET_RAW) {
+		*out = ds->file->data + en->off;
+		return 0;
+	}
+	int rc = sf_part_get(c, ds->tile[cell], hold, e);
+	if (rc == 0)
+		*out = (*hold)->data;
+	return rc;
+}
+
+/* An edge chunk as zarr wants it: the tile at the corner of a zero-filled
+ * chunk of the full zarr chunk shape, computed per read so that a large
+ * chunk never needs a padded copy. */
+static int gen_padded(void *arg, uint64_t off, uint8_t *out, size_t len,
+		      struct sf_cache *c, struct sf_err *e)
+{
+	const struct tet_cellref *ref = arg;
+	struct tet_dataset *ds = ref->ds;
+	uint32_t n = ds->ndim;
+	uint64_t es = ds->esize, ext[TET_MAX_DIM];
+	tet_tile_ext(ds, cell_entry(ds, ref->cell), ext);
+	struct sf_buf *hold = NULL;
+	const uint8_t *tile = NULL;
+	int rc = tile_bytes(ds, ref->cell, c, &hold, &tile, e);
+	while (len && rc == 0) {
+		uint64_t rem = off / es, within = off % es, l[TET_MAX_DIM], src = 0;
+		for (uint32_t d = n; d-- > 0;) {
+			l[d] = rem % ds->zchunk[d];
+			rem /= ds->zchunk[d];
+		}
+		bool inside = true;
+		for (uint32_t d = 0; d < n; d++) {
+			inside &= l[d] < ext[d];
+			src = src * ext[d] + l[d];
+		}
+		/* up to the end of the tile row, or of the padding after it */
+		uint64_t end = inside ? ext[n - 1] : ds->zchunk[n - 1];
+		uint64_t run = (end - l[n - 1]) * es - within;
+		if (run > len)
+			run = len;
+		if (inside)
+			memcpy(out, tile + src * es + within, run);
+		else
+			memset(out, 0, run);
+		out += run;
+		off += run;
+		len -= run;
+	}
+	sf_buf_unref(hold);
+	return rc;
+}
+
 int tet_build_chunk(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tet_dataset *ds = f->arg;
 	int rc = tet_make_parts(f->view, ds);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory", ds->file->path);
-	if (ds->padded[f->aux])
-		return sf_file_add_part(f, ds->padded[f->aux], 0, ds->zbytes);
+	if (is_edge(ds, cell_entry(ds, f->aux)))
+		return sf_file_add_gen(f, gen_padded, &ds->refs[f->aux], 0, ds->zbytes);
 	return add_tile(f, ds, f->aux);
 }
 

@@ -39,7 +39,7 @@ void tet_free(struct tet_file *tf)
 		free(tf->ds[i].cell);
 		free(tf->ds[i].problem);
 		free(tf->ds[i].tile);
-		free(tf->ds[i].padded);
+		free(tf->ds[i].refs);
 		free(tf->ds[i].what);
 	}
 	free(tf->ds);

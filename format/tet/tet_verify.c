@@ -67,9 +67,12 @@ static void check_decode(struct report *r, const struct tet_file *tf)
 		const struct tet_entry *en = &tf->entries[k];
 		if (en->codec != TET_ZSTD || en->dataset_id >= tf->dataset_count)
 			continue;
-		uint8_t *buf = malloc(en->raw ? en->raw : 1);
+		const struct tet_dataset *ds = &tf->ds[en->dataset_id];
 		struct sf_err e = { { 0 } };
-		int rc = buf ? tet_tile_decode(&tf->ds[en->dataset_id], en, buf, &e) : -ENOMEM;
+		int rc = tet_tile_fits(ds, en, &e);
+		uint8_t *buf = rc ? NULL : malloc(en->raw ? en->raw : 1);
+		if (rc == 0)
+			rc = buf ? tet_tile_decode(ds, en, buf, &e) : -ENOMEM;
 		free(buf);
 		if (rc)
 			finding(r, true, "chunk_decode: chunk %llu: %s", (unsigned long long)k,
