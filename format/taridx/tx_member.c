@@ -108,14 +108,14 @@ bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member
 	 * upstream indexed each of them as a row of its own */
 	uint64_t at = m->row.off;
 	for (uint32_t q = r; q > 0 && r - q < 8; q--) {
-		struct tx_member prev;
-		tx_member_check(f, q - 1, &prev);
-		if (!prev.hdr || prev.row.fid != m->row.fid || !prev.payload_ok ||
-		    prev.row.off + TX_BLOCK + padded(prev.row.size) != at)
+		struct tx_row prev;
+		tx_row_get(&f->ix, q - 1, &prev);
+		const uint8_t *data = tx_payload(f, &prev);
+		if (!data || prev.fid != m->row.fid || prev.off + TX_BLOCK + padded(prev.size) != at)
 			break;
-		const uint8_t *data = prev.hdr + TX_BLOCK;
-		size_t n = (size_t)prev.row.size;
-		uint8_t t = prev.hdr[156];
+		/* only the record type matters here, not whether its key matches */
+		uint8_t t = data[156 - TX_BLOCK];
+		size_t n = (size_t)prev.size;
 		if (t == 'L' && !long_name.p)
 			long_name = cut_nul(data, n);
 		else if (t == 'K' && !long_link.p)
@@ -127,7 +127,7 @@ bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member
 				has_pax_link = tx_pax_get(data, n, "linkpath", &pax_link);
 		} else if (t != 'g')
 			break;
-		at = prev.row.off;
+		at = prev.off;
 	}
 	*plen = 0;
 	bool ok;
