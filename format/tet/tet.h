@@ -61,7 +61,6 @@ struct tet_dataset {
 	 * tile parts (zstd cells only) and the cells' generator arguments */
 	struct sf_part **tile;
 	struct tet_cellref *refs;
-	char (*what)[SF_NAME_MAX + 200]; /* the parts' names, per cell */
 };
 
 struct tet_file {

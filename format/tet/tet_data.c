@@ -80,22 +80,15 @@ int tet_make_parts(struct sf_view *v, struct tet_dataset *ds)
 {
 	if (ds->tile || !ds->nchunks)
 		return 0;
-	if (!ds->what && !(ds->what = calloc(ds->nchunks, sizeof *ds->what)))
-		return -ENOMEM;
 	if (!ds->refs && !(ds->refs = calloc(ds->nchunks, sizeof *ds->refs)))
 		return -ENOMEM;
 	struct sf_part **tile = calloc(ds->nchunks, sizeof *tile);
 	int rc = tile ? 0 : -ENOMEM;
 	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
 		const struct tet_entry *en = cell_entry(ds, c);
-		char *what = ds->what[c];
-		size_t k = (size_t)snprintf(what, sizeof ds->what[c], "%s/", ds->entry);
-		for (uint32_t d = 0; d < ds->ndim && k < sizeof ds->what[c]; d++)
-			k += (size_t)snprintf(what + k, sizeof ds->what[c] - k, "%s%llu", d ? "." : "",
-					      (unsigned long long)en->coords[d]);
 		ds->refs[c] = (struct tet_cellref){ ds, c };
 		if (en->codec == TET_ZSTD &&
-		    !(tile[c] = sf_view_part(v, produce_tile, ds, en->raw, what)))
+		    !(tile[c] = sf_view_part(v, produce_tile, ds, en->raw, ds->entry)))
 			rc = -ENOMEM;
 		else if (tile[c])
 			tile[c]->aux = ds->cell[c];

@@ -40,7 +40,6 @@ void tet_free(struct tet_file *tf)
 		free(tf->ds[i].problem);
 		free(tf->ds[i].tile);
 		free(tf->ds[i].refs);
-		free(tf->ds[i].what);
 	}
 	free(tf->ds);
 	free(tf->entries);
