@@ -144,6 +144,7 @@ static void release(struct fnode *n)
 		n->vn->host = NULL;
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
+	sf_buf_unref(n->snap);
 	listing_unref(n->listing);
 	pthread_mutex_destroy(&n->map_lock);
 	free(n->kids.slot);

@@ -57,6 +57,10 @@ struct fnode {
 	char *vpath;                  /* mount-relative path, for error lines */
 
 	enum meta_file meta;          /* FK_META_FILE */
+	/* FK_META_FILE: the content the last lookup or stat saw, served to
+	 * reads (map_lock), and when it was taken, shown as its mtime */
+	struct sf_buf *snap;
+	struct timespec snap_at;
 
 	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };

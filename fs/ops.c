@@ -38,11 +38,23 @@ static bool in_view(const struct fnode *n)
 	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
 }
 
-/* The snapshot a .shardfs/ file shows for one open. */
 static struct sf_buf *meta_content(enum meta_file m)
 {
 	return m == META_STATS ? stats_json(dcache_bytes(cache), dcache_budget(cache))
 			       : errlog_text();
+}
+
+/* Takes a new snapshot of a .shardfs/ file for the reads that follow this
+ * lookup or stat; returns its length (0 when out of memory). */
+static uint64_t meta_snapshot(struct fnode *n)
+{
+	struct sf_buf *b = meta_content(n->meta);
+	pthread_mutex_lock(&n->map_lock);
+	sf_buf_unref(n->snap);
+	n->snap = b;
+	clock_gettime(CLOCK_REALTIME, &n->snap_at);
+	pthread_mutex_unlock(&n->map_lock);
+	return b ? b->len : 0;
 }
 
 /* Attributes of a node. Files 0444, directories 0555, times of the source. */
@@ -73,15 +85,14 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		st->st_size = n->st.st_size;
 		st->st_rdev = n->st.st_rdev;
 		break;
-	case FK_META_FILE: {
-		/* live content: its current length, re-read at every stat */
-		struct sf_buf *b = meta_content(n->meta);
+	case FK_META_FILE:
+		/* live content: a new snapshot at every stat (attr timeout 0);
+		 * its new mtime makes the kernel drop the pages of the old one */
 		st->st_mode = S_IFREG | 0444;
 		st->st_nlink = 1;
-		st->st_size = b ? (off_t)b->len : 0;
-		sf_buf_unref(b);
+		st->st_size = (off_t)meta_snapshot(n);
+		st->st_mtim = st->st_ctim = n->snap_at;
 		break;
-	}
 	case FK_VIEW:
 		st->st_nlink = 1;
 		if (n->vn->kind == SF_DIR) {
@@ -377,7 +388,8 @@ static int map_src_file(struct fnode *n)
 		struct sf_map *m = NULL;
 		rc = sf_map_openat(src_fd, n->rel, n->rel, &m, &e);
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced since lookup: the kernel should look it up again */
+			/* replaced between lookup and first read: the version
+			 * this inode stands for is gone */
 			sf_map_unref(m);
 			rc = -ESTALE;
 		} else if (rc == 0) {
@@ -388,48 +400,14 @@ static int map_src_file(struct fnode *n)
 	return rc;
 }
 
+/* Files keep no per-open state: content never changes under an inode, and
+ * the mount is read-only, so the kernel refuses writes itself. ENOSYS tells
+ * the kernel to stop sending OPEN, FLUSH and RELEASE for files and to keep
+ * their page cache across opens, which saves two round trips per open. */
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPEN);
-	struct fnode *n = fn_of(ino);
-	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	int rc = 0;
-	switch (n->kind) {
-	case FK_SRC_FILE:
-		rc = map_src_file(n);
-		fi->keep_cache = 1;
-		break;
-	case FK_VIEW:
-		if (n->vn->kind != SF_FILE) {
-			rc = -EISDIR;
-			break;
-		}
-		ready(n);
-		fi->keep_cache = 1;
-		break;
-	case FK_META_FILE: {
-		struct sf_buf *b = meta_content(n->meta);
-		if (!b) {
-			rc = -ENOMEM;
-			break;
-		}
-		fi->fh = (uint64_t)(uintptr_t)b;
-		fi->direct_io = 1; /* live counters: no page cache */
-		break;
-	}
-	case FK_SRC_OTHER:
-		rc = -EACCES;
-		break;
-	default:
-		rc = -EISDIR;
-	}
-	if (rc)
-		fuse_reply_err(req, -rc);
-	else
-		fuse_reply_open(req, fi);
+	fuse_reply_err(req, ENOSYS);
 }
 
 static void reply_readv(fuse_req_t req, struct sf_readv *rv)
@@ -449,8 +427,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	count(REQ_READ);
 	struct fnode *n = fn_of(ino);
 	if (n->kind == FK_SRC_FILE) {
-		if (!n->map) {
-			fuse_reply_err(req, EBADF);
+		int rc = map_src_file(n);
+		if (rc) {
+			fuse_reply_err(req, -rc);
 			return;
 		}
 		uint64_t len = (uint64_t)off >= n->map->size ? 0 : n->map->size - (uint64_t)off;
@@ -461,11 +440,18 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (n->kind == FK_META_FILE) {
-		struct sf_buf *b = (struct sf_buf *)(uintptr_t)fi->fh;
+		pthread_mutex_lock(&n->map_lock);
+		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
+		pthread_mutex_unlock(&n->map_lock);
+		if (!b) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
 		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
 		if (len > size)
 			len = size;
 		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+		sf_buf_unref(b);
 		return;
 	}
 	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE) {
@@ -486,14 +472,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_readv(req, &rv);
 	}
 	sf_readv_release(&rv);
-}
-
-static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	count(REQ_RELEASE);
-	if (fn_of(ino)->kind == FK_META_FILE)
-		sf_buf_unref((struct sf_buf *)(uintptr_t)fi->fh);
-	fuse_reply_err(req, 0);
 }
 
 /* A directory handle: the names it lists, taken when opened. */
@@ -743,7 +721,6 @@ const struct fuse_lowlevel_ops shardfs_ops = {
 	.readlink = op_readlink,
 	.open = op_open,
 	.read = op_read,
-	.release = op_release,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
 	.releasedir = op_releasedir,
