@@ -136,7 +136,7 @@ struct sf_dir {
 	size_t index_cap;
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
-	bool populated;
+	atomic_bool populated;
 };
 
 struct sf_file {
@@ -145,7 +145,7 @@ struct sf_file {
 	uint64_t *start; /* start[i] = file offset of ext[i]; for binary search */
 	size_t n, cap;
 	sf_build_fn build;
-	bool built;
+	atomic_bool built;
 	/* Set when the content is exactly one part of unknown size: the size is
 	 * learned by producing the part. */
 	struct sf_part *whole;
