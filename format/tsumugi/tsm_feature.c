@@ -55,7 +55,9 @@ static int parse_fea(const struct tsm_shard *s, const struct tsm_region *r, cons
 		return sf_fail(e, -EIO, "%s: regions/%s: FEA1 header is truncated", path, r->name);
 	if (sf_crc32c(0, p, hdr) != sf_le32(p + hdr))
 		return sf_fail(e, -EIO, "%s: regions/%s: FEA1 header CRC mismatch", path, r->name);
-	if (!sf_mul_ok(f->rows, f->stride, &need) || !sf_range_ok(len, hdr + 4, need))
+	/* zero-width rows would let any row count pass */
+	if (!sf_mul_ok(f->rows, f->stride, &need) || !sf_range_ok(len, hdr + 4, need) ||
+	    (f->rows && !f->stride))
 		return sf_fail(e, -EIO, "%s: regions/%s: %u rows of %u bytes do not fit", path,
 			       r->name, f->rows, f->stride);
 	f->data = p + hdr + 4;

@@ -89,10 +89,11 @@ static int parse_fwd(struct tsm_shard *s, struct tsm_region *r, const uint8_t *p
 	if (version != 2)
 		return sf_fail(e, -EIO, "%s: regions/%s: FWD1 version %u, expected 2", vpath(s),
 			       r->name, version);
-	/* a descriptor takes at least 42 bytes */
-	if (ncols > sf_cur_left(&c) / 42)
-		return sf_fail(e, -EIO, "%s: regions/%s: %u columns cannot fit", vpath(s), r->name,
-			       ncols);
+	/* a descriptor takes at least 42 bytes; rows without columns have
+	 * nothing bounding their count */
+	if (ncols > sf_cur_left(&c) / 42 || (!ncols && rows))
+		return sf_fail(e, -EIO, "%s: regions/%s: %u columns of %u rows cannot be", vpath(s),
+			       r->name, ncols, rows);
 	struct tsm_fwd *f = calloc(1, sizeof *f + (size_t)ncols * sizeof f->cols[0]);
 	if (!f)
 		return -ENOMEM;

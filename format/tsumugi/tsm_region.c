@@ -167,7 +167,9 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 	if (!r->decoded)
 		return -ENOMEM;
 	r->decoded->arg2 = r;
-	sf_file_add_part(f, r->decoded, 0, r->raw_length);
+	int rc = sf_file_add_part(f, r->decoded, 0, r->raw_length);
+	if (rc)
+		return rc;
 	char zname[40];
 	snprintf(zname, sizeof zname, "%s.zst", r->name);
 	struct sf_node *z = sf_dir_add_file(dir, zname, strlen(zname));
