@@ -241,12 +241,10 @@ static int decode_block(const struct tsm_shard *s, const uint8_t *base, const ui
 	if (k >= n)
 		return sf_fail(e, -EIO, "%s: regions/%s: column %u: no block %u", vpath(s),
 			       s->fwd->r->name, ci, k);
-	const void *dict;
-	size_t dictlen;
+	const void *dict = NULL;
+	size_t dictlen = 0;
 	if (flen && (rc = frame_dict(s, base, ci, slot + foff, flen, &dict, &dictlen, e)))
 		return rc;
-	if (!flen)
-		dict = NULL, dictlen = 0;
 	uint8_t *p = NULL;
 	size_t plen = 0;
 	rc = sf_zstd_decode_alloc(slot + foff, flen, FWD_BLOCK, dict, dictlen, "forward block",
