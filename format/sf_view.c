@@ -407,7 +407,8 @@ static int file_push(struct sf_node *f, struct sf_ext x)
 {
 	struct sf_file *fl = &f->u.file;
 	if (fl->n == fl->cap) {
-		size_t cap = fl->cap ? fl->cap * 2 : 4;
+		/* most files are one extent; folds hold millions of them */
+		size_t cap = fl->cap ? fl->cap * 2 : 1;
 		struct sf_ext *e = realloc(fl->ext, cap * sizeof *e);
 		if (!e)
 			return -ENOMEM;

@@ -162,8 +162,9 @@ static bool probe_row(void *arg, uint32_t r)
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
- * crash table, rows, then the tar header's name confirms. Any other name
- * (directories, hard links, escaped or cut names) needs the listing. */
+ * crash table, rows, then the tar header's name confirms; a key path with an
+ * extension and no row is absent. Any other name (directories, hard links, escaped or cut
+ * names) needs the listing. */
 static int root_lookup(struct sf_node *root, const char *name, struct sf_node **out,
 		       struct sf_err *e)
 {
@@ -190,6 +191,10 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 			bit_set(f->hooked_member, (uint64_t)p.best);
 			return 0;
 		}
+		/* A key path the index does not hold is absent: answering without
+		 * the listing keeps misses fast on folds of millions of members. */
+		if (p.best < 0 && k.ext_len)
+			return 0;
 	}
 	int rc = populate_root(root, e);
 	if (rc)

@@ -119,6 +119,18 @@ static void check_fold(const char *casedir, const char *fold, json_t *fj)
 			fprintf(stderr, "flat name %s of %s/%s not found through the index\n", full, casedir, fold);
 		CHECK(!v->root->u.dir.populated);
 	}
+	/* a key path the index does not hold is absent, also without listing */
+	size_t x = 0;
+	while (x < f->ix.n_ext && !f->ix.ext[x].len)
+		x++;
+	if (x < f->ix.n_ext) {
+		char missing[300];
+		snprintf(missing, sizeof missing, "no-such-key-xyz.%.*s", (int)f->ix.ext[x].len,
+			 (const char *)f->ix.ext[x].p);
+		struct sf_node *n = NULL;
+		CHECK(sf_dir_find(v->root, missing, &n, &e) == 0 && !n);
+		CHECK(!v->root->u.dir.populated);
+	}
 	json_array_foreach(rows, i, row) {
 		const char *tar = json_string_value(json_object_get(row, "tar"));
 		uint64_t off = (uint64_t)json_integer_value(json_object_get(row, "offset"));
