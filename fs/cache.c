@@ -103,14 +103,26 @@ static void drop(struct dcache *c, struct entry *e)
 	free(e);
 }
 
+/* Unlinks a placeholder that will hold no buffer (its decode failed, or the
+ * part is too big to keep). Readers waiting on it still look at it when they
+ * wake, so the last of them frees it. */
+static void abandon(struct dcache *c, struct entry *e)
+{
+	hash_remove(c, e);
+	lru_unlink(c, e);
+	if (!e->waiters)
+		free(e);
+}
+
 /* Evicts least recently used loaded entries until within budget. Buffers
- * still in use by a reader stay alive through its reference. */
+ * still in use by a reader stay alive through its reference; an entry whose
+ * waiters have not woken yet stays until they have looked at it. */
 static void evict(struct dcache *c)
 {
 	struct entry *e = c->tail;
 	while (c->bytes > c->budget && e) {
 		struct entry *prev = e->prev;
-		if (!e->loading) {
+		if (!e->loading && !e->waiters) {
 			drop(c, e);
 			stat_add(&stats.cache_evictions, 1);
 		}
@@ -132,7 +144,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		pthread_cond_wait(&c->loaded, &c->lock);
 		e->waiters--;
 		if (!e->loading && !e->buf) {
-			/* the decoder failed: free the placeholder once all have seen it */
+			/* abandoned: free the placeholder once all have seen it */
 			if (!e->waiters)
 				free(e);
 			e = NULL;
@@ -174,7 +186,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		stat_add(&stats.bytes_decoded, buf->len);
 		if (buf->len > c->budget) {
 			/* too big to keep: serve it to this reader only */
-			drop(c, e);
+			abandon(c, e);
 		} else {
 			e->buf = sf_buf_ref(buf);
 			c->bytes += buf->len;
@@ -182,10 +194,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		}
 		*out = buf;
 	} else {
-		hash_remove(c, e);
-		lru_unlink(c, e);
-		if (!e->waiters)
-			free(e);
+		abandon(c, e);
 	}
 	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
