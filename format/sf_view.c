@@ -125,7 +125,7 @@ static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **ou
 		       struct sf_err *e)
 {
 	(void)c;
-	return p->produce(p, out, e);
+	return p->produce(p, c, out, e);
 }
 
 struct sf_cache sf_nocache = { nocache_get };
@@ -514,6 +514,7 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	pthread_mutex_init(&v->lock, &a);
 	pthread_mutexattr_destroy(&a);
 	v->format = fmt;
+	v->cache = &sf_nocache;
 	v->path = strdup(path);
 	if (!v->path) {
 		free(v);
@@ -692,27 +693,32 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	if (f->kind != SF_FILE)
 		return sf_fail(e, -EISDIR, "%s: not a file", f->view->path);
-	if (f->u.file.built)
+	struct sf_file *fl = &f->u.file;
+	if (fl->built)
 		return 0;
 	int rc = 0;
-	pthread_mutex_lock(&f->view->lock);
-	struct sf_file *fl = &f->u.file;
-	if (!fl->built) {
-		if (fl->whole) {
-			uint64_t size = atomic_load(&fl->whole->size);
-			if (size == SF_SIZE_UNKNOWN) {
-				struct sf_buf *b = NULL;
-				rc = sf_part_get(c, fl->whole, &b, e);
-				if (rc == 0) {
-					size = b->len;
-					sf_buf_unref(b);
-				}
+	uint64_t size = 0;
+	if (fl->whole) {
+		/* learn the size outside the lock: the part's producer may be
+		 * another thread that needs the lock for its own lazy work */
+		size = atomic_load(&fl->whole->size);
+		if (size == SF_SIZE_UNKNOWN) {
+			struct sf_buf *b = NULL;
+			rc = sf_part_get(c, fl->whole, &b, e);
+			if (rc) {
+				sf_err_prefix(e, "%s", f->name);
+				return rc;
 			}
-			if (rc == 0)
-				rc = sf_file_add_part(f, fl->whole, 0, size);
-		} else if (fl->build) {
-			rc = fl->build(f, c, e);
+			size = b->len;
+			sf_buf_unref(b);
 		}
+	}
+	pthread_mutex_lock(&f->view->lock);
+	if (!fl->built) {
+		if (fl->whole)
+			rc = sf_file_add_part(f, fl->whole, 0, size);
+		else if (fl->build)
+			rc = fl->build(f, c, e);
 		if (rc == 0)
 			fl->built = true;
 		else

@@ -53,10 +53,15 @@ void sf_str_free(struct sf_str *s);
 /* ---- parts: decoded units shared by files ----------------------------- */
 
 struct sf_part;
+struct sf_cache;
 /* Produces the whole decoded content of a part into a new buffer. It must be
- * deterministic: the cache may drop the buffer and call it again. */
-typedef int (*sf_produce_fn)(const struct sf_part *part, struct sf_buf **out,
-			     struct sf_err *e);
+ * deterministic: the cache may drop the buffer and call it again. Other
+ * parts it builds on (a region holding this value, a chunk a text view
+ * prints) are fetched through `cache`, so they too are decoded once. It
+ * must not take the view's lock: a reader may hold it while waiting for
+ * this very part. */
+typedef int (*sf_produce_fn)(const struct sf_part *part, struct sf_cache *cache,
+			     struct sf_buf **out, struct sf_err *e);
 
 #define SF_SIZE_UNKNOWN UINT64_MAX
 
@@ -176,6 +181,9 @@ struct sf_view {
 	pthread_mutex_t lock;     /* guards lazy population and building */
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
+	/* The cache the host reads this view through (sf_nocache until the host
+	 * sets it): for lazy work that is handed none, like populating. */
+	struct sf_cache *cache;
 	char *path;               /* the container's path, for messages */
 	struct sf_map **maps;     /* mappings the extents point into */
 	size_t nmaps;

@@ -40,7 +40,7 @@ static int held_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		return 0;
 	}
 	pthread_mutex_unlock(&h->lock);
-	int rc = p->produce(p, out, e);
+	int rc = p->produce(p, c, out, e);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&h->lock);

@@ -177,7 +177,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	pthread_mutex_unlock(&c->lock);
 
 	struct sf_buf *buf = NULL;
-	int rc = part->produce(part, &buf, err);
+	int rc = part->produce(part, iface, &buf, err);
 
 	pthread_mutex_lock(&c->lock);
 	e->loading = false;

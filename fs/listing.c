@@ -13,6 +13,12 @@
 #include "stats.h"
 
 int src_fd = -1;
+static struct sf_cache *view_cache = &sf_nocache;
+
+void listing_use_cache(struct sf_cache *c)
+{
+	view_cache = c;
+}
 
 static void listing_free(struct listing *l)
 {
@@ -109,6 +115,7 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 		v = NULL;
 	} else {
 		stat_add(&stats.containers_opened, 1);
+		v->cache = view_cache;
 		for (size_t i = 0; i < v->nwarnings; i++)
 			errlog_add(path, v->warnings[i]);
 	}

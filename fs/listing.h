@@ -32,6 +32,8 @@ struct listing {
 /* The SRC tree's root directory, opened once (every access is relative to it). */
 extern int src_fd;
 
+/* The cache views placed from now on are read through. */
+void listing_use_cache(struct sf_cache *c);
 /* Whether two stats describe the same version of a file: a file replaced
  * or rewritten in SRC is a new version. */
 bool same_version(const struct stat *a, const struct stat *b);

@@ -140,6 +140,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	ops_set_cache(cache);
+	listing_use_cache(dcache_iface(cache));
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, NULL);
 	if (!se) {
 		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");

@@ -7,7 +7,7 @@
 #include "sl_codebook.h"
 #include "sl_sidx.h"
 
-int sl_produce_field(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_field(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -24,7 +24,7 @@ int sl_produce_field(const struct sf_part *p, struct sf_buf **out, struct sf_err
 	return 0;
 }
 
-int sl_produce_ids_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -52,7 +52,7 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
 }
 
 /* vector[m*sub_dims + j] = codebook[m][code[m]][j] (spec §5.2). */
-int sl_produce_reconstructed(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_reconstructed(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;

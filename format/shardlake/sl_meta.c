@@ -61,7 +61,7 @@ static int take(struct sf_str *t, const struct sf_part *p, struct sf_buf **out, 
 	return 0;
 }
 
-int sl_produce_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -110,7 +110,7 @@ static json_t *span(uint64_t off, uint64_t size)
 			 "codec", "none");
 }
 
-int sl_produce_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -279,7 +279,7 @@ static void check_codes(struct report *r, const struct sl_sidx *s)
 		note(r, true, "codebook: %s", e.msg);
 }
 
-int sl_produce_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;

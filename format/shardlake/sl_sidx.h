@@ -21,16 +21,16 @@ struct sl_sidx {
 /* Part producers of the gathered views (sl_gather.c). A gather part's aux
  * says which field: SL_FIELD_ID or SL_FIELD_PAYLOAD (vector or codes). */
 enum { SL_FIELD_ID, SL_FIELD_PAYLOAD };
-int sl_produce_field(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int sl_produce_ids_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int sl_produce_field(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 struct sl_codebook;
 /* Parses the index's codebook and checks that it fits this shard. */
 int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_err *e);
-int sl_produce_reconstructed(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int sl_produce_reconstructed(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* .shardfs/ files (sl_meta.c). */
-int sl_produce_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int sl_produce_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int sl_produce_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 #endif

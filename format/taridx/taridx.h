@@ -162,9 +162,9 @@ bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member
 
 /* ---- the view's metadata (tx_meta.c) ---------------------------------- */
 
-int tx_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tx_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tx_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* ---- building an index (tx_build.c) ----------------------------------- */
 

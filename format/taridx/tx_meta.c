@@ -72,7 +72,7 @@ static int finish(struct sf_str *s, struct counts *c, struct sf_buf **out, struc
 	return 0;
 }
 
-int tx_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
 	const struct tx_index *ix = &f->ix;
@@ -116,7 +116,7 @@ static json_t *strs_json(const struct tx_str *v, uint32_t n)
 	return a;
 }
 
-int tx_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
 	const struct tx_index *ix = &f->ix;
@@ -263,7 +263,7 @@ static void check_shards(struct tx_fold *f, const struct counts *c, const uint64
 	}
 }
 
-int tx_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
 	const struct tx_index *ix = &f->ix;

@@ -170,7 +170,7 @@ int tat_dec_groupvarint(struct sf_cursor *c, size_t n, uint64_t *out);
 int tat_dec_pfordelta(struct sf_cursor *c, size_t n, uint64_t *out);
 
 /* tatami_chunk.c: decoding a column chunk. */
-int tat_chunk_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tat_chunk_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 /* Byte size of the decoded chunk when it is fixed-width, else SF_SIZE_UNKNOWN. */
 uint64_t tat_chunk_size(const struct tat_chunk *ch, uint8_t type);
 /* Walks the page headers: the chunk's byte extent in the file. */
@@ -179,7 +179,7 @@ int tat_chunk_extent(const struct tat_chunk *ch, uint64_t *len, struct sf_err *e
 int tat_chunk_validity(const struct tat_chunk *ch, uint8_t **valid, struct sf_err *e);
 
 /* tatami_blob.c: blob runs and dictionaries. */
-int tat_run_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tat_run_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 /* Decodes a run into the part layout (offsets table, then values). */
 int tat_run_decode(struct tat_file *tf, const struct tat_run *run, struct sf_buf **out,
 		   struct sf_err *e);
@@ -191,8 +191,8 @@ int tat_blob_values(struct tat_file *tf, struct tat_blobcol *bc, uint64_t first,
 
 /* tatami_json.c: values as upstream's `tatami cat` prints them. */
 void tat_json_string(struct sf_str *s, const uint8_t *p, size_t len);
-int tat_text_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tat_rows_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tat_text_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tat_rows_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* tatami_tree.c: the view. */
 int tat_build_tree(struct tat_file *tf, struct sf_err *e);
@@ -207,8 +207,8 @@ void tat_search_free(struct tat_search *s);
 int tat_search_check(struct tat_file *tf, struct sf_str *report, struct sf_err *e);
 
 /* tatami_info.c: .shardfs/ */
-int tat_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tat_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tat_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tat_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tat_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tat_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 #endif

@@ -97,7 +97,7 @@ int tat_run_decode(struct tat_file *tf, const struct tat_run *run, struct sf_buf
 	return 0;
 }
 
-int tat_run_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_run_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tat_run *run = p->arg;
 	return tat_run_decode(p->arg2, run, out, e);

@@ -294,7 +294,7 @@ static int blob_data(const struct tat_chunk *ch, struct sink *s, struct sf_err *
 	return rc;
 }
 
-int tat_chunk_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_chunk_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tat_chunk *ch = p->arg;
 	const struct tat_file *tf = ch->tf;

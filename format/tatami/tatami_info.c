@@ -45,7 +45,7 @@ static struct colsum column_sum(const struct tat_file *tf, size_t col)
 	return cs;
 }
 
-int tat_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tat_file *tf = p->arg;
 	struct sf_str s = { 0 };
@@ -156,7 +156,7 @@ static json_t *chunk_json(const struct tat_chunk *ch)
 	return j;
 }
 
-int tat_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tat_file *tf = p->arg;
 	static const char *const flag_names[6] = {
@@ -264,7 +264,7 @@ static void verify_chunk(struct tat_file *tf, struct tat_group *gr, size_t col, 
 	}
 	struct sf_part tmp = { .arg = ch };
 	struct sf_buf *b = NULL;
-	if (tat_chunk_produce(&tmp, &b, &e)) {
+	if (tat_chunk_produce(&tmp, &sf_nocache, &b, &e)) {
 		sf_str_addf(r, "error: %s\n", e.msg);
 		*bad = 1;
 		return;
@@ -291,7 +291,7 @@ static void verify_record(struct tat_file *tf, uint64_t off, const char *what, s
 	}
 }
 
-int tat_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tat_file *tf = p->arg;
 	struct sf_str r = { 0 };

@@ -166,10 +166,15 @@ static void json_value(struct sf_str *s, uint8_t type, const struct sf_buf *b, u
 	}
 }
 
-static int decode(const struct tat_chunk *ch, struct sf_buf **b, struct sf_err *e)
+/* A chunk's decoded values: through the cache once its part exists, so a
+ * text view does not decode what values.bin already holds. */
+static int decode(const struct tat_chunk *ch, struct sf_cache *cache, struct sf_buf **b,
+		  struct sf_err *e)
 {
+	if (ch->part)
+		return sf_part_get(cache, ch->part, b, e);
 	struct sf_part tmp = { .arg = (void *)ch };
-	return tat_chunk_produce(&tmp, b, e);
+	return tat_chunk_produce(&tmp, cache, b, e);
 }
 
 static int finish(struct sf_str *s, const char *path, struct sf_buf **out, struct sf_err *e)
@@ -178,11 +183,11 @@ static int finish(struct sf_str *s, const char *path, struct sf_buf **out, struc
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory rendering JSON", path);
 }
 
-int tat_text_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_text_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tat_chunk *ch = p->arg;
 	struct sf_buf *b = NULL;
-	int rc = decode(ch, &b, e);
+	int rc = decode(ch, cache, &b, e);
 	if (rc)
 		return rc;
 	uint8_t type = ch->tf->fields[ch->column].type;
@@ -195,7 +200,7 @@ int tat_text_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err
 	return finish(&s, ch->tf->view->path, out, e);
 }
 
-int tat_rows_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tat_rows_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tat_group *g = p->arg;
 	const struct tat_file *tf = p->arg2;
@@ -213,7 +218,7 @@ int tat_rows_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err
 				     ch->what, (unsigned long long)ch->num_values,
 				     (unsigned long long)g->num_rows);
 		else
-			rc = decode(ch, &cols[c], e);
+			rc = decode(ch, cache, &cols[c], e);
 	}
 	struct sf_str s = { 0 };
 	for (uint64_t i = 0; rc == 0 && i < g->num_rows; i++) {

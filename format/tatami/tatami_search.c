@@ -289,7 +289,7 @@ static int block_lines(const struct tat_search *s, struct sf_cursor *c, uint64_t
 	return 0;
 }
 
-static int posting_produce(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int posting_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tat_file *tf = p->arg2;
 	const struct tat_term *t = p->arg;
@@ -413,7 +413,7 @@ int tat_search_check(struct tat_file *tf, struct sf_str *report, struct sf_err *
 	for (size_t i = 0; i < s->nterms; i++) {
 		struct sf_part tmp = { .arg = &s->terms[i], .arg2 = tf, .what = "postings" };
 		struct sf_buf *b = NULL;
-		if (posting_produce(&tmp, &b, e)) {
+		if (posting_produce(&tmp, &sf_nocache, &b, e)) {
 			sf_str_addf(report, "error: term %zu: %s\n", i, e->msg);
 			bad = -EIO;
 			continue;

@@ -115,15 +115,15 @@ int tet_assemble(struct tet_dataset *ds, uint64_t off, uint8_t *out, size_t len,
 		 struct sf_cache *c, struct sf_err *e);
 
 /* zarr metadata documents, as parts' produce functions. */
-int tet_produce_zgroup(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tet_produce_group_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tet_produce_zarray(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tet_produce_array_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_zgroup(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_produce_group_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_produce_zarray(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_produce_array_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* .shardfs/info.txt, info.json and verify. */
-int tet_produce_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tet_produce_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tet_produce_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tet_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* Footer JSON (§9): fills history/metadata or footer_error. */
 void tet_footer_parse(struct tet_file *tf, uint64_t json_off);

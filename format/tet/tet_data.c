@@ -47,7 +47,7 @@ int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, stru
 }
 
 /* The tile as stored, decoded (zstd tiles only). */
-static int produce_tile(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_tile(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
 	const struct tet_entry *en = &ds->file->entries[p->aux];

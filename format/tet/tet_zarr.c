@@ -26,13 +26,13 @@ static json_t *u64_array(const uint64_t *v, uint32_t n)
 	return a;
 }
 
-int tet_produce_zgroup(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tet_produce_zgroup(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	return emit(p, json_pack("{s:i}", "zarr_format", 2), out, e);
 }
 
 /* The footer as stored (spill resolved), or why it could not be read. */
-int tet_produce_group_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tet_produce_group_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_file *tf = p->arg;
 	json_t *j = json_object();
@@ -45,7 +45,7 @@ int tet_produce_group_attrs(const struct sf_part *p, struct sf_buf **out, struct
 	return emit(p, j, out, e);
 }
 
-int tet_produce_zarray(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tet_produce_zarray(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
 	json_t *j = json_pack("{s:o, s:n, s:s, s:s, s:i, s:n, s:s, s:o, s:i}",
@@ -74,7 +74,7 @@ static bool dims_usable(const json_t *dims, uint32_t ndim)
 	return true;
 }
 
-int tet_produce_array_attrs(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tet_produce_array_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
 	json_t *attrs = json_object_get(ds->meta, "attrs");

@@ -86,6 +86,7 @@ void tsm_shard_free(void *state)
 	free(s->owned);
 	free(s->fwd);
 	free(s->file_name);
+	pthread_mutex_destroy(&s->fwd_lock);
 	free(s);
 }
 

@@ -121,12 +121,12 @@ static double dequant(const struct fea_col *col, const uint8_t *row)
 	}
 }
 
-static int produce_matrix(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_matrix(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = p->arg;
 	struct fea f;
 	struct sf_buf *hold;
-	int rc = fea_load(s, tsm_cache(s), &f, &hold, e);
+	int rc = fea_load(s, cache, &f, &hold, e);
 	if (rc)
 		return rc;
 	struct sf_buf *b = sf_buf_new((size_t)f.rows * f.ncols * 4);
@@ -151,12 +151,12 @@ static void add_name(struct sf_str *o, uint8_t id)
 		sf_str_addf(o, ",feature_%u", id);
 }
 
-static int produce_csv(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_csv(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = p->arg;
 	struct fea f;
 	struct sf_buf *hold;
-	int rc = fea_load(s, tsm_cache(s), &f, &hold, e);
+	int rc = fea_load(s, cache, &f, &hold, e);
 	if (rc)
 		return rc;
 	struct sf_str o = { 0 };
@@ -183,7 +183,6 @@ static int produce_csv(const struct sf_part *p, struct sf_buf **out, struct sf_e
 static int build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
-	tsm_remember_cache(s, c);
 	struct fea fe;
 	struct sf_buf *hold;
 	int rc = fea_load(s, c, &fe, &hold, e);
@@ -212,7 +211,6 @@ static int build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 static int build_csv(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
-	tsm_remember_cache(s, c);
 	struct sf_part *p = sf_view_part(s->view, produce_csv, s, SF_SIZE_UNKNOWN, "features.csv");
 	return p ? tsm_file_from_part(f, p, c, e) : -ENOMEM;
 }
@@ -235,7 +233,7 @@ int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
 	struct sf_err e = { { 0 } };
 	struct fea f;
 	struct sf_buf *hold;
-	int rc = fea_load(s, tsm_cache(s), &f, &hold, &e);
+	int rc = fea_load(s, s->view->cache, &f, &hold, &e);
 	if (rc) {
 		sf_str_addf(out, "error: %s\n", e.msg);
 		(*errors)++;

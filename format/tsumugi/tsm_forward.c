@@ -145,21 +145,27 @@ static int parse_fwd(struct tsm_shard *s, struct tsm_region *r, const uint8_t *p
 	return 0;
 }
 
-/* Parses the forward header once (callers hold the view lock). */
+/* Parses the forward header once. */
 static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 {
+	pthread_mutex_lock(&s->fwd_lock);
+	int rc = 0;
 	if (s->fwd)
-		return 0;
+		goto out;
 	struct tsm_region *r = tsm_first(s, TSM_FORWARD);
-	if (!r)
-		return sf_fail(e, -EIO, "%s: the forward region cannot be read", vpath(s));
+	if (!r) {
+		rc = sf_fail(e, -EIO, "%s: the forward region cannot be read", vpath(s));
+		goto out;
+	}
 	const uint8_t *p;
 	struct sf_buf *hold;
-	int rc = tsm_region_bytes(s, r, c, &p, &hold, e);
+	rc = tsm_region_bytes(s, r, c, &p, &hold, e);
 	if (rc)
-		return rc;
+		goto out;
 	rc = parse_fwd(s, r, p, r->raw_length, e);
 	sf_buf_unref(hold);
+out:
+	pthread_mutex_unlock(&s->fwd_lock);
 	return rc;
 }
 
@@ -353,11 +359,11 @@ static int fwd_bytes(struct tsm_shard *s, struct sf_cache *c, struct fwd_hold *h
 	return tsm_region_bytes(s, s->fwd->r, c, &h->base, &h->buf, e);
 }
 
-static int produce_value(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_value(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = p->arg;
 	struct fwd_hold h;
-	int rc = fwd_bytes(s, tsm_cache(s), &h, e);
+	int rc = fwd_bytes(s, cache, &h, e);
 	if (rc)
 		return rc;
 	rc = render_value(s, h.base, (uint32_t)(p->aux >> 32), (uint32_t)p->aux, out, e);
@@ -365,12 +371,12 @@ static int produce_value(const struct sf_part *p, struct sf_buf **out, struct sf
 	return rc;
 }
 
-static int produce_block(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_block(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct fwd_blocks *bl = p->arg;
 	struct tsm_shard *s = bl->s;
 	struct fwd_hold h;
-	int rc = fwd_bytes(s, tsm_cache(s), &h, e);
+	int rc = fwd_bytes(s, cache, &h, e);
 	if (rc)
 		return rc;
 	uint64_t off, len;
@@ -449,7 +455,6 @@ static int build_blocked(struct sf_node *f, struct tsm_shard *s, const uint8_t *
 static int build_value(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
-	tsm_remember_cache(s, c);
 	uint32_t doc = (uint32_t)(f->aux >> 32), ci = (uint32_t)f->aux;
 	const struct tsm_fwd_col *col = &s->fwd->cols[ci];
 	struct fwd_hold h;
@@ -501,7 +506,7 @@ static int populate_doc(struct sf_node *dir, struct sf_err *e)
 static int populate_docs(struct sf_node *dir, struct sf_err *e)
 {
 	struct tsm_shard *s = dir->arg;
-	int rc = fwd_load(s, tsm_cache(s), e);
+	int rc = fwd_load(s, dir->view->cache, e);
 	if (rc)
 		return rc;
 	for (uint32_t d = 0; d < s->fwd->rows; d++) {
@@ -545,11 +550,11 @@ static int render_line(const struct tsm_shard *s, const uint8_t *base, uint32_t 
 	return out->oom ? sf_fail(e, -ENOMEM, "%s: out of memory", vpath(s)) : 0;
 }
 
-static int produce_line(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_line(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = p->arg;
 	struct fwd_hold h;
-	int rc = fwd_bytes(s, tsm_cache(s), &h, e);
+	int rc = fwd_bytes(s, cache, &h, e);
 	if (rc)
 		return rc;
 	struct sf_str line = { 0 };
@@ -568,7 +573,6 @@ static int produce_line(const struct sf_part *p, struct sf_buf **out, struct sf_
 static int build_jsonl(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
-	tsm_remember_cache(s, c);
 	int rc = fwd_load(s, c, e);
 	if (rc)
 		return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
@@ -616,10 +620,8 @@ int tsm_add_docs(struct tsm_shard *s, struct sf_node *root)
 int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
 {
 	struct sf_err e = { { 0 } };
-	struct sf_cache *c = tsm_cache(s);
-	pthread_mutex_lock(&s->view->lock);
+	struct sf_cache *c = s->view->cache;
 	int rc = fwd_load(s, c, &e);
-	pthread_mutex_unlock(&s->view->lock);
 	struct fwd_hold h = { 0 };
 	if (rc == 0)
 		rc = fwd_bytes(s, c, &h, &e);

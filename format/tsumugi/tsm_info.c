@@ -98,7 +98,7 @@ static void add_region_table(struct sf_str *o, const struct tsm_shard *s)
 	free(cell);
 }
 
-int tsm_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tsm_shard *s = p->arg;
 	struct sf_str o = { 0 };
@@ -212,7 +212,7 @@ static json_t *regions_json(const struct tsm_shard *s)
 	return a;
 }
 
-int tsm_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+int tsm_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tsm_shard *s = p->arg;
 	json_t *dicts = json_array();
@@ -285,7 +285,7 @@ static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_s
 	sf_buf_unref(b);
 }
 
-int tsm_verify(const struct sf_part *part, struct sf_buf **out, struct sf_err *e)
+int tsm_verify(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = part->arg;
 	const char *path = s->view->path;

@@ -10,17 +10,6 @@
 #include "sf_crc32c.h"
 #include "tsm_shard.h"
 
-struct sf_cache *tsm_cache(struct tsm_shard *s)
-{
-	return atomic_load(&s->cache);
-}
-
-void tsm_remember_cache(struct tsm_shard *s, struct sf_cache *c)
-{
-	if (c)
-		atomic_store(&s->cache, c);
-}
-
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
 {
 	for (size_t i = 0; i < s->nregions; i++)
@@ -97,7 +86,7 @@ int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf *
 	return 0;
 }
 
-static int produce_region(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_region(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	return tsm_region_decode(p->arg, p->arg2, out, e);
 }

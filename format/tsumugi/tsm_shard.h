@@ -6,6 +6,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "sf_bytes.h"
@@ -83,9 +84,9 @@ struct tsm_shard {
 	bool has_dict_region;
 	struct tsm_dict *dicts;
 	size_t ndicts;
-	/* The cache the daemon passed to the last build; produce functions have
-	 * none of their own and need it for the region parts they read. */
-	_Atomic(struct sf_cache *) cache;
+	/* Serialises parsing the forward header, which verify may do while a
+	 * reader holds the view lock. */
+	pthread_mutex_t fwd_lock;
 	/* The forward region's parsed header (parsed once, under the view lock). */
 	struct tsm_fwd *fwd;
 	/* Allocations owned by view files (freed with the state). */
@@ -120,8 +121,6 @@ int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf *
 const struct tsm_dict *tsm_dict_find(const struct tsm_shard *s, uint32_t id);
 /* Adds regions/ with every descriptor's files. */
 int tsm_add_regions(struct tsm_shard *s, struct sf_node *root);
-struct sf_cache *tsm_cache(struct tsm_shard *s);
-void tsm_remember_cache(struct tsm_shard *s, struct sf_cache *c);
 /* Gives `f` the content of part p, learning its size by producing it; a
  * source that fails a check (-EIO) makes the file broken instead. */
 int tsm_file_from_part(struct sf_node *f, struct sf_part *p, struct sf_cache *c,
@@ -137,8 +136,8 @@ int tsm_add_features(struct tsm_shard *s, struct sf_node *root);
 int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors);
 
 /* tsm_info.c: .shardfs/info.txt, info.json, verify. */
-int tsm_info_txt(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tsm_info_json(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
-int tsm_verify(const struct sf_part *p, struct sf_buf **out, struct sf_err *e);
+int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tsm_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tsm_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 #endif

@@ -23,7 +23,7 @@ static int tsm_open(const struct sf_open_args *a, struct sf_view **out, struct s
 	s->view = v;
 	s->data = a->map->data;
 	s->size = a->map->size;
-	atomic_init(&s->cache, &sf_nocache);
+	pthread_mutex_init(&s->fwd_lock, NULL);
 	int rc = tsm_parse(s, a->path, e);
 	if (rc)
 		goto fail;

@@ -11,7 +11,7 @@
 
 static atomic_int produced;
 
-static int produce_slow(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_slow(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	atomic_fetch_add(&produced, 1);
 	usleep(20000); /* let the other readers pile up on the same part */
@@ -22,7 +22,7 @@ static int produce_slow(const struct sf_part *p, struct sf_buf **out, struct sf_
 	return 0;
 }
 
-static int produce_fail(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_fail(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	atomic_fetch_add(&produced, 1);
 	usleep(5000);

@@ -80,7 +80,7 @@ static void test_escape(void)
 	sf_view_unref(v);
 }
 
-static int produce_abc(const struct sf_part *p, struct sf_buf **out, struct sf_err *e)
+static int produce_abc(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	(void)e;
 	int *calls = p->arg;

@@ -519,7 +519,7 @@ static int counting_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **o
 			struct sf_err *e)
 {
 	struct counting *k = (struct counting *)c;
-	int rc = p->produce(p, out, e);
+	int rc = p->produce(p, c, out, e);
 	if (rc == 0) {
 		k->produced++;
 		k->bytes += (*out)->len;
