@@ -17,6 +17,10 @@
 #include "options.h"
 #include "stats.h"
 
+/* The readahead of the mount, in KiB: the largest read the kernel sends
+ * (max_pages, 1 MiB), so sequential reads come in whole 1 MiB requests. */
+#define READAHEAD_KB "1024"
+
 static int fail(const char *fmt, const char *a, const char *b)
 {
 	fprintf(stderr, "shardfs: ");
@@ -94,6 +98,52 @@ static void raise_fd_limit(void)
 	}
 }
 
+/* mountinfo writes a space, tab, newline or backslash in a path as \ooo. */
+static bool same_mount_point(char *field, const char *path)
+{
+	char *w = field;
+	for (const char *r = field; *r; w++) {
+		if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
+			*w = (char)((r[1] - '0') << 6 | (r[2] - '0') << 3 | (r[3] - '0'));
+			r += 4;
+		} else {
+			*w = *r++;
+		}
+	}
+	*w = 0;
+	return strcmp(field, path) == 0;
+}
+
+/* The kernel gives a FUSE mount 128 KiB of readahead whatever max_readahead
+ * the daemon asks for, and sequential reads of big parts run much faster
+ * with more. Only root may raise it; otherwise the default stays. */
+static void raise_readahead(const char *mnt_abs)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return;
+	char line[8192], point[4096];
+	unsigned maj, min, dev_maj = 0, dev_min = 0;
+	bool found = false;
+	while (fgets(line, sizeof line, f))
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, point) == 3 &&
+		    same_mount_point(point, mnt_abs)) {
+			/* the last one is on top */
+			dev_maj = maj;
+			dev_min = min;
+			found = true;
+		}
+	fclose(f);
+	char path[64];
+	snprintf(path, sizeof path, "/sys/class/bdi/%u:%u/read_ahead_kb", dev_maj, dev_min);
+	int fd = found ? open(path, O_WRONLY | O_CLOEXEC) : -1;
+	if (fd >= 0) {
+		if (write(fd, READAHEAD_KB, strlen(READAHEAD_KB)) < 0)
+			fprintf(stderr, "shardfs: cannot raise readahead: %s\n", strerror(errno));
+		close(fd);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	struct options o;
@@ -109,7 +159,7 @@ int main(int argc, char **argv)
 		printf("shardfs %s (libfuse %s)\n", SHARDFS_VERSION, fuse_pkgversion());
 		return 0;
 	}
-	char *src = NULL;
+	char *src = NULL, *mnt_abs = NULL;
 	int rc = 1;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se = NULL;
@@ -118,6 +168,8 @@ int main(int argc, char **argv)
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
+	/* resolved now: once mounted, looking at MNT would wait for ourselves */
+	mnt_abs = realpath(o.mnt, NULL);
 	if (access("/dev/fuse", R_OK | W_OK) < 0) {
 		fail("/dev/fuse is not available (%s): load the fuse module, or run the "
 		     "container with --device /dev/fuse%s", strerror(errno), "");
@@ -158,6 +210,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
+	if (mnt_abs)
+		raise_readahead(mnt_abs);
 	if (fuse_daemonize(o.foreground)) {
 		fail("cannot daemonize%s%s", "", "");
 		goto out;
@@ -186,6 +240,7 @@ out:
 	if (src_fd >= 0)
 		close(src_fd);
 	free(src);
+	free(mnt_abs);
 	free(o.fuse_opts);
 	return rc;
 }
