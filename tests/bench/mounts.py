@@ -28,13 +28,15 @@ def mounted(cmd, mnt_base=None):
     base = Path(tempfile.mkdtemp(prefix="shardfs-bench-", dir=mnt_base))
     mnt = base / "mnt"
     mnt.mkdir()
+    log = open(base / "stderr", "w+b")
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd(mnt), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd(mnt), stdout=subprocess.DEVNULL, stderr=log)
     try:
         while not is_mounted(mnt):
             if proc.poll() is not None:
+                log.seek(0)
                 raise RuntimeError(f"{cmd(mnt)[0]} exited {proc.returncode}: "
-                                   f"{proc.stderr.read().decode(errors='replace')}")
+                                   f"{log.read().decode(errors='replace')}")
             if time.perf_counter() - t0 > 60:
                 raise RuntimeError(f"{cmd(mnt)[0]} did not mount within 60 s")
             time.sleep(0.001)
@@ -46,8 +48,9 @@ def mounted(cmd, mnt_base=None):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
+        log.close()
         os.rmdir(mnt)
+        os.unlink(base / "stderr")
         os.rmdir(base)
 
 

@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark suite: `run.py --quick` completes and prints
+one line per comparison plus a JSON summary of the documented shape. It
+checks the structure only; timings on small data mean nothing."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_first_read",
+         "large_second_read", "zstd_decode_128k_reads", "zstd_decoded_once", "mount_usable",
+         "rss_before_use", "rss_after_stream", "fold_first_lookup", "fold_find_all"}
+KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
+        "target_op", "met"}
+
+
+def test_quick_run(tmp_path):
+    build = os.environ.get("SHARDFS_BUILD", str(REPO / "build-bench"))
+    out = tmp_path / "summary.json"
+    r = subprocess.run([sys.executable, str(HERE / "run.py"), "--quick", "--build", build,
+                        "--workdir", str(tmp_path / "data"), "--json", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-4000:]
+    summary = json.loads(out.read_text())
+    assert summary["quick"] is True and summary["runs"] == 2
+    results = summary["results"]
+    assert {x["case"] for x in results} == CASES
+    lines = r.stdout.splitlines()
+    for i, x in enumerate(results):
+        assert set(x) == KEYS
+        assert x["figure"] > 0 and x["reference_figure"] > 0, x
+        assert abs(x["ratio"] - x["figure"] / x["reference_figure"]) < 1e-9 * x["ratio"] + 1e-12
+        if x["target"] is None:
+            assert x["met"] is None and x["target_op"] is None
+        else:
+            want = x["ratio"] >= x["target"] if x["target_op"] == ">=" else \
+                x["ratio"] <= x["target"]
+            assert x["met"] == want, x
+        # the line for each comparison comes first, in the same order
+        assert lines[i].split()[0] == x["case"]
+        assert x["reference"] in lines[i]
+    # the rest of stdout is the same summary
+    assert json.loads("\n".join(lines[len(results):])) == summary
+    # every read through the mount was decoded exactly once
+    assert next(x for x in results if x["case"] == "zstd_decoded_once")["figure"] == 1.0
