@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,17 +53,46 @@ int parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
-static int add_fuse_opt(struct options *o, const char *opt)
+/* Options that mount(8), fstab lines and mount.fuse3 pass along but that mean
+ * nothing to this mount: libfuse rejects most of them, so they are dropped.
+ * "rw" too (shardfs is read-only), and atime variants libfuse does not know
+ * (a read-only mount never updates access times). */
+static bool ignored_opt(const char *opt, size_t n)
 {
-	size_t old = o->fuse_opts ? strlen(o->fuse_opts) : 0;
-	char *p = realloc(o->fuse_opts, old + strlen(opt) + 2);
-	if (!p)
-		return -1;
-	if (old)
-		p[old++] = ',';
-	strcpy(p + old, opt);
-	o->fuse_opts = p;
-	return 0;
+	static const char *const names[] = {
+		"defaults", "rw", "auto", "noauto", "user", "nouser", "users", "owner",
+		"group", "nofail", "_netdev", "relatime", "norelatime", "strictatime",
+		"nostrictatime", "diratime", "nodiratime", "lazytime", "nolazytime",
+	};
+	if (n == 0 || (n >= 2 && memcmp(opt, "x-", 2) == 0) ||
+	    (n >= 8 && memcmp(opt, "comment=", 8) == 0))
+		return true;
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (strlen(names[i]) == n && memcmp(names[i], opt, n) == 0)
+			return true;
+	return false;
+}
+
+/* Appends the comma-separated options of one -o, less the ignored ones. */
+static int add_fuse_opts(struct options *o, const char *opts)
+{
+	for (const char *p = opts;; p++) {
+		size_t n = strcspn(p, ",");
+		if (!ignored_opt(p, n)) {
+			size_t old = o->fuse_opts ? strlen(o->fuse_opts) : 0;
+			char *q = realloc(o->fuse_opts, old + n + 2);
+			if (!q)
+				return -1;
+			if (old)
+				q[old++] = ',';
+			memcpy(q + old, p, n);
+			q[old + n] = 0;
+			o->fuse_opts = q;
+		}
+		p += n;
+		if (!*p)
+			return 0;
+	}
 }
 
 static int bad(const char *msg, const char *arg)
@@ -91,7 +121,7 @@ int options_parse(int argc, char **argv, struct options *o)
 			val = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
 			if (!val)
 				return bad("-o needs an argument", NULL);
-			if (add_fuse_opt(o, val))
+			if (add_fuse_opts(o, val))
 				return bad("out of memory", NULL);
 		} else if (strncmp(a, "--cache-size", 12) == 0) {
 			val = a[12] == '=' ? a + 13 : (a[12] == 0 && i + 1 < argc ? argv[++i] : NULL);
