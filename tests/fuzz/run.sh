@@ -5,7 +5,8 @@
 #
 #   tests/fuzz/run.sh [SECONDS] [fmt...]     default 60 s, every target built
 #
-# Env: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_RESULTS (append one
+# Env: FUZZ_BUILD (build dir, default build-fuzz), FUZZ_ARGS (more libFuzzer
+# flags), FUZZ_RESULTS (append one
 # meson-testlog-style JSON line per target there, for tests/summarize.py).
 # The corpus a run grows is kept in $FUZZ_BUILD/corpus/<fmt>/, crashes in
 # $FUZZ_BUILD/artifacts/<fmt>/. Exits non-zero when any target finds anything.
@@ -67,7 +68,7 @@ for fmt in $targets; do
   log=$build/fuzz-$fmt.log
   start=$(date +%s.%N)
   "$build/tests/fuzz/fuzz_$fmt" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="$art" "$corpus" "$seeddir" >"$log" 2>&1
+    -print_final_stats=1 -artifact_prefix="$art" ${FUZZ_ARGS:-} "$corpus" "$seeddir" >"$log" 2>&1
   rc=$?
   dur=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
