@@ -210,6 +210,12 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
+	/* a script waiting on --ready-fd may use MNT now */
+	if (o.ready_fd >= 0) {
+		if (write(o.ready_fd, "ready\n", 6) < 0)
+			fprintf(stderr, "shardfs: --ready-fd: %s\n", strerror(errno));
+		close(o.ready_fd);
+	}
 	if (mnt_abs)
 		raise_readahead(mnt_abs);
 	if (fuse_daemonize(o.foreground)) {

@@ -1,6 +1,8 @@
 #include "options.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +25,8 @@ void options_usage(FILE *to)
 	      "  --cache-size SIZE   budget for decoded parts, bytes with K/M/G suffix\n"
 	      "                      (default 256M)\n"
 	      "  --threads N         most request threads (default 16)\n"
+	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
+	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"
 	      "  -V, --version       the version\n"
 	      "\n"
@@ -106,6 +110,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	memset(o, 0, sizeof *o);
 	o->cache_size = DEFAULT_CACHE;
 	o->threads = 16;
+	o->ready_fd = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;
@@ -134,6 +139,13 @@ int options_parse(int argc, char **argv, struct options *o)
 			if (!val || *end || t < 1 || t > 1024)
 				return bad("--threads needs a number from 1 to 1024", val);
 			o->threads = (unsigned)t;
+		} else if (strncmp(a, "--ready-fd", 10) == 0) {
+			val = a[10] == '=' ? a + 11 : (a[10] == 0 && i + 1 < argc ? argv[++i] : NULL);
+			char *end = NULL;
+			long fd = val ? strtol(val, &end, 10) : -1;
+			if (!val || *end || fd < 0 || fd > INT_MAX || fcntl((int)fd, F_GETFD) < 0)
+				return bad("--ready-fd needs an open file descriptor number", val);
+			o->ready_fd = (int)fd;
 		} else if (a[0] == '-' && a[1]) {
 			return bad("unknown option", a);
 		} else if (!o->src) {

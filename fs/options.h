@@ -12,6 +12,7 @@ struct options {
 	uint64_t cache_size;
 	unsigned threads;
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
+	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 };
 
 /* Parses argv; on a bad command line prints one line to stderr and returns
