@@ -238,7 +238,8 @@ static void put(struct built *b, const void *p, size_t n)
 		b->cap = (b->len + n) * 2 + 1024;
 		b->p = realloc(b->p, b->cap);
 	}
-	memcpy(b->p + b->len, p, n);
+	if (n)
+		memcpy(b->p + b->len, p, n);
 	b->len += n;
 }
 
