@@ -8,6 +8,7 @@ PACKAGES=(
   meson ninja-build pkg-config gcc clang libclang-rt-14-dev
   libfuse3-dev fuse3 libzstd-dev liblz4-dev libxxhash-dev libjansson-dev
   python3 python3-pytest python3-numpy python3-zarr python3-xxhash python3-zstandard zstd
+  python3-torch
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -18,7 +19,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "setup: installing ${missing[*]}"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  # no recommends: python3-torch would bring in some 50 more packages (media codecs)
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 if [ ! -e /dev/fuse ]; then
   echo "setup: /dev/fuse is missing: shardfs can build, but not mount here" >&2
