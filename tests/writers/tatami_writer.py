@@ -473,10 +473,18 @@ def write_sample(out):
     write_file(out / 'sample.tatami', cols, [5, 3], 4, blob_cfg={'page': {'dict': True, 'run_values': 3}})
 
 
-if __name__ == '__main__':
-    if len(sys.argv) == 3 and sys.argv[1] == '--sample':
-        write_sample(sys.argv[2])
-    elif len(sys.argv) == 2:
-        write_all(sys.argv[1])
+def main():
+    import argparse
+    ap = argparse.ArgumentParser(description="Test-data writer for .tatami columnar files.")
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument('--sample', metavar='DIR', help='write one small sample file into DIR')
+    g.add_argument('outdir', nargs='?', help='write every test file into this directory')
+    a = ap.parse_args()
+    if a.sample:
+        write_sample(a.sample)
     else:
-        sys.exit(__doc__)
+        write_all(a.outdir)
+
+
+if __name__ == '__main__':
+    main()
