@@ -180,25 +180,40 @@ static struct fnode *view_root(struct fnode *dir, const struct lentry *le)
 	return n;
 }
 
+/* Replies with a node the lookup took a reference on (NULL: out of memory). */
+static void reply_node(fuse_req_t req, struct fnode *n, double timeout)
+{
+	if (!n)
+		fuse_reply_err(req, ENOMEM);
+	else
+		reply_entry(req, n, timeout);
+}
+
+/* The root's .shardfs/ and its files, made on first lookup; returns the node
+ * with a lookup reference taken. */
+static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind kind,
+			       enum meta_file which)
+{
+	pthread_mutex_lock(&ftree_lock);
+	struct fnode *n = fnode_child(dir, name);
+	if (!n || n->kind != kind) {
+		n = fnode_new(kind, dir, name);
+		if (n) {
+			n->meta = which;
+			n->st = dir->st;
+			fnode_attach(n);
+		}
+	}
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&ftree_lock);
+	return n;
+}
+
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	if (dir == fnode_root() && strcmp(name, ".shardfs") == 0) {
-		pthread_mutex_lock(&ftree_lock);
-		struct fnode *m = fnode_child(dir, name);
-		if (!m || m->kind != FK_META_DIR) {
-			m = fnode_new(FK_META_DIR, dir, name);
-			if (m) {
-				m->st = dir->st;
-				fnode_attach(m);
-			}
-		}
-		if (m)
-			fnode_lookup_ref(m);
-		pthread_mutex_unlock(&ftree_lock);
-		if (!m)
-			fuse_reply_err(req, ENOMEM);
-		else
-			reply_entry(req, m, VIEW_TIMEOUT);
+		reply_node(req, meta_node(dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
 		return;
 	}
 	char *rel = src_join(dir->rel, name);
@@ -217,10 +232,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		if (n)
 			fnode_lookup_ref(n);
 		pthread_mutex_unlock(&ftree_lock);
-		if (!n)
-			fuse_reply_err(req, ENOMEM);
-		else
-			reply_entry(req, n, SRC_TIMEOUT);
+		reply_node(req, n, SRC_TIMEOUT);
 		return;
 	}
 	if (err != ENOENT) {
@@ -244,10 +256,8 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	listing_unref(l);
 	if (!le)
 		reply_negative(req, SRC_TIMEOUT);
-	else if (!n)
-		fuse_reply_err(req, ENOMEM);
 	else
-		reply_entry(req, n, SRC_TIMEOUT);
+		reply_node(req, n, SRC_TIMEOUT);
 }
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
@@ -273,10 +283,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	if (n)
 		fnode_lookup_ref(n);
 	pthread_mutex_unlock(&ftree_lock);
-	if (!n)
-		fuse_reply_err(req, ENOMEM);
-	else
-		reply_entry(req, n, VIEW_TIMEOUT);
+	reply_node(req, n, VIEW_TIMEOUT);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
@@ -290,23 +297,7 @@ static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	pthread_mutex_lock(&ftree_lock);
-	struct fnode *n = fnode_child(dir, name);
-	if (!n) {
-		n = fnode_new(FK_META_FILE, dir, name);
-		if (n) {
-			n->meta = which;
-			n->st = dir->st;
-			fnode_attach(n);
-		}
-	}
-	if (n)
-		fnode_lookup_ref(n);
-	pthread_mutex_unlock(&ftree_lock);
-	if (!n)
-		fuse_reply_err(req, ENOMEM);
-	else
-		reply_entry(req, n, 0);
+	reply_node(req, meta_node(dir, name, FK_META_FILE, which), 0);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
