@@ -13,23 +13,47 @@ if grep -qs " $mnt fuse" /proc/mounts; then
 fi
 rm -rf "$sample"
 mkdir -p "$sample" "$mnt"
-for w in tests/writers/*_writer.py; do
+# one folder per format, so each view keeps its plain name
+for fmt in tsumugi tatami taridx shardlake tet; do
+  w=tests/writers/${fmt}_writer.py
   [ -e "$w" ] || continue
-  /usr/bin/python3 "$w" --sample "$sample" >/dev/null
+  mkdir -p "$sample/$fmt"
+  /usr/bin/python3 "$w" --sample "$sample/$fmt" >/dev/null
 done
 echo "sample: $(find "$sample" -type f | wc -l) files in $sample"
 
 build/fs/shardfs "$sample" "$mnt"
-echo "mounted $sample at $mnt"
+echo "mounted $sample at $mnt (views appear beside each container)"
 echo
-echo "== the tree (directories and files, sizes in bytes) =="
-(cd "$mnt" && find . -mindepth 1 -maxdepth 4 -printf '%y %10s  %p\n' | sort -k3 | head -80)
+echo "== the tree, three levels deep =="
+(cd "$mnt" && for fmt in */; do
+  echo "-- $fmt"
+  find "$fmt" -mindepth 1 -maxdepth 3 -printf '%y %8s  %p\n' | sort -k3 | head -24
+done)
 echo
-echo "== a few things to try =="
-show() { echo "\$ $*"; (cd "$mnt" && eval "$@") 2>&1 | head -8; echo; }
-for d in "$mnt"/*/; do
-  [ -f "$d.shardfs/info.txt" ] || continue
-  show "head -5 $(basename "$d")/.shardfs/info.txt"
-done
-show "cat .shardfs/stats.json | head -12"
+echo "== a few things to try (in $mnt) =="
+show() {
+  echo "\$ $1"
+  (cd "$mnt" && bash -c "$1") 2>&1 | head -"${2:-6}"
+  echo
+}
+[ -d "$mnt/tsumugi/sample" ] && {
+  show "cat tsumugi/sample/.shardfs/info.txt"
+  show "head -c 120 tsumugi/sample/docs/0/body; echo"
+  show "/usr/bin/python3 -c 'import numpy; print(numpy.load(\"tsumugi/sample/features.npy\", mmap_mode=\"r\").shape)'"
+}
+[ -d "$mnt/tatami/sample" ] && {
+  show "ls tatami/sample/columns"
+  show "head -3 tatami/sample/rows.jsonl"
+}
+[ -d "$mnt/taridx/demo" ] && {
+  show "ls taridx/demo | head -4"
+  show "cat taridx/demo/000000.txt; echo"
+}
+[ -d "$mnt/shardlake/aliases" ] && {
+  show "ls -l shardlake/aliases/ | cut -c40-"
+  show "head -3 shardlake/aliases/latest/shards/shard-0000/ids.txt"
+}
+[ -d "$mnt/tet/sample" ] && show "cat tet/sample/.zgroup; ls tet/sample"
+show "head -14 .shardfs/stats.json" 14
 echo "unmount with: fusermount3 -u mnt"
