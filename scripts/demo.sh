@@ -51,7 +51,7 @@ show() {
   show "cat taridx/demo/000000.txt; echo"
 }
 [ -d "$mnt/shardlake/aliases" ] && {
-  show "ls -l shardlake/aliases/ | cut -c40-"
+  show "ls shardlake/aliases; readlink shardlake/aliases/latest"
   show "head -3 shardlake/aliases/latest/shards/shard-0000/ids.txt"
 }
 [ -d "$mnt/tet/sample" ] && show "cat tet/sample/.zgroup; ls tet/sample"
