@@ -58,17 +58,19 @@ void sf_utf8_sanitize_add(struct sf_str *s, const void *data, size_t len)
 	sf_str_add(s, p + run, len - run);
 }
 
+/* A JSON string of what s holds, which it frees; NULL if s ran out of memory. */
+static json_t *str_json(struct sf_str *s)
+{
+	json_t *j = s->oom ? NULL : json_stringn(s->p ? (const char *)s->p : "", s->len);
+	sf_str_free(s);
+	return j;
+}
+
 json_t *sf_json_bytes_as_text(const void *p, size_t len)
 {
 	struct sf_str s = { 0 };
 	sf_utf8_sanitize_add(&s, p, len);
-	if (s.oom) {
-		sf_str_free(&s);
-		return NULL;
-	}
-	json_t *j = json_stringn(s.p ? (const char *)s.p : "", s.len);
-	sf_str_free(&s);
-	return j;
+	return str_json(&s);
 }
 
 json_t *sf_json_real(double d)
@@ -106,13 +108,7 @@ json_t *sf_json_base64(const void *p, size_t len)
 {
 	struct sf_str s = { 0 };
 	sf_base64_add(&s, p, len);
-	if (s.oom) {
-		sf_str_free(&s);
-		return NULL;
-	}
-	json_t *j = json_stringn(s.p ? (const char *)s.p : "", s.len);
-	sf_str_free(&s);
-	return j;
+	return str_json(&s);
 }
 
 static int dump_cb(const char *buf, size_t size, void *data)
