@@ -65,6 +65,13 @@ struct sf_map *sf_map_ref(struct sf_map *m)
 	return m;
 }
 
+void sf_map_drop_pages(const struct sf_map *m)
+{
+	/* a shared read-only file mapping: dropping loses nothing */
+	if (m && m->data)
+		madvise((void *)m->data, m->size, MADV_DONTNEED);
+}
+
 void sf_map_unref(struct sf_map *m)
 {
 	if (!m || atomic_fetch_sub(&m->refs, 1) != 1)

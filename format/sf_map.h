@@ -24,6 +24,10 @@ int sf_map_openat(int dirfd, const char *name, const char *path,
 		  struct sf_map **out, struct sf_err *e);
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e);
 struct sf_map *sf_map_ref(struct sf_map *m);
+/* Takes the mapping's pages out of this process's page tables (the page
+ * cache keeps them, so the next access refaults them cheaply): resident
+ * memory then holds only what is in use. */
+void sf_map_drop_pages(const struct sf_map *m);
 void sf_map_unref(struct sf_map *m);
 
 #endif
