@@ -130,6 +130,16 @@ static void evict(struct dcache *c)
 	}
 }
 
+/* Once a part is decoded, the stored bytes it came from need not stay in
+ * our page tables: dropping them keeps resident memory near the budget
+ * however much compressed data streams through. A view's mappings are all
+ * held when it opens, so they can be read here without its lock. */
+static void drop_source_pages(const struct sf_view *v)
+{
+	for (size_t i = 0; v && i < v->nmaps; i++)
+		sf_map_drop_pages(v->maps[i]);
+}
+
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err)
 {
@@ -178,6 +188,8 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 
 	struct sf_buf *buf = NULL;
 	int rc = part->produce(part, iface, &buf, err);
+	if (rc == 0)
+		drop_source_pages(part->view);
 
 	pthread_mutex_lock(&c->lock);
 	e->loading = false;
