@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +177,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	raise_fd_limit();
+	/* A fixed threshold: decoded parts get their own mappings, returned to
+	 * the system when evicted, instead of glibc raising the threshold and
+	 * keeping freed parts in its arenas (resident memory over the budget). */
+	mallopt(M_MMAP_THRESHOLD, 256 << 10);
 	src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct sf_err e = { { 0 } };
 	if (src_fd < 0) {
