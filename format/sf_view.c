@@ -462,6 +462,16 @@ int sf_file_add_zero(struct sf_node *f, uint64_t len)
 	return len ? file_push(f, x) : 0;
 }
 
+int sf_file_add_str(struct sf_node *f, struct sf_str *s)
+{
+	struct sf_buf *b = sf_str_take(s);
+	if (!b)
+		return -ENOMEM;
+	int rc = sf_file_add_buf(f, b, 0, b->len);
+	sf_buf_unref(b);
+	return rc;
+}
+
 int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len)
 {
 	struct sf_buf *b = sf_buf_new(len);

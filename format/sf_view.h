@@ -255,6 +255,9 @@ int sf_file_add_buf(struct sf_node *f, struct sf_buf *b, uint64_t off, uint64_t 
 int sf_file_add_part(struct sf_node *f, struct sf_part *p, uint64_t off, uint64_t len);
 int sf_file_add_gen(struct sf_node *f, sf_gen_fn fn, void *arg, uint64_t off, uint64_t len);
 int sf_file_add_zero(struct sf_node *f, uint64_t len);
+/* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
+ * ran out of memory. */
+int sf_file_add_str(struct sf_node *f, struct sf_str *s);
 /* Convenience: the file's content is a copy of these bytes / this string. */
 int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len);
 int sf_file_set_text(struct sf_node *f, const char *s);

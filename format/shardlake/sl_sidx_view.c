@@ -35,13 +35,9 @@ static int add_npy_header(struct sf_node *f, const char *descr, const uint64_t *
 {
 	struct sf_str s = { 0 };
 	int rc = sf_npy_header(&s, descr, shape, (size_t)ndim);
-	struct sf_buf *b = rc ? NULL : sf_str_take(&s);
-	if (!b) {
-		sf_str_free(&s);
-		return -ENOMEM;
-	}
-	rc = sf_file_add_buf(f, b, 0, b->len);
-	sf_buf_unref(b);
+	if (!rc)
+		rc = sf_file_add_str(f, &s);
+	sf_str_free(&s);
 	return rc;
 }
 

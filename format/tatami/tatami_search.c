@@ -360,12 +360,7 @@ static int build_terms(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	struct sf_str text = { 0 };
 	for (size_t i = 0; i < dir->u.dir.n; i++)
 		sf_str_addf(&text, "%s\t%" PRIu64 "\n", dir->u.dir.kids[i]->name, s->terms[i].df);
-	struct sf_buf *b = sf_str_take(&text);
-	if (!b)
-		return -ENOMEM;
-	rc = sf_file_add_buf(f, b, 0, b->len);
-	sf_buf_unref(b);
-	return rc;
+	return sf_file_add_str(f, &text);
 }
 
 static int build_deleted(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
@@ -379,12 +374,7 @@ static int build_deleted(struct sf_node *f, struct sf_cache *c, struct sf_err *e
 	for (uint64_t d = 0; s->live && d < s->live_n; d++)
 		if (!is_live(s, d))
 			sf_str_addf(&text, "%" PRIu64 "\n", d);
-	struct sf_buf *b = sf_str_take(&text);
-	if (!b)
-		return -ENOMEM;
-	rc = sf_file_add_buf(f, b, 0, b->len);
-	sf_buf_unref(b);
-	return rc;
+	return sf_file_add_str(f, &text);
 }
 
 int tat_search_add(struct tat_file *tf, struct sf_node *root)

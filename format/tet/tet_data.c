@@ -279,13 +279,9 @@ int tet_build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	struct tet_dataset *ds = f->arg;
 	struct sf_str s = { 0 };
 	int rc = sf_npy_header(&s, ds->descr, ds->shape, ds->ndim);
-	struct sf_buf *hdr = rc ? NULL : sf_str_take(&s);
-	if (!hdr) {
-		sf_str_free(&s);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", ds->file->path);
-	}
-	rc = sf_file_add_buf(f, hdr, 0, hdr->len);
-	sf_buf_unref(hdr);
+	if (rc == 0)
+		rc = sf_file_add_str(f, &s);
+	sf_str_free(&s);
 	if (rc == 0 && ds->zero_copy)
 		rc = sf_file_add_map(f, ds->file->data + ds->zero_copy_off, ds->nbytes);
 	else if (rc == 0 && (rc = tet_make_parts(f->view, ds)) == 0)
