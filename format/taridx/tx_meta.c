@@ -63,30 +63,34 @@ static void add_strs(struct sf_str *s, const struct tx_str *v, uint32_t n)
 	sf_str_addc(s, '\n');
 }
 
-static int finish(struct sf_str *s, struct counts *c, struct sf_buf **out, struct sf_err *e,
-		  const char *path)
-{
-	free(c->per_fid);
-	if (!(*out = sf_str_take(s)))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
-	return 0;
-}
+/* Renders one of the fold's .shardfs files from the row counts; NULL when
+ * out of memory. */
+typedef struct sf_buf *render_fn(struct tx_fold *f, const struct counts *c);
 
-int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+/* info.txt, info.json and verify all need a pass over the rows first. */
+static int render_counted(const struct sf_part *p, render_fn *render, struct sf_buf **out,
+			  struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
-	const struct tx_index *ix = &f->ix;
 	struct counts c;
 	int rc = count_rows(f, &c, e);
 	if (rc)
 		return rc;
+	*out = render(f, &c);
+	free(c.per_fid);
+	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+}
+
+static struct sf_buf *info_txt(struct tx_fold *f, const struct counts *c)
+{
+	const struct tx_index *ix = &f->ix;
 	struct sf_str s = { 0 };
 	sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
 		    ix->major, ix->minor);
 	sf_str_addf(&s, "rows: %llu\nsamples: %llu (header n_stems %llu)\n",
-		    (unsigned long long)ix->n_rows, (unsigned long long)c.samples,
+		    (unsigned long long)ix->n_rows, (unsigned long long)c->samples,
 		    (unsigned long long)ix->n_stems);
-	sf_str_addf(&s, "contiguous: %s (flag %s)\n", c.runs == c.samples ? "yes" : "no",
+	sf_str_addf(&s, "contiguous: %s (flag %s)\n", c->runs == c->samples ? "yes" : "no",
 		    ix->flags & 1 ? "set" : "clear");
 	sf_str_addf(&s, "extensions (%u):", ix->n_ext);
 	add_strs(&s, ix->ext, ix->n_ext);
@@ -101,11 +105,16 @@ int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf *
 			sf_str_addf(&s, "%zu bytes", sh->map->size);
 		else
 			sf_str_addf(&s, "unreadable (%s)", sh->problem);
-		sf_str_addf(&s, "  %llu rows\n", (unsigned long long)c.per_fid[i]);
+		sf_str_addf(&s, "  %llu rows\n", (unsigned long long)c->per_fid[i]);
 	}
-	if (c.beyond)
-		sf_str_addf(&s, "rows naming a missing shard: %llu\n", (unsigned long long)c.beyond);
-	return finish(&s, &c, out, e, f->view->path);
+	if (c->beyond)
+		sf_str_addf(&s, "rows naming a missing shard: %llu\n", (unsigned long long)c->beyond);
+	return sf_str_take(&s);
+}
+
+int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+{
+	return render_counted(p, info_txt, out, e);
 }
 
 static json_t *strs_json(const struct tx_str *v, uint32_t n)
@@ -116,14 +125,9 @@ static json_t *strs_json(const struct tx_str *v, uint32_t n)
 	return a;
 }
 
-int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+static struct sf_buf *info_json(struct tx_fold *f, const struct counts *c)
 {
-	struct tx_fold *f = p->arg;
 	const struct tx_index *ix = &f->ix;
-	struct counts c;
-	int rc = count_rows(f, &c, e);
-	if (rc)
-		return rc;
 	json_t *j = json_object(), *h = json_object(), *shards = json_array();
 	json_object_set_new(j, "format", json_string("taridx"));
 	json_object_set_new(j, "fold", sf_json_bytes_as_text(f->fold, strlen(f->fold)));
@@ -146,8 +150,8 @@ int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 	json_object_set_new(h, "flags_by_name", flags);
 	json_object_set_new(j, "header", h);
 	json_object_set_new(j, "rows", json_integer((json_int_t)ix->n_rows));
-	json_object_set_new(j, "samples", json_integer((json_int_t)c.samples));
-	json_object_set_new(j, "contiguous", json_boolean(c.runs == c.samples));
+	json_object_set_new(j, "samples", json_integer((json_int_t)c->samples));
+	json_object_set_new(j, "contiguous", json_boolean(c->runs == c->samples));
 	json_object_set_new(j, "contiguous_flag", json_boolean(ix->flags & 1));
 	json_object_set_new(j, "extensions", strs_json(ix->ext, ix->n_ext));
 	json_object_set_new(j, "crash_stems", strs_json(ix->crash, ix->n_crash));
@@ -158,21 +162,25 @@ int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 		json_object_set_new(o, "fid", json_integer((json_int_t)i));
 		json_object_set_new(o, "name", sf_json_bytes_as_text(sh->name, strlen(sh->name)));
 		json_object_set_new(o, "size", sh->map ? json_integer((json_int_t)sh->map->size) : json_null());
-		json_object_set_new(o, "rows", json_integer((json_int_t)c.per_fid[i]));
+		json_object_set_new(o, "rows", json_integer((json_int_t)c->per_fid[i]));
 		if (sh->problem)
 			json_object_set_new(o, "error", sf_json_bytes_as_text(sh->problem, strlen(sh->problem)));
 		json_array_append_new(shards, o);
 	}
 	json_object_set_new(j, "shards", shards);
-	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c.beyond));
+	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c->beyond));
 	/* what the (keyhash, crashid) lookup costs beyond the mapped index */
 	json_object_set_new(j, "lookup_bytes",
 			    json_integer((json_int_t)(ix->n_rows * sizeof *ix->perm +
 						      (((size_t)1 << ix->bits) + 1) * sizeof *ix->start)));
-	free(c.per_fid);
-	*out = sf_json_pretty(j);
+	struct sf_buf *b = sf_json_pretty(j);
 	json_decref(j);
-	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	return b;
+}
+
+int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+{
+	return render_counted(p, info_json, out, e);
 }
 
 /* Findings are listed up to this many; the rest are counted. */
@@ -263,36 +271,29 @@ static void check_shards(struct tx_fold *f, const struct counts *c, const uint64
 	}
 }
 
-int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+static struct sf_buf *verify(struct tx_fold *f, const struct counts *c)
 {
-	struct tx_fold *f = p->arg;
 	const struct tx_index *ix = &f->ix;
-	struct counts c;
-	int rc = count_rows(f, &c, e);
-	if (rc)
-		return rc;
 	uint64_t *bad = calloc(f->nshards + 1, sizeof *bad);
-	if (!bad) {
-		free(c.per_fid);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
-	}
+	if (!bad)
+		return NULL;
 	struct report rep = { 0 };
 	for (uint64_t r = 0; r < ix->n_rows; r++)
 		check_row(f, r, &rep, bad);
-	check_shards(f, &c, bad, &rep);
+	check_shards(f, c, bad, &rep);
 	free(bad);
 	if (rep.listed > MAX_FINDINGS)
 		sf_str_addf(&rep.body, "error: ... and %llu more\n",
 			    (unsigned long long)(rep.listed - MAX_FINDINGS));
-	if (c.samples != ix->n_stems) {
+	if (c->samples != ix->n_stems) {
 		rep.warnings++;
 		sf_str_addf(&rep.body, "warning: header n_stems is %llu, the rows hold %llu samples\n",
-			    (unsigned long long)ix->n_stems, (unsigned long long)c.samples);
+			    (unsigned long long)ix->n_stems, (unsigned long long)c->samples);
 	}
-	if ((c.runs == c.samples) != (ix->flags & 1)) {
+	if ((c->runs == c->samples) != (ix->flags & 1)) {
 		rep.warnings++;
 		sf_str_addf(&rep.body, "warning: the contiguity flag is %s but the rows are %scontiguous\n",
-			    ix->flags & 1 ? "set" : "clear", c.runs == c.samples ? "" : "not ");
+			    ix->flags & 1 ? "set" : "clear", c->runs == c->samples ? "" : "not ");
 	}
 	if (!upstream_loadable(ix)) {
 		rep.warnings++;
@@ -302,5 +303,10 @@ int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **o
 	sf_str_addf(&s, "status: %s\n", rep.errors ? "failed" : "ok");
 	sf_str_add(&s, rep.body.p, rep.body.len);
 	sf_str_free(&rep.body);
-	return finish(&s, &c, out, e, f->view->path);
+	return sf_str_take(&s);
+}
+
+int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+{
+	return render_counted(p, verify, out, e);
 }
