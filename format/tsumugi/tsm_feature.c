@@ -23,6 +23,7 @@ struct fea {
 	uint32_t rows;
 	const uint8_t *data; /* row 0 */
 	struct fea_col *cols;
+	struct sf_buf *hold; /* keeps the region's bytes, data among them */
 };
 
 /* Upstream's signal ids (schema version 2), lower-cased; the file stores
@@ -85,23 +86,28 @@ static int parse_fea(const struct tsm_shard *s, const struct tsm_region *r, cons
 	return 0;
 }
 
-/* Fetches and parses the first feature region; *hold keeps the bytes. */
-static int fea_load(struct tsm_shard *s, struct sf_cache *c, struct fea *f,
-		    struct sf_buf **hold, struct sf_err *e)
+/* Fetches and parses the first feature region; fea_free releases it. */
+static int fea_load(struct tsm_shard *s, struct sf_cache *c, struct fea *f, struct sf_err *e)
 {
 	struct tsm_region *r = tsm_first(s, TSM_FEATURE);
 	if (!r)
 		return sf_fail(e, -EIO, "%s: the feature region cannot be read", s->view->path);
 	const uint8_t *p;
-	int rc = tsm_region_bytes(s, r, c, &p, hold, e);
+	int rc = tsm_region_bytes(s, r, c, &p, &f->hold, e);
 	if (rc)
 		return rc;
 	rc = parse_fea(s, r, p, r->raw_length, f, e);
 	if (rc) {
-		sf_buf_unref(*hold);
-		*hold = NULL;
+		sf_buf_unref(f->hold);
+		f->hold = NULL;
 	}
 	return rc;
+}
+
+static void fea_free(struct fea *f)
+{
+	free(f->cols);
+	sf_buf_unref(f->hold);
 }
 
 /* Spec B2.2, in f64 as upstream computes it. */
@@ -125,8 +131,7 @@ static int produce_matrix(const struct sf_part *p, struct sf_cache *cache, struc
 {
 	struct tsm_shard *s = p->arg;
 	struct fea f;
-	struct sf_buf *hold;
-	int rc = fea_load(s, cache, &f, &hold, e);
+	int rc = fea_load(s, cache, &f, e);
 	if (rc)
 		return rc;
 	struct sf_buf *b = sf_buf_new((size_t)f.rows * f.ncols * 4);
@@ -137,8 +142,7 @@ static int produce_matrix(const struct sf_part *p, struct sf_cache *cache, struc
 			memcpy(&u, &v, 4);
 			sf_put_le32(b->data + ((size_t)d * f.ncols + i) * 4, u);
 		}
-	free(f.cols);
-	sf_buf_unref(hold);
+	fea_free(&f);
 	*out = b;
 	return b ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", s->view->path);
 }
@@ -155,8 +159,7 @@ static int produce_csv(const struct sf_part *p, struct sf_cache *cache, struct s
 {
 	struct tsm_shard *s = p->arg;
 	struct fea f;
-	struct sf_buf *hold;
-	int rc = fea_load(s, cache, &f, &hold, e);
+	int rc = fea_load(s, cache, &f, e);
 	if (rc)
 		return rc;
 	struct sf_str o = { 0 };
@@ -173,8 +176,7 @@ static int produce_csv(const struct sf_part *p, struct sf_cache *cache, struct s
 		}
 		sf_str_addc(&o, '\n');
 	}
-	free(f.cols);
-	sf_buf_unref(hold);
+	fea_free(&f);
 	*out = sf_str_take(&o);
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", s->view->path);
 }
@@ -184,12 +186,10 @@ static int build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
 	struct fea fe;
-	struct sf_buf *hold;
-	int rc = fea_load(s, c, &fe, &hold, e);
+	int rc = fea_load(s, c, &fe, e);
 	if (rc)
 		return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
-	free(fe.cols);
-	sf_buf_unref(hold);
+	fea_free(&fe);
 	uint8_t h[NPY_HEADER];
 	memset(h, ' ', sizeof h);
 	memcpy(h, "\x93NUMPY\x01\x00", 8);
@@ -232,14 +232,12 @@ int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
 {
 	struct sf_err e = { { 0 } };
 	struct fea f;
-	struct sf_buf *hold;
-	int rc = fea_load(s, s->view->cache, &f, &hold, &e);
+	int rc = fea_load(s, s->view->cache, &f, &e);
 	if (rc) {
 		sf_str_addf(out, "error: %s\n", e.msg);
 		(*errors)++;
 		return rc == -ENOMEM ? rc : 0;
 	}
-	free(f.cols);
-	sf_buf_unref(hold);
+	fea_free(&f);
 	return 0;
 }
