@@ -147,6 +147,9 @@ struct tx_fold {
 	/* Rows whose node the lookup hooks created (in the root and rows/),
 	 * so that listing does not add them twice. */
 	uint8_t *hooked_member, *hooked_row;
+	/* Whether the root may show names no row keys (tx_fold.c,
+	 * has_unkeyed_names); -1 until first needed. */
+	int8_t unkeyed;
 };
 
 /* Checks a row against its tar (everything but the header's size and

@@ -161,9 +161,42 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
+static bool any_row(void *arg, uint32_t row)
+{
+	(void)row;
+	*(bool *)arg = true;
+	return true;
+}
+
+/* Whether the fold root may hold an entry that no row's key names: a
+ * directory, or a member whose pax path or GNU long name differs from the
+ * name field its key was hashed from (Python's tarfile writes '?' there for
+ * each non-ASCII character). Tar tools store those as directory records
+ * (empty stem and extension) and "@PaxHeader" / "@LongLink" records, which
+ * the index keys like members, so telling needs no header read. Needs the
+ * lookup. */
+static bool has_unkeyed_names(struct tx_fold *f)
+{
+	static const char *const records[] = { "", "@PaxHeader", "@LongLink" };
+	if (f->unkeyed >= 0)
+		return f->unkeyed;
+	long extid = tx_ext_id(&f->ix, (const uint8_t *)"", 0);
+	bool found = false;
+	for (size_t i = 0; extid >= 0 && !found && i < sizeof records / sizeof *records; i++) {
+		const uint8_t *stem = (const uint8_t *)records[i];
+		size_t len = strlen(records[i]);
+		uint64_t h = XXH64(stem, len, 0);
+		tx_lookup_each(&f->ix, h, tx_crash_id(&f->ix, stem, len, h), (uint16_t)extid, any_row,
+			       &found);
+	}
+	f->unkeyed = found;
+	return found;
+}
+
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
  * crash table, rows, then the tar header's name confirms; a key path with an
- * extension and no row is absent. Any other name (directories, hard links, escaped or cut
+ * extension and no row is absent, unless the fold may show names no row
+ * keys (has_unkeyed_names). Any other name (directories, hard links, escaped or cut
  * names) needs the listing. */
 static int root_lookup(struct sf_node *root, const char *name, struct sf_node **out,
 		       struct sf_err *e)
@@ -192,8 +225,9 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 			return 0;
 		}
 		/* A key path the index does not hold is absent: answering without
-		 * the listing keeps misses fast on folds of millions of members. */
-		if (p.best < 0 && k.ext_len)
+		 * the listing keeps misses fast on folds of millions of members.
+		 * Only folds that may show names the index does not key list. */
+		if (p.best < 0 && k.ext_len && !has_unkeyed_names(f))
 			return 0;
 	}
 	int rc = populate_root(root, e);
@@ -432,6 +466,7 @@ static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struc
 		fold_free(f);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	}
+	f->unkeyed = -1;
 	v->state = f;
 	v->free_state = fold_free;
 	f->view = v;

@@ -209,3 +209,49 @@ def test_missing_shard(mount, tmp_path):
             assert not p.exists()
     rep = (mnt / "f" / ".shardfs" / "verify").read_text()
     assert rep.startswith("status: failed\n") and "removed" in rep
+
+
+def index_tars(src, fold):
+    """Writes <fold>.taridx for src/<fold>_*.tar as upstream's parse_folder
+    does (spec §2.3, §7.2): every header block until a zero block is a row,
+    keyed by the stem and extension of its 100-byte name field."""
+    st = tw.IndexState()
+    tars = sorted(n for n in os.listdir(src) if n.startswith(fold + "_") and n.endswith(".tar"))
+    for fid, name in enumerate(tars):
+        data = (src / name).read_bytes()
+        pos = 0
+        while pos + 512 <= len(data) and data[pos:pos + 512] != bytes(512):
+            hdr = data[pos:pos + 512]
+            size = int(hdr[124:136].split(b"\0")[0].strip() or b"0", 8)
+            st.add(fid, pos, size, *tw.stem_ext(hdr[:100].split(b"\0")[0]))
+            pos += 512 + -(-size // 512) * 512
+    (src / f"{fold}.taridx").write_bytes(st.encode())
+
+
+def test_lookup_of_names_the_index_does_not_key(mount, tmp_path):
+    """Every listed entry resolves on a fresh mount before any listing, also
+    those whose name no row keys: members renamed by a pax path (Python's
+    tarfile writes '?' for non-ASCII bytes in the name field) and
+    directories whose names look like key paths."""
+    import io
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "p_0000.tar", "w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in (("café.jpg", b"cafe"), ("plain.jpg", b"plain"), ("naïve.cls", b"1"),
+                           ("dir.jpg/inner.cls", b"22")):
+            if name.startswith("dir.jpg/"):
+                d = tarfile.TarInfo("dir.jpg")
+                d.type = tarfile.DIRTYPE
+                t.addfile(d)
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    index_tars(src, "p")
+    want = {"café.jpg": b"cafe", "plain.jpg": b"plain", "naïve.cls": b"1", "dir.jpg/inner.cls": b"22"}
+    mnt = mount(src)
+    for path, data in want.items():
+        assert read_through(mnt / "p" / path) == data, path
+    assert (mnt / "p" / "dir.jpg").is_dir()
+    with pytest.raises(FileNotFoundError):
+        os.stat(mnt / "p" / "nothere.jpg")
+    assert sorted(os.listdir(mnt / "p")) == sorted(["café.jpg", "plain.jpg", "naïve.cls", "dir.jpg"])
