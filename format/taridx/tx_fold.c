@@ -493,5 +493,8 @@ fail:
 const struct sf_format sf_fmt_taridx = {
 	.name = "taridx",
 	.ext = ".taridx",
+	/* fids are ranks among the shards beside the index: a shard added or
+	 * removed changes what every later row points at */
+	.uses_siblings = true,
 	.open = taridx_open,
 };

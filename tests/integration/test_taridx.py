@@ -255,3 +255,38 @@ def test_lookup_of_names_the_index_does_not_key(mount, tmp_path):
     with pytest.raises(FileNotFoundError):
         os.stat(mnt / "p" / "nothere.jpg")
     assert sorted(os.listdir(mnt / "p")) == sorted(["café.jpg", "plain.jpg", "naïve.cls", "dir.jpg"])
+
+
+def test_shards_changing_beside_a_mounted_fold(mount, tmp_path):
+    """The fold's view follows the shards beside its index (fids are ranks):
+    a shard added after indexing is reported by verify, and a removed
+    shard's members are gone, also when the view was open before."""
+    import time
+    rows = tw.write_fold(tmp_path, "f", tw.sample_samples(8), shard_maxfiles=4)
+    mnt = mount(tmp_path)
+    first = next(r for r in rows if r["fid"] == 0)
+    last = next(r for r in rows if r["fid"] == 1)
+    assert read_through(mnt / "f" / first["name"].decode()) == first["data"]
+    assert (mnt / "f" / ".shardfs" / "verify").read_text() == "status: ok\n"
+    # a tar added under a temp name and renamed into place
+    (tmp_path / ".new.tmp").write_bytes((tmp_path / "f_0001.tar").read_bytes())
+    os.rename(tmp_path / ".new.tmp", tmp_path / "f_0002.tar")
+    deadline = time.monotonic() + 10
+    while True:
+        rep = (mnt / "f" / ".shardfs" / "verify").read_text()
+        if rep.startswith("status: failed\n") or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert rep.startswith("status: failed\n") and "f_0002.tar" in rep, rep
+    info = json.loads((mnt / "f" / ".shardfs" / "info.json").read_text())
+    assert [s["name"] for s in info["shards"]] == ["f_0000.tar", "f_0001.tar", "f_0002.tar"]
+    # a shard removed: its members go, the others stay
+    (tmp_path / "f_0002.tar").unlink()
+    (tmp_path / "f_0001.tar").unlink()
+    deadline = time.monotonic() + 10
+    while (mnt / "f" / last["name"].decode()).exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not (mnt / "f" / last["name"].decode()).exists()
+    assert read_through(mnt / "f" / first["name"].decode()) == first["data"]
+    rep = (mnt / "f" / ".shardfs" / "verify").read_text()
+    assert rep.startswith("status: failed\n") and "removed" in rep, rep
