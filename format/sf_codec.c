@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
+#include <zstd_errors.h>
 
 #define ZSTD_MAGIC 0xFD2FB528u
 
@@ -63,6 +64,15 @@ int sf_zstd_frame_dict_id(const uint8_t *src, size_t srclen, uint32_t *id)
 	return 0;
 }
 
+/* Output that does not fit the stable output buffer is an error of its own:
+ * ENOSPC, like a stream that stalls on a full buffer. */
+static int stream_error(size_t r, const char *what, struct sf_err *e)
+{
+	if (ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall)
+		return -ENOSPC;
+	return sf_fail(e, -EIO, "%s: zstd: %s", what, ZSTD_getErrorName(r));
+}
+
 /* Streams one frame (header possibly patched) into out; returns bytes of src
  * consumed via *used. */
 static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
@@ -91,14 +101,14 @@ static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
 	while (skip && first.pos < first.size) {
 		r = ZSTD_decompressStream(d, ob, &first);
 		if (ZSTD_isError(r))
-			return sf_fail(e, -EIO, "%s: zstd: %s", what, ZSTD_getErrorName(r));
+			return stream_error(r, what, e);
 	}
 	ZSTD_inBuffer in = { src + skip, fsize - skip, 0 };
 	while (in.pos < in.size || r != 0) {
 		size_t before_in = in.pos, before_out = ob->pos;
 		r = ZSTD_decompressStream(d, ob, &in);
 		if (ZSTD_isError(r))
-			return sf_fail(e, -EIO, "%s: zstd: %s", what, ZSTD_getErrorName(r));
+			return stream_error(r, what, e);
 		if (r == 0)
 			break;
 		if (in.pos == before_in && ob->pos == before_out) {
@@ -121,6 +131,9 @@ static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
 	ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
 	/* Frames may be larger than the default window limit allows. */
 	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 31);
+	/* ob stays put for the whole frame: zstd then decodes straight into it
+	 * instead of into its window buffer and copying out */
+	ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
 	if (dict && dictlen) {
 		size_t r = ZSTD_DCtx_loadDictionary_advanced(d, dict, dictlen, ZSTD_dlm_byRef,
 							     ZSTD_dct_rawContent);
