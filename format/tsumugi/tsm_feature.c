@@ -77,10 +77,12 @@ static int parse_fea(const struct tsm_shard *s, const struct tsm_region *r, cons
 		for (int k = 0; k < 3; k++)
 			col->p[k] = (double)sf_lef32(q + 2 + 4 * k);
 		if ((col->width != 1 && col->width != 2) || col->offset + col->width > f->stride) {
+			/* the message reads col, so the table goes only after it */
+			sf_fail(e, -EIO, "%s: regions/%s: feature column %u has width %u at offset "
+				"%u of a %u-byte row", path, r->name, i, col->width, col->offset,
+				f->stride);
 			free(f->cols);
-			return sf_fail(e, -EIO, "%s: regions/%s: feature column %u has width %u at "
-				       "offset %u of a %u-byte row", path, r->name, i, col->width,
-				       col->offset, f->stride);
+			return -EIO;
 		}
 	}
 	return 0;

@@ -266,3 +266,58 @@ def test_corrupt_shards(tmp_path, mount):
         (TSM / "gold_prod.tsumugi.truth.json").read_text())["regions"][0]["decoded_sha256"]
     verify = (view / ".shardfs" / "verify").read_text()
     assert verify.startswith("status: failed\n") and "region CRC mismatch" in verify
+
+
+def with_region(good, i, data):
+    """A copy of `good` whose region i holds `data`, stored uncompressed
+    after the other regions, with descriptor, footer and header resealed."""
+    flen = struct.unpack_from("<Q", good, len(good) - 16)[0]
+    fstart = len(good) - 16 - flen
+    body, footer, sections, p = bytearray(good[:fstart]), good[fstart:fstart + flen], [], 0
+    while p < len(footer):
+        tag, n = footer[p], struct.unpack_from("<I", footer, p + 1)[0]
+        sections.append([tag, bytearray(footer[p + 5:p + 5 + n])])
+        p += 5 + n
+    table = next(s for t, s in sections if t == 2)
+    struct.pack_into("<BBHQQQII", table, 36 * i, table[36 * i], 0, 0, len(body), len(data),
+                     len(data), crc32c(data), 0)
+    body += data
+    footer = b"".join(bytes([t]) + struct.pack("<I", len(s)) + bytes(s) for t, s in sections)
+    out = body + footer + struct.pack("<QI", len(footer), crc32c(footer)) + b"TSM1"
+    struct.pack_into("<QQ", out, 24, len(body), len(footer))
+    struct.pack_into("<I", out, 56, crc32c(bytes(out[:56])))
+    return bytes(out)
+
+
+def fea1_with_column(col, width, offset):
+    """gold_prod's FEA1 region with one column-table entry changed, its
+    header CRC resealed."""
+    import zstandard
+    good = (TSM / "gold_prod.tsumugi").read_bytes()
+    fea = bytearray(zstandard.ZstdDecompressor().decompress(good[4089:4089 + 1382], max_output_size=1458))
+    fea[20 + 8 * col + 1] = width
+    struct.pack_into("<H", fea, 20 + 8 * col + 4, offset)
+    ncols = struct.unpack_from("<H", fea, 8)[0]
+    struct.pack_into("<I", fea, 20 + 22 * ncols, crc32c(bytes(fea[:20 + 22 * ncols])))
+    return with_region(good, 1, bytes(fea))
+
+
+def test_bad_feature_column_is_reported(tmp_path, mount):
+    """A feature column of impossible width or offset: features.* fail with
+    EIO and verify names the column as stored (not freed memory)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "w0.tsumugi").write_bytes(fea1_with_column(0, 0, 0))
+    (src / "o5.tsumugi").write_bytes(fea1_with_column(5, 1, 28))
+    mnt = mount(src)
+    for name, why in (("w0", "feature column 0 has width 0 at offset 0 of a 28-byte row"),
+                      ("o5", "feature column 5 has width 1 at offset 28 of a 28-byte row")):
+        view = mnt / name
+        for f in ("features.npy", "features.csv"):
+            with pytest.raises(OSError) as ei:
+                read_through(view / f)
+            assert ei.value.errno == errno.EIO
+        verify = (view / ".shardfs" / "verify").read_text()
+        assert verify.startswith("status: failed\n") and why in verify, verify
+        truth = json.loads((TSM / "gold_prod.tsumugi.truth.json").read_text())
+        assert sha(read_through(view / "regions" / "lexical")) == truth["regions"][0]["decoded_sha256"]
