@@ -53,4 +53,32 @@ static inline const char *fixtures_dir(void)
 	return d ? d : SHARDFS_SOURCE_ROOT "/../shared/fixtures";
 }
 
+/* The whole file at `path` in a malloc'd buffer (*len bytes), or NULL (and
+ * *len 0) if it does not open. */
+static inline uint8_t *slurp(const char *path, size_t *len)
+{
+	*len = 0;
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return NULL;
+	fseek(f, 0, SEEK_END);
+	long n = ftell(f);
+	fseek(f, 0, SEEK_SET);
+	uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
+	*len = fread(p, 1, (size_t)n, f);
+	fclose(f);
+	return p;
+}
+
+/* Writes `len` bytes as the file at `path`, CHECKing that it worked. */
+static inline void spit(const char *path, const void *p, size_t len)
+{
+	FILE *f = fopen(path, "wb");
+	CHECK(f != NULL);
+	if (f) {
+		CHECK(fwrite(p, 1, len, f) == len);
+		fclose(f);
+	}
+}
+
 #endif

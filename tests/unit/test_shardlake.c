@@ -9,62 +9,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "sf_bytes.h"
-#include "sf_format.h"
-#include "sf_view.h"
 #include "shardlake/sl_formats.h"
+#include "views.h"
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = malloc(n ? (size_t)n : 1);
-	*len = fread(p, 1, (size_t)n, f);
-	fclose(f);
-	return p;
-}
-
-static void spit(const char *path, const void *p, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	CHECK(f != NULL);
-	if (f) {
-		CHECK(fwrite(p, 1, len, f) == len);
-		fclose(f);
-	}
-}
-
-/* Reads a whole view file; returns its rc, *out malloc'd. */
-static int read_view(struct sf_view *v, const char *path, uint8_t **out, size_t *len)
-{
-	struct sf_err e = { { 0 } };
-	struct sf_node *n = NULL;
-	*out = NULL;
-	*len = 0;
-	int rc = sf_view_walk(v->root, path, &n, &e);
-	if (!rc)
-		rc = sf_file_ready(n, &sf_nocache, &e);
-	if (rc)
-		return rc;
-	struct sf_readv rv = { 0 };
-	rc = sf_file_read(n, 0, n->u.file.size, &sf_nocache, &rv, &e);
-	if (!rc) {
-		CHECK_EQ_U(rv.bytes, n->u.file.size);
-		*out = malloc(rv.bytes + 1);
-		sf_readv_copy(&rv, *out);
-		(*out)[rv.bytes] = 0;
-		*len = rv.bytes;
-	}
-	sf_readv_release(&rv);
-	return rc;
-}
 
 /* Checks a .npy file's framing and returns where its data starts. */
 static size_t npy_data(const uint8_t *p, size_t len, const char *shape)
@@ -81,17 +30,6 @@ static size_t npy_data(const uint8_t *p, size_t len, const char *shape)
 		CHECK(0);
 	}
 	return start;
-}
-
-static struct sf_view *open_ok(const char *path)
-{
-	struct sf_view *v = NULL;
-	struct sf_err e = { { 0 } };
-	int rc = sf_open_path(path, &v, &e);
-	if (rc)
-		fprintf(stderr, "open %s: %s\n", path, e.msg);
-	CHECK_EQ_U(rc, 0);
-	return rc ? NULL : v;
 }
 
 /* ---- fixtures ----------------------------------------------------------- */

@@ -14,19 +14,6 @@
 #include "sf_format.h"
 #include "taridx/taridx.h"
 
-static struct sf_buf *slurp(const char *path)
-{
-	struct sf_map *m = NULL;
-	struct sf_err e;
-	if (sf_map_open(path, &m, &e))
-		return NULL;
-	struct sf_buf *b = sf_buf_new(m->size);
-	if (b && m->size)
-		memcpy(b->data, m->data, m->size);
-	sf_map_unref(m);
-	return b;
-}
-
 /* The whole content of a view file, or NULL when a read fails (*rc). */
 static struct sf_buf *read_all(struct sf_node *f, int *rc)
 {
@@ -63,12 +50,13 @@ static void full_path(const char *casedir, json_t *rows, size_t i, char *out, si
 		return;
 	char path[8192];
 	snprintf(path, sizeof path, "%s/%s", casedir, json_string_value(json_object_get(prev, "tar")));
-	struct sf_buf *t = slurp(path);
+	size_t tlen;
+	uint8_t *t = slurp(path, &tlen);
 	if (!t)
 		return;
 	uint64_t off = (uint64_t)json_integer_value(json_object_get(prev, "offset")) + 512;
 	uint64_t size = (uint64_t)json_integer_value(json_object_get(prev, "size"));
-	const char *data = (const char *)t->data + off;
+	const char *data = (const char *)t + off;
 	if (!strcmp(ptf, "L")) {
 		snprintf(out, cap, "%.*s", (int)size, data);
 	} else {
@@ -77,7 +65,7 @@ static void full_path(const char *casedir, json_t *rows, size_t i, char *out, si
 		if (nl)
 			snprintf(out, cap, "%.*s", (int)(nl - p - 6), p + 6);
 	}
-	sf_buf_unref(t);
+	free(t);
 }
 
 /* Every row's payload (rows/<row>) and every member at its path equal the
@@ -144,15 +132,16 @@ static void check_fold(const char *casedir, const char *fold, json_t *fj)
 		uint64_t off = (uint64_t)json_integer_value(json_object_get(row, "offset"));
 		uint64_t size = (uint64_t)json_integer_value(json_object_get(row, "size"));
 		snprintf(path, sizeof path, "%s/%s", casedir, tar);
-		struct sf_buf *t = slurp(path);
-		CHECK(t && off + 512 + size <= t->len);
+		size_t tlen;
+		uint8_t *t = slurp(path, &tlen);
+		CHECK(t && off + 512 + size <= tlen);
 		if (!t)
 			continue;
 		snprintf(path, sizeof path, ".shardfs/rows/%zu", i);
 		struct sf_node *n = walk(v, path);
 		int rc;
 		struct sf_buf *got = n ? read_all(n, &rc) : NULL;
-		CHECK(got && got->len == size && memcmp(got->data, t->data + off + 512, size) == 0);
+		CHECK(got && got->len == size && memcmp(got->data, t + off + 512, size) == 0);
 		sf_buf_unref(got);
 		/* members: regular files whose header upstream's stem matches */
 		const char *tf = json_string_value(json_object_get(row, "typeflag"));
@@ -162,10 +151,10 @@ static void check_fold(const char *casedir, const char *fold, json_t *fj)
 			got = n && n->kind == SF_FILE ? read_all(n, &rc) : NULL;
 			if (!got)
 				fprintf(stderr, "member %s of %s/%s missing\n", full, casedir, fold);
-			CHECK(got && got->len == size && memcmp(got->data, t->data + off + 512, size) == 0);
+			CHECK(got && got->len == size && memcmp(got->data, t + off + 512, size) == 0);
 			sf_buf_unref(got);
 		}
-		sf_buf_unref(t);
+		free(t);
 	}
 	sf_view_unref(v);
 }
@@ -257,11 +246,13 @@ static void test_builder(void)
 			maps[k] = f->shards[k].map;
 			names[k] = f->shards[k].name;
 		}
-		struct sf_buf *out = NULL, *want = slurp(path);
+		struct sf_buf *out = NULL;
+		size_t wlen;
+		uint8_t *want = slurp(path, &wlen);
 		CHECK(tx_build_index(maps, names, f->nshards, false, NULL, NULL, NULL, &out, &e) == 0);
-		CHECK(out && want && out->len == want->len && memcmp(out->data, want->data, out->len) == 0);
+		CHECK(out && want && out->len == wlen && memcmp(out->data, want, out->len) == 0);
 		sf_buf_unref(out);
-		sf_buf_unref(want);
+		free(want);
 		sf_view_unref(v);
 	}
 }
@@ -301,10 +292,7 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
 {
 	char path[8192];
 	snprintf(path, sizeof path, "%s/%s", dir, name);
-	FILE *f = fopen(path, "wb");
-	CHECK(f && fwrite(p, 1, len, f) == len);
-	if (f)
-		fclose(f);
+	spit(path, p, len);
 }
 
 /* Writes DIR/h_0000.tar with hostile names and DIR/h.taridx for it. */

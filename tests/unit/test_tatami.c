@@ -8,32 +8,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "check.h"
 #include "sf_bytes.h"
-#include "sf_format.h"
-#include "sf_view.h"
-
-/* Reads a whole view file into a malloc'd buffer; returns 0 or -errno. */
-static int slurp(struct sf_view *v, const char *path, uint8_t **out, size_t *len)
-{
-	struct sf_err e = { { 0 } };
-	struct sf_node *n = NULL;
-	int rc = sf_view_walk(v->root, path, &n, &e);
-	if (rc == 0)
-		rc = sf_file_ready(n, &sf_nocache, &e);
-	if (rc)
-		return rc;
-	struct sf_readv rv = { 0 };
-	rc = sf_file_read(n, 0, n->u.file.size, &sf_nocache, &rv, &e);
-	if (rc == 0) {
-		*len = rv.bytes;
-		*out = malloc(rv.bytes + 1);
-		sf_readv_copy(&rv, *out);
-		(*out)[rv.bytes] = 0;
-	}
-	sf_readv_release(&rv);
-	return rc;
-}
+#include "views.h"
 
 static int hexval(char c)
 {
@@ -48,18 +24,18 @@ static void check_chunk(struct sf_view *v, int g, const char *name, const char *
 	size_t nvalid = 0, nvals = 0, noffs = 0, ndata = 0;
 	size_t rows = json_array_size(want);
 	snprintf(path, sizeof path, "rowgroups/%d/%s/valid.bin", g, name);
-	CHECK(slurp(v, path, &valid, &nvalid) == 0);
+	CHECK(read_view(v, path, &valid, &nvalid) == 0);
 	CHECK_EQ_U(nvalid, rows);
 	bool var = !strcmp(type, "string") || !strcmp(type, "bytes") || !strcmp(type, "blobref");
 	if (var) {
 		snprintf(path, sizeof path, "rowgroups/%d/%s/offsets.bin", g, name);
-		CHECK(slurp(v, path, &offs, &noffs) == 0);
+		CHECK(read_view(v, path, &offs, &noffs) == 0);
 		snprintf(path, sizeof path, "rowgroups/%d/%s/data.bin", g, name);
-		CHECK(slurp(v, path, &data, &ndata) == 0);
+		CHECK(read_view(v, path, &data, &ndata) == 0);
 		CHECK_EQ_U(noffs, 8 * (rows + 1));
 	} else {
 		snprintf(path, sizeof path, "rowgroups/%d/%s/values.bin", g, name);
-		CHECK(slurp(v, path, &vals, &nvals) == 0);
+		CHECK(read_view(v, path, &vals, &nvals) == 0);
 	}
 	size_t w = rows ? nvals / rows : 0;
 	for (size_t i = 0; i < rows && nvalid == rows; i++) {
@@ -120,7 +96,7 @@ static void check_fixture(const char *file)
 	}
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	CHECK(slurp(v, ".shardfs/info.txt", &buf, &len) == 0);
+	CHECK(read_view(v, ".shardfs/info.txt", &buf, &len) == 0);
 	CHECK_STR((char *)buf, json_string_value(json_object_get(t, "inspect")));
 	free(buf);
 	json_t *schema = json_object_get(t, "schema"), *groups = json_object_get(t, "row_groups");
@@ -135,7 +111,7 @@ static void check_fixture(const char *file)
 		}
 	}
 	/* rows.jsonl: one line per row, the first ones exactly `tatami cat`'s */
-	CHECK(slurp(v, "rows.jsonl", &buf, &len) == 0);
+	CHECK(read_view(v, "rows.jsonl", &buf, &len) == 0);
 	size_t lines = 0;
 	for (size_t i = 0; i < len; i++)
 		lines += buf[i] == '\n';
@@ -152,7 +128,7 @@ static void check_fixture(const char *file)
 	json_t *inv = json_object_get(t, "inverted");
 	if (inv) {
 		json_t *terms = json_object_get(inv, "terms");
-		CHECK(slurp(v, "inverted/terms.txt", &buf, &len) == 0);
+		CHECK(read_view(v, "inverted/terms.txt", &buf, &len) == 0);
 		size_t n = 0;
 		for (char *l = (char *)buf; l && *l; n++) {
 			char *nl = strchr(l, '\n'), *tab = strchr(l, '\t');
@@ -165,7 +141,7 @@ static void check_fixture(const char *file)
 		CHECK_EQ_U(n, json_object_size(terms));
 		free(buf);
 	}
-	CHECK(slurp(v, ".shardfs/verify", &buf, &len) == 0);
+	CHECK(read_view(v, ".shardfs/verify", &buf, &len) == 0);
 	CHECK(strncmp((char *)buf, "status: ok\n", 11) == 0);
 	free(buf);
 	sf_view_unref(v);
@@ -177,20 +153,16 @@ static void damaged(const char *file, const char *out, long at, uint8_t xor, lon
 {
 	char path[1024];
 	snprintf(path, sizeof path, "%s/tatami/%s", fixtures_dir(), file);
-	FILE *f = fopen(path, "rb");
-	CHECK(f != NULL);
-	if (!f)
+	size_t n;
+	uint8_t *b = slurp(path, &n);
+	CHECK(b != NULL && (at < 0 || (size_t)at < n) && (keep < 0 || (size_t)keep <= n));
+	if (!b)
 		return;
-	uint8_t *b = malloc(1 << 20);
-	size_t n = fread(b, 1, 1 << 20, f);
-	fclose(f);
 	if (at >= 0)
 		b[at] ^= xor;
 	if (keep >= 0)
 		n = (size_t)keep;
-	f = fopen(out, "wb");
-	fwrite(b, 1, n, f);
-	fclose(f);
+	spit(out, b, n);
 	free(b);
 }
 
@@ -222,13 +194,13 @@ static void test_damage(void)
 		struct sf_node *n = NULL;
 		CHECK(sf_view_walk(v->root, "columns/n/values.bin", &n, &e) == 0);
 		CHECK(n && sf_file_ready(n, &sf_nocache, &e) == 0 && n->u.file.size == 12);
-		CHECK(slurp(v, "columns/n/values.bin", &buf, &len) == -EIO);
-		CHECK(slurp(v, "rowgroups/0/n/values.jsonl", &buf, &len) == -EIO);
-		CHECK(slurp(v, "rows.jsonl", &buf, &len) == -EIO);
+		CHECK(read_view(v, "columns/n/values.bin", &buf, &len) == -EIO);
+		CHECK(read_view(v, "rowgroups/0/n/values.jsonl", &buf, &len) == -EIO);
+		CHECK(read_view(v, "rows.jsonl", &buf, &len) == -EIO);
 		/* chunk.bin is the stored bytes: still readable */
-		CHECK(slurp(v, "rowgroups/0/n/chunk.bin", &buf, &len) == 0 && len == 50);
+		CHECK(read_view(v, "rowgroups/0/n/chunk.bin", &buf, &len) == 0 && len == 50);
 		free(buf);
-		CHECK(slurp(v, ".shardfs/verify", &buf, &len) == 0);
+		CHECK(read_view(v, ".shardfs/verify", &buf, &len) == 0);
 		CHECK(strncmp((char *)buf, "status: failed\n", 15) == 0 && strstr((char *)buf, "checksum"));
 		free(buf);
 		sf_view_unref(v);
@@ -240,7 +212,7 @@ static void test_damage(void)
 	snprintf(orig, sizeof orig, "%s/tatami/g02_blob.tatami", fixtures_dir());
 	long run = -1;
 	if (sf_open_path(orig, &v, &e) == 0) {
-		CHECK(slurp(v, ".shardfs/info.json", &buf, &len) == 0);
+		CHECK(read_view(v, ".shardfs/info.json", &buf, &len) == 0);
 		json_error_t je;
 		json_t *j = json_loads((char *)buf, 0, &je);
 		json_t *r = json_array_get(json_object_get(json_array_get(json_object_get(j, "blob_columns"), 1), "runs"), 0);
@@ -253,7 +225,7 @@ static void test_damage(void)
 	damaged("g02_blob.tatami", p, run + 40, 0x10, -1);
 	CHECK(sf_open_path(p, &v, &e) == 0);
 	if (v) {
-		CHECK(slurp(v, "columns/id/values.bin", &buf, &len) == 0);
+		CHECK(read_view(v, "columns/id/values.bin", &buf, &len) == 0);
 		free(buf);
 		int failed = 0, ok = 0;
 		struct sf_node *d = NULL;
@@ -261,7 +233,7 @@ static void test_damage(void)
 		for (size_t i = 0; d && i < d->u.dir.n; i++) {
 			char path[64];
 			snprintf(path, sizeof path, "blobs/body/%s", d->u.dir.kids[i]->name);
-			int rc = slurp(v, path, &buf, &len);
+			int rc = read_view(v, path, &buf, &len);
 			if (rc == 0)
 				free(buf);
 			failed += rc == -EIO;

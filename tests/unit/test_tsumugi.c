@@ -10,10 +10,8 @@
 #include <unistd.h>
 #include <zstd.h>
 
-#include "check.h"
 #include "sf_crc32c.h"
-#include "sf_format.h"
-#include "sf_view.h"
+#include "views.h"
 
 static char tmpdir[] = "/tmp/test-tsumugi-XXXXXX";
 
@@ -23,63 +21,6 @@ static unsigned hexbyte(const char *h)
 	for (int i = 0; i < 2; i++)
 		v = v << 4 | (unsigned)(h[i] <= '9' ? h[i] - '0' : h[i] - 'a' + 10);
 	return v;
-}
-
-static uint8_t *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return NULL;
-	fseek(f, 0, SEEK_END);
-	long n = ftell(f);
-	fseek(f, 0, SEEK_SET);
-	uint8_t *p = malloc(n > 0 ? (size_t)n : 1);
-	*len = fread(p, 1, (size_t)n, f);
-	fclose(f);
-	return p;
-}
-
-static void spit(const char *path, const void *p, size_t len)
-{
-	FILE *f = fopen(path, "wb");
-	fwrite(p, 1, len, f);
-	fclose(f);
-}
-
-/* Reads a whole view file through `c`; returns 0 or the negative errno. */
-static int read_view(struct sf_view *v, const char *path, struct sf_cache *c, uint8_t **out,
-		     size_t *len)
-{
-	struct sf_err e = { { 0 } };
-	struct sf_node *n = NULL;
-	*out = NULL;
-	*len = 0;
-	int rc = sf_view_walk(v->root, path, &n, &e);
-	if (rc == 0)
-		rc = sf_file_ready(n, c, &e);
-	if (rc)
-		return rc;
-	struct sf_readv rv = { 0 };
-	rc = sf_file_read(n, 0, n->u.file.size, c, &rv, &e);
-	if (rc == 0) {
-		*out = malloc(rv.bytes + 1);
-		sf_readv_copy(&rv, *out);
-		(*out)[rv.bytes] = 0;
-		*len = rv.bytes;
-	}
-	sf_readv_release(&rv);
-	return rc;
-}
-
-static struct sf_view *open_ok(const char *path)
-{
-	struct sf_view *v = NULL;
-	struct sf_err e = { { 0 } };
-	int rc = sf_open_path(path, &v, &e);
-	if (rc)
-		fprintf(stderr, "open %s: %s\n", path, e.msg);
-	CHECK(rc == 0);
-	return rc ? NULL : v;
 }
 
 static const char *kind_name(int kind)
@@ -111,7 +52,7 @@ static void check_npy(struct sf_view *v, json_t *want_rows, size_t rows, size_t 
 {
 	uint8_t *npy;
 	size_t len;
-	CHECK(read_view(v, "features.npy", &sf_nocache, &npy, &len) == 0);
+	CHECK(read_view(v, "features.npy", &npy, &len) == 0);
 	if (!npy)
 		return;
 	CHECK(memcmp(npy, "\x93NUMPY\x01\x00", 8) == 0);
@@ -135,7 +76,7 @@ static void check_verify_ok(struct sf_view *v)
 {
 	uint8_t *p;
 	size_t len;
-	CHECK(read_view(v, ".shardfs/verify", &sf_nocache, &p, &len) == 0);
+	CHECK(read_view(v, ".shardfs/verify", &p, &len) == 0);
 	CHECK(p && strncmp((char *)p, "status: ok\n", 11) == 0);
 	if (p && strncmp((char *)p, "status: ok\n", 11) != 0)
 		fprintf(stderr, "%s", p);
@@ -161,7 +102,7 @@ static void check_fixture_forward(struct sf_view *v, json_t *fwd, uint64_t node_
 			size_t wlen = strlen(want);
 			uint8_t *got;
 			size_t len;
-			CHECK(read_view(v, path, &sf_nocache, &got, &len) == 0);
+			CHECK(read_view(v, path, &got, &len) == 0);
 			if (hex && strcmp(col, "doc_id") != 0) {
 				/* a binary column: the file holds the bytes */
 				CHECK_EQ_U(len * 2, wlen);
@@ -176,7 +117,7 @@ static void check_fixture_forward(struct sf_view *v, json_t *fwd, uint64_t node_
 	}
 	uint8_t *jl;
 	size_t len;
-	CHECK(read_view(v, "docs.jsonl", &sf_nocache, &jl, &len) == 0);
+	CHECK(read_view(v, "docs.jsonl", &jl, &len) == 0);
 	char *line = (char *)jl, *save = NULL;
 	size_t n = 0;
 	for (char *l = strtok_r(line, "\n", &save); l; l = strtok_r(NULL, "\n", &save), n++) {
@@ -218,7 +159,7 @@ static void test_fixture(const char *name)
 	/* info.json carries the header as upstream's reader reports it */
 	uint8_t *info;
 	size_t ilen;
-	CHECK(read_view(v, ".shardfs/info.json", &sf_nocache, &info, &ilen) == 0);
+	CHECK(read_view(v, ".shardfs/info.json", &info, &ilen) == 0);
 	json_t *ij = json_loads((char *)info, 0, NULL);
 	json_t *ih = json_object_get(ij, "header");
 	const char *key;
@@ -229,7 +170,7 @@ static void test_fixture(const char *name)
 	free(info);
 
 	/* info.txt: the lines of `tsumugi inspect` that the truth determines */
-	CHECK(read_view(v, ".shardfs/info.txt", &sf_nocache, &info, &ilen) == 0);
+	CHECK(read_view(v, ".shardfs/info.txt", &info, &ilen) == 0);
 	char want[512];
 	snprintf(want, sizeof want, "file:     %s\nversion:  1.0\ndocs:     %lld\nflags:    ", name,
 		 json_integer_value(json_object_get(hdr, "doc_count")));
@@ -253,21 +194,21 @@ static void test_fixture(const char *name)
 		int codec = (int)json_integer_value(json_object_get(r, "codec"));
 		uint8_t *got;
 		size_t len;
-		CHECK(read_view(v, rp, &sf_nocache, &got, &len) == 0);
+		CHECK(read_view(v, rp, &got, &len) == 0);
 		CHECK_EQ_U(len, raw);
 		if (codec == 0) {
 			CHECK(got && memcmp(got, file + off, length) == 0);
 		} else {
 			free(got);
 			snprintf(zp, sizeof zp, "%s.zst", rp);
-			CHECK(read_view(v, zp, &sf_nocache, &got, &len) == 0);
+			CHECK(read_view(v, zp, &got, &len) == 0);
 			CHECK(len == length && memcmp(got, file + off, length) == 0);
 			if (codec == 1 && length) {
 				/* an independent decode of the plain zstd frame */
 				uint8_t *plain = malloc(raw + 1), *dec;
 				size_t dlen;
 				CHECK(ZSTD_decompress(plain, raw + 1, file + off, length) == raw);
-				CHECK(read_view(v, rp, &sf_nocache, &dec, &dlen) == 0);
+				CHECK(read_view(v, rp, &dec, &dlen) == 0);
 				CHECK(dlen == raw && memcmp(dec, plain, raw) == 0);
 				free(plain);
 				free(dec);
@@ -430,18 +371,18 @@ static void test_bad_region(void)
 	if (v) {
 		uint8_t *got;
 		size_t n;
-		CHECK(read_view(v, "regions/forward", &sf_nocache, &got, &n) == -EIO);
+		CHECK(read_view(v, "regions/forward", &got, &n) == -EIO);
 		free(got);
-		CHECK(read_view(v, "docs/0/url", &sf_nocache, &got, &n) == -EIO);
+		CHECK(read_view(v, "docs/0/url", &got, &n) == -EIO);
 		free(got);
-		CHECK(read_view(v, "regions/graph", &sf_nocache, &got, &n) == -EIO);
+		CHECK(read_view(v, "regions/graph", &got, &n) == -EIO);
 		free(got);
-		CHECK(read_view(v, "regions/lexical", &sf_nocache, &got, &n) == 0 && n == 8516);
+		CHECK(read_view(v, "regions/lexical", &got, &n) == 0 && n == 8516);
 		free(got);
-		CHECK(read_view(v, "features.npy", &sf_nocache, &got, &n) == 0);
+		CHECK(read_view(v, "features.npy", &got, &n) == 0);
 		free(got);
 		CHECK(v->nwarnings == 1);
-		CHECK(read_view(v, ".shardfs/verify", &sf_nocache, &got, &n) == 0);
+		CHECK(read_view(v, ".shardfs/verify", &got, &n) == 0);
 		CHECK(got && strncmp((char *)got, "status: failed\n", 15) == 0);
 		CHECK(got && strstr((char *)got, "regions/forward: region CRC mismatch"));
 		CHECK(got && strstr((char *)got, "regions/graph: stored bytes lie outside"));
@@ -470,7 +411,7 @@ static void check_written(const char *dir, const char *name)
 		snprintf(rp, sizeof rp, "regions/%s", json_string_value(json_object_get(r, "name")));
 		uint8_t *got;
 		size_t n;
-		CHECK(read_view(v, rp, &sf_nocache, &got, &n) == 0);
+		CHECK(read_view(v, rp, &got, &n) == 0);
 		CHECK_EQ_U(n, json_integer_value(json_object_get(r, "size")));
 		CHECK_EQ_U(sf_crc32c(0, got, n), json_integer_value(json_object_get(r, "crc32c")));
 		free(got);
@@ -487,7 +428,7 @@ static void check_written(const char *dir, const char *name)
 				const char *hex = json_string_value(json_array_get(vals, d));
 				uint8_t *got;
 				size_t n;
-				CHECK(read_view(v, fp, &sf_nocache, &got, &n) == 0);
+				CHECK(read_view(v, fp, &got, &n) == 0);
 				size_t hlen = strlen(hex), bad = 0;
 				CHECK_EQ_U(n * 2, hlen);
 				for (size_t i = 0; i < n && n * 2 == hlen; i++)
