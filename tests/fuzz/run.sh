@@ -74,7 +74,7 @@ for fmt in $targets; do
     -print_final_stats=1 -artifact_prefix="$art" ${FUZZ_ARGS:-} "$corpus" "$seeddir" >"$log" 2>&1
   rc=$?
   dur=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
-  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$')
+  runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   if [ $rc -eq 0 ]; then
     echo "fuzz $fmt: ${runs:-?} runs in ${secs} s, no finding"
     result=OK
