@@ -1,26 +1,47 @@
 /* The strided views of a shard: ids, vectors or codes copied out of the
- * records, and PQ codes decoded through the codebook. */
+ * records, and PQ codes decoded through the codebook. Each read copies only
+ * its own range straight from the mapping: a gathered array held whole
+ * could exceed the cache budget, and would then be gathered again for every
+ * read of it. */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <string.h>
 
 #include "sl_codebook.h"
 #include "sl_sidx.h"
 
-int sl_produce_field(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+/* Copies bytes [off, off + len) of the array made of the `width` bytes at
+ * `skip` in every record. The daemon keeps the range inside N * width, and
+ * the header check kept every record inside the mapping. */
+static void gather(const struct sl_sidx *s, uint64_t skip, uint64_t width, uint64_t off,
+		   uint8_t *out, size_t len)
 {
-	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
-	uint64_t skip = p->aux == SL_FIELD_ID ? 0 : 8;
-	uint64_t width = p->aux == SL_FIELD_ID ? 8 : h->record_size - 8;
-	/* N*width <= N*record_size, which the header check bounded by the file */
-	struct sf_buf *b = sf_buf_new((size_t)(h->nrecords * width));
-	if (!b)
-		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", p->view->path, p->what);
-	const uint8_t *rec = s->map->data + h->records_off + skip;
-	for (uint64_t i = 0; i < h->nrecords; i++, rec += h->record_size)
-		memcpy(b->data + i * width, rec, width);
-	*out = b;
+	const uint8_t *rec = s->map->data + h->records_off + off / width * h->record_size + skip;
+	uint64_t at = off % width;
+	while (len) {
+		size_t k = width - at < len ? (size_t)(width - at) : len;
+		memcpy(out, rec + at, k);
+		out += k;
+		len -= k;
+		rec += h->record_size;
+		at = 0;
+	}
+}
+
+int sl_gen_ids(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c,
+	       struct sf_err *e)
+{
+	gather(arg, 0, 8, off, out, len);
+	return 0;
+}
+
+int sl_gen_payload(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c,
+		   struct sf_err *e)
+{
+	const struct sl_sidx *s = arg;
+	gather(s, 8, s->hdr.record_size - 8, off, out, len);
 	return 0;
 }
 
@@ -51,33 +72,68 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
 	return 0;
 }
 
-/* vector[m*sub_dims + j] = codebook[m][code[m]][j] (spec §5.2). */
-int sl_produce_reconstructed(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub)
 {
-	const struct sl_sidx *s = p->arg;
+	const struct sl_shard *h = &s->hdr;
+	uint64_t bad = 0;
+	const uint8_t *r = s->map->data + h->records_off;
+	for (uint64_t i = 0; i < h->nrecords; i++, r += h->record_size)
+		for (uint32_t m = 0; m < h->pq_m; m++)
+			if (r[8 + m] >= limit && bad++ == 0) {
+				*rec = i;
+				*sub = m;
+			}
+	return bad;
+}
+
+/* Every code must be below both the shard's and the codebook's K before any
+ * of reconstructed.npy is served: a bad code anywhere fails every read, so
+ * the array is never seen in part. Checked once when all codes fit; a shard
+ * with a bad code is scanned again by each (failing) read. */
+static int codes_fit(struct sl_sidx *s, const struct sl_codebook *cb, struct sf_err *e)
+{
+	const struct sl_shard *h = &s->hdr;
+	if (atomic_load(&s->codes_fit))
+		return 0;
+	uint32_t limit = h->pq_k < cb->k ? h->pq_k : cb->k, sub = 0;
+	uint64_t rec = 0;
+	if (sl_bad_codes(s, limit, &rec, &sub) == 0) {
+		atomic_store(&s->codes_fit, true);
+		return 0;
+	}
+	return sf_fail(e, -EIO, "%s: reconstructed.npy: record %" PRIu64 " sub-space %u: code %u is not below K=%u",
+		       s->map->path, rec, sub, s->map->data[h->records_off + rec * h->record_size + 8 + sub],
+		       limit);
+}
+
+/* vector[m*sub_dims + j] = codebook[m][code[m]][j] (spec §5.2), for the
+ * bytes [off, off + len) of the N x dims array. */
+int sl_gen_reconstructed(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c,
+			 struct sf_err *e)
+{
+	struct sl_sidx *s = arg;
 	const struct sl_shard *h = &s->hdr;
 	struct sl_codebook cb;
 	int rc = sl_codebook_for(s, &cb, e);
+	if (!rc)
+		rc = codes_fit(s, &cb, e);
 	if (rc)
 		return rc;
+	/* sl_codebook_for made dims = M * sub_dims, so a row is M sub-vectors */
 	uint64_t row = (uint64_t)h->dims * 4, sub = (uint64_t)cb.sub_dims * 4;
-	struct sf_buf *b = sf_buf_new((size_t)(h->nrecords * row));
-	if (!b)
-		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", p->view->path, p->what);
-	const uint8_t *rec = s->map->data + h->records_off;
-	for (uint64_t i = 0; i < h->nrecords; i++, rec += h->record_size) {
-		for (uint32_t m = 0; m < h->pq_m; m++) {
-			uint8_t code = rec[8 + m];
-			if (code >= h->pq_k || code >= cb.k) {
-				sf_buf_unref(b);
-				return sf_fail(e, -EIO, "%s: %s: record %" PRIu64 " sub-space %u: code %u is not below K=%u",
-					       p->view->path, p->what, i, m, code,
-					       h->pq_k < cb.k ? h->pq_k : cb.k);
-			}
-			memcpy(b->data + i * row + m * sub,
-			       cb.centroids + ((uint64_t)m * cb.k + code) * sub, sub);
+	const uint8_t *rec = s->map->data + h->records_off + off / row * h->record_size;
+	uint64_t at = off % row;
+	while (len) {
+		uint64_t m = at / sub, in = at % sub;
+		size_t k = sub - in < len ? (size_t)(sub - in) : len;
+		memcpy(out, cb.centroids + (m * cb.k + rec[8 + m]) * sub + in, k);
+		out += k;
+		len -= k;
+		at += k;
+		if (at == row) {
+			rec += h->record_size;
+			at = 0;
 		}
 	}
-	*out = b;
 	return 0;
 }

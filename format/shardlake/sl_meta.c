@@ -261,12 +261,9 @@ static void check_manifest(struct report *r, const struct sl_sidx *s, const stru
 static void check_codes(struct report *r, const struct sl_sidx *s)
 {
 	const struct sl_shard *h = &s->hdr;
-	uint64_t bad = 0, first = 0;
-	const uint8_t *rec = s->map->data + h->records_off;
-	for (uint64_t i = 0; i < h->nrecords; i++, rec += h->record_size)
-		for (uint32_t k = 0; k < h->pq_m; k++)
-			if (rec[8 + k] >= h->pq_k && bad++ == 0)
-				first = i;
+	uint64_t first = 0;
+	uint32_t sub = 0;
+	uint64_t bad = sl_bad_codes(s, h->pq_k, &first, &sub);
 	if (bad)
 		note(r, true, "%" PRIu64 " PQ codes are not below K=%u (first in record %" PRIu64 ")",
 		     bad, h->pq_k, first);

@@ -3,6 +3,9 @@
 #ifndef SL_SIDX_H
 #define SL_SIDX_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include "sf_map.h"
 #include "sf_view.h"
 #include "sl_shard.h"
@@ -16,17 +19,22 @@ struct sl_sidx {
 	 * the reason in *_err. */
 	struct sf_map *manifest, *codebook;
 	struct sf_err manifest_err, codebook_err;
+	_Atomic bool codes_fit;  /* every PQ code is below K (found once) */
 };
 
-/* Part producers of the gathered views (sl_gather.c). A gather part's aux
- * says which field: SL_FIELD_ID or SL_FIELD_PAYLOAD (vector or codes). */
-enum { SL_FIELD_ID, SL_FIELD_PAYLOAD };
-int sl_produce_field(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+/* Generators of the gathered views (sl_gather.c): ids, the vectors or codes
+ * (the record minus its id), and the PQ reconstruction; `arg` is the
+ * struct sl_sidx. */
+int sl_gen_ids(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
+int sl_gen_payload(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
+int sl_gen_reconstructed(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
 int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 struct sl_codebook;
 /* Parses the index's codebook and checks that it fits this shard. */
 int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_err *e);
-int sl_produce_reconstructed(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+/* Counts the PQ codes not below `limit`; the first one is in record *rec,
+ * sub-space *sub (left alone when there is none). */
+uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
 
 /* .shardfs/ files (sl_meta.c). */
 int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

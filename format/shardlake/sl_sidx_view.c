@@ -1,5 +1,6 @@
 /* The view beside each .sidx shard (DESIGN §3.8): the centroid and record
- * areas zero-copy, ids/vectors/codes gathered, PQ codes reconstructed. */
+ * areas zero-copy, ids/vectors/codes gathered and PQ codes reconstructed per
+ * read. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,21 +54,16 @@ static int add_mapped_npy(struct sf_node *dir, const char *name, const char *des
 	return rc ? rc : sf_file_add_map(f, s->map->data + off, len);
 }
 
-/* Adds `name`: a .npy header, then the whole of a part of `len` bytes
- * decoded once by `fn`. Returns the file, or NULL when out of memory. */
-static struct sf_node *add_part_npy(struct sf_node *dir, const char *name, const char *descr,
-				    const uint64_t *shape, int ndim, sf_produce_fn fn,
-				    uint64_t aux, uint64_t len)
+/* Adds `name`: a .npy header, then `len` bytes that `fn` generates per read
+ * from the shard (sl_gather.c). */
+static int add_gen_npy(struct sf_node *dir, const char *name, const char *descr,
+		       const uint64_t *shape, int ndim, sf_gen_fn fn, uint64_t len)
 {
-	struct sl_sidx *s = dir->arg;
-	struct sf_part *p = sf_view_part(dir->view, fn, s, len, name);
-	struct sf_node *f = p ? sf_dir_add_file(dir, name, strlen(name)) : NULL;
+	struct sf_node *f = sf_dir_add_file(dir, name, strlen(name));
 	if (!f)
-		return NULL;
-	p->aux = aux;
-	if (add_npy_header(f, descr, shape, ndim) || sf_file_add_part(f, p, 0, len))
-		return NULL;
-	return f;
+		return -ENOMEM;
+	int rc = add_npy_header(f, descr, shape, ndim);
+	return rc ? rc : sf_file_add_gen(f, fn, dir->arg, 0, len);
 }
 
 /* reconstructed.npy, when the index directory holds a codebook: listed
@@ -80,13 +76,12 @@ static int add_reconstructed(struct sf_node *dir)
 	uint64_t shape[2] = { h->nrecords, h->dims }, len;
 	struct sl_codebook cb;
 	struct sf_err e = { { 0 } };
-	bool fits = sf_mul_ok(h->nrecords, (uint64_t)h->dims * 4, &len) && len <= SIZE_MAX;
+	bool fits = sf_mul_ok(h->nrecords, (uint64_t)h->dims * 4, &len);
 	int rc = fits ? sl_codebook_for(s, &cb, &e)
-			 : sf_fail(&e, -EIO, "%s: reconstructed.npy: %llu x %u floats do not fit in memory",
+			 : sf_fail(&e, -EIO, "%s: reconstructed.npy: %llu x %u floats overflow 64 bits",
 				   dir->view->path, (unsigned long long)h->nrecords, h->dims);
 	if (rc == 0)
-		return add_part_npy(dir, "reconstructed.npy", "<f4", shape, 2,
-				    sl_produce_reconstructed, 0, len) ? 0 : -ENOMEM;
+		return add_gen_npy(dir, "reconstructed.npy", "<f4", shape, 2, sl_gen_reconstructed, len);
 	struct sf_node *f = sf_dir_add_file(dir, "reconstructed.npy", strlen("reconstructed.npy"));
 	if (!f || add_npy_header(f, "<f4", shape, 2))
 		return -ENOMEM;
@@ -109,9 +104,8 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 				h->centroids_len);
 	if (!rc)
 		rc = add_mapped_npy(dir, "records.npy", rec_descr, n, 1, h->records_off, h->records_len);
-	if (!rc && !add_part_npy(dir, "ids.npy", "<u8", n, 1, sl_produce_field, SL_FIELD_ID,
-				 h->nrecords * 8))
-		rc = -ENOMEM;
+	if (!rc)
+		rc = add_gen_npy(dir, "ids.npy", "<u8", n, 1, sl_gen_ids, h->nrecords * 8);
 	if (!rc) {
 		struct sf_part *p = sf_view_part(dir->view, sl_produce_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
 		struct sf_node *f = p ? sf_dir_add_file(dir, "ids.txt", strlen("ids.txt")) : NULL;
@@ -122,9 +116,9 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 	}
 	uint64_t pshape[2] = { h->nrecords, h->version == 1 ? h->dims : h->pq_m };
 	const char *pname = h->version == 1 ? "vectors.npy" : "codes.npy";
-	if (!rc && !add_part_npy(dir, pname, h->version == 1 ? "<f4" : "|u1", pshape, 2,
-				 sl_produce_field, SL_FIELD_PAYLOAD, h->nrecords * payload))
-		rc = -ENOMEM;
+	if (!rc)
+		rc = add_gen_npy(dir, pname, h->version == 1 ? "<f4" : "|u1", pshape, 2,
+				 sl_gen_payload, h->nrecords * payload);
 	if (!rc && h->version == 2 && s->codebook)
 		rc = add_reconstructed(dir);
 	if (rc)
