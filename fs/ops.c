@@ -104,6 +104,12 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		} else {
 			st->st_mode = S_IFREG | 0444;
 			st->st_size = (off_t)n->vn->u.file.size;
+			/* The kernel answers a read of a 0-byte file itself, as an
+			 * empty success: a file whose content failed (broken, or
+			 * never built) claims one byte so that reads reach op_read
+			 * and fail with EIO (DESIGN §3.4). */
+			if (st->st_size == 0 && (n->vn->u.file.broken || !n->vn->u.file.built))
+				st->st_size = 1;
 		}
 		break;
 	}

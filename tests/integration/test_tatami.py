@@ -216,3 +216,66 @@ def test_damaged_files(mount, tmp_path):
     errors = (mnt / ".shardfs" / "errors").read_text()
     assert "footer.tatami" in errors and "torn.tatami" in errors
     assert "page/columns/n/values.bin" in errors and "checksum" in errors
+
+
+# ---- hostile files built from the spec ---------------------------------------
+
+sys.path.insert(0, str(WRITERS))
+import tatami_writer as tw  # noqa: E402
+
+
+def hostile_file(cols, rows, pages, chunk=None, extra=None):
+    """One row group. cols: [(name, type id, flags)]; pages[c]: [(encoding, payload,
+    page rows, page flags)] stored with codec NONE; chunk[c]: footer fields to
+    override; extra(body_end) -> (bytes after the pages, [(footer tag, body)])."""
+    body, entries = bytearray(64), []
+    for c, plist in enumerate(pages):
+        first = len(body)
+        for enc, payload, n, fl in plist:
+            body += tw.record(0, enc, tw.NONE, fl, n, payload, payload)
+        f = dict(dict(rows=rows, nulls=0, pages=len(plist), first=first), **(chunk or {}).get(c, {}))
+        entries.append(b"".join(tw.uvarint(v) for v in (c, f["first"], 0, 0, f["rows"], f["nulls"], f["pages"]))
+                       + bytes([0, tw.NONE, 0]))
+    tail, sections = extra(len(body)) if extra else (b"", [])
+    body += tail
+    sections = [(1, tw.uvarint(len(cols)) + b"".join(tw.lenbytes(n.encode()) + bytes([t, f, 0]) for n, t, f in cols)),
+                (2, tw.uvarint(1) + tw.uvarint(0) + tw.uvarint(rows) + tw.uvarint(0) + b"\x00"
+                 + tw.uvarint(len(entries)) + b"".join(entries))] + sections
+    sections.append((7, tw.uvarint(rows) + b"\x00\x00"))
+    footer = b"\x00" + b"".join(tw.uvarint(t) + tw.lenbytes(b) for t, b in sections)
+    hdr = b"TAT1" + struct.pack("<HHHBBI", 1, 1, 0, 1, 2, 0) + bytes(16) + struct.pack("<QQQI", rows, len(body), 0, 0)
+    body[:64] = hdr + struct.pack("<I", tw.crc32c(hdr))
+    return bytes(body) + footer + struct.pack("<II", len(footer), tw.crc32c(footer)) + b"TAT1"
+
+
+def read_errno(path):
+    try:
+        read_through(path)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+def test_hostile_pages_fail_eio(mount, tmp_path):
+    """Views of a page that fails to decode, whatever their size, read EIO
+    (DESIGN §3.4: never empty content) and each failed read is logged."""
+    ints = struct.pack("<3i", 7, 0, -3)
+    (tmp_path / "h.tatami").write_bytes(hostile_file(
+        [("n", 3, 0), ("s", 11, 0), ("ok", 3, 0)], 3,
+        [[(2, ints, 3, 0)],                                   # DICTIONARY on an integer page
+         [(0, tw.lenbytes(b"ab") + tw.uvarint(99) + b"c", 3, 0)],  # a string runs past the page
+         [(0, ints, 3, 0)]]))
+    mnt = mount(tmp_path)
+    v = mnt / "h"
+    assert (v / "columns" / "ok" / "values.bin").read_bytes() == ints
+    broken = ["columns/n/values.bin", "columns/n/values.jsonl", "rowgroups/0/n/values.jsonl",
+              "columns/s/offsets.bin", "columns/s/data.bin", "columns/s/values.jsonl",
+              "rowgroups/0/s/offsets.bin", "rowgroups/0/s/data.bin", "rows.jsonl"]
+    for rel in broken:
+        (v / rel).stat()
+        assert read_errno(v / rel) == errno.EIO, rel
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    for rel in broken:
+        assert "h/%s: " % rel in errors, rel
+    assert "not an integer encoding: 2" in errors and "short string payload" in errors
+
