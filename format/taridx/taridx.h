@@ -6,6 +6,7 @@
 #ifndef TARIDX_H
 #define TARIDX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -150,7 +151,14 @@ struct tx_fold {
 	/* Whether the root may show names no row keys (tx_fold.c,
 	 * has_unkeyed_names); -1 until first needed. */
 	int8_t unkeyed;
+	/* Guards building the index's lookup: lookups build it under the
+	 * view's lock, but info and verify are produced outside it. */
+	pthread_mutex_t lookup_lock;
 };
+
+/* The index's (keyhash, crashid) lookup, built once whichever thread asks
+ * first. */
+int tx_fold_lookup(struct tx_fold *f, struct sf_err *e);
 
 /* Checks a row against its tar (everything but the header's size and
  * checksum, which only verify reports). */

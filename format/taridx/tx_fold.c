@@ -161,6 +161,14 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
+int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
+{
+	pthread_mutex_lock(&f->lookup_lock);
+	int rc = tx_lookup_build(&f->ix, e);
+	pthread_mutex_unlock(&f->lookup_lock);
+	return rc;
+}
+
 static bool any_row(void *arg, uint32_t row)
 {
 	(void)row;
@@ -209,7 +217,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	tx_key_from(raw, n, &k);
 	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
 	if (n <= 100 && !memchr(raw, '/', n) && !k.cut && k.stem_len && extid >= 0) {
-		int rc = tx_lookup_build(&f->ix, e);
+		int rc = tx_fold_lookup(f, e);
 		if (rc)
 			return rc;
 		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1 };
@@ -412,6 +420,7 @@ static void fold_free(void *state)
 	if (!f)
 		return;
 	tx_index_free(&f->ix);
+	pthread_mutex_destroy(&f->lookup_lock);
 	tx_shards_free(f->shards, f->nshards);
 	free(f->hooked_member);
 	free(f->hooked_row);
@@ -452,6 +461,7 @@ static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struc
 		free(f);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	}
+	pthread_mutex_init(&f->lookup_lock, NULL);
 	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
 	if (rc) {
 		fold_free(f);

@@ -19,7 +19,7 @@ struct counts {
 static int count_rows(struct tx_fold *f, struct counts *c, struct sf_err *e)
 {
 	memset(c, 0, sizeof *c);
-	int rc = tx_lookup_build(&f->ix, e);
+	int rc = tx_fold_lookup(f, e);
 	if (rc)
 		return rc;
 	c->per_fid = calloc(f->nshards + 1, sizeof *c->per_fid);

@@ -290,3 +290,39 @@ def test_shards_changing_beside_a_mounted_fold(mount, tmp_path):
     assert read_through(mnt / "f" / first["name"].decode()) == first["data"]
     rep = (mnt / "f" / ".shardfs" / "verify").read_text()
     assert rep.startswith("status: failed\n") and "removed" in rep, rep
+
+
+def test_concurrent_first_use(mount, tmp_path):
+    """info.json, info.txt and verify are produced outside the view's lock
+    while lookups build the (keyhash, crashid) lookup under it: the first
+    uses of all of them at once build it once (no leak, no torn lookup)."""
+    import threading
+    n = 100_000
+    tw.write_scale(tmp_path, n, per_shard=n)
+    for attempt in range(3):
+        mnt = mount(tmp_path)
+        view = mnt / "big"
+        barrier = threading.Barrier(6)
+        results = {}
+
+        def use(what):
+            barrier.wait()
+            if what.startswith("."):
+                results[what] = (view / what).read_bytes()
+            else:
+                results[what] = read_through(view / what)
+
+        jobs = [".shardfs/info.json", ".shardfs/info.txt", ".shardfs/verify",
+                "%08d.txt" % 7, "%08d.txt" % (n - 1), "%08d.txt" % (n // 2)]
+        ts = [threading.Thread(target=use, args=(j,)) for j in jobs]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert json.loads(results[".shardfs/info.json"])["samples"] == n
+        assert results[".shardfs/verify"] == b"status: ok\n"
+        for i in (7, n - 1, n // 2):
+            assert results["%08d.txt" % i] == tw.scale_payload(i)
+        assert mount.last.stop() == 0
+        err = mount.last.stderr()
+        assert "LeakSanitizer" not in err and "AddressSanitizer" not in err, err[-4000:]
