@@ -80,7 +80,11 @@ int tat_run_decode(struct tat_file *tf, const struct tat_run *run, struct sf_buf
 	for (uint64_t i = 0; i < count; i++) {
 		sf_put_le64(b->data + 8 * i, total);
 		uint64_t len = sf_cur_uvarint(&c);
-		if (c.bad || !sf_add_ok(total, len, &total))
+		/* a wrapping sum would pass the bound below with the rest of
+		 * the offsets table unwritten */
+		if (!c.bad && !sf_add_ok(total, len, &total))
+			c.bad = true;
+		if (c.bad)
 			break;
 	}
 	sf_put_le64(b->data + 8 * count, total);

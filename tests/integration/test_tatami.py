@@ -279,3 +279,29 @@ def test_hostile_pages_fail_eio(mount, tmp_path):
         assert "h/%s: " % rel in errors, rel
     assert "not an integer encoding: 2" in errors and "short string payload" in errors
 
+
+def blob_run(values, lens=None):
+    lens = [len(x) for x in values] if lens is None else lens
+    payload = tw.uvarint(len(values)) + b"".join(map(tw.uvarint, lens)) + b"".join(values)
+    return tw.record(3, 0, tw.NONE, 0, len(values), payload, payload)
+
+
+def test_hostile_blob_lengths(mount, tmp_path):
+    """A blob run whose value lengths overflow 64 bits: its blobs read EIO, the
+    daemon stays up, and the same column in an intact file reads exactly."""
+    vals = [b"hello", b"", b"world!"]
+    for name, lens in [("good", None), ("wrap", [5, (1 << 64) - 1, 6]), ("over", [5, 0, 60])]:
+        def extra(at, lens=lens):
+            run = blob_run(vals, lens)
+            desc = tw.uvarint(1) + tw.uvarint(0) + tw.uvarint(0) + bytes([tw.NONE]) + tw.uvarint(1) \
+                + b"".join(map(tw.uvarint, (at, len(run) - 32, len(run) - 32, 3)))
+            return run, [(3, desc)]
+        (tmp_path / (name + ".tatami")).write_bytes(hostile_file([("d", 15, 0)], 3, [[(0, b"", 3, 0)]], extra=extra))
+    mnt = mount(tmp_path)
+    good = mnt / "good"
+    assert [read_through(good / "blobs" / "d" / str(i)) for i in range(3)] == vals
+    assert read_through(good / "columns" / "d" / "data.bin") == b"".join(vals)
+    for name in ["wrap", "over"]:
+        for rel in ["blobs/d/0", "blobs/d/1", "blobs/d/2", "columns/d/data.bin", "columns/d/values.jsonl"]:
+            assert read_errno(mnt / name / rel) == errno.EIO, (name, rel)
+    assert json.loads((mnt / ".shardfs" / "stats.json").read_text())
