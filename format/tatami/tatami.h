@@ -173,6 +173,9 @@ int tat_dec_pfordelta(struct sf_cursor *c, size_t n, uint64_t *out);
 int tat_chunk_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 /* Byte size of the decoded chunk when it is fixed-width, else SF_SIZE_UNKNOWN. */
 uint64_t tat_chunk_size(const struct tat_chunk *ch, uint8_t type);
+/* Sums the pages' row counts from their headers, before anything is
+ * allocated or sized from the footer's: they must add up to the chunk's. */
+int tat_chunk_rows(const struct tat_chunk *ch, struct sf_err *e);
 /* Walks the page headers: the chunk's byte extent in the file. */
 int tat_chunk_extent(const struct tat_chunk *ch, uint64_t *len, struct sf_err *e);
 /* The chunk's validity (one byte per row), decoded from its pages. */

@@ -50,9 +50,7 @@ int tat_chunk_extent(const struct tat_chunk *ch, uint64_t *len, struct sf_err *e
 	return 0;
 }
 
-/* Sums the pages' row counts from their headers, before anything is
- * allocated: they must add up to the chunk's. */
-static int count_rows(const struct tat_chunk *ch, struct sf_err *e)
+int tat_chunk_rows(const struct tat_chunk *ch, struct sf_err *e)
 {
 	const struct tat_file *tf = ch->tf;
 	uint64_t len, off = ch->first_page, rows = 0;
@@ -246,7 +244,7 @@ uint64_t tat_chunk_size(const struct tat_chunk *ch, uint8_t type)
 
 int tat_chunk_validity(const struct tat_chunk *ch, uint8_t **valid, struct sf_err *e)
 {
-	int rc = count_rows(ch, e);
+	int rc = tat_chunk_rows(ch, e);
 	if (rc)
 		return rc;
 	struct sink s = { .type = ch->tf->fields[ch->column].type, .rows = ch->num_values };
@@ -303,13 +301,13 @@ int tat_chunk_produce(const struct sf_part *p, struct sf_cache *cache, struct sf
 		return sf_fail(e, -EIO, "%s: %s: %llu nulls in %llu rows", tf->view->path,
 			       ch->what, (unsigned long long)ch->null_count,
 			       (unsigned long long)ch->num_values);
-	int rc = count_rows(ch, e);
+	int rc = tat_chunk_rows(ch, e);
 	if (rc)
 		return rc;
 	struct sink s = { .type = type, .rows = ch->num_values };
 	uint64_t R = s.rows;
 	bool var = tat_is_var(type);
-	/* count_rows bounded R by the pages present, so these cannot overflow */
+	/* tat_chunk_rows bounded R by the pages present, so these cannot overflow */
 	uint64_t head = var ? R + 8 * (R + 1) : R * (1 + tat_width(type));
 	struct sf_buf *b = sf_buf_new(head);
 	if (!b)

@@ -111,8 +111,10 @@ static int add_chunk_view(struct sf_node *f, struct tat_chunk *ch, enum view_kin
 	struct tat_file *tf = ch->tf;
 	uint8_t type = tf->fields[ch->column].type;
 	uint64_t R = ch->num_values, w = tat_width(type), len = 0;
-	int rc = chunk_parts(tf, ch);
-	if (rc)
+	int rc = 0;
+	/* the footer's row count sizes every decoded view: the page headers
+	 * must agree with it first, or a hostile count makes sizes wrap */
+	if (kind != V_CHUNK && ((rc = tat_chunk_rows(ch, e)) || (rc = chunk_parts(tf, ch))))
 		return rc;
 	switch (kind) {
 	case V_VALID:

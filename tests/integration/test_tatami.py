@@ -280,6 +280,18 @@ def test_hostile_pages_fail_eio(mount, tmp_path):
     assert "not an integer encoding: 2" in errors and "short string payload" in errors
 
 
+def test_hostile_row_count(mount, tmp_path):
+    """A chunk whose footer claims 2^63 rows: its views stat, and read EIO
+    rather than empty or header-only content."""
+    (tmp_path / "h.tatami").write_bytes(hostile_file(
+        [("n", 3, 0)], 3, [[(0, struct.pack("<3i", 7, 0, -3), 3, 0)]], chunk={0: {"rows": 1 << 63}}))
+    v = mount(tmp_path) / "h"
+    for rel in ["valid.bin", "values.bin", "values.npy", "values.jsonl"]:
+        (v / "columns" / "n" / rel).stat()
+        assert read_errno(v / "columns" / "n" / rel) == errno.EIO, rel
+        assert read_errno(v / "rowgroups" / "0" / "n" / rel) == errno.EIO, rel
+
+
 def blob_run(values, lens=None):
     lens = [len(x) for x in values] if lens is None else lens
     payload = tw.uvarint(len(values)) + b"".join(map(tw.uvarint, lens)) + b"".join(values)
