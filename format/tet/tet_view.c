@@ -106,6 +106,14 @@ static bool group_taken(struct sf_node *dir, const char *name)
 static int add_dataset(struct sf_node *root, struct tet_dataset *ds)
 {
 	sf_dir_unique(root, ds->esc, ds->entry, group_taken);
+	if (strlen(ds->entry) > TET_ENTRY_MAX) {
+		/* "#<n>" took a name near the cut past it, and its .npy twin past
+		 * 255 bytes: such a name takes its cut form (200 bytes, "~",
+		 * hash) before "#<n>" is added, as a longer one does */
+		char cut[SF_NAME_MAX + 1];
+		sf_name_escape(ds->name, ds->name_len, 200, cut);
+		sf_dir_unique(root, cut, ds->entry, group_taken);
+	}
 	struct sf_node *dir = sf_dir_add_exact(root, SF_DIR, ds->entry);
 	if (!dir)
 		return -ENOMEM;

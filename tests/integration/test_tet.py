@@ -63,6 +63,11 @@ def group_entries(names):
         while not free(name):
             k += 1
             name = base + b"#%d" % k
+            if len(name) > 250:
+                # "#<n>" may not take an entry past the cut, or its .npy twin
+                # past 255 bytes: the name takes its cut form first
+                base = escape(raw, limit=0)
+                name, k = base, 0
         taken.update({name, name + b".npy"})
         out.append(name)
     return out

@@ -210,7 +210,8 @@ def corpus():
                              dict(footer={"history": hist, "metadata": meta}, spill=True))
     names = [b"group/sub/var", b"", b".", b"..", b"a\nb\x00c\x7f%", b"dup", b"dup",
              b"n.npy", b"n", b".zarray", b".zgroup", b".shardfs", "\u00e9t\u00e9".encode(),
-             b"L" * 300, b"L" * 300, "\u00e9".encode() * 130]
+             b"L" * 300, b"L" * 300, "\u00e9".encode() * 130, b"N" * 250, b"N" * 250,
+             b"P" * 249] + [b"P" * 248] * 12
     cases["names"] = ([Dataset(n, ramp((2, 2), "|u1", i), (2, 1)) for i, n in enumerate(names)], {})
     cases["empty"] = ([], {})
     return cases
