@@ -140,6 +140,17 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 	if (!f)
 		return -ENOMEM;
 	f->aux = i;
+	/* The stored bytes of a zstd region, listed even when its descriptor
+	 * fails a check: then, like the decoded file, it fails with EIO. */
+	if (r->codec == TSM_ZSTD || r->codec == TSM_ZSTD_DICT) {
+		char zname[40];
+		snprintf(zname, sizeof zname, "%s.zst", r->name);
+		struct sf_node *z = sf_dir_add_file(dir, zname, strlen(zname));
+		if (!z)
+			return -ENOMEM;
+		z->aux = i;
+		sf_file_set_build(z, build_stored, s);
+	}
 	if (r->bad) {
 		char why[600];
 		snprintf(why, sizeof why, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
@@ -156,17 +167,7 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 	if (!r->decoded)
 		return -ENOMEM;
 	r->decoded->arg2 = r;
-	int rc = sf_file_add_part(f, r->decoded, 0, r->raw_length);
-	if (rc)
-		return rc;
-	char zname[40];
-	snprintf(zname, sizeof zname, "%s.zst", r->name);
-	struct sf_node *z = sf_dir_add_file(dir, zname, strlen(zname));
-	if (!z)
-		return -ENOMEM;
-	z->aux = i;
-	sf_file_set_build(z, build_stored, s);
-	return 0;
+	return sf_file_add_part(f, r->decoded, 0, r->raw_length);
 }
 
 int tsm_add_regions(struct tsm_shard *s, struct sf_node *root)

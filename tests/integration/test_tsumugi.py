@@ -321,3 +321,43 @@ def test_bad_feature_column_is_reported(tmp_path, mount):
         assert verify.startswith("status: failed\n") and why in verify, verify
         truth = json.loads((TSM / "gold_prod.tsumugi.truth.json").read_text())
         assert sha(read_through(view / "regions" / "lexical")) == truth["regions"][0]["decoded_sha256"]
+
+
+def with_descriptor(good, i, offset=None, raw_length=None):
+    """A copy of `good` with region i's descriptor changed, resealed."""
+    b = bytearray(good)
+    flen = struct.unpack_from("<Q", b, len(b) - 16)[0]
+    fstart, p = len(b) - 16 - flen, len(b) - 16 - flen
+    while b[p] != 2:
+        p += 5 + struct.unpack_from("<I", b, p + 1)[0]
+    d = p + 5 + 36 * i
+    if offset is not None:
+        struct.pack_into("<Q", b, d + 4, offset)
+    if raw_length is not None:
+        struct.pack_into("<Q", b, d + 20, raw_length)
+    struct.pack_into("<I", b, len(b) - 8, crc32c(bytes(b[fstart:fstart + flen])))
+    return bytes(b)
+
+
+def test_bad_descriptor_keeps_its_files(tmp_path, mount):
+    """A zstd region whose descriptor fails a check still lists both its
+    files (DESIGN §3.4), and both fail with EIO; the other regions read."""
+    good = (TSM / "gold_prod.tsumugi").read_bytes()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "outside.tsumugi").write_bytes(with_descriptor(good, 0, offset=70000))
+    (src / "huge.tsumugi").write_bytes(with_descriptor(good, 0, raw_length=1 << 40))
+    mnt = mount(src)
+    truth = json.loads((TSM / "gold_prod.tsumugi.truth.json").read_text())
+    for name in ("outside", "huge"):
+        regions = mnt / name / "regions"
+        assert sorted(p.name for p in regions.iterdir()) == [
+            "feature", "feature.zst", "forward", "graph", "graph.zst", "lexical", "lexical.zst",
+            "vector"]
+        for f in ("lexical", "lexical.zst"):
+            with pytest.raises(OSError) as ei:
+                read_through(regions / f)
+            assert ei.value.errno == errno.EIO
+        assert sha(read_through(regions / "graph")) == truth["regions"][3]["decoded_sha256"]
+        verify = (mnt / name / ".shardfs" / "verify").read_text()
+        assert verify.startswith("status: failed\n") and "regions/lexical" in verify
