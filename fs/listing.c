@@ -148,12 +148,14 @@ static bool taken(const struct listing *l, size_t nsrc, const char *name)
 	return false;
 }
 
-/* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash. */
+/* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash.
+ * "." and ".." are taken in every directory ("..sidx" must not name its
+ * view "."). */
 static char *view_name(const struct listing *l, size_t nsrc, const char *file, const char *ext)
 {
 	size_t n = strlen(file) - strlen(ext);
 	char *a = strndup(file, n);
-	if (a && n && !taken(l, nsrc, a))
+	if (a && n && strcmp(a, ".") != 0 && strcmp(a, "..") != 0 && !taken(l, nsrc, a))
 		return a;
 	free(a);
 	char *b = NULL;

@@ -259,3 +259,26 @@ def test_gathered_views_larger_than_the_cache(tmp_path, mount):
     decoded = json.loads(stats.read_text())["cache"]["bytes_decoded"] - before
     assert decoded <= served, (decoded, served)
 
+
+def test_views_never_named_dot_or_dotdot(tmp_path, mount):
+    """`..sidx` and `...sidx` would name their views `.` and `..` (and
+    `aliases/..json` its link `.`): those names are always taken, so the
+    view is `<file>.d` (DESIGN §3.1)."""
+    sw = writer_module()
+    src = tmp_path / "src"
+    (src / "x").mkdir(parents=True)
+    raw = sw.shard_bytes(0, np.ones((1, 2), "<f4"), np.arange(2), vectors=np.zeros((2, 2), "<f4"))
+    for name in ("..sidx", "...sidx"):
+        (src / "x" / name).write_bytes(raw)
+    (src / "indexes" / "v").mkdir(parents=True)
+    (src / "aliases").mkdir()
+    for name in ("..json", "...json"):
+        (src / "aliases" / name).write_text(sw.pretty({"alias": "x", "index_version": "v"}))
+    mnt = mount(src)
+    names = os.listdir(mnt / "x")
+    assert sorted(names) == ["...sidx", "...sidx.d", "..sidx", "..sidx.d"], names
+    assert load(mnt / "x" / "..sidx.d" / "ids.npy").tolist() == [0, 1]
+    assert load(mnt / "x" / "...sidx.d" / "ids.npy").tolist() == [0, 1]
+    links = sorted(os.listdir(mnt / "aliases"))
+    assert links == ["...json", "...json.d", "..json", "..json.d"], links
+    assert os.readlink(mnt / "aliases" / "..json.d") == "../indexes/v"
