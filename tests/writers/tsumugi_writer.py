@@ -240,7 +240,7 @@ def shard(regions, doc_count, node_base=0, epoch=0, extra_flags=0, dictionaries=
     for k in sorted(st, key=lambda k: k.encode()):
         v = st[k]
         bits = v if isinstance(v, int) else struct.unpack('<Q', struct.pack('<d', v))[0]
-        stat_bytes += uvarint(len(k)) + k.encode() + struct.pack('<Q', bits)
+        stat_bytes += uvarint(len(k.encode())) + k.encode() + struct.pack('<Q', bits)
     table = b''.join(struct.pack('<BBHQQQII', d['kind'], d['codec'], d['flags'], d['offset'],
                                  d['length'], d['raw_length'], d['crc'], d['dict_id']) for d in descs)
     footer = b''
