@@ -233,6 +233,35 @@ def test_zero_copy_when_layout_allows(mount, corpus):
     assert seen >= 2  # the zero_copy case has two row-slab datasets
 
 
+def test_bytes_come_from_mapping_or_one_decode(mount, corpus):
+    """Raw interior chunks and zero-copy .npy data are served from the
+    mapping; each zstd tile is decoded once, however many files show it."""
+    src, _ = corpus
+    mnt = mount(src)
+
+    def delta(*paths):
+        def now():
+            j = json.loads((mnt / ".shardfs" / "stats.json").read_text())
+            return {**j["bytes_served"], **j["cache"]}
+        before = now()
+        for p in paths:
+            read_through(mnt / p)
+        after = now()
+        return {k: after[k] - before[k] for k in ("from_mappings", "from_cache",
+                                                  "bytes_decoded", "parts_decoded")}
+    # slabs (10,4,3) i4 in (3,4,3) row slabs: spec §7.6 holds
+    d = delta("zero_copy/slabs.npy")
+    assert d == dict(from_mappings=10 * 4 * 3 * 4, from_cache=0, bytes_decoded=0, parts_decoded=0)
+    # m (9,10,3) f8 in (4,3,2) tiles: cell (0,0,0) is a raw interior tile
+    d = delta("mixed_shuffled_gaps/m/0.0.0")
+    assert d == dict(from_mappings=4 * 3 * 2 * 8, from_cache=0, bytes_decoded=0, parts_decoded=0)
+    # v (6,6) u4 in (4,4) zstd tiles, shown by chunk files, tile files and v.npy
+    cells = ["0.0", "0.1", "1.0", "1.1"]
+    d = delta(*[f"reverse/v/{c}" for c in cells],
+              *[f"reverse/.shardfs/tiles/v/{c}" for c in cells], "reverse/v.npy")
+    assert d["parts_decoded"] == 4 and d["bytes_decoded"] == 6 * 6 * 4
+
+
 def test_footer_metadata(mount, corpus):
     src, files = corpus
     mnt = mount(src)
@@ -276,8 +305,11 @@ def damaged_files(d):
     patched("bad_codec", (e[0] + 96, "<I", 5))
     out["torn"] = b[:-7]
     # refused datasets: the file opens without them
-    coords1 = struct.unpack_from("<8Q", b, e[1] + 8)
-    patched("dup_coords", *[(e[0] + 8 + 8 * i, "<Q", v) for i, v in enumerate(coords1)])
+    # a's chunk (0,0) takes the coordinates of (1,0), whose tile has the same
+    # size: only the duplicate itself is wrong, and cell (0,0) has no chunk
+    coords2 = struct.unpack_from("<8Q", b, e[2] + 8)
+    assert coords2[:2] == (1, 0)
+    patched("dup_coords", *[(e[0] + 8 + 8 * i, "<Q", v) for i, v in enumerate(coords2)])
     rec_b = lay.record_offsets[1]
     patched("zero_chunk_extent", (rec_b + 24 + 8, "<Q", 0))
     # b's first tile recompressed from one byte less: decodes to the wrong size
@@ -315,6 +347,11 @@ def test_bad_input(mount, tmp_path):
     assert np.array_equal(np.load(mnt / "zero_chunk_extent" / "a.npy"), good[0].array)
     for name in ("dup_coords", "zero_chunk_extent"):
         assert (mnt / name / ".shardfs" / "verify").read_text().startswith("status: failed\n")
+    # each refused dataset is one line in the errors, naming its problem
+    lines = errors.splitlines()
+    assert [ln for ln in lines if "dup_coords.tet" in ln and "coordinates" in ln]
+    assert len([ln for ln in lines if "dup_coords.tet" in ln]) == 1
+    assert [ln for ln in lines if "zero_chunk_extent.tet" in ln and "chunk_shape" in ln]
     # zstd decoding to the wrong size: listed with its size, reads fail EIO
     view = mnt / "zstd_size"
     assert (view / "b" / "0").stat().st_size == 4
