@@ -54,6 +54,6 @@ show() {
   show "ls shardlake/aliases; readlink shardlake/aliases/latest"
   show "head -3 shardlake/aliases/latest/shards/shard-0000/ids.txt"
 }
-[ -d "$mnt/tet/sample" ] && show "cat tet/sample/.zgroup; ls tet/sample"
+[ -d "$mnt/tet/weather" ] && show "cat tet/weather/.zgroup; ls tet/weather"
 show "head -14 .shardfs/stats.json" 14
 echo "unmount with: fusermount3 -u mnt"
