@@ -124,8 +124,13 @@ int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 		else
 			go_g(val, bits_f64(st->bits));
 		sf_str_add(&o, "  ", 2);
+		size_t at = o.len, chars = 0;
 		sf_utf8_sanitize_add(&o, st->key, st->key_len);
-		int pad = st->key_len < 18 ? (int)(18 - st->key_len) : 0;
+		/* Go's %-18s pads to 18 characters: count the key's UTF-8
+		 * lead bytes (the sanitized key is valid UTF-8) */
+		for (size_t k = at; k < o.len && !o.oom; k++)
+			chars += (o.p[k] & 0xC0) != 0x80;
+		int pad = chars < 18 ? (int)(18 - chars) : 0;
 		sf_str_addf(&o, "%*s %s\n", pad, "", val);
 	}
 	*out = sf_str_take(&o);

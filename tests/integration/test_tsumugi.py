@@ -361,3 +361,19 @@ def test_bad_descriptor_keeps_its_files(tmp_path, mount):
         assert sha(read_through(regions / "graph")) == truth["regions"][3]["decoded_sha256"]
         verify = (mnt / name / ".shardfs" / "verify").read_text()
         assert verify.startswith("status: failed\n") and "regions/lexical" in verify
+
+
+def test_info_txt_pads_stats_by_characters(tmp_path, mount):
+    """`tsumugi inspect` pads stat keys with Go's %-18s, which counts
+    characters, not bytes."""
+    from tsumugi_writer import shard
+    src = tmp_path / "src"
+    src.mkdir()
+    data, _ = shard([], 0, stats={"größe": 1.5, "δ": 2.0})
+    (src / "s.tsumugi").write_bytes(data)
+    mnt = mount(src)
+    text = (mnt / "s" / ".shardfs" / "info.txt").read_text()
+    stats = text[text.index("stats:\n") + 7:]
+    assert stats == ("  doc_count" + " " * 10 + "0\n"
+                     "  größe" + " " * 14 + "1.5\n"
+                     "  δ" + " " * 18 + "2\n")
