@@ -25,6 +25,9 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
+	/* The directory is the top of what may be read (the mount's SRC): a
+	 * format must not look above it for files beside the container. */
+	bool top;
 };
 
 struct sf_format {

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include "sf_format.h"
 #include "stats.h"
@@ -76,18 +77,26 @@ char *src_join(const char *dir, const char *name)
 	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
-/* A view of the old listing that still stands for the same file. */
-static struct sf_view *reuse(const struct listing *old, const char *file, const struct stat *st)
+/* The view of the old listing that still stands for the same file: it was
+ * named after the file, with its extension stripped or ".d" added. */
+static struct sf_view *reuse(const struct listing *old, const char *file, const char *ext,
+			     const struct stat *st)
 {
 	if (!old)
 		return NULL;
-	for (size_t i = 0; i < old->n; i++) {
-		const struct lentry *e = &old->e[i];
-		if (e->view && strcmp(e->file, file) == 0 && same_version(&e->st, st) &&
+	char *names[2] = { strndup(file, strlen(file) - strlen(ext)), NULL };
+	if (asprintf(&names[1], "%s.d", file) < 0)
+		names[1] = NULL;
+	struct sf_view *v = NULL;
+	for (int i = 0; i < 2 && !v; i++) {
+		const struct lentry *e = names[i] ? find(old, names[i]) : NULL;
+		if (e && e->view && strcmp(e->file, file) == 0 && same_version(&e->st, st) &&
 		    !e->view->format->uses_siblings)
-			return sf_view_ref(e->view);
+			v = sf_view_ref(e->view);
 	}
-	return NULL;
+	free(names[0]);
+	free(names[1]);
+	return v;
 }
 
 /* Opens one container; failures go to the error log. */
@@ -105,6 +114,7 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 		struct sf_open_args a = {
 			.dirfd = dirfd, .dirpath = rel, .name = name, .path = path, .map = map,
 			.siblings = (const char *const *)names, .nsiblings = nnames,
+			.top = strcmp(rel, ".") == 0,
 		};
 		rc = f->open(&a, &v, &e);
 		sf_map_unref(map);
@@ -137,31 +147,59 @@ static int push(struct listing *l, size_t *cap, struct lentry x)
 	return 0;
 }
 
-static bool taken(const struct listing *l, size_t nsrc, const char *name)
+/* The names views took so far while a listing is built, so that a clash
+ * is found in constant time: a directory may hold many thousands of
+ * containers. Sized for every SRC entry having a view; never grows. */
+struct nameset {
+	const char **slot;
+	size_t cap;
+};
+
+static size_t name_slot(const struct nameset *s, const char *name)
 {
-	struct lentry key = { .name = (char *)name };
-	if (nsrc && bsearch(&key, l->e, nsrc, sizeof *l->e, cmp_entry))
-		return true;
-	for (size_t i = nsrc; i < l->n; i++)
-		if (strcmp(l->e[i].name, name) == 0)
+	return XXH3_64bits(name, strlen(name)) & (s->cap - 1);
+}
+
+static bool nameset_has(const struct nameset *s, const char *name)
+{
+	for (size_t i = name_slot(s, name); s->slot[i]; i = (i + 1) & (s->cap - 1))
+		if (strcmp(s->slot[i], name) == 0)
 			return true;
 	return false;
+}
+
+static void nameset_add(struct nameset *s, const char *name)
+{
+	size_t i = name_slot(s, name);
+	while (s->slot[i])
+		i = (i + 1) & (s->cap - 1);
+	s->slot[i] = name;
+}
+
+/* Whether `name` is a SRC entry (the first nsrc entries, sorted) or a view. */
+static bool taken(const struct listing *l, size_t nsrc, const struct nameset *views,
+		  const char *name)
+{
+	struct lentry key = { .name = (char *)name };
+	return (nsrc && bsearch(&key, l->e, nsrc, sizeof *l->e, cmp_entry)) ||
+	       nameset_has(views, name);
 }
 
 /* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash.
  * "." and ".." are taken in every directory ("..sidx" must not name its
  * view "."). */
-static char *view_name(const struct listing *l, size_t nsrc, const char *file, const char *ext)
+static char *view_name(const struct listing *l, size_t nsrc, const struct nameset *views,
+		       const char *file, const char *ext)
 {
 	size_t n = strlen(file) - strlen(ext);
 	char *a = strndup(file, n);
-	if (a && n && strcmp(a, ".") != 0 && strcmp(a, "..") != 0 && !taken(l, nsrc, a))
+	if (a && n && strcmp(a, ".") != 0 && strcmp(a, "..") != 0 && !taken(l, nsrc, views, a))
 		return a;
 	free(a);
 	char *b = NULL;
 	if (asprintf(&b, "%s.d", file) < 0)
 		return NULL;
-	if (!taken(l, nsrc, b))
+	if (!taken(l, nsrc, views, b))
 		return b;
 	free(b);
 	return NULL;
@@ -204,9 +242,16 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
 
 	size_t nsrc = l->n;
+	struct nameset views = { .cap = 2 };
+	while (views.cap < 2 * nsrc + 2)
+		views.cap *= 2;
+	views.slot = calloc(views.cap, sizeof *views.slot);
 	char **names = malloc((nsrc ? nsrc : 1) * sizeof *names);
-	if (!names)
+	if (!names || !views.slot) {
+		free(names);
+		free(views.slot);
 		return -ENOMEM;
+	}
 	for (size_t i = 0; i < nsrc; i++)
 		names[i] = l->e[i].name;
 	/* Views are placed in byte order of their files' names, so an earlier
@@ -218,12 +263,12 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		const struct sf_format *f = sf_format_for(rel, src->name);
 		if (!f)
 			continue;
-		struct sf_view *v = reuse(old, src->name, &src->st);
+		struct sf_view *v = reuse(old, src->name, f->ext, &src->st);
 		if (!v)
 			v = open_container(f, dirfd, rel, src->name, names, nsrc);
 		if (!v)
 			continue;
-		char *vname = view_name(l, nsrc, src->name, f->ext);
+		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
 		if (!vname) {
 			char *path = src_join(rel, src->name);
 			errlog_add(path ? path : src->name,
@@ -243,9 +288,12 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 			free(x.file);
 			sf_view_unref(v);
 			rc = rc ? rc : -ENOMEM;
+		} else {
+			nameset_add(&views, x.name);
 		}
 	}
 	free(names);
+	free(views.slot);
 	if (rc == 0 && l->n)
 		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
 	return rc;

@@ -18,6 +18,11 @@ static struct sf_map *map_beside(const struct sf_open_args *a, const char *rel,
 {
 	char path[4096];
 	snprintf(path, sizeof path, "%s/%s", a->dirpath, rel);
+	if (a->top) {
+		/* the index directory lies outside what we may read */
+		sf_fail(why, -ENOENT, "%s: outside the mounted directory", path);
+		return NULL;
+	}
 	struct sf_map *m = NULL;
 	return sf_map_openat(a->dirfd, rel, path, &m, why) == 0 ? m : NULL;
 }

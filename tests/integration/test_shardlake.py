@@ -2,6 +2,7 @@
 their truth files, aliases as symlinks, and roots from our writer with
 broken shards, manifests and aliases."""
 import hashlib
+import shutil
 import json
 import os
 import struct
@@ -282,3 +283,23 @@ def test_views_never_named_dot_or_dotdot(tmp_path, mount):
     links = sorted(os.listdir(mnt / "aliases"))
     assert links == ["...json", "...json.d", "..json", "..json.d"], links
     assert os.readlink(mnt / "aliases" / "..json.d") == "../indexes/v"
+
+
+def test_shard_at_the_top_reads_nothing_outside_src(tmp_path, mount):
+    # the index directory holds the manifest, but only its shards/ is mounted
+    idx = tmp_path / "idx"
+    shutil.copytree(FIXTURES / "shardlake" / "main" / "indexes" / "idx-a-cos", idx)
+    src = idx / "shards"
+    name = sorted(p for p in os.listdir(src) if p.endswith(".sidx"))[0]
+    inside = mount(idx)
+    assert read_through(inside / "shards" / name[:-5] / ".shardfs" / "verify") \
+        .startswith(b"status: ok")
+    top = mount(src)
+    verify = read_through(top / name[:-5] / ".shardfs" / "verify").decode().splitlines()
+    # without its manifest the shard is intact but not compared: a warning
+    assert verify[0] == "status: ok"
+    assert any(l.startswith("warning: no manifest") and "outside the mounted directory" in l
+               for l in verify[1:])
+    # the arrays themselves still read
+    ids = np.load(top / name[:-5] / "ids.npy", mmap_mode="r")
+    assert ids.shape[0] == np.load(inside / "shards" / name[:-5] / "ids.npy").shape[0]

@@ -36,20 +36,20 @@ CONTAINERS = [
     ("tatami", "g02_blob.tatami", "g02_blob"),
     ("tsumugi", "gold_prod.tsumugi", "gold_prod"),
     ("taridx/small", "train.taridx", "train"),
-    ("shardlake/main/indexes/idx-c-pq/shards", None, None),
+    ("shardlake/main/indexes/idx-c-pq", None, None),
 ]
 
 
 def containers():
     """(fixture dir, file, view) for each container above (every .sidx of
-    the Shardlake index directory)."""
+    the Shardlake index directory, whose manifest lies inside the mount)."""
     for sub, name, view in CONTAINERS:
         if name:
             yield sub, name, view
         else:
-            for f in sorted(os.listdir(FIXTURES / sub)):
+            for f in sorted(os.listdir(FIXTURES / sub / "shards")):
                 if f.endswith(".sidx"):
-                    yield sub, f, f[:-5]
+                    yield sub, "shards/" + f, "shards/" + f[:-5]
 
 
 @pytest.mark.parametrize("name", TOOL_NAMES)
@@ -70,9 +70,10 @@ def test_inspect_and_cat_show_what_the_mount_shows(mount):
         txt, js = (meta / "info.txt").read_bytes(), (meta / "info.json").read_bytes()
         # a summary may name the container (or a file beside it) by the path
         # it was opened by: the tool's argument, or the path inside the mount
+        inner = os.path.dirname(name)
         def same(out):
             return out.replace(str(path).encode(), name.encode()).replace(
-                str(path.parent).encode() + b"/", b"./")
+                str(path.parent).encode() + b"/", (inner or ".").encode() + b"/")
         assert same(tool("shardfs-inspect", path).stdout) == txt
         assert same(tool("shardfs-inspect", "--json", path).stdout) == js
         assert same(tool("shardfs-cat", path, ".shardfs/info.txt").stdout) == txt
