@@ -57,10 +57,17 @@ void errlog_add(const char *path, const char *msg)
 
 	pthread_mutex_lock(&log_lock);
 	if (!seen_before(h)) {
-		/* one line per problem, whatever bytes the message holds */
-		sf_str_addf(&log_text, "%s %s: ", when, path);
+		/* one line per problem, whatever bytes the path or message hold */
+		sf_str_addf(&log_text, "%s ", when);
+		for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+			if (*c < 0x20 || *c == 0x7f || *c == '%')
+				sf_str_addf(&log_text, "%%%02X", *c);
+			else
+				sf_str_addc(&log_text, (char)*c);
+		}
+		sf_str_add(&log_text, ": ", 2);
 		for (const char *c = msg; *c; c++)
-			sf_str_addc(&log_text, *c == '\n' ? ' ' : *c);
+			sf_str_addc(&log_text, *c == '\n' || *c == '\r' ? ' ' : *c);
 		sf_str_addc(&log_text, '\n');
 		stat_add(&stats.errors, 1);
 	}

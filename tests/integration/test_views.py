@@ -115,3 +115,17 @@ def test_replaced_container(tmp_path, mount):
     # the handle opened before the replacement keeps reading the old view
     assert head + f.read() == old_info
     f.close()
+
+
+def test_error_lines_stay_one_line_per_problem(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "two\nlines%.tet").write_bytes(b"not a tet file" * 20)
+    (src / "plain.tet").write_bytes(b"not a tet file either" * 20)
+    mnt = mount(src)
+    os.listdir(mnt)
+    lines = error_lines(mnt)
+    assert len(lines) == 2
+    paths = sorted(LINE.match(l).group(1) for l in lines)
+    # control bytes and % in a path are written as %XX, as view names are
+    assert paths == ["plain.tet", "two%0Alines%25.tet"]
