@@ -211,11 +211,17 @@ int tet_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: info.txt: out of memory", tf->path);
 }
 
-static json_t *u64s(const uint64_t *v, uint32_t n)
+json_t *tet_json_u64(uint64_t v)
+{
+	return v <= INT64_MAX ? json_integer((json_int_t)v)
+			      : json_sprintf("%llu", (unsigned long long)v);
+}
+
+json_t *tet_json_u64s(const uint64_t *v, uint32_t n)
 {
 	json_t *a = json_array();
 	for (uint32_t i = 0; i < n; i++)
-		json_array_append_new(a, json_integer((json_int_t)v[i]));
+		json_array_append_new(a, tet_json_u64(v[i]));
 	return a;
 }
 
@@ -235,27 +241,27 @@ static json_t *dataset_json(const struct tet_dataset *ds)
 					       (json_int_t)ds->nbytes) : json_null();
 	json_t *d = json_object();
 	json_object_set_new(d, "chunk_count", json_integer((json_int_t)ds->nentries));
-	json_object_set_new(d, "chunk_shape", u64s(ds->cshape, ds->ndim));
+	json_object_set_new(d, "chunk_shape", tet_json_u64s(ds->cshape, ds->ndim));
 	json_object_set_new(d, "codecs", codecs);
 	json_object_set_new(d, "dtype", json_integer(ds->dtype));
 	json_object_set_new(d, "dtype_name", json_string(ds->dtype_name));
 	json_object_set_new(d, "entry", ds->problem ? json_null() : json_string(ds->entry));
-	json_object_set_new(d, "grid", ds->problem ? json_null() : u64s(ds->grid, ds->ndim));
+	json_object_set_new(d, "grid", ds->problem ? json_null() : tet_json_u64s(ds->grid, ds->ndim));
 	json_object_set_new(d, "id", json_integer(ds->id));
 	json_object_set_new(d, "name", sf_json_bytes_as_text(ds->name, ds->name_len));
 	json_object_set_new(d, "numpy", ds->descr ? json_string(ds->descr) : json_null());
 	json_object_set_new(d, "problem", ds->problem ? json_string(ds->problem) : json_null());
-	json_object_set_new(d, "shape", u64s(ds->shape, ds->ndim));
+	json_object_set_new(d, "shape", tet_json_u64s(ds->shape, ds->ndim));
 	json_object_set_new(d, "zero_copy_span", zc);
 	return d;
 }
 
 static json_t *chunk_json(const struct tet_entry *en)
 {
-	return json_pack("{s:o, s:i, s:I, s:I, s:I, s:I}", "chunk_index",
-			 u64s(en->coords, TET_MAX_DIM), "codec", (int)en->codec, "dataset_id",
-			 (json_int_t)en->dataset_id, "payload_offset", (json_int_t)en->off,
-			 "raw_byte_len", (json_int_t)en->raw, "stored_byte_len", (json_int_t)en->stored);
+	return json_pack("{s:o, s:i, s:o, s:I, s:o, s:I}", "chunk_index",
+			 tet_json_u64s(en->coords, TET_MAX_DIM), "codec", (int)en->codec, "dataset_id",
+			 tet_json_u64(en->dataset_id), "payload_offset", (json_int_t)en->off,
+			 "raw_byte_len", tet_json_u64(en->raw), "stored_byte_len", (json_int_t)en->stored);
 }
 
 int tet_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -18,14 +18,6 @@ static int emit(const struct sf_part *p, json_t *j, struct sf_buf **out, struct 
 	return 0;
 }
 
-static json_t *u64_array(const uint64_t *v, uint32_t n)
-{
-	json_t *a = json_array();
-	for (uint32_t i = 0; a && i < n; i++)
-		json_array_append_new(a, json_integer((json_int_t)v[i]));
-	return a;
-}
-
 int tet_produce_zgroup(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	return emit(p, json_pack("{s:i}", "zarr_format", 2), out, e);
@@ -49,14 +41,14 @@ int tet_produce_zarray(const struct sf_part *p, struct sf_cache *cache, struct s
 {
 	const struct tet_dataset *ds = p->arg;
 	json_t *j = json_pack("{s:o, s:n, s:s, s:s, s:i, s:n, s:s, s:o, s:i}",
-			      "chunks", u64_array(ds->zchunk, ds->ndim),
+			      "chunks", tet_json_u64s(ds->zchunk, ds->ndim),
 			      "compressor",
 			      "dimension_separator", ".",
 			      "dtype", ds->descr,
 			      "fill_value", 0,
 			      "filters",
 			      "order", "C",
-			      "shape", u64_array(ds->shape, ds->ndim),
+			      "shape", tet_json_u64s(ds->shape, ds->ndim),
 			      "zarr_format", 2);
 	return emit(p, j, out, e);
 }

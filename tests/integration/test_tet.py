@@ -368,6 +368,26 @@ def test_bad_input(mount, tmp_path):
                           np.arange(1, 7, dtype="<f4").reshape(2, 3))
 
 
+def test_info_json_full_u64(mount, tmp_path):
+    """info.json keeps u64 fields whole: junk in an unused coordinate slot
+    (ignored, spec §6.2) and the shape of a refused dataset over 2^63."""
+    src = tmp_path / "src"
+    src.mkdir()
+    lay = tw.write_tet(src / "u64.tet", [tw.Dataset(b"a", tw.ramp((3,), "<u2"), (2,)),
+                                         tw.Dataset(b"b", tw.ramp((2,), "<u2"), (2,))])
+    x = bytearray((src / "u64.tet").read_bytes())
+    struct.pack_into("<Q", x, lay.entry_offsets[0] + 8 + 8 * 7, 2**64 - 1)
+    rec_b = lay.record_offsets[1]
+    struct.pack_into("<Q", x, rec_b + 24, 2**63 + 5)  # b's shape[0]
+    (src / "u64.tet").write_bytes(bytes(x))
+    mnt = mount(src)
+    j = json.loads((mnt / "u64" / ".shardfs" / "info.json").read_text())
+    assert [int(v) for v in j["summary"]["chunks"][0]["chunk_index"]] == [0] * 7 + [2**64 - 1]
+    assert [int(v) for v in j["summary"]["datasets"][1]["shape"]] == [2**63 + 5]
+    assert j["summary"]["datasets"][1]["problem"]
+    assert np.array_equal(np.load(mnt / "u64" / "a.npy"), tw.ramp((3,), "<u2"))
+
+
 # ---- a 1 GiB dataset within the cache budget ------------------------------
 
 def rss_anon_kib(pid):
