@@ -191,10 +191,12 @@ struct sf_view {
 	void (*free_state)(void *state);
 	struct sf_part **parts;   /* owned */
 	size_t nparts, capparts;
-	/* Problems found while opening that did not prevent the view
-	 * (e.g. tet footer JSON damaged): the daemon reports each once. */
+	/* Problems that did not prevent the view (e.g. tet footer JSON
+	 * damaged), found while opening or later under the view lock while
+	 * populating or building: the daemon reports each once. */
 	char **warnings;
-	size_t nwarnings;
+	atomic_size_t nwarnings;
+	atomic_size_t nreported;  /* the host's: warnings it has passed on */
 };
 
 /* Creates a view whose root is an empty directory. `path` names the

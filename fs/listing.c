@@ -126,11 +126,20 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	} else {
 		stat_add(&stats.containers_opened, 1);
 		v->cache = view_cache;
-		for (size_t i = 0; i < v->nwarnings; i++)
-			errlog_add(path, v->warnings[i]);
+		listing_report_warnings(v);
 	}
 	free(path);
 	return v;
+}
+
+void listing_report_warnings(struct sf_view *v)
+{
+	if (v->nreported == v->nwarnings)
+		return;
+	pthread_mutex_lock(&v->lock);
+	for (; v->nreported < v->nwarnings; v->nreported++)
+		errlog_add(v->path, v->warnings[v->nreported]);
+	pthread_mutex_unlock(&v->lock);
 }
 
 static int push(struct listing *l, size_t *cap, struct lentry x)

@@ -32,6 +32,9 @@ struct listing {
 /* The SRC tree's root directory, opened once (every access is relative to it). */
 extern int src_fd;
 
+/* Logs the warnings a view raised since the last call (opening, or lazy
+ * work such as populating a directory). */
+void listing_report_warnings(struct sf_view *v);
 /* The cache views placed from now on are read through. */
 void listing_use_cache(struct sf_cache *c);
 /* Whether two stats describe the same version of a file: a file replaced

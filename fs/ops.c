@@ -126,6 +126,7 @@ static int ready(struct fnode *n)
 	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
 	if (rc)
 		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+	listing_report_warnings(n->view);
 	return rc;
 }
 
@@ -275,6 +276,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	struct sf_err e = { { 0 } };
 	struct sf_node *kid = NULL;
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
+	listing_report_warnings(dir->view);
 	if (rc) {
 		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		fuse_reply_err(req, EIO);
@@ -527,6 +529,7 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
 	int rc = sf_dir_ready(vn, &e);
+	listing_report_warnings(dir->view);
 	if (rc) {
 		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		return -EIO;
