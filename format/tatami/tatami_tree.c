@@ -325,6 +325,16 @@ static int build_blob(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	return sf_file_add_part(f, run->part, head + a, z - a);
 }
 
+/* A message without the leading "<container path>: " it usually carries
+ * (the error log starts each line with that path already). */
+static const char *reason(const struct tat_file *tf, const char *msg)
+{
+	size_t n = strlen(tf->view->path);
+	if (strncmp(msg, tf->view->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+		return msg + n + 2;
+	return msg;
+}
+
 static int populate_blobcol(struct sf_node *dir, struct sf_err *e)
 {
 	struct tat_file *tf = file_of(dir);
@@ -333,12 +343,23 @@ static int populate_blobcol(struct sf_node *dir, struct sf_err *e)
 	uint64_t row0 = 0;
 	for (size_t g = 0; g < tf->ngroups; g++) {
 		struct tat_chunk *ch = tat_chunk_of(&tf->groups[g], col);
-		if (!ch)
-			return sf_fail(e, -EIO, "%s: column %zu missing in group %zu", tf->view->path, col, g);
+		struct sf_err ge = { { 0 } };
 		uint8_t *valid = NULL;
-		int rc = tat_chunk_validity(ch, &valid, e);
-		if (rc)
+		int rc = ch ? tat_chunk_validity(ch, &valid, &ge)
+			    : sf_fail(&ge, -EIO, "column %zu missing", col);
+		if (rc && rc != -EIO) {
+			*e = ge;
 			return rc;
+		}
+		if (rc) {
+			/* one damaged group must not hide the other groups' blobs;
+			 * its rows still count, so later rows keep their numbers
+			 * (blob ordinals come from the footer, not the pages) */
+			sf_view_warn(tf->view, "%s: blobs/%s: row group %zu: %s; its blobs are not listed",
+				     tf->view->path, dir->name, g, reason(tf, ge.msg));
+			row0 += tf->groups[g].num_rows;
+			continue;
+		}
 		uint64_t ord = ch->blob_base;
 		for (uint64_t i = 0; i < ch->num_values; i++) {
 			if (!valid[i])

@@ -5,6 +5,8 @@ import base64
 import errno
 import hashlib
 import json
+import os
+import re
 import shutil
 import struct
 import subprocess
@@ -224,26 +226,31 @@ sys.path.insert(0, str(WRITERS))
 import tatami_writer as tw  # noqa: E402
 
 
-def hostile_file(cols, rows, pages, chunk=None, extra=None):
-    """One row group. cols: [(name, type id, flags)]; pages[c]: [(encoding, payload,
-    page rows, page flags)] stored with codec NONE; chunk[c]: footer fields to
-    override; extra(body_end) -> (bytes after the pages, [(footer tag, body)])."""
-    body, entries = bytearray(64), []
-    for c, plist in enumerate(pages):
-        first = len(body)
-        for enc, payload, n, fl in plist:
-            body += tw.record(0, enc, tw.NONE, fl, n, payload, payload)
-        f = dict(dict(rows=rows, nulls=0, pages=len(plist), first=first), **(chunk or {}).get(c, {}))
-        entries.append(b"".join(tw.uvarint(v) for v in (c, f["first"], 0, 0, f["rows"], f["nulls"], f["pages"]))
-                       + bytes([0, tw.NONE, 0]))
+def hostile_file(cols, groups, chunk=None, extra=None):
+    """cols: [(name, type id, flags)]; groups: one (rows, pages) per row group,
+    pages[c]: [(encoding, payload, page rows, page flags)] stored with codec
+    NONE; chunk[(g, c)]: footer fields to override; extra(body_end) -> (bytes
+    after the pages, [(footer tag, body)])."""
+    body, rowgroups, total = bytearray(64), [], 0
+    for g, (rows, pages) in enumerate(groups):
+        entries = []
+        for c, plist in enumerate(pages):
+            first = len(body)
+            for enc, payload, n, fl in plist:
+                body += tw.record(0, enc, tw.NONE, fl, n, payload, payload)
+            f = dict(dict(rows=rows, nulls=0, pages=len(plist), first=first), **(chunk or {}).get((g, c), {}))
+            entries.append(b"".join(tw.uvarint(v) for v in (c, f["first"], 0, 0, f["rows"], f["nulls"], f["pages"]))
+                           + bytes([0, tw.NONE, 0]))
+        rowgroups.append(tw.uvarint(total) + tw.uvarint(rows) + tw.uvarint(0) + b"\x00"
+                         + tw.uvarint(len(entries)) + b"".join(entries))
+        total += rows
     tail, sections = extra(len(body)) if extra else (b"", [])
     body += tail
     sections = [(1, tw.uvarint(len(cols)) + b"".join(tw.lenbytes(n.encode()) + bytes([t, f, 0]) for n, t, f in cols)),
-                (2, tw.uvarint(1) + tw.uvarint(0) + tw.uvarint(rows) + tw.uvarint(0) + b"\x00"
-                 + tw.uvarint(len(entries)) + b"".join(entries))] + sections
-    sections.append((7, tw.uvarint(rows) + b"\x00\x00"))
+                (2, tw.uvarint(len(rowgroups)) + b"".join(rowgroups))] + sections
+    sections.append((7, tw.uvarint(total) + b"\x00\x00"))
     footer = b"\x00" + b"".join(tw.uvarint(t) + tw.lenbytes(b) for t, b in sections)
-    hdr = b"TAT1" + struct.pack("<HHHBBI", 1, 1, 0, 1, 2, 0) + bytes(16) + struct.pack("<QQQI", rows, len(body), 0, 0)
+    hdr = b"TAT1" + struct.pack("<HHHBBI", 1, 1, 0, 1, 2, 0) + bytes(16) + struct.pack("<QQQI", total, len(body), 0, 0)
     body[:64] = hdr + struct.pack("<I", tw.crc32c(hdr))
     return bytes(body) + footer + struct.pack("<II", len(footer), tw.crc32c(footer)) + b"TAT1"
 
@@ -261,10 +268,10 @@ def test_hostile_pages_fail_eio(mount, tmp_path):
     (DESIGN §3.4: never empty content) and each failed read is logged."""
     ints = struct.pack("<3i", 7, 0, -3)
     (tmp_path / "h.tatami").write_bytes(hostile_file(
-        [("n", 3, 0), ("s", 11, 0), ("ok", 3, 0)], 3,
-        [[(2, ints, 3, 0)],                                   # DICTIONARY on an integer page
-         [(0, tw.lenbytes(b"ab") + tw.uvarint(99) + b"c", 3, 0)],  # a string runs past the page
-         [(0, ints, 3, 0)]]))
+        [("n", 3, 0), ("s", 11, 0), ("ok", 3, 0)],
+        [(3, [[(2, ints, 3, 0)],                                   # DICTIONARY on an integer page
+              [(0, tw.lenbytes(b"ab") + tw.uvarint(99) + b"c", 3, 0)],  # a string runs past the page
+              [(0, ints, 3, 0)]])]))
     mnt = mount(tmp_path)
     v = mnt / "h"
     assert (v / "columns" / "ok" / "values.bin").read_bytes() == ints
@@ -284,7 +291,7 @@ def test_hostile_row_count(mount, tmp_path):
     """A chunk whose footer claims 2^63 rows: its views stat, and read EIO
     rather than empty or header-only content."""
     (tmp_path / "h.tatami").write_bytes(hostile_file(
-        [("n", 3, 0)], 3, [[(0, struct.pack("<3i", 7, 0, -3), 3, 0)]], chunk={0: {"rows": 1 << 63}}))
+        [("n", 3, 0)], [(3, [[(0, struct.pack("<3i", 7, 0, -3), 3, 0)]])], chunk={(0, 0): {"rows": 1 << 63}}))
     v = mount(tmp_path) / "h"
     for rel in ["valid.bin", "values.bin", "values.npy", "values.jsonl"]:
         (v / "columns" / "n" / rel).stat()
@@ -298,17 +305,23 @@ def blob_run(values, lens=None):
     return tw.record(3, 0, tw.NONE, 0, len(values), payload, payload)
 
 
+def blob_region(values, lens=None):
+    """hostile_file's `extra` for blob column 0: one run holding `values`."""
+    def extra(at):
+        run = blob_run(values, lens)
+        desc = tw.uvarint(1) + tw.uvarint(0) + tw.uvarint(0) + bytes([tw.NONE]) + tw.uvarint(1) \
+            + b"".join(map(tw.uvarint, (at, len(run) - 32, len(run) - 32, len(values))))
+        return run, [(3, desc)]
+    return extra
+
+
 def test_hostile_blob_lengths(mount, tmp_path):
     """A blob run whose value lengths overflow 64 bits: its blobs read EIO, the
     daemon stays up, and the same column in an intact file reads exactly."""
     vals = [b"hello", b"", b"world!"]
     for name, lens in [("good", None), ("wrap", [5, (1 << 64) - 1, 6]), ("over", [5, 0, 60])]:
-        def extra(at, lens=lens):
-            run = blob_run(vals, lens)
-            desc = tw.uvarint(1) + tw.uvarint(0) + tw.uvarint(0) + bytes([tw.NONE]) + tw.uvarint(1) \
-                + b"".join(map(tw.uvarint, (at, len(run) - 32, len(run) - 32, 3)))
-            return run, [(3, desc)]
-        (tmp_path / (name + ".tatami")).write_bytes(hostile_file([("d", 15, 0)], 3, [[(0, b"", 3, 0)]], extra=extra))
+        (tmp_path / (name + ".tatami")).write_bytes(
+            hostile_file([("d", 15, 0)], [(3, [[(0, b"", 3, 0)]])], extra=blob_region(vals, lens)))
     mnt = mount(tmp_path)
     good = mnt / "good"
     assert [read_through(good / "blobs" / "d" / str(i)) for i in range(3)] == vals
@@ -317,3 +330,25 @@ def test_hostile_blob_lengths(mount, tmp_path):
         for rel in ["blobs/d/0", "blobs/d/1", "blobs/d/2", "columns/d/data.bin", "columns/d/values.jsonl"]:
             assert read_errno(mnt / name / rel) == errno.EIO, (name, rel)
     assert json.loads((mnt / ".shardfs" / "stats.json").read_text())
+
+
+def test_blobs_skip_damaged_group(mount, tmp_path):
+    """Group 0's validity page of a blob column fails its CRC: blobs/<col>/
+    still lists group 1's present rows under their global row numbers, with
+    their exact bytes, and the skipped group is reported once."""
+    vals = [b"g0-a", b"g0-b", b"one", b"", b"three"]  # ordinals: group 0 takes 0-1
+    raw = bytearray(hostile_file(
+        [("d", 15, 1)],
+        [(3, [[(0, bytes([0b101]), 3, 2)]]),               # rows 0 and 2 present
+         (4, [[(0, bytes([0b1101]), 4, 2)]])],             # rows 3, 5 and 6 present
+        chunk={(0, 0): {"nulls": 1}, (1, 0): {"nulls": 1}}, extra=blob_region(vals)))
+    raw[64 + 24] ^= 0xFF                                   # group 0's page CRC (spec §6)
+    (tmp_path / "h.tatami").write_bytes(raw)
+    mnt = mount(tmp_path)
+    blobs = mnt / "h" / "blobs" / "d"
+    assert sorted(os.listdir(blobs), key=int) == ["3", "5", "6"]
+    assert sorted(os.listdir(blobs), key=int) == ["3", "5", "6"]   # listed once, reported once
+    assert [read_through(blobs / r) for r in ["3", "5", "6"]] == vals[2:]
+    lines = (mnt / ".shardfs" / "errors").read_text().splitlines()
+    assert len(lines) == 1, lines
+    assert re.match(r"^\S+ h\.tatami: blobs/d: row group 0: .*; its blobs are not listed$", lines[0]), lines
