@@ -73,6 +73,12 @@ json_t *sf_json_bytes_as_text(const void *p, size_t len)
 	return str_json(&s);
 }
 
+json_t *sf_json_u64(uint64_t v)
+{
+	return v <= INT64_MAX ? json_integer((json_int_t)v)
+			      : json_sprintf("%llu", (unsigned long long)v);
+}
+
 json_t *sf_json_real(double d)
 {
 	if (isnan(d))

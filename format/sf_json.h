@@ -10,6 +10,9 @@
 
 /* A JSON string from arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
 json_t *sf_json_bytes_as_text(const void *p, size_t len);
+/* An unsigned 64-bit number: a JSON integer, or decimal text above
+ * INT64_MAX (jansson's integers are signed). */
+json_t *sf_json_u64(uint64_t v);
 /* A JSON number, or the strings "NaN", "Infinity", "-Infinity". */
 json_t *sf_json_real(double d);
 /* Standard padded base64 of bytes, as a JSON string. */

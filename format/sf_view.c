@@ -364,6 +364,11 @@ static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
 	char esc[SF_NAME_MAX + 1], uniq[SF_NAME_MAX + 16];
 	sf_name_escape(raw, len, SF_NAME_MAX, esc);
 	sf_dir_unique(dir, esc, uniq, NULL);
+	if (strlen(uniq) > SF_NAME_MAX) {
+		/* "#<n>" would pass the limit: number the cut form instead */
+		sf_name_escape(raw, len, strlen(esc) - 1, esc);
+		sf_dir_unique(dir, esc, uniq, NULL);
+	}
 	return sf_dir_add_exact(dir, kind, uniq);
 }
 

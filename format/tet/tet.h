@@ -122,7 +122,6 @@ int tet_produce_array_attrs(const struct sf_part *p, struct sf_cache *cache, str
 
 /* A u64 as a JSON integer, or as its decimal string past INT64_MAX (where
  * jansson's signed integers end); and an array of them. */
-json_t *tet_json_u64(uint64_t v);
 json_t *tet_json_u64s(const uint64_t *v, uint32_t n);
 
 /* .shardfs/info.txt, info.json and verify. */

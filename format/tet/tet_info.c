@@ -211,17 +211,11 @@ int tet_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: info.txt: out of memory", tf->path);
 }
 
-json_t *tet_json_u64(uint64_t v)
-{
-	return v <= INT64_MAX ? json_integer((json_int_t)v)
-			      : json_sprintf("%llu", (unsigned long long)v);
-}
-
 json_t *tet_json_u64s(const uint64_t *v, uint32_t n)
 {
 	json_t *a = json_array();
 	for (uint32_t i = 0; i < n; i++)
-		json_array_append_new(a, tet_json_u64(v[i]));
+		json_array_append_new(a, sf_json_u64(v[i]));
 	return a;
 }
 
@@ -260,8 +254,8 @@ static json_t *chunk_json(const struct tet_entry *en)
 {
 	return json_pack("{s:o, s:i, s:o, s:I, s:o, s:I}", "chunk_index",
 			 tet_json_u64s(en->coords, TET_MAX_DIM), "codec", (int)en->codec, "dataset_id",
-			 tet_json_u64(en->dataset_id), "payload_offset", (json_int_t)en->off,
-			 "raw_byte_len", tet_json_u64(en->raw), "stored_byte_len", (json_int_t)en->stored);
+			 sf_json_u64(en->dataset_id), "payload_offset", (json_int_t)en->off,
+			 "raw_byte_len", sf_json_u64(en->raw), "stored_byte_len", (json_int_t)en->stored);
 }
 
 int tet_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -137,12 +137,6 @@ int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", s->view->path);
 }
 
-static json_t *u64_json(uint64_t v)
-{
-	/* JSON integers are signed 64-bit in jansson; larger values go as text */
-	return v <= INT64_MAX ? json_integer((json_int_t)v) : json_sprintf("%llu", (unsigned long long)v);
-}
-
 static json_t *header_json(const struct tsm_shard *s)
 {
 	const struct tsm_header *h = &s->h;
@@ -153,12 +147,12 @@ static json_t *header_json(const struct tsm_shard *s)
 								  : json_sprintf("bit-%d", b));
 	return json_pack("{s:s, s:i, s:i, s:o, s:o, s:I, s:I, s:o, s:o, s:o, s:o, s:I, s:I}",
 			 "magic", "TSM1", "version_major", h->major, "version_minor", h->minor,
-			 "flags", u64_json(h->flags), "flag_names", names,
+			 "flags", sf_json_u64(h->flags), "flag_names", names,
 			 "doc_count", (json_int_t)h->doc_count,
 			 "region_count", (json_int_t)h->region_count,
-			 "footer_offset", u64_json(h->footer_offset),
-			 "footer_length", u64_json(h->footer_length),
-			 "node_base", u64_json(h->node_base), "build_epoch", u64_json(h->build_epoch),
+			 "footer_offset", sf_json_u64(h->footer_offset),
+			 "footer_length", sf_json_u64(h->footer_length),
+			 "node_base", sf_json_u64(h->node_base), "build_epoch", sf_json_u64(h->build_epoch),
 			 "header_crc", (json_int_t)h->crc, "reserved", (json_int_t)h->reserved);
 }
 
@@ -206,8 +200,8 @@ static json_t *regions_json(const struct tsm_shard *s)
 		json_t *o = json_pack("{s:s, s:i, s:s, s:i, s:s, s:i, s:o, s:o, s:o, s:I, s:I, s:b}",
 				      "file", file, "kind", r->kind, "kind_name", tsm_kind_name(r->kind),
 				      "codec", r->codec, "codec_name", tsm_codec_name(r->codec),
-				      "flags", r->flags, "offset", u64_json(r->offset),
-				      "length", u64_json(r->length), "raw_length", u64_json(r->raw_length),
+				      "flags", r->flags, "offset", sf_json_u64(r->offset),
+				      "length", sf_json_u64(r->length), "raw_length", sf_json_u64(r->raw_length),
 				      "crc", (json_int_t)r->crc, "dict_id", (json_int_t)r->dict_id,
 				      "first_of_kind", r->first_of_kind);
 		if (o && r->bad)

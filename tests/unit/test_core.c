@@ -61,6 +61,15 @@ static void test_escape(void)
 	CHECK_EQ_U(strlen(out), 255);
 
 	struct sf_view *v = sf_view_new(NULL, "t");
+	/* a duplicate of a 255-byte name cannot take "#1": it takes the cut form */
+	struct sf_node *l1 = sf_dir_add_file(v->root, longname, 255);
+	struct sf_node *l2 = sf_dir_add_file(v->root, longname, 255);
+	CHECK(l1 && l2 && strlen(l1->name) == 255 && strlen(l2->name) == 217 && l2->name[200] == '~');
+	struct sf_node *l3 = sf_dir_add_file(v->root, longname, 255);
+	CHECK(l3 && strlen(l3->name) == 219 && strcmp(l3->name + 217, "#1") == 0);
+	struct sf_view *w = v;
+	v = sf_view_new(NULL, "t");
+	sf_view_unref(w);
 	CHECK(sf_dir_add_file(v->root, "", 0) && strcmp(v->root->u.dir.kids[0]->name, "#1") == 0);
 	CHECK(sf_dir_add_file(v->root, "..", 2) && strcmp(v->root->u.dir.kids[1]->name, "..#1") == 0);
 	CHECK(sf_dir_add_file(v->root, "a", 1));
