@@ -76,7 +76,7 @@ static int stream_error(size_t r, const char *what, struct sf_err *e)
 /* Streams one frame (header possibly patched) into out; returns bytes of src
  * consumed via *used. */
 static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
-			ZSTD_outBuffer *ob, bool has_dict, size_t *used,
+			ZSTD_outBuffer *ob, uint64_t *flushed, bool has_dict, size_t *used,
 			const char *what, struct sf_err *e)
 {
 	size_t fsize = ZSTD_findFrameCompressedSize(src, srclen);
@@ -105,6 +105,11 @@ static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
 	}
 	ZSTD_inBuffer in = { src + skip, fsize - skip, 0 };
 	while (in.pos < in.size || r != 0) {
+		if (flushed && ob->pos == ob->size) {
+			/* counting only: the full buffer is emptied and reused */
+			*flushed += ob->pos;
+			ob->pos = 0;
+		}
 		size_t before_in = in.pos, before_out = ob->pos;
 		r = ZSTD_decompressStream(d, ob, &in);
 		if (ZSTD_isError(r))
@@ -121,8 +126,10 @@ static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
 	return 0;
 }
 
+/* Decodes every frame into ob; with `flushed`, output that does not fit is
+ * counted there and dropped (a size check that needs no full buffer). */
 static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
-		      const void *dict, size_t dictlen, const char *what,
+		      uint64_t *flushed, const void *dict, size_t dictlen, const char *what,
 		      struct sf_err *e)
 {
 	ZSTD_DCtx *d = thread_dctx();
@@ -133,7 +140,7 @@ static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
 	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 31);
 	/* ob stays put for the whole frame: zstd then decodes straight into it
 	 * instead of into its window buffer and copying out */
-	ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
+	ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, flushed ? 0 : 1);
 	if (dict && dictlen) {
 		size_t r = ZSTD_DCtx_loadDictionary_advanced(d, dict, dictlen, ZSTD_dlm_byRef,
 							     ZSTD_dct_rawContent);
@@ -151,7 +158,7 @@ static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
 			continue;
 		}
 		size_t used = 0;
-		int rc = decode_frame(d, src + off, left, ob, dict && dictlen, &used, what, e);
+		int rc = decode_frame(d, src + off, left, ob, flushed, dict && dictlen, &used, what, e);
 		if (rc)
 			return rc;
 		off += used;
@@ -164,7 +171,7 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   struct sf_err *e)
 {
 	ZSTD_outBuffer ob = { dst, want, 0 };
-	int rc = decode_all(src, srclen, &ob, dict, dictlen, what, e);
+	int rc = decode_all(src, srclen, &ob, NULL, dict, dictlen, what, e);
 	/* A frame with output left over once dst is full stalls: ENOSPC. */
 	if (rc == -ENOSPC)
 		return sf_fail(e, -EIO, "%s: zstd output is larger than the recorded %zu bytes",
@@ -174,6 +181,21 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 	if (ob.pos != want)
 		return sf_fail(e, -EIO, "%s: zstd output is %zu bytes, the container records %zu",
 			       what, ob.pos, want);
+	return 0;
+}
+
+int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,
+		  size_t dictlen, const char *what, struct sf_err *e)
+{
+	static _Thread_local uint8_t scratch[1 << 17];
+	uint64_t flushed = 0;
+	ZSTD_outBuffer ob = { scratch, sizeof scratch, 0 };
+	int rc = decode_all(src, srclen, &ob, &flushed, dict, dictlen, what, e);
+	if (rc)
+		return rc;
+	if (flushed + ob.pos != want)
+		return sf_fail(e, -EIO, "%s: zstd output is %llu bytes, the container records %llu",
+			       what, (unsigned long long)(flushed + ob.pos), (unsigned long long)want);
 	return 0;
 }
 
@@ -189,7 +211,7 @@ int sf_zstd_decode_alloc(const uint8_t *src, size_t srclen, size_t limit,
 		if (!buf)
 			return sf_fail(e, -ENOMEM, "%s: out of memory", what);
 		ZSTD_outBuffer ob = { buf, cap, 0 };
-		int rc = decode_all(src, srclen, &ob, dict, dictlen, what, e);
+		int rc = decode_all(src, srclen, &ob, NULL, dict, dictlen, what, e);
 		if (rc == 0) {
 			*out = buf;
 			*outlen = ob.pos;

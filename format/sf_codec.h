@@ -19,6 +19,12 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   const void *dict, size_t dictlen, const char *what,
 		   struct sf_err *e);
 
+/* Checks that src decodes (as sf_zstd_decode would) to exactly `want`
+ * bytes, using a small scratch buffer whatever the size: for verifying
+ * parts too large to hold. */
+int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,
+		  size_t dictlen, const char *what, struct sf_err *e);
+
 /* Like sf_zstd_decode, but the size is unknown in advance: allocates the
  * output (malloc) and grows it as needed, up to `limit` bytes. */
 int sf_zstd_decode_alloc(const uint8_t *src, size_t srclen, size_t limit,

@@ -18,6 +18,14 @@ static const struct tet_entry *cell_entry(const struct tet_dataset *ds, uint64_t
 	return &ds->file->entries[ds->cell[cell]];
 }
 
+/* Names a tile in messages. */
+static void tile_what(const struct tet_dataset *ds, const struct tet_entry *en, char *out,
+		      size_t n)
+{
+	snprintf(out, n, "%s: %s: chunk at %llu", ds->file->path, ds->esc,
+		 (unsigned long long)en->off);
+}
+
 int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 		    uint8_t *dst, struct sf_err *e)
 {
@@ -27,9 +35,17 @@ int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 		return 0;
 	}
 	char what[SF_NAME_MAX + 300];
-	snprintf(what, sizeof what, "%s: %s: chunk at %llu", ds->file->path, ds->esc,
-		 (unsigned long long)en->off);
+	tile_what(ds, en, what, sizeof what);
 	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
+}
+
+int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)
+{
+	if (en->codec == TET_RAW)
+		return 0;
+	char what[SF_NAME_MAX + 300];
+	tile_what(ds, en, what, sizeof what);
+	return sf_zstd_check(ds->file->data + en->off, en->stored, en->raw, NULL, 0, what, e);
 }
 
 int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)

@@ -193,6 +193,26 @@ static void test_zstd(void)
 	free(alloc);
 }
 
+static void test_zstd_check(void)
+{
+	/* 3 MiB of output, far more than the check's scratch buffer */
+	size_t n = 3u << 20;
+	uint8_t *src = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		src[i] = (uint8_t)(i * 2654435761u >> 13);
+	size_t cap = ZSTD_compressBound(n);
+	uint8_t *frame = malloc(cap);
+	size_t k = ZSTD_compress(frame, cap, src, n, 1);
+	CHECK(!ZSTD_isError(k));
+	struct sf_err e;
+	CHECK(sf_zstd_check(frame, k, n, NULL, 0, "t", &e) == 0);
+	CHECK(sf_zstd_check(frame, k, n - 1, NULL, 0, "t", &e) == -EIO);
+	CHECK(sf_zstd_check(frame, k, n + 1, NULL, 0, "t", &e) == -EIO);
+	CHECK(sf_zstd_check(frame, k - 10, n, NULL, 0, "t", &e) < 0);
+	free(frame);
+	free(src);
+}
+
 static void test_json(void)
 {
 	struct sf_str s = { 0 };
@@ -216,6 +236,7 @@ int main(void)
 	test_escape();
 	test_extents();
 	test_zstd();
+	test_zstd_check();
 	test_json();
 	CHECK_DONE();
 }
