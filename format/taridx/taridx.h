@@ -19,8 +19,11 @@
 #define TX_HDR_SIZE 64
 #define TX_ROW_SIZE 32
 #define TX_BLOCK 512
-/* Paths longer than this (GNU long names, pax paths) are not shown. */
-#define TX_PATH_MAX 4096
+/* Full paths (GNU long names, pax paths) longer than this are not shown,
+ * and verify reports them. Far above what tar tools write: the mount has no
+ * limit of its own on a path, since each component is cut to 255 bytes
+ * (DESIGN §3.3) and the kernel is only ever given one component at a time. */
+#define TX_PATH_MAX 65536
 
 /* ---- strings and tar header facts (tx_tar.c) -------------------------- */
 
@@ -165,11 +168,15 @@ int tx_fold_lookup(struct tx_fold *f, struct sf_err *e);
 void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m);
 /* The payload bytes of a row, or NULL when they are not inside the tar. */
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
-/* The full path of member row r (TX_PATH_MAX bytes: pax path, else GNU long
- * name, else ustar prefix/name; empty and "." components dropped) and its
- * link target. False when it has no usable path. */
-bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
-		     uint8_t *path, size_t *plen, struct tx_str *link);
+/* Appends the components of `raw` to the path out[0 .. *len), dropping
+ * empty and "." ones. -ENAMETOOLONG when the result is over cap bytes. */
+int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, size_t n);
+/* The full path of member row r into path (at most cap bytes: pax path,
+ * else GNU long name, else ustar prefix/name; empty and "." components
+ * dropped) and its link target. -ENOENT when the path is empty,
+ * -ENAMETOOLONG when it is over cap bytes. */
+int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
+		    uint8_t *path, size_t cap, size_t *plen, struct tx_str *link);
 
 /* ---- the view's metadata (tx_meta.c) ---------------------------------- */
 

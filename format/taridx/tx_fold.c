@@ -104,11 +104,10 @@ static struct sf_node *add_member(struct tx_fold *f, struct sf_node *dir, const 
 				  struct tx_str link, long target)
 {
 	if (m->kind == TX_SYMLINK) {
-		char t[TX_PATH_MAX + 1];
-		size_t n = link.len < TX_PATH_MAX ? link.len : TX_PATH_MAX;
-		memcpy(t, link.p, n);
-		t[n] = 0;
-		return sf_dir_add_link(dir, base, blen, t);
+		char *t = strndup((const char *)link.p, link.len);
+		struct sf_node *n = t ? sf_dir_add_link(dir, base, blen, t) : NULL;
+		free(t);
+		return n;
 	}
 	struct sf_node *n = sf_dir_add_file(dir, base, blen);
 	if (!n)
@@ -143,10 +142,11 @@ static bool probe_row(void *arg, uint32_t r)
 	tx_member_check(p->f, r, &m);
 	if (m.bad || m.kind == TX_OTHER)
 		return false;
-	uint8_t path[TX_PATH_MAX];
+	/* a flat name has at most 100 bytes: a longer path cannot equal it */
+	uint8_t path[128];
 	size_t plen;
 	struct tx_str link;
-	if (!tx_member_names(p->f, r, &m, path, &plen, &link) || plen != p->len ||
+	if (tx_member_names(p->f, r, &m, path, sizeof path, &plen, &link) || plen != p->len ||
 	    memcmp(path, p->raw, plen) != 0)
 		return false;
 	/* the later member of a path wins (fid, then offset) */
@@ -259,7 +259,9 @@ struct winners {
 struct walk {
 	struct tx_fold *f;
 	struct winners w;
-	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX];
+	/* the path being listed, the path of a slot it is compared with, and
+	 * the path a hard link names */
+	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
 };
 
 static bool same_path(struct walk *k, uint32_t r, const uint8_t *path, size_t len)
@@ -268,7 +270,7 @@ static bool same_path(struct walk *k, uint32_t r, const uint8_t *path, size_t le
 	struct tx_str link;
 	size_t olen;
 	tx_member_check(k->f, r, &m);
-	return tx_member_names(k->f, r, &m, k->other, &olen, &link) && olen == len &&
+	return !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) && olen == len &&
 	       memcmp(k->other, path, len) == 0;
 }
 
@@ -290,7 +292,8 @@ static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *p
 		      struct tx_str *link)
 {
 	tx_member_check(k->f, r, m);
-	return !m->bad && m->kind != TX_OTHER && tx_member_names(k->f, r, m, k->path, plen, link);
+	return !m->bad && m->kind != TX_OTHER &&
+	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
 }
 
 /* The directory `raw` (escaped per component) in dir, created if absent.
@@ -319,27 +322,10 @@ static struct sf_node *subdir(struct sf_node *dir, const uint8_t *raw, size_t le
 static long link_target(struct walk *k, struct tx_str link)
 {
 	for (int depth = 0; depth < 8; depth++) {
-		uint8_t target[TX_PATH_MAX];
 		size_t tlen = 0;
-		const uint8_t *p = link.p;
-		size_t n = link.len;
-		size_t off = 0;
-		while (off < n) {
-			const uint8_t *slash = memchr(p + off, '/', n - off);
-			size_t end = slash ? (size_t)(slash - p) : n, clen = end - off;
-			if (clen && !(clen == 1 && p[off] == '.')) {
-				if (tlen + 1 + clen > TX_PATH_MAX)
-					return -1;
-				if (tlen)
-					target[tlen++] = '/';
-				memcpy(target + tlen, p + off, clen);
-				tlen += clen;
-			}
-			off = end + 1;
-		}
-		if (!tlen)
+		if (tx_path_append(k->target, TX_PATH_MAX, &tlen, link.p, link.len) || !tlen)
 			return -1;
-		struct slot *s = winner_slot(k, target, tlen);
+		struct slot *s = winner_slot(k, k->target, tlen);
 		if (!s->row1)
 			return -1;
 		struct tx_member m;

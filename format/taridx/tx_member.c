@@ -1,5 +1,6 @@
 /* What an index row points at: checking a row against its tar (spec §6.2,
  * §6.3) and the member's full path (DESIGN §3.7). */
+#include <errno.h>
 #include <string.h>
 
 #include "taridx.h"
@@ -79,16 +80,15 @@ static struct tx_str cut_nul(const uint8_t *p, size_t len)
 	return (struct tx_str){ p, tx_field_len(p, len) };
 }
 
-/* Appends `raw` to out's path, dropping empty and "." components. */
-static bool add_components(uint8_t *out, size_t *len, const uint8_t *raw, size_t n)
+int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, size_t n)
 {
 	size_t i = 0;
 	while (i < n) {
 		const uint8_t *slash = memchr(raw + i, '/', n - i);
 		size_t end = slash ? (size_t)(slash - raw) : n, clen = end - i;
 		if (clen && !(clen == 1 && raw[i] == '.')) {
-			if (*len + (*len ? 1 : 0) + clen > TX_PATH_MAX)
-				return false;
+			if (*len + (*len ? 1 : 0) + clen > cap)
+				return -ENAMETOOLONG;
 			if (*len)
 				out[(*len)++] = '/';
 			memcpy(out + *len, raw + i, clen);
@@ -96,11 +96,11 @@ static bool add_components(uint8_t *out, size_t *len, const uint8_t *raw, size_t
 		}
 		i = end + 1;
 	}
-	return true;
+	return 0;
 }
 
-bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
-		     uint8_t *path, size_t *plen, struct tx_str *link)
+int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
+		    uint8_t *path, size_t cap, size_t *plen, struct tx_str *link)
 {
 	struct tx_str pax_path = { 0 }, pax_link = { 0 }, long_name = { 0 }, long_link = { 0 };
 	bool has_pax_path = false, has_pax_link = false;
@@ -130,21 +130,22 @@ bool tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member
 		at = prev.off;
 	}
 	*plen = 0;
-	bool ok;
+	int rc;
 	if (has_pax_path) {
-		ok = add_components(path, plen, pax_path.p, pax_path.len);
+		rc = tx_path_append(path, cap, plen, pax_path.p, pax_path.len);
 	} else if (long_name.p) {
-		ok = add_components(path, plen, long_name.p, long_name.len);
+		rc = tx_path_append(path, cap, plen, long_name.p, long_name.len);
 	} else {
 		struct tx_str name = cut_nul(m->hdr, 100);
-		ok = true;
+		rc = 0;
 		/* only POSIX ustar headers have a prefix; GNU keeps times there */
 		if (memcmp(m->hdr + 257, "ustar\0", 6) == 0) {
 			struct tx_str prefix = cut_nul(m->hdr + 345, 155);
-			ok = add_components(path, plen, prefix.p, prefix.len);
+			rc = tx_path_append(path, cap, plen, prefix.p, prefix.len);
 		}
-		ok = ok && add_components(path, plen, name.p, name.len);
+		if (!rc)
+			rc = tx_path_append(path, cap, plen, name.p, name.len);
 	}
 	*link = has_pax_link ? pax_link : long_link.p ? long_link : cut_nul(m->hdr + 157, 100);
-	return ok && *plen > 0;
+	return rc ? rc : *plen ? 0 : -ENOENT;
 }

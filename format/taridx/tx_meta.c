@@ -205,7 +205,9 @@ static void finding(struct report *r, const char *fmt, ...)
 	sf_str_addf(&r->body, "error: %s\n", line);
 }
 
-static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_t *bad_per_fid)
+/* `path` has room for TX_PATH_MAX bytes. */
+static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_t *bad_per_fid,
+		      uint8_t *path)
 {
 	struct tx_member m;
 	tx_member_check(f, r, &m);
@@ -235,6 +237,17 @@ static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_
 			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
 		bad = true;
 	}
+	/* a member the view cannot show must not go unnoticed */
+	size_t plen;
+	struct tx_str link;
+	int rc = m.bad || m.kind == TX_OTHER ? 0 :
+		 tx_member_names(f, (uint32_t)r, &m, path, TX_PATH_MAX, &plen, &link);
+	if (rc == -ENAMETOOLONG)
+		finding(rep, "row %llu (fid %u %s, offset %llu): member not shown: its full path is longer than %d bytes",
+			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off, TX_PATH_MAX);
+	else if (rc)
+		finding(rep, "row %llu (fid %u %s, offset %llu): member not shown: its full path is empty",
+			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
 	if (bad && row->fid < f->nshards)
 		bad_per_fid[row->fid]++;
 }
@@ -275,13 +288,18 @@ static struct sf_buf *verify(struct tx_fold *f, const struct counts *c)
 {
 	const struct tx_index *ix = &f->ix;
 	uint64_t *bad = calloc(f->nshards + 1, sizeof *bad);
-	if (!bad)
+	uint8_t *path = malloc(TX_PATH_MAX);
+	if (!bad || !path) {
+		free(bad);
+		free(path);
 		return NULL;
+	}
 	struct report rep = { 0 };
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		check_row(f, r, &rep, bad);
+		check_row(f, r, &rep, bad, path);
 	check_shards(f, c, bad, &rep);
 	free(bad);
+	free(path);
 	if (rep.listed > MAX_FINDINGS)
 		sf_str_addf(&rep.body, "error: ... and %llu more\n",
 			    (unsigned long long)(rep.listed - MAX_FINDINGS));

@@ -259,9 +259,13 @@ static void test_builder(void)
 
 /* ---- hostile folds made here ------------------------------------------ */
 
+/* Writes v as width-1 octal digits and a NUL (v fits: tests keep it small). */
 static void put_octal(uint8_t *p, size_t width, uint64_t v)
 {
-	snprintf((char *)p, width, "%0*llo", (int)width - 1, (unsigned long long)v);
+	char digits[24];
+	snprintf(digits, sizeof digits, "%0*llo", (int)width - 1, (unsigned long long)v);
+	memcpy(p, digits, width - 1);
+	p[width - 1] = 0;
 }
 
 /* Appends a ustar member (header + padded data) to b. */
@@ -375,6 +379,80 @@ static void test_hostile_names(const char *dir)
 		dups += strncmp(v->root->u.dir.kids[i]->name, "dup.jpg", 7) == 0;
 	CHECK_EQ_U(dups, 1);
 	sf_view_unref(v);
+}
+
+/* Appends a pax record "<len> path=<path>\n" as an 'x' member to b. */
+static void pax_add(struct sf_str *b, const char *path)
+{
+	size_t body = strlen(" path=\n") + strlen(path), len = body + 1;
+	while (snprintf(NULL, 0, "%zu", len) + body > len)
+		len++;
+	char *rec = malloc(len + 1);
+	snprintf(rec, len + 1, "%zu path=%s\n", len, path);
+	tar_add(b, "PaxHeaders/x", 12, 'x', rec, len);
+	free(rec);
+}
+
+/* Over 4 KiB of pax path shows at its escaped, cut components (DESIGN
+ * §3.3); a path over TX_PATH_MAX is not shown, and verify says so. */
+static void test_long_paths(const char *dir)
+{
+	char *deep = malloc(TX_PATH_MAX + 256), *far = malloc(TX_PATH_MAX + 256), overlong[401];
+	size_t d = 0, fl = 0;
+	memset(overlong, 'o', 400);
+	overlong[400] = 0;
+	for (int i = 0; i < 40; i++)
+		d += (size_t)sprintf(deep + d, "%s%02d%0108d", i ? "/" : "", i, 0);
+	d += (size_t)sprintf(deep + d, "/%s/leaf.jpg", overlong);
+	while (fl <= TX_PATH_MAX)
+		fl += (size_t)sprintf(far + fl, "%0109d/", 7);
+	sprintf(far + fl, "far.jpg");
+	struct sf_str t = { 0 };
+	pax_add(&t, deep);
+	tar_add(&t, "leaf.jpg", 8, '0', "L", 1);
+	pax_add(&t, far);
+	tar_add(&t, "far.jpg", 7, '0', "F", 1);
+	tar_add(&t, "ok.jpg", 6, '0', "fine", 4);
+	static const uint8_t end[1024];
+	sf_str_add(&t, end, sizeof end);
+	write_file(dir, "l_0000.tar", t.p, t.len);
+	struct sf_map m = { .data = t.p, .size = t.len };
+	const struct sf_map *maps[1] = { &m };
+	const char *names[1] = { "l_0000.tar" };
+	struct sf_buf *ix = NULL;
+	struct sf_err e;
+	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
+	sf_str_free(&t);
+	if (ix)
+		write_file(dir, "l.taridx", ix->data, ix->len);
+	sf_buf_unref(ix);
+	struct sf_view *v;
+	CHECK(open_in(dir, "l.taridx", &v) == 0);
+	if (v) {
+		/* the over-long component keeps 200 bytes, then ~ and its XXH64 */
+		char *shown = malloc(TX_PATH_MAX), *cut = strstr(deep, overlong);
+		snprintf(shown, TX_PATH_MAX, "%.*s%.200s~%016llx/leaf.jpg", (int)(cut - deep), deep,
+			 overlong, (unsigned long long)XXH64(overlong, 400, 0));
+		CHECK(strlen(shown) > 4096);
+		expect_content(v, shown, "L");
+		expect_content(v, "ok.jpg", "fine");
+		struct sf_node *n = NULL;
+		CHECK(sf_dir_find(v->root, "far.jpg", &n, &e) == 0 && !n);
+		/* nor any directory of its path */
+		char first[110];
+		snprintf(first, sizeof first, "%.109s", far);
+		CHECK(sf_dir_find(v->root, first, &n, &e) == 0 && !n);
+		n = walk(v, ".shardfs/verify");
+		int rc = 0;
+		struct sf_buf *rep = n ? read_all(n, &rc) : NULL;
+		CHECK(rep && memcmp(rep->data, "status: failed\n", 15) == 0);
+		CHECK(rep && memmem(rep->data, rep->len, "member not shown: its full path is longer than 65536 bytes", 58));
+		sf_buf_unref(rep);
+		free(shown);
+		sf_view_unref(v);
+	}
+	free(deep);
+	free(far);
 }
 
 /* Rows past the end of a tar and missing shards: the rest still reads,
@@ -499,8 +577,13 @@ int main(void)
 	test_builder();
 	test_links_and_verify();
 	test_hostile_names(dir);
+	test_long_paths(dir);
 	test_broken(dir);
 	char path[4096];
+	snprintf(path, sizeof path, "%s/l.taridx", dir);
+	unlink(path);
+	snprintf(path, sizeof path, "%s/l_0000.tar", dir);
+	unlink(path);
 	snprintf(path, sizeof path, "%s/h.taridx", dir);
 	unlink(path);
 	snprintf(path, sizeof path, "%s/h_0000.tar", dir);
