@@ -136,8 +136,9 @@ enum tx_kind { TX_FILE, TX_HARDLINK, TX_SYMLINK, TX_OTHER };
 struct tx_member {
 	struct tx_row row;
 	const uint8_t *hdr;   /* its 512-byte header, or NULL */
-	const char *bad;      /* NULL when the row verifies (spec §6.2) */
-	bool payload_ok;      /* the payload lies inside the tar */
+	/* NULL when the row verifies (DESIGN §3.7, spec §6.2): only then is it
+	 * a member */
+	const char *bad;
 	enum tx_kind kind;
 };
 

@@ -34,7 +34,8 @@ static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e
 }
 
 /* Gives a file the payload of row r, or marks it broken (listed with the
- * row's size, reads fail EIO) when the payload is not inside its tar. */
+ * row's size, reads fail EIO) when the payload is not inside its tar: so
+ * only rows/ entries, since a member's row verifies (tx_member_check). */
 static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 {
 	struct tx_row row;

@@ -52,7 +52,6 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 		return;
 	}
 	m->hdr = map->data + row->off;
-	m->payload_ok = tx_payload(f, row) != NULL;
 	m->kind = kind_of(m->hdr[156]);
 	if (row->extid >= f->ix.n_ext) {
 		m->bad = "extension id out of range";
@@ -67,6 +66,10 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 		m->bad = "the tar header's extension differs from the row's";
 	else if (tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash) != row->crashid)
 		m->bad = "the row's crash id does not match the header's stem";
+	/* checked after the key, so that a row pointing at the wrong tar is
+	 * reported as such; the row's size is the payload's extent (spec §3.4) */
+	else if (!tx_payload(f, row))
+		m->bad = "its payload runs past the end of the tar";
 }
 
 static uint64_t padded(uint64_t size)

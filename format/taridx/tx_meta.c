@@ -215,14 +215,8 @@ static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_
 	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
 	bool bad = false;
 	if (m.bad) {
-		finding(rep, "row %llu (fid %u %s, offset %llu): %s", (unsigned long long)r, row->fid,
-			shard, (unsigned long long)row->off, m.bad);
-		bad = true;
-	}
-	if (m.hdr && !m.payload_ok) {
-		finding(rep, "row %llu (fid %u %s, offset %llu): payload of %llu bytes runs past the end of the tar",
-			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
-			(unsigned long long)row->size);
+		finding(rep, "row %llu (fid %u %s, offset %llu, size %llu): %s", (unsigned long long)r,
+			row->fid, shard, (unsigned long long)row->off, (unsigned long long)row->size, m.bad);
 		bad = true;
 	}
 	uint64_t hsize;

@@ -172,6 +172,10 @@ def test_builder_progress_and_errors(tmp_path):
 
 
 def test_bad_input(mount, tmp_path):
+    """A row whose payload runs past its tar's end (a flipped bit in its size)
+    does not verify (DESIGN §3.7): its member is neither listed nor found by
+    lookup, its rows/ entry keeps the row's size and reads fail EIO, and
+    verify reports it."""
     rows = tw.write_fold(tmp_path / "src", "f", tw.sample_samples(8), shard_maxfiles=4)
     src = tmp_path / "src"
     idx = (src / "f.taridx").read_bytes()
@@ -179,22 +183,30 @@ def test_bad_input(mount, tmp_path):
     # the last row claims more bytes than its tar holds
     last = len(rows) - 1
     bad = bytearray(idx)
-    bad[off_arr + 32 * last + 10:off_arr + 32 * last + 18] = (1 << 30).to_bytes(8, "little")
+    size_at = off_arr + 32 * last + 10
+    bad[size_at:size_at + 8] = (rows[last]["size"] | 1 << 50).to_bytes(8, "little")
     (src / "f.taridx").write_bytes(bytes(bad))
     # a torn index beside it gets no view
     (src / "g.taridx").write_bytes(idx[:-5])
     (src / "g_0000.tar").write_bytes((src / "f_0000.tar").read_bytes())
     mnt = mount(src)
     assert not (mnt / "g").exists()
-    broken = mnt / "f" / rows[last]["name"].decode()
-    assert broken.stat().st_size == 1 << 30
+    name = rows[last]["name"].decode()
+    # neither through the index before any listing, nor in the listing
+    assert not (mnt / "f" / name).exists()
+    assert name not in os.listdir(mnt / "f")
+    assert not (mnt / "f" / name).exists()
+    row = mnt / "f" / ".shardfs" / "rows" / str(last)
+    assert row.stat().st_size == rows[last]["size"] | 1 << 50
     with pytest.raises(OSError) as ei:
-        read_through(broken)
+        read_through(row, chunk=1 << 16)
     assert ei.value.errno == errno.EIO
     for r in rows[:-1]:
         assert read_through(mnt / "f" / r["name"].decode()) == r["data"]
+    rep = (mnt / "f" / ".shardfs" / "verify").read_text()
+    assert rep.startswith("status: failed\n") and f"row {last} " in rep and "runs past the end" in rep, rep
     errors = (mnt / ".shardfs" / "errors").read_text()
-    assert "g.taridx" in errors and rows[last]["name"].decode() in errors
+    assert "g.taridx" in errors and f"f/.shardfs/rows/{last}: " in errors
 
 
 def test_missing_shard(mount, tmp_path):
