@@ -45,6 +45,24 @@ seeds() {
   local w=tests/writers/${fmt}_writer.py
   [ -f "$w" ] && /usr/bin/python3 "$w" --sample "$dir/writer" >/dev/null 2>&1
   [ -d "tests/fuzz/regressions/$fmt" ] && cp -r "tests/fuzz/regressions/$fmt" "$dir/regressions"
+  # fuzz_taridx takes <u16 LE index length><index><shard 0>, not a bare
+  # index: build such inputs from each fixture/sample index and its _0000.tar
+  [ "$fmt" = taridx ] && mkdir -p "$dir/split" && /usr/bin/python3 - "$dir/split" \
+    "$fixtures/taridx" "$dir/writer" <<'EOF'
+import hashlib, os, sys
+out = sys.argv[1]
+for top in sys.argv[2:]:
+    for d, _, names in os.walk(top):
+        for n in names:
+            tar = os.path.join(d, n[:-len(".taridx")] + "_0000.tar")
+            if not n.endswith(".taridx") or not os.path.exists(tar):
+                continue
+            idx = open(os.path.join(d, n), "rb").read()
+            if len(idx) > 0xFFFF or os.path.getsize(tar) > 4 << 20:
+                continue
+            blob = len(idx).to_bytes(2, "little") + idx + open(tar, "rb").read()
+            open(os.path.join(out, hashlib.md5(blob).hexdigest()[:12]), "wb").write(blob)
+EOF
   echo "$dir"
 }
 
