@@ -26,5 +26,17 @@ rm -f "$build/fuzz.json"
 FUZZ_BUILD=build-fuzz FUZZ_RESULTS="$PWD/$build/fuzz.json" \
   tests/fuzz/run.sh "${FUZZ_SECONDS:-15}"
 
+# --- a release build (-O3) must stay warning-free too: optimisation finds
+# warnings (maybe-uninitialized) the debug build does not.
+rm -rf build-release
+if out=$(meson setup build-release --buildtype=release 2>&1 && ninja -C build-release 2>&1); then
+  result=OK
+else
+  result=FAIL
+  echo "$out" | grep -E "error|warning" | head -20
+fi
+echo "{\"name\": \"release build\", \"result\": \"$result\"}" > "$build/release.json"
+echo "release build: $result"
+
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
-  "$build/fuzz.json"
+  "fuzz=$build/fuzz.json" "release=$build/release.json"

@@ -1,7 +1,7 @@
 """Prints the one closing line CI reads, 'N passed, N failed', from meson's
-test log, pytest's JUnit XML and, when given, the fuzz run's results (JSON
-lines in meson's test log form); exits non-zero when anything failed or
-nothing ran."""
+test log, pytest's JUnit XML and any further LABEL=FILE results in meson's
+test log form (JSON lines: the fuzz run, the release build); exits non-zero
+when anything failed or nothing ran."""
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -42,10 +42,15 @@ def pytest_counts(path):
 def main():
     p1, f1 = meson_counts(sys.argv[1])
     p2, f2 = pytest_counts(sys.argv[2])
-    p3, f3 = meson_counts(sys.argv[3]) if len(sys.argv) > 3 else (0, 0)
-    passed, failed = p1 + p2 + p3, f1 + f2 + f3
-    print(f"unit: {p1} passed, {f1} failed; mounted: {p2} passed, {f2} failed"
-          + (f"; fuzz: {p3} passed, {f3} failed" if len(sys.argv) > 3 else ""))
+    parts = [f"unit: {p1} passed, {f1} failed", f"mounted: {p2} passed, {f2} failed"]
+    passed, failed = p1 + p2, f1 + f2
+    # further results, LABEL=FILE, in meson's test log form (fuzzing, builds)
+    for arg in sys.argv[3:]:
+        label, path = arg.split("=", 1)
+        p, f = meson_counts(path)
+        parts.append(f"{label}: {p} passed, {f} failed")
+        passed, failed = passed + p, failed + f
+    print("; ".join(parts))
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed or not passed else 0)
 

@@ -239,7 +239,7 @@ static int decode_block(const struct tsm_shard *s, const uint8_t *base, const ui
 			uint64_t len, uint32_t ci, uint32_t k, struct sf_buf **out,
 			struct sf_err *e)
 {
-	uint32_t n;
+	uint32_t n = 0;
 	uint64_t foff = 0, flen = 0;
 	int rc = block_span(s, slot, len, ci, k, &n, &foff, &flen, e);
 	if (rc)
@@ -283,7 +283,7 @@ static int decode_value(const struct tsm_shard *s, const uint8_t *base, uint32_t
 			uint32_t ci, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tsm_fwd_col *col = &s->fwd->cols[ci];
-	uint64_t off, len;
+	uint64_t off = 0, len = 0;
 	int rc = fwd_slot(s, base, doc, ci, &off, &len, e);
 	if (rc)
 		return rc;
