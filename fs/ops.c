@@ -117,7 +117,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 }
 
 /* A view file's size is known once it is ready; a failure is logged and the
- * file stays listed (size 0) while reads fail with EIO. */
+ * file stays listed (see fill_attr) while reads fail with EIO. */
 static int ready(struct fnode *n)
 {
 	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE)
