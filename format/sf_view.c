@@ -82,18 +82,24 @@ void sf_str_addc(struct sf_str *s, char c)
 	sf_str_add(s, &c, 1);
 }
 
+void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	if (n >= 0 && str_reserve(s, (size_t)n + 1)) {
+		vsnprintf((char *)s->p + s->len, (size_t)n + 1, fmt, again);
+		s->len += (size_t)n;
+	}
+	va_end(again);
+}
+
 void sf_str_addf(struct sf_str *s, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	sf_str_vaddf(s, fmt, ap);
 	va_end(ap);
-	if (n < 0 || !str_reserve(s, (size_t)n + 1))
-		return;
-	va_start(ap, fmt);
-	vsnprintf((char *)s->p + s->len, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	s->len += (size_t)n;
 }
 
 struct sf_buf *sf_str_take(struct sf_str *s)

@@ -14,6 +14,7 @@
 #define SF_VIEW_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -45,6 +46,7 @@ struct sf_str {
 };
 void sf_str_add(struct sf_str *s, const void *p, size_t n);
 void sf_str_addf(struct sf_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 void sf_str_addc(struct sf_str *s, char c);
 /* Moves the string into a buffer (the string is left empty). NULL on OOM. */
 struct sf_buf *sf_str_take(struct sf_str *s);

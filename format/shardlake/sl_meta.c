@@ -4,11 +4,11 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "sf_json.h"
+#include "sf_report.h"
 #include "sl_codebook.h"
 #include "sl_manifest.h"
 #include "sl_sidx.h"
@@ -167,45 +167,29 @@ int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct
 
 /* ---- verify ------------------------------------------------------------ */
 
-struct report {
-	struct sf_str lines;
-	bool failed;
-};
-
-static void __attribute__((format(printf, 3, 4))) note(struct report *r, bool error, const char *fmt, ...)
-{
-	char buf[600];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	sf_str_addf(&r->lines, "%s: %s\n", error ? "error" : "warning", buf);
-	r->failed |= error;
-}
-
 /* Each manifest number the shard must agree with (absent keys are not
  * checked: older manifests lack some). */
-static void check_count(struct report *r, json_t *obj, const char *key, uint64_t have,
+static void check_count(struct sf_report *r, json_t *obj, const char *key, uint64_t have,
 			bool error, const char *what)
 {
 	json_t *v = json_object_get(obj, key);
 	if (v && (!json_is_integer(v) || (uint64_t)json_integer_value(v) != have))
-		note(r, error, "%s mismatch: manifest %s is %" JSON_INTEGER_FORMAT ", the shard has %" PRIu64,
-		     what, key, json_integer_value(v), have);
+		sf_report_add(r, error, "%s mismatch: manifest %s is %" JSON_INTEGER_FORMAT ", the shard has %" PRIu64,
+			      what, key, json_integer_value(v), have);
 }
 
 /* The manifest's centroid (f32 printed as JSON) must be bit-equal to the
  * shard's first centroid; null is what serde writes for a non-finite one. */
-static void check_centroid(struct report *r, const struct sl_sidx *s, json_t *c)
+static void check_centroid(struct sf_report *r, const struct sl_sidx *s, json_t *c)
 {
 	const struct sl_shard *h = &s->hdr;
 	if (!json_is_array(c) || json_array_size(c) != h->dims) {
-		note(r, true, "centroid mismatch: the manifest centroid has %zu values, dims is %u",
-		     json_array_size(c), h->dims);
+		sf_report_add(r, true, "centroid mismatch: the manifest centroid has %zu values, dims is %u",
+			      json_array_size(c), h->dims);
 		return;
 	}
 	if (h->ncentroids == 0) {
-		note(r, true, "centroid mismatch: the manifest has a centroid, the shard none");
+		sf_report_add(r, true, "centroid mismatch: the manifest has a centroid, the shard none");
 		return;
 	}
 	const uint8_t *sc = s->map->data + h->centroids_off;
@@ -223,13 +207,13 @@ static void check_centroid(struct report *r, const struct sl_sidx *s, json_t *c)
 			char a[32], b[32];
 			sf_fmt_f32(a, (float)json_number_value(x));
 			sf_fmt_f32(b, have);
-			note(r, true, "centroid mismatch at dimension %u: manifest %s, shard %s", i, a, b);
+			sf_report_add(r, true, "centroid mismatch at dimension %u: manifest %s, shard %s", i, a, b);
 			return;
 		}
 	}
 }
 
-static void check_manifest(struct report *r, const struct sl_sidx *s, const struct mf *m,
+static void check_manifest(struct sf_report *r, const struct sl_sidx *s, const struct mf *m,
 			   uint64_t fp)
 {
 	const struct sl_shard *h = &s->hdr;
@@ -238,9 +222,9 @@ static void check_manifest(struct report *r, const struct sl_sidx *s, const stru
 	snprintf(have, sizeof have, "%016" PRIx64, fp);
 	/* upstream compares the texts exactly */
 	if (!want)
-		note(r, true, "the manifest entry has no fingerprint (sha256) to compare with %s", have);
+		sf_report_add(r, true, "the manifest entry has no fingerprint (sha256) to compare with %s", have);
 	else if (strcmp(want, have) != 0)
-		note(r, true, "fingerprint mismatch: manifest %s, actual %s", want, have);
+		sf_report_add(r, true, "fingerprint mismatch: manifest %s, actual %s", want, have);
 	check_count(r, m->root, "dims", h->dims, true, "dimension");
 	check_count(r, m->entry, "vector_count", h->nrecords, true, "vector count");
 	check_count(r, m->entry, "shard_id", h->shard_id, false, "shard id");
@@ -249,8 +233,8 @@ static void check_manifest(struct report *r, const struct sl_sidx *s, const stru
 		check_centroid(r, s, c);
 	bool pq = strcmp(mf_codec(m), "pq8") == 0;
 	if (pq != (h->version == 2))
-		note(r, true, "the manifest codec is %s, but the shard has format version %u",
-		     mf_codec(m), h->version);
+		sf_report_add(r, true, "the manifest codec is %s, but the shard has format version %u",
+			      mf_codec(m), h->version);
 	if (pq && h->version == 2) {
 		json_t *comp = json_object_get(m->root, "compression");
 		check_count(r, comp, "pq_num_subspaces", h->pq_m, true, "PQ M");
@@ -258,47 +242,44 @@ static void check_manifest(struct report *r, const struct sl_sidx *s, const stru
 	}
 }
 
-static void check_codes(struct report *r, const struct sl_sidx *s)
+static void check_codes(struct sf_report *r, const struct sl_sidx *s)
 {
 	const struct sl_shard *h = &s->hdr;
 	uint64_t first = 0;
 	uint32_t sub = 0;
 	uint64_t bad = sl_bad_codes(s, h->pq_k, &first, &sub);
 	if (bad)
-		note(r, true, "%" PRIu64 " PQ codes are not below K=%u (first in record %" PRIu64 ")",
-		     bad, h->pq_k, first);
+		sf_report_add(r, true, "%" PRIu64 " PQ codes are not below K=%u (first in record %" PRIu64 ")",
+			      bad, h->pq_k, first);
 	struct sl_codebook cb;
 	struct sf_err e = { { 0 } };
 	if (!s->codebook)
-		note(r, false, "no PQ codebook beside the index (%s): reconstructed.npy is not offered",
-		     s->codebook_err.msg);
+		sf_report_add(r, false, "no PQ codebook beside the index (%s): reconstructed.npy is not offered",
+			      s->codebook_err.msg);
 	else if (sl_codebook_for(s, &cb, &e))
-		note(r, true, "codebook: %s", e.msg);
+		sf_report_add(r, true, "codebook: %s", e.msg);
 }
 
 int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
-	struct report r = { { 0 }, false };
+	struct sf_report r = { 0 };
 	uint64_t fp = sl_fnv1a(SL_FNV_INIT, s->map->data, s->map->size);
 	struct mf m;
 	mf_load(s, &m);
 	if (m.absent)
-		note(&r, false, "no manifest (%s): fingerprint %016" PRIx64 " not compared", m.err, fp);
+		sf_report_add(&r, false, "no manifest (%s): fingerprint %016" PRIx64 " not compared", m.err, fp);
 	else if (!m.entry)
-		note(&r, true, "manifest: %s", m.err);
+		sf_report_add(&r, true, "manifest: %s", m.err);
 	else
 		check_manifest(&r, s, &m, fp);
 	json_decref(m.root);
 	if (h->version == 2)
 		check_codes(&r, s);
 	if (h->trailing)
-		note(&r, false, "%" PRIu64 " trailing bytes after the records (upstream ignores them)",
-		     h->trailing);
-	struct sf_str t = { 0 };
-	sf_str_addf(&t, "status: %s\n", r.failed ? "failed" : "ok");
-	sf_str_add(&t, r.lines.p, r.lines.len);
-	sf_str_free(&r.lines);
-	return take(&t, p, out, e);
+		sf_report_add(&r, false, "%" PRIu64 " trailing bytes after the records (upstream ignores them)",
+			      h->trailing);
+	*out = sf_report_take(&r);
+	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: %s: out of memory", p->view->path, p->what);
 }

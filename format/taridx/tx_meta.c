@@ -1,12 +1,12 @@
 /* .shardfs/info.txt, info.json and verify of a fold view. */
 #include <errno.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sf_json.h"
+#include "sf_report.h"
 #include "taridx.h"
 
 /* Counts that need a pass over the rows. */
@@ -183,30 +183,11 @@ int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 	return render_counted(p, info_json, out, e);
 }
 
-/* Findings are listed up to this many; the rest are counted. */
+/* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200
 
-struct report {
-	struct sf_str body;
-	uint64_t errors, listed, warnings;
-};
-
-static void finding(struct report *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void finding(struct report *r, const char *fmt, ...)
-{
-	r->errors++;
-	if (r->listed++ >= MAX_FINDINGS)
-		return;
-	char line[1024];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof line, fmt, ap);
-	va_end(ap);
-	sf_str_addf(&r->body, "error: %s\n", line);
-}
-
 /* `path` has room for TX_PATH_MAX bytes. */
-static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_t *bad_per_fid,
+static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint64_t *bad_per_fid,
 		      uint8_t *path)
 {
 	struct tx_member m;
@@ -215,20 +196,20 @@ static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_
 	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
 	bool bad = false;
 	if (m.bad) {
-		finding(rep, "row %llu (fid %u %s, offset %llu, size %llu): %s", (unsigned long long)r,
-			row->fid, shard, (unsigned long long)row->off, (unsigned long long)row->size, m.bad);
+		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu, size %llu): %s", (unsigned long long)r,
+			      row->fid, shard, (unsigned long long)row->off, (unsigned long long)row->size, m.bad);
 		bad = true;
 	}
 	uint64_t hsize;
 	if (m.hdr && !m.bad && (tx_hdr_size(m.hdr, &hsize) || hsize != row->size)) {
-		finding(rep, "row %llu (fid %u %s, offset %llu): tar header size differs from the row's %llu",
-			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
-			(unsigned long long)row->size);
+		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): tar header size differs from the row's %llu",
+			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
+			      (unsigned long long)row->size);
 		bad = true;
 	}
 	if (m.hdr && !m.bad && !tx_hdr_checksum_ok(m.hdr)) {
-		finding(rep, "row %llu (fid %u %s, offset %llu): tar header checksum mismatch",
-			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
+		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): tar header checksum mismatch",
+			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
 		bad = true;
 	}
 	/* a member the view cannot show must not go unnoticed */
@@ -237,11 +218,11 @@ static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_
 	int rc = m.bad || m.kind == TX_OTHER ? 0 :
 		 tx_member_names(f, (uint32_t)r, &m, path, TX_PATH_MAX, &plen, &link);
 	if (rc == -ENAMETOOLONG)
-		finding(rep, "row %llu (fid %u %s, offset %llu): member not shown: its full path is longer than %d bytes",
-			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off, TX_PATH_MAX);
+		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): member not shown: its full path is longer than %d bytes",
+			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off, TX_PATH_MAX);
 	else if (rc)
-		finding(rep, "row %llu (fid %u %s, offset %llu): member not shown: its full path is empty",
-			(unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
+		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): member not shown: its full path is empty",
+			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
 	if (bad && row->fid < f->nshards)
 		bad_per_fid[row->fid]++;
 }
@@ -250,31 +231,31 @@ static void check_row(struct tx_fold *f, uint64_t r, struct report *rep, uint64_
  * being the ones it was built for: fids are ranks, so a shard added or
  * removed shifts every later one. */
 static void check_shards(struct tx_fold *f, const struct counts *c, const uint64_t *bad,
-			 struct report *rep)
+			 struct sf_report *rep)
 {
 	if (c->beyond)
-		finding(rep, "%llu rows name fids beyond the %zu shards beside the index: a shard was removed or renamed since indexing",
-			(unsigned long long)c->beyond, f->nshards);
+		sf_report_add(rep, true, "%llu rows name fids beyond the %zu shards beside the index: a shard was removed or renamed since indexing",
+			      (unsigned long long)c->beyond, f->nshards);
 	bool shifted = false;
 	for (size_t i = 0; i < f->nshards; i++) {
 		const struct tx_shard *sh = &f->shards[i];
 		if (!sh->map) {
-			finding(rep, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
+			sf_report_add(rep, true, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
 			continue;
 		}
 		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
 		if (bad[i] && bad[i] == c->per_fid[i] && empty)
 			shifted = true;
 		if (bad[i] && bad[i] == c->per_fid[i])
-			finding(rep, "none of the %llu rows of fid %zu match %s: the shards beside the index are not the ones it was built for%s",
-				(unsigned long long)c->per_fid[i], i, sh->name,
-				empty ? " (this tar is empty: upstream's indexer skips empty tars without giving them a fid, so every later fid is one too low)" : "");
+			sf_report_add(rep, true, "none of the %llu rows of fid %zu match %s: the shards beside the index are not the ones it was built for%s",
+				      (unsigned long long)c->per_fid[i], i, sh->name,
+				      empty ? " (this tar is empty: upstream's indexer skips empty tars without giving them a fid, so every later fid is one too low)" : "");
 		else if (!c->per_fid[i] && !empty)
-			finding(rep, "shard %zu (%s) has no rows: %s", i, sh->name,
-				shifted ? "its rows name the fid of the shard before it" :
-				"it was added after indexing, and every later fid is shifted");
+			sf_report_add(rep, true, "shard %zu (%s) has no rows: %s", i, sh->name,
+				      shifted ? "its rows name the fid of the shard before it" :
+				      "it was added after indexing, and every later fid is shifted");
 		else if (!c->per_fid[i])
-			rep->warnings++, sf_str_addf(&rep->body, "warning: shard %zu (%s) is an empty tar with no rows\n", i, sh->name);
+			sf_report_add(rep, false, "shard %zu (%s) is an empty tar with no rows", i, sh->name);
 	}
 }
 
@@ -288,34 +269,22 @@ static struct sf_buf *verify(struct tx_fold *f, const struct counts *c)
 		free(path);
 		return NULL;
 	}
-	struct report rep = { 0 };
+	struct sf_report rep = { .error_limit = MAX_FINDINGS };
 	for (uint64_t r = 0; r < ix->n_rows; r++)
 		check_row(f, r, &rep, bad, path);
 	check_shards(f, c, bad, &rep);
 	free(bad);
 	free(path);
-	if (rep.listed > MAX_FINDINGS)
-		sf_str_addf(&rep.body, "error: ... and %llu more\n",
-			    (unsigned long long)(rep.listed - MAX_FINDINGS));
-	if (c->samples != ix->n_stems) {
-		rep.warnings++;
-		sf_str_addf(&rep.body, "warning: header n_stems is %llu, the rows hold %llu samples\n",
-			    (unsigned long long)ix->n_stems, (unsigned long long)c->samples);
-	}
-	if ((c->runs == c->samples) != (ix->flags & 1)) {
-		rep.warnings++;
-		sf_str_addf(&rep.body, "warning: the contiguity flag is %s but the rows are %scontiguous\n",
-			    ix->flags & 1 ? "set" : "clear", c->runs == c->samples ? "" : "not ");
-	}
-	if (!upstream_loadable(ix)) {
-		rep.warnings++;
-		sf_str_addf(&rep.body, "warning: an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)\n");
-	}
-	struct sf_str s = { 0 };
-	sf_str_addf(&s, "status: %s\n", rep.errors ? "failed" : "ok");
-	sf_str_add(&s, rep.body.p, rep.body.len);
-	sf_str_free(&rep.body);
-	return sf_str_take(&s);
+	sf_report_unlisted(&rep);
+	if (c->samples != ix->n_stems)
+		sf_report_add(&rep, false, "header n_stems is %llu, the rows hold %llu samples",
+			      (unsigned long long)ix->n_stems, (unsigned long long)c->samples);
+	if ((c->runs == c->samples) != (ix->flags & 1))
+		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
+			      ix->flags & 1 ? "set" : "clear", c->runs == c->samples ? "" : "not ");
+	if (!upstream_loadable(ix))
+		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
+	return sf_report_take(&rep);
 }
 
 int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_report.h"
 #include "sf_view.h"
 
 #define TAT_HEADER 64
@@ -206,8 +207,8 @@ int tat_build_whole(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 /* tatami_search.c: inverted/. */
 int tat_search_add(struct tat_file *tf, struct sf_node *root);
 void tat_search_free(struct tat_search *s);
-/* Decodes every posting list; problems go to `report` as lines. */
-int tat_search_check(struct tat_file *tf, struct sf_str *report, struct sf_err *e);
+/* Decodes every posting list; problems go to the verify report. */
+void tat_search_check(struct tat_file *tf, struct sf_report *r);
 
 /* tatami_info.c: .shardfs/ */
 int tat_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

@@ -391,27 +391,24 @@ int tat_search_add(struct tat_file *tf, struct sf_node *root)
 	return 0;
 }
 
-int tat_search_check(struct tat_file *tf, struct sf_str *report, struct sf_err *e)
+void tat_search_check(struct tat_file *tf, struct sf_report *r)
 {
+	struct sf_err e = { { 0 } };
 	struct tat_search *s;
-	int rc = search_get(tf, &s, e);
-	if (rc) {
-		sf_str_addf(report, "error: %s\n", e->msg);
-		return rc;
+	if (search_get(tf, &s, &e)) {
+		sf_report_add(r, true, "%s", e.msg);
+		return;
 	}
-	int bad = 0;
 	for (size_t i = 0; i < s->nterms; i++) {
 		struct sf_part tmp = { .arg = &s->terms[i], .arg2 = tf, .what = "postings" };
 		struct sf_buf *b = NULL;
-		if (posting_produce(&tmp, &sf_nocache, &b, e)) {
-			sf_str_addf(report, "error: term %zu: %s\n", i, e->msg);
-			bad = -EIO;
+		if (posting_produce(&tmp, &sf_nocache, &b, &e)) {
+			sf_report_add(r, true, "term %zu: %s", i, e.msg);
 			continue;
 		}
 		sf_buf_unref(b);
 	}
 	if (tf->inv.num_terms != s->nterms)
-		sf_str_addf(report, "warning: footer counts %" PRIu64 " terms, the dictionary holds %zu\n",
-			    tf->inv.num_terms, s->nterms);
-	return bad;
+		sf_report_add(r, false, "footer counts %" PRIu64 " terms, the dictionary holds %zu",
+			      tf->inv.num_terms, s->nterms);
 }

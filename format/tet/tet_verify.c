@@ -2,29 +2,11 @@
  * plus the mount's own per-dataset rules (§11.3). First line "status: ok"
  * or "status: failed", then one "error: …" or "warning: …" per finding. */
 #include <errno.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_report.h"
 #include "tet.h"
-
-struct report {
-	struct sf_str body;
-	unsigned errors;
-};
-
-static void __attribute__((format(printf, 3, 4)))
-finding(struct report *r, bool error, const char *fmt, ...)
-{
-	char buf[700];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof buf, fmt, ap);
-	va_end(ap);
-	sf_str_addf(&r->body, "%s: %s\n", error ? "error" : "warning", buf);
-	r->errors += error;
-}
 
 static int by_u64(const void *a, const void *b)
 {
@@ -32,12 +14,12 @@ static int by_u64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-static void check_offsets(struct report *r, const struct tet_file *tf)
+static void check_offsets(struct sf_report *r, const struct tet_file *tf)
 {
 	uint64_t n = tf->entry_count;
 	uint64_t *off = malloc((n ? n : 1) * sizeof *off);
 	if (!off) {
-		finding(r, true, "payload_offsets: out of memory");
+		sf_report_add(r, true, "payload_offsets: out of memory");
 		return;
 	}
 	for (uint64_t k = 0; k < n; k++)
@@ -45,23 +27,23 @@ static void check_offsets(struct report *r, const struct tet_file *tf)
 	qsort(off, n, sizeof *off, by_u64);
 	for (uint64_t k = 1; k < n; k++)
 		if (off[k] == off[k - 1]) {
-			finding(r, true, "payload_offsets: several chunks start at offset %llu",
-				(unsigned long long)off[k]);
+			sf_report_add(r, true, "payload_offsets: several chunks start at offset %llu",
+				      (unsigned long long)off[k]);
 			break;
 		}
 	free(off);
 	for (uint64_t k = 1; k < n; k++) {
 		const struct tet_entry *a = &tf->entries[k - 1], *b = &tf->entries[k];
 		if (a->off + a->stored != b->off) {
-			finding(r, false, "payload_order: chunk %llu ends at %llu but chunk %llu starts at %llu (non_contiguous_payloads)",
-				(unsigned long long)k - 1, (unsigned long long)(a->off + a->stored),
-				(unsigned long long)k, (unsigned long long)b->off);
+			sf_report_add(r, false, "payload_order: chunk %llu ends at %llu but chunk %llu starts at %llu (non_contiguous_payloads)",
+				      (unsigned long long)k - 1, (unsigned long long)(a->off + a->stored),
+				      (unsigned long long)k, (unsigned long long)b->off);
 			break;
 		}
 	}
 }
 
-static void check_decode(struct report *r, const struct tet_file *tf)
+static void check_decode(struct sf_report *r, const struct tet_file *tf)
 {
 	for (uint64_t k = 0; k < tf->entry_count; k++) {
 		const struct tet_entry *en = &tf->entries[k];
@@ -71,7 +53,7 @@ static void check_decode(struct report *r, const struct tet_file *tf)
 		struct sf_err e = { { 0 } };
 		/* counted, not held: a tile may decode to more than memory allows */
 		if (tet_tile_check(ds, en, &e))
-			finding(r, true, "chunk_decode: chunk %llu: %s", (unsigned long long)k, e.msg);
+			sf_report_add(r, true, "chunk_decode: chunk %llu: %s", (unsigned long long)k, e.msg);
 	}
 }
 
@@ -142,26 +124,22 @@ static const char *count_limits(const struct tet_file *tf)
 int tet_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_file *tf = p->arg;
-	struct report r = { { 0 }, 0 };
+	struct sf_report r = { 0 };
 	if (tf->orphans)
-		finding(&r, true, "chunk_dataset_ids: %llu chunk index entries name no dataset",
-			(unsigned long long)tf->orphans);
+		sf_report_add(&r, true, "chunk_dataset_ids: %llu chunk index entries name no dataset",
+			      (unsigned long long)tf->orphans);
 	for (uint32_t i = 0; i < tf->dataset_count; i++)
 		if (tf->ds[i].problem)
-			finding(&r, true, "dataset_tensor_bytes: dataset %u (%s): %s", i, tf->ds[i].esc,
-				tf->ds[i].problem);
+			sf_report_add(&r, true, "dataset_tensor_bytes: dataset %u (%s): %s", i, tf->ds[i].esc,
+				      tf->ds[i].problem);
 	check_offsets(&r, tf);
 	check_decode(&r, tf);
 	const char *bad;
 	if (tf->footer_error)
-		finding(&r, true, "footer: %s (footer_invalid)", tf->footer_error);
+		sf_report_add(&r, true, "footer: %s (footer_invalid)", tf->footer_error);
 	else if (tf->footer_json && ((bad = count_limits(tf)) || (bad = string_limits(tf->history)) ||
 				     (bad = string_limits(tf->metadata))))
-		finding(&r, true, "footer_metadata: %s", bad);
-	struct sf_str o = { 0 };
-	sf_str_addf(&o, "status: %s\n", r.errors ? "failed" : "ok");
-	sf_str_add(&o, r.body.p, r.body.len);
-	sf_str_free(&r.body);
-	*out = sf_str_take(&o);
+		sf_report_add(&r, true, "footer_metadata: %s", bad);
+	*out = sf_report_take(&r);
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: verify: out of memory", tf->path);
 }

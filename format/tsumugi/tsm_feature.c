@@ -230,14 +230,13 @@ int tsm_add_features(struct tsm_shard *s, struct sf_node *root)
 	return 0;
 }
 
-int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
+int tsm_feature_verify(struct tsm_shard *s, struct sf_report *r)
 {
 	struct sf_err e = { { 0 } };
 	struct fea f;
 	int rc = fea_load(s, s->view->cache, &f, &e);
 	if (rc) {
-		sf_str_addf(out, "error: %s\n", e.msg);
-		(*errors)++;
+		sf_report_add(r, true, "%s", e.msg);
 		return rc == -ENOMEM ? rc : 0;
 	}
 	fea_free(&f);

@@ -617,7 +617,7 @@ int tsm_add_docs(struct tsm_shard *s, struct sf_node *root)
 	return 0;
 }
 
-int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
+int tsm_forward_verify(struct tsm_shard *s, struct sf_report *r)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_cache *c = s->view->cache;
@@ -626,8 +626,7 @@ int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
 	if (rc == 0)
 		rc = fwd_bytes(s, c, &h, &e);
 	if (rc) {
-		sf_str_addf(out, "error: %s\n", e.msg);
-		(*errors)++;
+		sf_report_add(r, true, "%s", e.msg);
 		return rc == -ENOMEM ? rc : 0;
 	}
 	int bad = 0;
@@ -640,12 +639,10 @@ int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors)
 				goto out;
 			/* one line per broken value would drown the report */
 			if (rc && bad++ < 10)
-				sf_str_addf(out, "error: %s\n", e.msg);
+				sf_report_add(r, true, "%s", e.msg);
 		}
 	if (bad > 10)
-		sf_str_addf(out, "error: %s: %d more forward values fail to decode\n", vpath(s),
-			    bad - 10);
-	*errors += bad;
+		sf_report_add(r, true, "%s: %d more forward values fail to decode", vpath(s), bad - 10);
 	rc = 0;
 out:
 	sf_buf_unref(h.buf);

@@ -228,8 +228,8 @@ int tsm_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf
 }
 
 /* Inner headers whose CRC covers a fixed prefix (spec A10). */
-static void verify_inner_crc(const struct tsm_region *r, const uint8_t *p, struct sf_str *o,
-			     const char *path, int *errors)
+static void verify_inner_crc(const struct tsm_region *r, const uint8_t *p, struct sf_report *o,
+			     const char *path)
 {
 	static const struct {
 		char magic[5];
@@ -241,45 +241,38 @@ static void verify_inner_crc(const struct tsm_region *r, const uint8_t *p, struc
 		if (memcmp(p, fixed[i].magic, 4) != 0)
 			continue;
 		if (r->raw_length < fixed[i].len + 4 ||
-		    sf_crc32c(0, p, fixed[i].len) != sf_le32(p + fixed[i].len)) {
-			sf_str_addf(o, "error: %s: regions/%s: %s header CRC mismatch\n", path, r->name,
-				    fixed[i].magic);
-			(*errors)++;
-		}
+		    sf_crc32c(0, p, fixed[i].len) != sf_le32(p + fixed[i].len))
+			sf_report_add(o, true, "%s: regions/%s: %s header CRC mismatch", path, r->name,
+				      fixed[i].magic);
 	}
 }
 
-static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_str *o,
-			  int *errors, int *warnings)
+static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_report *o)
 {
 	const char *path = s->view->path;
 	struct sf_err e = { { 0 } };
 	if (r->bad) {
-		sf_str_addf(o, "error: %s: regions/%s: %s\n", path, r->name, r->bad);
-		(*errors)++;
+		sf_report_add(o, true, "%s: regions/%s: %s", path, r->name, r->bad);
 		return;
 	}
 	struct sf_buf *b = NULL;
 	const uint8_t *p;
 	int rc = r->codec == TSM_NONE ? tsm_region_stored(s, r, &p, &e) : tsm_region_decode(s, r, &b, &e);
 	if (rc) {
-		sf_str_addf(o, "error: %s\n", e.msg);
-		(*errors)++;
+		sf_report_add(o, true, "%s", e.msg);
 		return;
 	}
 	if (b)
 		p = b->data;
-	verify_inner_crc(r, p, o, path, errors);
+	verify_inner_crc(r, p, o, path);
 	if (r->codec == TSM_ZSTD_DICT && r->length >= 5) {
 		uint32_t id = 0;
 		const uint8_t *src;
 		if (tsm_region_stored(s, r, &src, &e) == 0 &&
 		    sf_zstd_frame_dict_id(src, r->length, &id) == 0 && id != r->dict_id &&
-		    (id || r->raw_length)) {
-			sf_str_addf(o, "warning: %s: regions/%s: descriptor names dictionary %u, the "
-				    "frame %u (the frame's is used)\n", path, r->name, r->dict_id, id);
-			(*warnings)++;
-		}
+		    (id || r->raw_length))
+			sf_report_add(o, false, "%s: regions/%s: descriptor names dictionary %u, the "
+				      "frame %u (the frame's is used)", path, r->name, r->dict_id, id);
 	}
 	sf_buf_unref(b);
 }
@@ -288,45 +281,34 @@ int tsm_verify(const struct sf_part *part, struct sf_cache *cache, struct sf_buf
 {
 	struct tsm_shard *s = part->arg;
 	const char *path = s->view->path;
-	struct sf_str body = { 0 };
-	int errors = 0, warnings = 0, rc = 0;
-	if (s->h.region_count != s->nregions) {
-		sf_str_addf(&body, "warning: %s: header counts %u regions, the footer lists %zu\n",
-			    path, s->h.region_count, s->nregions);
-		warnings++;
-	}
+	struct sf_report rep = { 0 };
+	int rc = 0;
+	if (s->h.region_count != s->nregions)
+		sf_report_add(&rep, false, "%s: header counts %u regions, the footer lists %zu",
+			      path, s->h.region_count, s->nregions);
 	for (size_t i = 0; i < s->nregions; i++) {
 		struct tsm_region *r = &s->regions[i];
-		verify_region(s, r, &body, &errors, &warnings);
-		if (!r->first_of_kind) {
-			sf_str_addf(&body, "warning: %s: regions/%s: a later region of the same kind, "
-				    "which upstream readers never reach\n", path, r->name);
-			warnings++;
-		}
+		verify_region(s, r, &rep);
+		if (!r->first_of_kind)
+			sf_report_add(&rep, false, "%s: regions/%s: a later region of the same kind, "
+				      "which upstream readers never reach", path, r->name);
 		for (size_t j = 0; j < i; j++) {
 			const struct tsm_region *q = &s->regions[j];
 			if (r->bad || q->bad || !r->length || !q->length)
 				continue;
-			if (r->offset < q->offset + q->length && q->offset < r->offset + r->length) {
-				sf_str_addf(&body, "warning: %s: regions/%s overlaps regions/%s\n", path,
-					    r->name, q->name);
-				warnings++;
-			}
+			if (r->offset < q->offset + q->length && q->offset < r->offset + r->length)
+				sf_report_add(&rep, false, "%s: regions/%s overlaps regions/%s", path,
+					      r->name, q->name);
 		}
 	}
 	if (tsm_first(s, TSM_FORWARD))
-		rc = tsm_forward_verify(s, &body, &errors);
+		rc = tsm_forward_verify(s, &rep);
 	if (!rc && tsm_first(s, TSM_FEATURE))
-		rc = tsm_feature_verify(s, &body, &errors);
-	struct sf_str o = { 0 };
-	sf_str_addf(&o, "status: %s\n", errors ? "failed" : "ok");
-	if (body.p)
-		sf_str_add(&o, body.p, body.len);
-	sf_str_free(&body);
-	if (rc || o.oom) {
-		sf_str_free(&o);
+		rc = tsm_feature_verify(s, &rep);
+	if (rc) {
+		sf_str_free(&rep.body);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
 	}
-	*out = sf_str_take(&o);
+	*out = sf_report_take(&rep);
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", path);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_report.h"
 #include "sf_view.h"
 
 #define TSM_HEADER_SIZE 64
@@ -129,11 +130,11 @@ int tsm_file_from_part(struct sf_node *f, struct sf_part *p, struct sf_cache *c,
 /* tsm_forward.c: docs/, docs.jsonl. */
 int tsm_add_docs(struct tsm_shard *s, struct sf_node *root);
 /* Decodes every value of the forward region (for verify); appends findings. */
-int tsm_forward_verify(struct tsm_shard *s, struct sf_str *out, int *errors);
+int tsm_forward_verify(struct tsm_shard *s, struct sf_report *r);
 
 /* tsm_feature.c: features.npy, features.csv. */
 int tsm_add_features(struct tsm_shard *s, struct sf_node *root);
-int tsm_feature_verify(struct tsm_shard *s, struct sf_str *out, int *errors);
+int tsm_feature_verify(struct tsm_shard *s, struct sf_report *r);
 
 /* tsm_info.c: .shardfs/info.txt, info.json, verify. */
 int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

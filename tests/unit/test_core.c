@@ -1,5 +1,6 @@
 /* Unit tests of the shared format pieces: byte cursors, CRC32C, name
- * escaping, the extent model and zstd with raw dictionaries. */
+ * escaping, the extent model, zstd with raw dictionaries and the verify
+ * report. */
 #include <errno.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
@@ -10,6 +11,7 @@
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "sf_view.h"
 
 static void test_crc(void)
@@ -229,6 +231,45 @@ static void test_json(void)
 	CHECK(strtof(f, NULL) == 1.0f / 3.0f);
 }
 
+/* The verify report (DESIGN §3.2): the status follows errors only, and a
+ * finding stays on one line whatever it quotes. */
+static void test_report(void)
+{
+	struct sf_report r = { 0 };
+	struct sf_buf *b = sf_report_take(&r);
+	CHECK(b && b->len == 11 && memcmp(b->data, "status: ok\n", 11) == 0);
+	sf_buf_unref(b);
+
+	sf_report_add(&r, false, "odd: %d", 7);
+	CHECK_EQ_U(r.warnings, 1);
+	b = sf_report_take(&r);
+	const char ok[] = "status: ok\nwarning: odd: 7\n";
+	CHECK(b && b->len == sizeof ok - 1 && memcmp(b->data, ok, sizeof ok - 1) == 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(r.warnings, 0);
+
+	sf_report_add(&r, false, "name %s", "a\nb\r\nc");
+	sf_report_add(&r, true, "bad %s", "x\n");
+	CHECK_EQ_U(r.errors, 1);
+	b = sf_report_take(&r);
+	const char failed[] = "status: failed\nwarning: name a b  c\nerror: bad x \n";
+	CHECK(b && b->len == sizeof failed - 1 && memcmp(b->data, failed, sizeof failed - 1) == 0);
+	sf_buf_unref(b);
+
+	/* past the limit errors are counted, warnings still listed */
+	r.error_limit = 1;
+	sf_report_add(&r, true, "first");
+	sf_report_add(&r, true, "second");
+	sf_report_add(&r, false, "w");
+	sf_report_add(&r, true, "third");
+	sf_report_unlisted(&r);
+	CHECK_EQ_U(r.errors, 3);
+	b = sf_report_take(&r);
+	const char capped[] = "status: failed\nerror: first\nwarning: w\nerror: ... and 2 more\n";
+	CHECK(b && b->len == sizeof capped - 1 && memcmp(b->data, capped, sizeof capped - 1) == 0);
+	sf_buf_unref(b);
+}
+
 int main(void)
 {
 	test_crc();
@@ -238,5 +279,6 @@ int main(void)
 	test_zstd();
 	test_zstd_check();
 	test_json();
+	test_report();
 	CHECK_DONE();
 }
