@@ -438,7 +438,7 @@ static void check_dataset(struct sf_view *v, const struct bds *ds, unsigned seed
 		CHECK(t && tn == tl && memcmp(t, tile, tl) == 0);
 		free(t);
 		for (uint64_t i = 0; got && i < zelem; i++) {
-			uint64_t rem = i, lin = 0, in = 1;
+			uint64_t rem = i, lin = 0;
 			bool inside = true;
 			uint64_t l[8];
 			for (uint32_t d = ds->ndim; d-- > 0;) {
@@ -450,7 +450,6 @@ static void check_dataset(struct sf_view *v, const struct bds *ds, unsigned seed
 				uint64_t ext = left < ds->cs[d] ? left : ds->cs[d];
 				inside &= l[d] < ext;
 				lin = lin * ext + (l[d] < ext ? l[d] : 0);
-				in *= ext;
 			}
 			for (size_t b = 0; b < es; b++)
 				CHECK(got[i * es + b] == (inside ? tile[lin * es + b] : 0));
