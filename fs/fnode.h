@@ -50,6 +50,7 @@ struct fnode {
 	pthread_mutex_t map_lock;
 	struct sf_map *map;
 	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
+	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
 
 	/* FK_VIEW */
 	struct sf_view *view;

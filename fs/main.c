@@ -17,6 +17,7 @@
 #include "ops.h"
 #include "options.h"
 #include "stats.h"
+#include "watch.h"
 
 /* The readahead of the mount, in KiB: the largest read the kernel sends
  * (max_pages, 1 MiB), so sequential reads come in whole 1 MiB requests. */
@@ -227,6 +228,11 @@ int main(int argc, char **argv)
 		fail("cannot daemonize%s%s", "", "");
 		goto out;
 	}
+	/* after daemonizing: a thread would not survive the fork */
+	int wrc = watch_start(se, src);
+	if (wrc && o.debug)
+		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
+			strerror(-wrc));
 	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
 	if (!cfg) {
 		fail("out of memory%s%s", "", "");
@@ -238,6 +244,7 @@ int main(int argc, char **argv)
 	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
 	fuse_loop_cfg_destroy(cfg);
 out:
+	watch_stop();
 	if (mounted)
 		fuse_session_unmount(se);
 	if (handlers)

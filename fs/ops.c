@@ -15,6 +15,7 @@
 #include "fnode.h"
 #include "listing.h"
 #include "stats.h"
+#include "watch.h"
 
 /* SRC may change under the mount: its entries are trusted for a second.
  * Views never change under an inode: the kernel may keep them. */
@@ -154,6 +155,12 @@ static void reply_negative(fuse_req_t req, double timeout)
 static struct fnode *src_child(struct fnode *dir, const char *name, const struct stat *st)
 {
 	struct fnode *n = fnode_child(dir, name);
+	if (n && n->kind != FK_VIEW && S_ISDIR(st->st_mode) && S_ISDIR(n->st.st_mode) &&
+	    n->st.st_dev == st->st_dev && n->st.st_ino == st->st_ino) {
+		/* a directory stays the same node as its entries change */
+		n->st = *st;
+		return n;
+	}
 	if (n && n->kind != FK_VIEW && same_version(&n->st, st))
 		return n;
 	enum fkind k = S_ISDIR(st->st_mode) ? FK_SRC_DIR :
@@ -219,6 +226,7 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
 
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
+	watch_dir(dir);
 	if (dir == fnode_root() && strcmp(name, ".shardfs") == 0) {
 		reply_node(req, meta_node(dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
 		return;
@@ -511,6 +519,7 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 
 static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
+	watch_dir(dir);
 	struct listing *l = NULL;
 	int rc = listing_get(dir, &l);
 	for (size_t i = 0; rc == 0 && i < l->n; i++) {

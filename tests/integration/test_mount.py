@@ -307,3 +307,37 @@ def test_stale_mount_is_reported(tmp_path):
     finally:
         unmount(mnt)
     assert not is_mounted(mnt)
+
+
+def read_soon(path, within=0.8):
+    """Reads `path` as soon as the mount serves it, retrying until `within`
+    seconds pass; returns (bytes or None, errors seen)."""
+    seen = []
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            return path.read_bytes(), seen
+        except OSError as e:
+            seen.append(e.errno)
+            time.sleep(0.02)
+    return None, seen
+
+
+def test_changes_show_before_the_entry_timeout(tmp_path, mount):
+    """The kernel trusts SRC entries for a second; inotify drops them at once
+    when SRC changes, so a replaced file is not stuck on a vanished version
+    and a new file shows before the timeout runs out."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"A" * 100)
+    mnt = mount(src)
+    os.stat(mnt / "f")                      # looked up, never read
+    assert not (mnt / "new").exists()       # a negative entry is cached
+    (src / ".f.tmp").write_bytes(b"B" * 50)
+    os.rename(src / ".f.tmp", src / "f")
+    (src / ".n.tmp").write_bytes(b"fresh")
+    os.rename(src / ".n.tmp", src / "new")
+    got, errs = read_soon(mnt / "f")
+    assert got == b"B" * 50, errs
+    got, errs = read_soon(mnt / "new")
+    assert got == b"fresh", errs

@@ -1,0 +1,22 @@
+/* Kernel notification of SRC changes. Entries of SRC are trusted by the
+ * kernel for a second; when inotify reports that a name changed in a
+ * directory the mount has shown, the kernel's entry for it (and for the view
+ * beside it) is dropped at once, so the next open looks the new file up
+ * instead of reaching an inode whose file is gone. Without inotify (limits,
+ * unsupported file systems) the one-second timeout still applies. */
+#ifndef FS_WATCH_H
+#define FS_WATCH_H
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "fnode.h"
+
+/* Starts the watcher thread for SRC at `src` (absolute). Returns 0, or a
+ * negative errno when inotify is unavailable (the mount works without it). */
+int watch_start(struct fuse_session *se, const char *src);
+/* Watches SRC directory `dir` (once; cheap when already watched). */
+void watch_dir(struct fnode *dir);
+void watch_stop(void);
+
+#endif
