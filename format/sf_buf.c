@@ -1,0 +1,121 @@
+/* Reference-counted buffers and growable strings. */
+#include "sf_view.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
+{
+	struct sf_buf *b = malloc(sizeof *b);
+	if (!b)
+		return NULL;
+	atomic_init(&b->refs, 1);
+	b->len = len;
+	b->data = data;
+	return b;
+}
+
+struct sf_buf *sf_buf_new(size_t len)
+{
+	uint8_t *d = calloc(1, len ? len : 1);
+	if (!d)
+		return NULL;
+	struct sf_buf *b = sf_buf_wrap(d, len);
+	if (!b)
+		free(d);
+	return b;
+}
+
+struct sf_buf *sf_buf_ref(struct sf_buf *b)
+{
+	atomic_fetch_add(&b->refs, 1);
+	return b;
+}
+
+void sf_buf_unref(struct sf_buf *b)
+{
+	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+		free(b->data);
+		free(b);
+	}
+}
+
+static bool str_reserve(struct sf_str *s, size_t more)
+{
+	if (s->oom)
+		return false;
+	if (s->len + more <= s->cap)
+		return true;
+	size_t cap = s->cap ? s->cap : 256;
+	while (cap < s->len + more) {
+		if (cap > SIZE_MAX / 2) {
+			s->oom = true;
+			return false;
+		}
+		cap *= 2;
+	}
+	uint8_t *p = realloc(s->p, cap);
+	if (!p) {
+		s->oom = true;
+		return false;
+	}
+	s->p = p;
+	s->cap = cap;
+	return true;
+}
+
+void sf_str_add(struct sf_str *s, const void *p, size_t n)
+{
+	if (n && str_reserve(s, n)) {
+		memcpy(s->p + s->len, p, n);
+		s->len += n;
+	}
+}
+
+void sf_str_addc(struct sf_str *s, char c)
+{
+	sf_str_add(s, &c, 1);
+}
+
+void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	if (n >= 0 && str_reserve(s, (size_t)n + 1)) {
+		vsnprintf((char *)s->p + s->len, (size_t)n + 1, fmt, again);
+		s->len += (size_t)n;
+	}
+	va_end(again);
+}
+
+void sf_str_addf(struct sf_str *s, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	sf_str_vaddf(s, fmt, ap);
+	va_end(ap);
+}
+
+struct sf_buf *sf_str_take(struct sf_str *s)
+{
+	if (s->oom) {
+		sf_str_free(s);
+		return NULL;
+	}
+	struct sf_buf *b = s->p ? sf_buf_wrap(s->p, s->len) : sf_buf_new(0);
+	if (!b) {
+		sf_str_free(s);
+		return NULL;
+	}
+	memset(s, 0, sizeof *s);
+	return b;
+}
+
+void sf_str_free(struct sf_str *s)
+{
+	free(s->p);
+	memset(s, 0, sizeof *s);
+}

@@ -1,0 +1,171 @@
+/* Reading a view file: parts through the host's cache, and a byte range
+ * gathered as iovecs into mappings and buffers. */
+#include "sf_view.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		       struct sf_err *e)
+{
+	return p->produce(p, c, out, e);
+}
+
+struct sf_cache sf_nocache = { nocache_get };
+
+int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		struct sf_err *e)
+{
+	struct sf_buf *b = NULL;
+	int rc = c->get(c, p, &b, e);
+	if (rc)
+		return rc;
+	uint64_t known = atomic_load(&p->size);
+	if (known == SF_SIZE_UNKNOWN) {
+		atomic_store(&p->size, b->len);
+	} else if (known != b->len) {
+		sf_buf_unref(b);
+		return sf_fail(e, -EIO, "%s: %s: decoded to %zu bytes, expected %llu",
+			       p->view ? p->view->path : "?", p->what, b->len,
+			       (unsigned long long)known);
+	}
+	*out = b;
+	return 0;
+}
+
+static int rv_push(struct sf_readv *rv, const void *p, size_t len)
+{
+	if (rv->n == rv->cap) {
+		size_t cap = rv->cap ? rv->cap * 2 : 8;
+		struct iovec *v = realloc(rv->iov, cap * sizeof *v);
+		if (!v)
+			return -ENOMEM;
+		rv->iov = v;
+		rv->cap = cap;
+	}
+	rv->iov[rv->n].iov_base = (void *)p;
+	rv->iov[rv->n].iov_len = len;
+	rv->n++;
+	rv->bytes += len;
+	return 0;
+}
+
+static int rv_hold(struct sf_readv *rv, struct sf_buf *b)
+{
+	if (rv->nhold == rv->caphold) {
+		size_t cap = rv->caphold ? rv->caphold * 2 : 4;
+		struct sf_buf **h = realloc(rv->hold, cap * sizeof *h);
+		if (!h) {
+			sf_buf_unref(b);
+			return -ENOMEM;
+		}
+		rv->hold = h;
+		rv->caphold = cap;
+	}
+	rv->hold[rv->nhold++] = b;
+	return 0;
+}
+
+static const uint8_t zeros[65536];
+
+/* Appends [off, off+len) of extent x. */
+static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, size_t len,
+		    struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	int rc;
+	struct sf_buf *b;
+	switch (x->kind) {
+	case SF_EXT_MAP:
+		rv->from_map += len;
+		return rv_push(rv, x->u.map + off, len);
+	case SF_EXT_BUF:
+		rv->from_synth += len;
+		return rv_push(rv, x->u.buf->data + x->off + off, len);
+	case SF_EXT_PART:
+		rc = sf_part_get(c, x->u.part, &b, e);
+		if (rc)
+			return rc;
+		if (!sf_range_ok(b->len, x->off + off, len)) {
+			sf_buf_unref(b);
+			return sf_fail(e, -EIO, "%s: %s: decoded part is shorter than the file says",
+				       f->view->path, x->u.part->what);
+		}
+		if ((rc = rv_hold(rv, b)))
+			return rc;
+		rv->from_cache += len;
+		return rv_push(rv, b->data + x->off + off, len);
+	case SF_EXT_GEN:
+		b = sf_buf_new(len);
+		if (!b)
+			return -ENOMEM;
+		rc = x->u.gen.fn(x->u.gen.arg, x->off + off, b->data, len, c, e);
+		if (rc) {
+			sf_buf_unref(b);
+			return rc;
+		}
+		if ((rc = rv_hold(rv, b)))
+			return rc;
+		rv->from_synth += len;
+		return rv_push(rv, b->data, len);
+	case SF_EXT_ZERO:
+		rv->from_synth += len;
+		while (len) {
+			size_t k = len < sizeof zeros ? len : sizeof zeros;
+			if ((rc = rv_push(rv, zeros, k)))
+				return rc;
+			len -= k;
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
+		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	struct sf_file *fl = &f->u.file;
+	if (fl->broken)
+		return sf_fail(e, -EIO, "%s", fl->broken);
+	if (off >= fl->size)
+		return 0;
+	if (len > fl->size - off)
+		len = fl->size - off;
+	/* first extent whose range contains off */
+	size_t lo = 0, hi = fl->n;
+	while (hi - lo > 1) {
+		size_t mid = (lo + hi) / 2;
+		if (fl->start[mid] <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	for (size_t i = lo; i < fl->n && len; i++) {
+		const struct sf_ext *x = &fl->ext[i];
+		uint64_t in = off - fl->start[i];
+		uint64_t k = x->len - in < len ? x->len - in : len;
+		int rc = read_ext(f, x, in, (size_t)k, c, rv, e);
+		if (rc)
+			return rc;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+void sf_readv_release(struct sf_readv *rv)
+{
+	for (size_t i = 0; i < rv->nhold; i++)
+		sf_buf_unref(rv->hold[i]);
+	free(rv->hold);
+	free(rv->iov);
+	memset(rv, 0, sizeof *rv);
+}
+
+void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst)
+{
+	for (size_t i = 0; i < rv->n; i++) {
+		memcpy(dst, rv->iov[i].iov_base, rv->iov[i].iov_len);
+		dst += rv->iov[i].iov_len;
+	}
+}
