@@ -306,6 +306,13 @@ void sf_file_set_build(struct sf_node *f, sf_build_fn fn, void *arg)
 	f->arg = arg;
 }
 
+void sf_file_set_build_sized(struct sf_node *f, sf_build_fn fn, void *arg, uint64_t size)
+{
+	sf_file_set_build(f, fn, arg);
+	f->u.file.size_known = true;
+	f->u.file.known_size = size;
+}
+
 int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why)
 {
 	f->u.file.size = size;
@@ -533,6 +540,10 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
 			rc = fl->build(f, c, e);
+		if (rc == 0 && fl->size_known && fl->size != fl->known_size)
+			rc = sf_fail(e, -EIO, "%s: built %llu bytes, listed as %llu", f->view->path,
+				     (unsigned long long)fl->size,
+				     (unsigned long long)fl->known_size);
 		if (rc == 0)
 			fl->built = true;
 		else

@@ -158,6 +158,10 @@ struct sf_file {
 	struct sf_part *whole;
 	/* Content whose source failed a check at build time: reads fail EIO. */
 	char *broken;
+	/* Set when the format knows the size before building (the build only
+	 * places extents): a listing may show it without building. */
+	bool size_known;
+	uint64_t known_size;
 };
 
 struct sf_node {
@@ -269,6 +273,9 @@ int sf_file_set_text(struct sf_node *f, const char *s);
 void sf_file_set_whole(struct sf_node *f, struct sf_part *p);
 /* The file's extents are built on first use. */
 void sf_file_set_build(struct sf_node *f, sf_build_fn fn, void *arg);
+/* The same, for a build that places exactly `size` bytes without decoding:
+ * the size can be shown before the build runs. */
+void sf_file_set_build_sized(struct sf_node *f, sf_build_fn fn, void *arg, uint64_t size);
 /* The file is listed with the given size but every read fails with EIO. */
 int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why);
 

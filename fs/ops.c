@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,13 +104,17 @@ static void fill_attr(struct fnode *n, struct stat *st)
 			st->st_mode = S_IFLNK | 0777;
 			st->st_size = (off_t)strlen(n->vn->u.target);
 		} else {
+			const struct sf_file *fl = &n->vn->u.file;
+			bool built = atomic_load(&fl->built);
 			st->st_mode = S_IFREG | 0444;
-			st->st_size = (off_t)n->vn->u.file.size;
+			/* a file listed before its build shows the size its
+			 * format announced (readdirplus) */
+			st->st_size = (off_t)(!built && fl->size_known ? fl->known_size : fl->size);
 			/* The kernel answers a read of a 0-byte file itself, as an
 			 * empty success: a file whose content failed (broken, or
 			 * never built) claims one byte so that reads reach op_read
 			 * and fail with EIO (DESIGN §3.4). */
-			if (st->st_size == 0 && (n->vn->u.file.broken || !n->vn->u.file.built))
+			if (st->st_size == 0 && (fl->broken || (!built && !fl->size_known)))
 				st->st_size = 1;
 		}
 		break;
@@ -224,6 +229,48 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
 	return n;
 }
 
+/* What a lookup of `name` in SRC directory `dir` finds, with the kernel's
+ * lookup reference taken: *out, or NULL when there is no such entry; -errno
+ * on failure. A SRC entry wins over a view of that name. `*l` is the
+ * directory's current listing, got on first need (the caller unrefs it). */
+static int find_src(struct fnode *dir, const char *name, struct listing **l, struct fnode **out)
+{
+	*out = NULL;
+	char *rel = src_join(dir->rel, name);
+	if (!rel)
+		return -ENOMEM;
+	struct stat st;
+	int src = fstatat(src_fd, rel, &st, AT_SYMLINK_NOFOLLOW);
+	int err = errno;
+	free(rel);
+	if (src == 0) {
+		pthread_mutex_lock(&ftree_lock);
+		struct fnode *n = src_child(dir, name, &st);
+		if (n)
+			fnode_lookup_ref(n);
+		pthread_mutex_unlock(&ftree_lock);
+		*out = n;
+		return n ? 0 : -ENOMEM;
+	}
+	if (err != ENOENT)
+		return -err;
+	if (!*l) {
+		int rc = listing_get(dir, l);
+		if (rc)
+			return rc;
+	}
+	const struct lentry *le = listing_view(*l, name);
+	if (!le)
+		return 0;
+	pthread_mutex_lock(&ftree_lock);
+	struct fnode *n = view_root(dir, le);
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&ftree_lock);
+	*out = n;
+	return n ? 0 : -ENOMEM;
+}
+
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	watch_dir(dir);
@@ -231,48 +278,16 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_node(req, meta_node(dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
 		return;
 	}
-	char *rel = src_join(dir->rel, name);
-	if (!rel) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	struct stat st;
-	int src = fstatat(src_fd, rel, &st, AT_SYMLINK_NOFOLLOW);
-	int err = errno;
-	free(rel);
-	struct fnode *n = NULL;
-	if (src == 0) {
-		pthread_mutex_lock(&ftree_lock);
-		n = src_child(dir, name, &st);
-		if (n)
-			fnode_lookup_ref(n);
-		pthread_mutex_unlock(&ftree_lock);
-		reply_node(req, n, SRC_TIMEOUT);
-		return;
-	}
-	if (err != ENOENT) {
-		fuse_reply_err(req, err);
-		return;
-	}
 	struct listing *l = NULL;
-	int rc = listing_get(dir, &l);
-	if (rc) {
-		fuse_reply_err(req, -rc);
-		return;
-	}
-	const struct lentry *le = listing_view(l, name);
-	if (le) {
-		pthread_mutex_lock(&ftree_lock);
-		n = view_root(dir, le);
-		if (n)
-			fnode_lookup_ref(n);
-		pthread_mutex_unlock(&ftree_lock);
-	}
+	struct fnode *n = NULL;
+	int rc = find_src(dir, name, &l, &n);
 	listing_unref(l);
-	if (!le)
+	if (rc)
+		fuse_reply_err(req, -rc);
+	else if (!n)
 		reply_negative(req, SRC_TIMEOUT);
 	else
-		reply_node(req, n, SRC_TIMEOUT);
+		reply_entry(req, n, SRC_TIMEOUT);
 }
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
@@ -488,6 +503,7 @@ struct dirsnap {
 		char *name;
 		unsigned char type;
 		ino_t ino;
+		struct sf_node *vn; /* in a view: the node listed */
 	} *e;
 };
 
@@ -513,6 +529,7 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 		return -ENOMEM;
 	s->e[s->n].type = type;
 	s->e[s->n].ino = ino;
+	s->e[s->n].vn = NULL;
 	s->n++;
 	return 0;
 }
@@ -550,6 +567,8 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 			continue;
 		unsigned char t = k->kind == SF_DIR ? DT_DIR : k->kind == SF_LINK ? DT_LNK : DT_REG;
 		rc = snap_add(s, cap, k->name, t, (ino_t)(uintptr_t)k);
+		if (rc == 0)
+			s->e[s->n - 1].vn = k;
 	}
 	pthread_mutex_unlock(&vn->view->lock);
 	return rc;
@@ -586,27 +605,114 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	fuse_reply_open(req, fi);
 }
 
+/* A readdirplus entry as a lookup of its name would answer it, with the
+ * lookup reference a LOOKUP reply takes (the kernel counts every entry but
+ * "." and ".." of a readdirplus reply). NULL leaves ep->ino 0: the kernel
+ * then only lists the name and sends a LOOKUP when the entry is used, as
+ * after a plain readdir (fuse_direntplus_link ignores a zero nodeid).
+ *
+ * A view file whose size is not known before its content is built (a text
+ * rendering, a part of unknown size, any build that is not declared cheap
+ * with sf_file_set_build_sized) goes that way too: listing a directory must
+ * never decode. Files already built, and those whose format announced their
+ * size (taridx members), get their attributes here. */
+static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct listing **l,
+				struct fuse_entry_param *ep)
+{
+	if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
+		return NULL;
+	struct fnode *n = NULL;
+	double t = VIEW_TIMEOUT;
+	if (dir->kind == FK_SRC_DIR) {
+		if (find_src(dir, d->name, l, &n))
+			return NULL;
+		t = SRC_TIMEOUT;
+	} else if (d->vn) {
+		const struct sf_file *fl = &d->vn->u.file;
+		if (d->vn->kind == SF_FILE && !atomic_load(&fl->built) && !fl->size_known)
+			return NULL;
+		pthread_mutex_lock(&ftree_lock);
+		n = fnode_for_view(dir, d->vn, NULL);
+		if (n)
+			fnode_lookup_ref(n);
+		pthread_mutex_unlock(&ftree_lock);
+	}
+	if (!n)
+		return NULL;
+	ep->ino = fnode_ino(n);
+	ep->generation = 1;
+	ep->attr_timeout = t;
+	ep->entry_timeout = t;
+	fill_attr(n, &ep->attr);
+	return n;
+}
+
+/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool plus)
+{
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	struct fnode *dir = fn_of(ino);
+	char *buf = malloc(size);
+	/* the nodes this reply gives the kernel a reference on; an entry
+	 * takes at least FUSE_NAME_OFFSET_DIRENTPLUS (152) bytes */
+	struct fnode **held = plus ? malloc((size / 128 + 1) * sizeof *held) : NULL;
+	if (!buf || (plus && !held)) {
+		free(buf);
+		free(held);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0, nheld = 0;
+	struct listing *l = NULL;
+	for (size_t i = (size_t)off; i < s->n; i++) {
+		const struct dent *d = &s->e[i];
+		/* sized first: an entry that does not fit is left for the
+		 * next request, without a reference */
+		size_t k = plus ? fuse_add_direntry_plus(req, NULL, 0, d->name, NULL, 0)
+				: fuse_add_direntry(req, NULL, 0, d->name, NULL, 0);
+		if (k > size - used)
+			break;
+		if (plus) {
+			struct fuse_entry_param ep = { 0 };
+			ep.attr.st_ino = d->ino;
+			ep.attr.st_mode = (mode_t)d->type << 12;
+			struct fnode *n = plus_entry(dir, d, &l, &ep);
+			if (n)
+				held[nheld++] = n;
+			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
+					       (off_t)(i + 1));
+		} else {
+			struct stat st = { .st_ino = d->ino, .st_mode = (mode_t)d->type << 12 };
+			fuse_add_direntry(req, buf + used, size - used, d->name, &st,
+					  (off_t)(i + 1));
+		}
+		used += k;
+	}
+	listing_unref(l);
+	if (fuse_reply_buf(req, buf, used) != 0)
+		for (size_t i = 0; i < nheld; i++)
+			fnode_forget(held[i], 1);
+	free(buf);
+	free(held);
+}
+
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	count(REQ_READDIR);
-	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
-	char *buf = malloc(size);
-	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	size_t used = 0;
-	for (size_t i = (size_t)off; i < s->n; i++) {
-		struct stat st = { .st_ino = s->e[i].ino, .st_mode = (mode_t)s->e[i].type << 12 };
-		size_t k = fuse_add_direntry(req, buf + used, size - used, s->e[i].name, &st,
-					     (off_t)(i + 1));
-		if (k > size - used)
-			break;
-		used += k;
-	}
-	fuse_reply_buf(req, buf, used);
-	free(buf);
+	reply_dir(req, ino, size, off, fi, false);
+}
+
+/* libfuse 3.14 asks for READDIRPLUS and READDIRPLUS_AUTO when this is set:
+ * the kernel uses it for the first request of a listing and for later ones
+ * only when names of the directory were looked up in between (`ls -l`,
+ * `du`), and plain READDIR otherwise (names-only walks). */
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	count(REQ_READDIR);
+	reply_dir(req, ino, size, off, fi, true);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -732,6 +838,7 @@ const struct fuse_lowlevel_ops shardfs_ops = {
 	.read = op_read,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
 	.releasedir = op_releasedir,
 	.statfs = op_statfs,
 	.getxattr = op_getxattr,

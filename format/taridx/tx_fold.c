@@ -42,7 +42,7 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 	tx_row_get(&f->ix, r, &row);
 	n->aux = r;
 	if (tx_payload(f, &row)) {
-		sf_file_set_build(n, build_payload, f);
+		sf_file_set_build_sized(n, build_payload, f, row.size);
 		return 0;
 	}
 	char why[400];

@@ -1,9 +1,11 @@
 """Where views appear (DESIGN §3.1) and how they behave whatever the format:
 names and clashes, broken containers, symlinks, hidden .shardfs/, the
 error log, and containers replaced while mounted."""
+import json
 import os
 import re
 import shutil
+import stat
 import time
 
 from conftest import FIXTURES, read_through
@@ -129,3 +131,85 @@ def test_error_lines_stay_one_line_per_problem(tmp_path, mount):
     paths = sorted(LINE.match(l).group(1) for l in lines)
     # control bytes and % in a path are written as %XX, as view names are
     assert paths == ["plain.tet", "two%0Alines%25.tet"]
+
+
+def listing_with_attrs(top):
+    """Every entry under `top` as os.scandir and DirEntry.stat show it
+    (READDIRPLUS where the kernel uses it), beside os.lstat of its path."""
+    seen = {}
+    stack = [top]
+    while stack:
+        d = stack.pop()
+        with os.scandir(d) as it:
+            for e in it:
+                st = e.stat(follow_symlinks=False)
+                seen[e.path] = (st.st_mode, st.st_size, st.st_ino)
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+    return seen
+
+
+def test_listing_with_attributes(tmp_path, mount):
+    """READDIRPLUS: attributes given with a listing are exactly what a
+    lookup gives, in SRC and in views (files of known size, text renderings
+    of unknown size, directories, links), and the lookup references it takes
+    balance the kernel's forgets (unmount is clean, no forget underflow)."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for i in range(300):
+        (src / "sub" / f"f{i:03d}.bin").write_bytes(bytes([i % 251]) * (i * 37 % 5000))
+    (src / "link").symlink_to("sub/f001.bin")
+    shutil.copy(TET, src / "t.tet")
+    for f in (FIXTURES / "taridx" / "small").iterdir():
+        shutil.copy(f, src / f.name)
+    tatami = sorted((FIXTURES / "tatami").glob("*.tatami"))
+    for f in tatami[:2]:
+        shutil.copy(f, src / f.name)
+    # a directory changed within the last second is listed anew (and its
+    # taridx views reopened, with new inodes) until it settles
+    time.sleep(2.2)
+    mnt = mount(src)
+
+    def lookups():
+        return json.loads((mnt / ".shardfs" / "stats.json").read_text())["requests"]["lookup"]
+
+    # the attributes come with the listing, for SRC files and for view files
+    # of known size (taridx members): far fewer lookups than entries. Files
+    # whose size needs a build (tatami columns) are looked up as before.
+    for d in ("sub", "train"):
+        before = lookups()
+        n = len(listing_with_attrs(mnt / d))
+        assert n >= 100 and lookups() - before < n / 4, (d, n, lookups() - before)
+    first = listing_with_attrs(mnt)
+    for _ in range(2):
+        again = listing_with_attrs(mnt)
+        assert again == first
+    views = 0
+    for path, (mode, size, ino) in first.items():
+        lst = os.lstat(path)
+        assert (lst.st_mode, lst.st_size, lst.st_ino) == (mode, size, ino), path
+        rel = os.path.relpath(path, mnt)
+        origin = src / rel
+        if os.path.lexists(origin):
+            o = os.lstat(origin)
+            assert (mode & 0o170000) == (o.st_mode & 0o170000), rel
+            if not stat.S_ISDIR(mode):  # directories show size 0
+                assert size == o.st_size, rel
+            if stat.S_ISREG(mode):
+                assert read_through(path) == origin.read_bytes(), rel
+        elif stat.S_ISREG(mode):
+            views += 1
+            assert len(read_through(path)) == size, rel
+    assert views > 20
+    # the kernel forgets everything it holds, then lists and looks up anew
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("2\n")
+    except OSError:
+        pass
+    assert listing_with_attrs(mnt).keys() == first.keys()
+    for path, (mode, size, _) in first.items():
+        st = os.lstat(path)
+        assert (st.st_mode, st.st_size) == (mode, size), path
+    log = mount.last
+    assert "forget" not in log.stderr(), log.stderr()
