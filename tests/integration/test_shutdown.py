@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 
 import pytest
 
@@ -24,6 +25,21 @@ def make_src(path, cache):
     src = copy_samples(path / "src", cache)
     (src / "big.bin").write_bytes(random.Random(4).randbytes(32 << 20))
     return src
+
+
+@contextmanager
+def daemon(tmp_path, tmp_path_factory):
+    """A foreground daemon on a fresh SRC; afterwards it is stopped and SRC
+    must be byte-identical to what it was before."""
+    src = make_src(tmp_path, tmp_path_factory.getbasetemp())
+    before = fingerprint(src)
+    (tmp_path / "mnt").mkdir()
+    m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
+    try:
+        yield m, src
+    finally:
+        m.stop()
+    assert fingerprint(src) == before
 
 
 def readers(mnt, stop, n=8):
@@ -60,33 +76,24 @@ def assert_clean_exit(m, rc):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_with_reads_in_flight(tmp_path, tmp_path_factory, sig):
-    src = make_src(tmp_path, tmp_path_factory.getbasetemp())
-    before = fingerprint(src)
-    (tmp_path / "mnt").mkdir()
-    m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
     stop = threading.Event()
-    try:
-        threads, ends = readers(m.mnt, stop)
-        time.sleep(1.5)
-        m.proc.send_signal(sig)
-        rc = m.proc.wait(timeout=30)
-        for t in threads:
-            t.join(20)
-            assert not t.is_alive(), "a reader hung after the daemon stopped"
-        assert_clean_exit(m, rc)
-        assert set(ends) <= GONE | {None}, ends
-    finally:
-        stop.set()
-        m.stop()
-    assert fingerprint(src) == before
+    with daemon(tmp_path, tmp_path_factory) as (m, src):
+        try:
+            threads, ends = readers(m.mnt, stop)
+            time.sleep(1.5)
+            m.proc.send_signal(sig)
+            rc = m.proc.wait(timeout=30)
+            for t in threads:
+                t.join(20)
+                assert not t.is_alive(), "a reader hung after the daemon stopped"
+            assert_clean_exit(m, rc)
+            assert set(ends) <= GONE | {None}, ends
+        finally:
+            stop.set()
 
 
 def test_fusermount_u_with_open_files(tmp_path, tmp_path_factory):
-    src = make_src(tmp_path, tmp_path_factory.getbasetemp())
-    before = fingerprint(src)
-    (tmp_path / "mnt").mkdir()
-    m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
-    try:
+    with daemon(tmp_path, tmp_path_factory) as (m, src):
         want = (src / "big.bin").read_bytes()
         f = open(m.mnt / "big.bin", "rb")
         head = f.read(1000)
@@ -101,17 +108,10 @@ def test_fusermount_u_with_open_files(tmp_path, tmp_path_factory):
         r = subprocess.run(["fusermount3", "-u", str(m.mnt)], capture_output=True, timeout=30)
         assert r.returncode == 0, r
         assert_clean_exit(m, m.proc.wait(timeout=30))
-    finally:
-        m.stop()
-    assert fingerprint(src) == before
 
 
 def test_lazy_unmount_with_open_files(tmp_path, tmp_path_factory):
-    src = make_src(tmp_path, tmp_path_factory.getbasetemp())
-    before = fingerprint(src)
-    (tmp_path / "mnt").mkdir()
-    m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
-    try:
+    with daemon(tmp_path, tmp_path_factory) as (m, src):
         want = (src / "big.bin").read_bytes()
         f = open(m.mnt / "big.bin", "rb")
         head = f.read(1 << 20)
@@ -124,6 +124,3 @@ def test_lazy_unmount_with_open_files(tmp_path, tmp_path_factory):
         assert m.proc.poll() is None, "the daemon left while a file was still open"
         f.close()
         assert_clean_exit(m, m.proc.wait(timeout=30))
-    finally:
-        m.stop()
-    assert fingerprint(src) == before
