@@ -51,6 +51,7 @@ struct fnode {
 	struct sf_map *map;
 	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
+	atomic_bool pushed;           /* files: content pushed to the kernel once */
 
 	/* FK_VIEW */
 	struct sf_view *view;

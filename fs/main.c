@@ -204,6 +204,7 @@ int main(int argc, char **argv)
 		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");
 		goto out;
 	}
+	ops_set_session(se, o.threads > 1);
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");
 		goto out;

@@ -432,11 +432,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, ENOSYS);
 }
 
-static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+static void account(const struct sf_readv *rv)
 {
 	stat_add(&stats.bytes_from_map, rv->from_map);
 	stat_add(&stats.bytes_from_cache, rv->from_cache);
 	stat_add(&stats.bytes_synthesized, rv->from_synth);
+}
+
+static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+{
+	account(rv);
 	if (rv->n)
 		fuse_reply_iov(req, rv->iov, (int)rv->n);
 	else
@@ -494,6 +499,87 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_readv(req, &rv);
 	}
 	sf_readv_release(&rv);
+}
+
+/* Python's open() asks isatty() of every file it opens, and the kernel sends
+ * that to us as an IOCTL: with OPEN unanswered, the first request we see of
+ * an open file. The content of a small file is pushed into the kernel's page
+ * cache then (FUSE_NOTIFY_STORE), so the read that follows needs no READ
+ * round trip. Once per node: pages the kernel drops later come back through
+ * READ. The store waits for any page a READ of the same file has locked, so
+ * with a single request thread (which could be the one owing that READ) it
+ * is not done. */
+#define PUSH_MAX (128 * 1024)
+
+static struct fuse_session *session;
+static bool push_on_open;
+
+void ops_set_session(struct fuse_session *se, bool push)
+{
+	session = se;
+	push_on_open = push;
+}
+
+/* The whole content of a small file as pieces; false when the file is not
+ * a small regular file or its content fails (the read that follows reports
+ * the failure). */
+static bool small_content(struct fnode *n, struct sf_readv *rv)
+{
+	if (n->kind == FK_SRC_FILE) {
+		if (n->st.st_size <= 0 || n->st.st_size > PUSH_MAX || map_src_file(n))
+			return false;
+		struct iovec one = { (void *)n->map->data, n->map->size };
+		if (one.iov_len == 0 || one.iov_len > PUSH_MAX)
+			return false;
+		rv->iov = malloc(sizeof one);
+		if (!rv->iov)
+			return false;
+		rv->iov[0] = one;
+		rv->n = rv->cap = 1;
+		rv->bytes = rv->from_map = one.iov_len;
+		return true;
+	}
+	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE || ready(n))
+		return false;
+	uint64_t size = n->vn->u.file.size;
+	struct sf_err e = { { 0 } };
+	return size > 0 && size <= PUSH_MAX &&
+	       sf_file_read(n->vn, 0, size, dcache_iface(cache), rv, &e) == 0 && rv->n > 0;
+}
+
+static void push_small(fuse_ino_t ino, struct fnode *n)
+{
+	if (!push_on_open || atomic_exchange(&n->pushed, true))
+		return;
+	struct sf_readv rv = { 0 };
+	struct fuse_bufvec *bv = NULL;
+	if (small_content(n, &rv))
+		bv = calloc(1, sizeof *bv + rv.n * sizeof bv->buf[0]);
+	if (bv) {
+		bv->count = rv.n;
+		for (size_t i = 0; i < rv.n; i++) {
+			bv->buf[i].mem = rv.iov[i].iov_base;
+			bv->buf[i].size = rv.iov[i].iov_len;
+		}
+		if (fuse_lowlevel_notify_store(session, ino, 0, bv, 0) == 0) {
+			account(&rv);
+			stat_add(&stats.bytes_pushed, rv.bytes);
+		}
+		free(bv);
+	}
+	if (n->kind == FK_SRC_FILE)
+		free(rv.iov);
+	else
+		sf_readv_release(&rv);
+}
+
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	count(REQ_IOCTL);
+	push_small(ino, fn_of(ino));
+	fuse_reply_err(req, ENOTTY);
 }
 
 /* A directory handle: the names it lists, taken when opened. */
@@ -836,6 +922,7 @@ const struct fuse_lowlevel_ops shardfs_ops = {
 	.readlink = op_readlink,
 	.open = op_open,
 	.read = op_read,
+	.ioctl = op_ioctl,
 	.opendir = op_opendir,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,

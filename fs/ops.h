@@ -9,5 +9,8 @@
 
 extern const struct fuse_lowlevel_ops shardfs_ops;
 void ops_set_cache(struct dcache *c);
+/* The session, for notifications; `push` allows pushing small files'
+ * content at open (needs more than one request thread). */
+void ops_set_session(struct fuse_session *se, bool push);
 
 #endif

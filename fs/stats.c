@@ -95,7 +95,7 @@ void errlog_fini(void)
 static const char *const req_names[REQ_KINDS] = {
 	"lookup", "forget", "getattr", "readlink", "open", "read", "release",
 	"opendir", "readdir", "releasedir", "statfs", "getxattr", "listxattr",
-	"access", "write_refused", "other",
+	"access", "write_refused", "ioctl",
 };
 
 static json_t *num(atomic_uint_fast64_t *c)
@@ -112,6 +112,7 @@ struct sf_buf *stats_json(uint64_t cache_bytes, uint64_t cache_budget)
 	json_object_set_new(bytes, "from_mappings", num(&stats.bytes_from_map));
 	json_object_set_new(bytes, "from_cache", num(&stats.bytes_from_cache));
 	json_object_set_new(bytes, "synthesized", num(&stats.bytes_synthesized));
+	json_object_set_new(bytes, "pushed_at_open", num(&stats.bytes_pushed));
 	json_t *cache = json_object();
 	json_object_set_new(cache, "hits", num(&stats.cache_hits));
 	json_object_set_new(cache, "misses", num(&stats.cache_misses));

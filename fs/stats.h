@@ -11,13 +11,14 @@
 enum req_kind {
 	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
 	REQ_RELEASE, REQ_OPENDIR, REQ_READDIR, REQ_RELEASEDIR, REQ_STATFS,
-	REQ_GETXATTR, REQ_LISTXATTR, REQ_ACCESS, REQ_WRITE_LIKE, REQ_OTHER,
+	REQ_GETXATTR, REQ_LISTXATTR, REQ_ACCESS, REQ_WRITE_LIKE, REQ_IOCTL,
 	REQ_KINDS
 };
 
 struct stats {
 	atomic_uint_fast64_t requests[REQ_KINDS];
 	atomic_uint_fast64_t bytes_from_map, bytes_from_cache, bytes_synthesized;
+	atomic_uint_fast64_t bytes_pushed; /* of those, sent ahead of reads */
 	atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
 	atomic_uint_fast64_t bytes_decoded, parts_decoded;
 	atomic_uint_fast64_t errors;

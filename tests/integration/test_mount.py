@@ -161,7 +161,9 @@ def test_meta_dir(tmp_path, mount):
     mnt = mount(src)
     assert ".shardfs" not in os.listdir(mnt)
     assert (mnt / ".shardfs").is_dir()
-    read_through(mnt / "x")
+    fd = os.open(mnt / "x", os.O_RDONLY)
+    assert os.read(fd, 10) == b"12345"
+    os.close(fd)
     stats = json.loads((mnt / ".shardfs" / "stats.json").read_text())
     assert stats["requests"]["read"] >= 1
     assert stats["bytes_served"]["from_mappings"] >= 5
@@ -341,3 +343,46 @@ def test_changes_show_before_the_entry_timeout(tmp_path, mount):
     assert got == b"B" * 50, errs
     got, errs = read_soon(mnt / "new")
     assert got == b"fresh", errs
+
+
+def _stats(mnt):
+    # unbuffered: no isatty(), so reading the stats sends no IOCTL itself
+    with open(mnt / ".shardfs" / "stats.json", "rb", buffering=0) as f:
+        return json.loads(f.read())
+
+
+def test_small_files_are_pushed_at_open(tmp_path, mount):
+    """Python's open() sends an IOCTL (isatty): a small file's content goes
+    into the page cache then, and the read that follows sends no READ."""
+    src = tmp_path / "src"
+    src.mkdir()
+    small = os.urandom(128 * 1024)
+    (src / "small").write_bytes(small)
+    (src / "big").write_bytes(small + b"x")
+    mnt = mount(src)
+    before = _stats(mnt)
+    assert read_through(mnt / "small") == small
+    after = _stats(mnt)
+    assert after["requests"]["ioctl"] - before["requests"]["ioctl"] == 1
+    # the one READ is the stats read of `before` (its snapshot predates it)
+    assert after["requests"]["read"] - before["requests"]["read"] == 1
+    assert after["bytes_served"]["pushed_at_open"] == len(small)
+    # once per node: the second open finds the pages in the cache
+    assert read_through(mnt / "small") == small
+    assert _stats(mnt)["bytes_served"]["pushed_at_open"] == len(small)
+    # a file over the limit is read as before
+    assert read_through(mnt / "big") == small + b"x"
+    last = _stats(mnt)
+    assert last["bytes_served"]["pushed_at_open"] == len(small)
+    assert last["requests"]["read"] - after["requests"]["read"] >= 2
+
+
+def test_no_push_with_one_request_thread(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "x").write_bytes(b"abc")
+    mnt = mount(src, "--threads", "1")
+    assert read_through(mnt / "x") == b"abc"
+    s = _stats(mnt)
+    assert s["bytes_served"]["pushed_at_open"] == 0
+    assert s["requests"]["read"] >= 1
