@@ -24,7 +24,19 @@ struct dcache {
 	struct entry **hash;
 	size_t hcap, count;
 	struct entry *head, *tail;
+	void (*on_slow)(void);
 };
+
+void dcache_on_slow(struct dcache *c, void (*fn)(void))
+{
+	c->on_slow = fn;
+}
+
+static void slow(const struct dcache *c)
+{
+	if (c->on_slow)
+		c->on_slow();
+}
 
 static size_t bucket(const struct dcache *c, uint64_t id)
 {
@@ -151,6 +163,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		if (!e || !e->loading)
 			break;
 		e->waiters++;
+		slow(c);
 		pthread_cond_wait(&c->loaded, &c->lock);
 		e->waiters--;
 		if (!e->loading && !e->buf) {
@@ -187,6 +200,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	pthread_mutex_unlock(&c->lock);
 
 	struct sf_buf *buf = NULL;
+	slow(c);
 	int rc = part->produce(part, iface, &buf, err);
 	if (rc == 0)
 		drop_source_pages(part->view);

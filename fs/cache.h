@@ -17,5 +17,8 @@ void dcache_free(struct dcache *c);
 struct sf_cache *dcache_iface(struct dcache *c);
 uint64_t dcache_bytes(struct dcache *c);
 uint64_t dcache_budget(struct dcache *c);
+/* `fn` is called before the cache decodes a part or waits for another
+ * reader's decode of it: work that may take long. */
+void dcache_on_slow(struct dcache *c, void (*fn)(void));
 
 #endif

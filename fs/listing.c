@@ -1,3 +1,4 @@
+#include "loop.h"
 #include "listing.h"
 
 #include <dirent.h>
@@ -319,7 +320,11 @@ int listing_get(struct fnode *dir, struct listing **out)
 		close(dirfd);
 		return rc;
 	}
-	pthread_mutex_lock(&dir->map_lock);
+	if (pthread_mutex_trylock(&dir->map_lock)) {
+		/* another thread is listing it */
+		loop_hand_off();
+		pthread_mutex_lock(&dir->map_lock);
+	}
 	struct listing *old = dir->listing;
 	int rc = 0;
 	/* A directory changed within a second of its listing may change again
@@ -339,6 +344,7 @@ int listing_get(struct fnode *dir, struct listing **out)
 	l->mtime = st.st_mtim;
 	l->listed_at = time(NULL);
 	l->ino = st.st_ino;
+	loop_hand_off();
 	rc = build(dirfd, dir->rel, old, l);
 	if (rc) {
 		listing_free(l);

@@ -14,6 +14,7 @@
 #include "cache.h"
 #include "fnode.h"
 #include "listing.h"
+#include "loop.h"
 #include "ops.h"
 #include "options.h"
 #include "stats.h"
@@ -198,6 +199,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	ops_set_cache(cache);
+	dcache_on_slow(cache, loop_hand_off);
 	listing_use_cache(dcache_iface(cache));
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, NULL);
 	if (!se) {
@@ -234,16 +236,10 @@ int main(int argc, char **argv)
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
-	struct fuse_loop_config *cfg = fuse_loop_cfg_create();
-	if (!cfg) {
-		fail("out of memory%s%s", "", "");
-		goto out;
-	}
-	fuse_loop_cfg_set_clone_fd(cfg, 1);
-	fuse_loop_cfg_set_max_threads(cfg, o.threads);
-	fuse_loop_cfg_set_idle_threads(cfg, o.threads < 4 ? o.threads : 4);
-	rc = fuse_session_loop_mt(se, cfg) < 0 ? 1 : 0;
-	fuse_loop_cfg_destroy(cfg);
+	int lrc = loop_run(se, o.threads, o.spin_us);
+	if (lrc)
+		fprintf(stderr, "shardfs: the FUSE device failed: %s\n", strerror(-lrc));
+	rc = lrc ? 1 : 0;
 out:
 	watch_stop();
 	if (mounted)

@@ -15,6 +15,7 @@
 
 #include "fnode.h"
 #include "listing.h"
+#include "loop.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -129,6 +130,9 @@ static int ready(struct fnode *n)
 	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE)
 		return 0;
 	struct sf_err e = { { 0 } };
+	/* a build that announced its size is cheap (sf_file_set_build_sized) */
+	if (!atomic_load(&n->vn->u.file.built) && !n->vn->u.file.size_known)
+		loop_hand_off();
 	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
 	if (rc)
 		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
@@ -298,6 +302,10 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	}
 	struct sf_err e = { { 0 } };
 	struct sf_node *kid = NULL;
+	/* a lookup hook answers quickly (but for its first call); a populate
+	 * lists the whole directory */
+	if (!atomic_load(&dir->vn->u.dir.populated) && !dir->vn->u.dir.lookup)
+		loop_hand_off();
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {
@@ -640,6 +648,8 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
+	if (!atomic_load(&vn->u.dir.populated))
+		loop_hand_off();
 	int rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {

@@ -24,7 +24,11 @@ void options_usage(FILE *to)
 	      "  -o OPT[,OPT...]     FUSE mount options, e.g. allow_other\n"
 	      "  --cache-size SIZE   budget for decoded parts, bytes with K/M/G suffix\n"
 	      "                      (default 256M)\n"
-	      "  --threads N         most request threads (default 16)\n"
+	      "  --threads N         most request threads (default 16); with 1, small\n"
+	      "                      files are not pushed to the page cache at open\n"
+	      "  --spin-us N         how long the thread waiting for the next request polls\n"
+	      "                      before it sleeps, in microseconds (default 200; 0 sleeps\n"
+	      "                      at once: no CPU spent waiting, slower round trips)\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"
@@ -101,8 +105,40 @@ static int add_fuse_opts(struct options *o, const char *opts)
 
 static int bad(const char *msg, const char *arg)
 {
-	fprintf(stderr, "shardfs: %s%s%s (see shardfs --help)\n", msg, arg ? ": " : "", arg ? arg : "");
+	bool shown = arg && *arg;
+	fprintf(stderr, "shardfs: %s%s%s (see shardfs --help)\n", msg, shown ? ": " : "", shown ? arg : "");
 	return 1;
+}
+
+/* Marks a long option given without its value. */
+static const char MISSING[] = "";
+
+/* The value of long option `name` at argv[*i], given as "--name=V" or as
+ * "--name V" (then *i moves past V); NULL when argv[*i] is not `name`,
+ * MISSING when its value is. */
+static const char *long_value(int argc, char **argv, int *i, const char *name)
+{
+	const char *a = argv[*i];
+	size_t k = strlen(name);
+	if (strncmp(a, name, k) != 0)
+		return NULL;
+	if (a[k] == '=')
+		return a[k + 1] ? a + k + 1 : MISSING;
+	if (a[k])
+		return NULL;
+	return *i + 1 < argc ? argv[++*i] : MISSING;
+}
+
+/* A whole decimal number in [lo, hi]; non-zero otherwise. */
+static int number(const char *val, long lo, long hi, long *out)
+{
+	char *end = NULL;
+	errno = 0;
+	long v = strtol(val, &end, 10);
+	if (val == MISSING || end == val || *end || errno || v < lo || v > hi)
+		return 1;
+	*out = v;
+	return 0;
 }
 
 int options_parse(int argc, char **argv, struct options *o)
@@ -110,10 +146,12 @@ int options_parse(int argc, char **argv, struct options *o)
 	memset(o, 0, sizeof *o);
 	o->cache_size = DEFAULT_CACHE;
 	o->threads = 16;
+	o->spin_us = 200;
 	o->ready_fd = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;
+		long n;
 		if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
 			o->help = true;
 		} else if (strcmp(a, "-V") == 0 || strcmp(a, "--version") == 0) {
@@ -128,24 +166,21 @@ int options_parse(int argc, char **argv, struct options *o)
 				return bad("-o needs an argument", NULL);
 			if (add_fuse_opts(o, val))
 				return bad("out of memory", NULL);
-		} else if (strncmp(a, "--cache-size", 12) == 0) {
-			val = a[12] == '=' ? a + 13 : (a[12] == 0 && i + 1 < argc ? argv[++i] : NULL);
-			if (!val || parse_size(val, &o->cache_size))
+		} else if ((val = long_value(argc, argv, &i, "--cache-size"))) {
+			if (val == MISSING || parse_size(val, &o->cache_size))
 				return bad("--cache-size needs a size like 512M", val);
-		} else if (strncmp(a, "--threads", 9) == 0) {
-			val = a[9] == '=' ? a + 10 : (a[9] == 0 && i + 1 < argc ? argv[++i] : NULL);
-			char *end = NULL;
-			long t = val ? strtol(val, &end, 10) : 0;
-			if (!val || *end || t < 1 || t > 1024)
+		} else if ((val = long_value(argc, argv, &i, "--threads"))) {
+			if (number(val, 1, 1024, &n))
 				return bad("--threads needs a number from 1 to 1024", val);
-			o->threads = (unsigned)t;
-		} else if (strncmp(a, "--ready-fd", 10) == 0) {
-			val = a[10] == '=' ? a + 11 : (a[10] == 0 && i + 1 < argc ? argv[++i] : NULL);
-			char *end = NULL;
-			long fd = val ? strtol(val, &end, 10) : -1;
-			if (!val || *end || fd < 0 || fd > INT_MAX || fcntl((int)fd, F_GETFD) < 0)
+			o->threads = (unsigned)n;
+		} else if ((val = long_value(argc, argv, &i, "--spin-us"))) {
+			if (number(val, 0, 100000, &n))
+				return bad("--spin-us needs a number from 0 to 100000", val);
+			o->spin_us = (unsigned)n;
+		} else if ((val = long_value(argc, argv, &i, "--ready-fd"))) {
+			if (number(val, 0, INT_MAX, &n) || fcntl((int)n, F_GETFD) < 0)
 				return bad("--ready-fd needs an open file descriptor number", val);
-			o->ready_fd = (int)fd;
+			o->ready_fd = (int)n;
 		} else if (a[0] == '-' && a[1]) {
 			return bad("unknown option", a);
 		} else if (!o->src) {

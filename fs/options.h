@@ -11,6 +11,7 @@ struct options {
 	bool foreground, debug, help, version;
 	uint64_t cache_size;
 	unsigned threads;
+	unsigned spin_us;   /* --spin-us: polling before the waiting thread sleeps */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 };

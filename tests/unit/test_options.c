@@ -51,5 +51,23 @@ int main(void)
 	const char *a7[] = { "shardfs", "s", "m", "-o" };
 	CHECK(parse(&o, 4, a7) != 0);
 	free(o.fuse_opts);
+
+	/* --spin-us: default, both spellings, range, a missing value */
+	const char *a8[] = { "shardfs", "s", "m" };
+	CHECK(parse(&o, 3, a8) == 0 && o.spin_us == 200);
+	const char *a9[] = { "shardfs", "s", "m", "--spin-us", "0" };
+	CHECK(parse(&o, 5, a9) == 0 && o.spin_us == 0);
+	const char *a10[] = { "shardfs", "s", "m", "--spin-us=50" };
+	CHECK(parse(&o, 4, a10) == 0 && o.spin_us == 50);
+	const char *a11[] = { "shardfs", "s", "m", "--spin-us=100001" };
+	CHECK(parse(&o, 4, a11) != 0);
+	const char *a12[] = { "shardfs", "s", "m", "--spin-us" };
+	CHECK(parse(&o, 4, a12) != 0);
+	const char *a13[] = { "shardfs", "s", "m", "--spin-us=" };
+	CHECK(parse(&o, 4, a13) != 0);
+	const char *a14[] = { "shardfs", "s", "m", "--spin-usx" };
+	CHECK(parse(&o, 4, a14) != 0);
+	const char *a15[] = { "shardfs", "s", "m", "--threads=2x" };
+	CHECK(parse(&o, 4, a15) != 0);
 	CHECK_DONE();
 }

@@ -1,0 +1,108 @@
+"""The daemon's request loop (fs/loop.c): one thread waits for requests and
+serves fast ones itself; slow work hands the wait to another thread, and a
+watch takes it over from a handler stuck without doing so."""
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+from conftest import WRITERS, read_through
+
+sys.path.insert(0, str(WRITERS))
+import tet_writer as tw  # noqa: E402
+
+
+def big_zstd_tet(path):
+    """One zstd chunk of 64 MiB: a decode that takes a while."""
+    rng = np.random.default_rng(3)
+    a = np.cumsum(rng.standard_normal((4096, 4096), dtype=np.float32), axis=1)
+    a = (np.round(a * 16) / 16).astype("<f4")
+    tw.write_tet(str(path), [tw.Dataset(b"x", a, a.shape, codec="zstd")])
+    return a.tobytes()
+
+
+def test_a_slow_decode_does_not_hold_up_other_requests(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    want = big_zstd_tet(src / "z.tet")
+    (src / "small").write_bytes(b"s" * 100)
+    mnt = mount(src)
+    os.stat(mnt / "z" / "x" / "0.0")
+    done = threading.Event()
+    got = {}
+
+    def big():
+        with open(mnt / "z" / "x" / "0.0", "rb", buffering=0) as f:
+            got["big"] = f.read(1 << 20)
+        done.set()
+
+    t = threading.Thread(target=big)
+    t.start()
+    # requests made while the chunk decodes are answered meanwhile
+    answered = 0
+    while not done.is_set():
+        fd = os.open(mnt / "small", os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        assert os.read(fd, 200) == b"s" * 100
+        os.close(fd)
+        answered += 1
+    t.join()
+    assert got["big"] == want[: 1 << 20]
+    assert answered >= 3, f"only {answered} reads were answered during the decode"
+
+
+def test_a_store_waiting_for_a_queued_read_is_rescued(tmp_path, mount):
+    """Two readers open the same small files at once: one with Python's
+    buffered open (an IOCTL, so the daemon stores the content while the
+    page may be locked by the other's READ, queued behind the store), one
+    with plain reads. Every read completes with the right bytes."""
+    src = tmp_path / "src"
+    src.mkdir()
+    files = {f"f{i:04}": os.urandom(1 + i * 37 % 60000) for i in range(600)}
+    for name, data in files.items():
+        (src / name).write_bytes(data)
+    mnt = mount(src)
+    names = sorted(files)
+    for name in names:
+        os.stat(mnt / name)
+    bad = []
+    start = threading.Barrier(2)
+
+    def buffered():
+        start.wait()
+        for name in names:
+            if read_through(mnt / name) != files[name]:
+                bad.append(name)
+
+    def plain():
+        start.wait()
+        for name in names:
+            fd = os.open(mnt / name, os.O_RDONLY)
+            b = os.read(fd, 1 << 20)
+            os.close(fd)
+            if b != files[name]:
+                bad.append(name)
+
+    threads = [threading.Thread(target=buffered), threading.Thread(target=plain)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+        assert not t.is_alive(), "a reader hung"
+    assert not bad, bad[:10]
+    assert time.monotonic() - t0 < 60
+
+
+def test_spin_off_and_one_thread_serve_the_same_bytes(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i}": os.urandom(i * 1000 + 1) for i in range(50)}
+    for name, b in data.items():
+        (src / name).write_bytes(b)
+    for args in (["--spin-us", "0"], ["--threads", "1"], ["--threads", "1", "--spin-us", "0"]):
+        mnt = mount(src, *args)
+        for name, b in data.items():
+            assert read_through(mnt / name) == b, (args, name)
