@@ -61,6 +61,21 @@ def build(build_dir):
                    check=True, capture_output=True)
 
 
+def wakeup_costs(work):
+    """The machine's pipe round trip in microseconds (tests/bench/wakeup.c):
+    across CPUs sleeping, across CPUs with the answering side polling, and
+    on one CPU. Every FUSE round trip pays at least one wake-up, so these
+    say what the small-file figures can be on this machine."""
+    exe = work / "wakeup"
+    src = Path(__file__).resolve().parent / "wakeup.c"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    def run(*args):
+        out = subprocess.run([*args], check=True, capture_output=True, text=True).stdout
+        return float(out)
+    return {"cross_cpu_us": run(str(exe)), "cross_cpu_polling_us": run(str(exe), "--poll"),
+            "one_cpu_us": run("taskset", "-c", "0", str(exe))}
+
+
 def fmt(v):
     if v is None:
         return "-"
@@ -96,6 +111,9 @@ def main():
     ctx = cases.Context(build=a.build.resolve(), work=a.workdir.resolve(), quick=a.quick,
                         runs=a.runs or (2 if a.quick else 5))
     ctx.work.mkdir(parents=True, exist_ok=True)
+    wake = wakeup_costs(ctx.work)
+    print("machine: pipe round trip {cross_cpu_us:.1f} us across CPUs, {cross_cpu_polling_us:.1f} "
+          "us with the answer polled, {one_cpu_us:.1f} us on one CPU".format(**wake), flush=True)
     t0 = time.monotonic()
     results = []
     for g in groups:
@@ -103,7 +121,8 @@ def main():
             print(line(r), flush=True)
             results.append(r)
     summary = {"quick": a.quick, "runs": ctx.runs, "seconds": round(time.monotonic() - t0, 1),
-               "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+               "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release,
+                           "pipe_round_trip": wake},
                "results": results}
     text = json.dumps(summary, indent=1)
     print(text)

@@ -28,6 +28,11 @@ def test_quick_run(tmp_path):
     results = summary["results"]
     assert {x["case"] for x in results} == CASES
     lines = r.stdout.splitlines()
+    # the machine's wake-up costs come first
+    wake = summary["machine"]["pipe_round_trip"]
+    assert set(wake) == {"cross_cpu_us", "cross_cpu_polling_us", "one_cpu_us"}
+    assert all(v > 0 for v in wake.values())
+    assert lines.pop(0).startswith("machine: pipe round trip")
     for i, x in enumerate(results):
         assert set(x) == KEYS
         assert x["figure"] > 0 and x["reference_figure"] > 0, x
