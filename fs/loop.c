@@ -6,8 +6,8 @@
  * virtual machines that wake-up dominates (docs/performance.md: 24 us per
  * wake-up on a 2-vCPU VM, against a few for the work). So one thread at a
  * time, the leader, waits on the device: it polls it without sleeping for a
- * short while after its last request, and sleeps in poll() only when
- * nothing came. It serves the requests it takes itself: most take a few
+ * short while after its last request (shorter when polling keeps missing),
+ * and sleeps in poll() only when nothing came. It serves the requests it takes itself: most take a few
  * microseconds, less than waking another thread would. Before work that may
  * take long or wait (a decode, a first listing, a store into the page
  * cache) the handler calls loop_hand_off(), which passes the lead to an idle
@@ -43,7 +43,9 @@
 struct loop {
 	struct fuse_session *se;
 	int fd, stop_fd;
-	uint64_t spin_ns;
+	/* how long the leader polls: adapted between spin_max_ns / 16 and
+	 * spin_max_ns (--spin-us), see next_request */
+	uint64_t spin_ns, spin_max_ns;
 	unsigned max_threads;
 	pthread_mutex_t lock;
 	pthread_cond_t turn;   /* the lead is free, or the loop is done */
@@ -75,15 +77,31 @@ static void finish(struct loop *l, int err)
 	sem_post(&l->finished);
 }
 
+/* The poll doubles (up to --spin-us) each time a request came while
+ * polling and halves each time none did, so a slow trickle of requests
+ * (one every millisecond, say) does not keep a CPU busy polling in vain.
+ * Only the leader calls this; the lead passes under the loop's lock. */
+static void adapt(struct loop *l, bool caught)
+{
+	uint64_t floor = l->spin_max_ns / 16;
+	if (caught)
+		l->spin_ns = l->spin_ns * 2 < l->spin_max_ns ? l->spin_ns * 2 : l->spin_max_ns;
+	else
+		l->spin_ns = l->spin_ns / 2 > floor ? l->spin_ns / 2 : floor;
+}
+
 /* The leader's wait: > 0 a request is in fb, 0 the session is over, < 0
  * the device failed. */
 static int next_request(struct loop *l, struct fuse_buf *fb)
 {
 	uint64_t until = now_ns() + l->spin_ns;
+	bool slept = false;
 	for (;;) {
 		int r = fuse_session_receive_buf(l->se, fb);
-		if (r != -EAGAIN && r != -EINTR)
+		if (r != -EAGAIN && r != -EINTR) {
+			adapt(l, !slept);
 			return r;
+		}
 		if (fuse_session_exited(l->se))
 			return 0;
 		if (now_ns() < until) {
@@ -91,12 +109,13 @@ static int next_request(struct loop *l, struct fuse_buf *fb)
 			sched_yield();
 			continue;
 		}
+		slept = true;
 		struct pollfd p[2] = { { l->fd, POLLIN, 0 }, { l->stop_fd, POLLIN, 0 } };
 		if (poll(p, 2, -1) < 0 && errno != EINTR)
 			return -errno;
 		if (p[1].revents)
 			return 0;
-		until = now_ns() + l->spin_ns;
+		until = now_ns();
 	}
 }
 
@@ -201,6 +220,7 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
 		.se = se,
 		.fd = fuse_session_fd(se),
 		.spin_ns = (uint64_t)spin_us * 1000u,
+		.spin_max_ns = (uint64_t)spin_us * 1000u,
 		.max_threads = threads ? threads : 1,
 		.lock = PTHREAD_MUTEX_INITIALIZER,
 		.turn = PTHREAD_COND_INITIALIZER,

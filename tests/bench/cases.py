@@ -318,10 +318,50 @@ def fold_scale(ctx):
     ]
 
 
+# --- what polling costs ---------------------------------------------------
+
+def _daemon_cpu(ctx, src, names, *args):
+    """Share of a CPU the daemon uses idle, and under a trickle of lookups
+    about 0.5 ms apart (a slow consumer): (idle, trickle, lookups/s)."""
+    with mounts.shardfs(ctx.shardfs, src, *args) as (mnt, proc, _):
+        fold = mnt / "f"
+        os.stat(fold / names[0])
+        time.sleep(1.5)  # past the loop's idle time
+        c, t = cpu_seconds(proc.pid), time.perf_counter()
+        time.sleep(2)
+        idle = (cpu_seconds(proc.pid) - c) / (time.perf_counter() - t)
+        c, t = cpu_seconds(proc.pid), time.perf_counter()
+        for n in names[1:]:
+            os.stat(fold / n)
+            time.sleep(0.0005)
+        dt = time.perf_counter() - t
+        return idle, (cpu_seconds(proc.pid) - c) / dt, (len(names) - 1) / dt
+
+
+def polling_cost(ctx):
+    n = ctx.size(100_000, 4_000)
+    src, _, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
+    sample = names[:3000]  # about 2 s of trickle, enough CPU ticks to count
+    idle, trickle, rate, off = [], [], [], []
+    for _ in range(ctx.runs):
+        i, t, r = _daemon_cpu(ctx, src, sample)
+        idle.append(i * 100)
+        trickle.append(t * 100)
+        rate.append(r)
+        off.append(_daemon_cpu(ctx, src, sample, "--spin-us", "0")[1] * 100)
+    u = "% of CPU"
+    return [
+        row("daemon_cpu_idle", median(idle), u, "limit", 1.0, 1.0, "<="),
+        row("daemon_cpu_trickle", median(trickle), u,
+            f"--spin-us 0 ({median(rate):.0f} lookups/s)", median(off)),
+    ]
+
+
 GROUPS = {
     "small": small_members,
     "large": large_payload,
     "zstd": compressed_parts,
     "mount": mount_and_memory,
     "fold": fold_scale,
+    "cpu": polling_cost,
 }
