@@ -229,11 +229,12 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
 	if (fl < 0 || fcntl(l.fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
 	l.stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (l.stop_fd < 0)
+		return -errno;
 	l.tids = calloc(l.max_threads, sizeof *l.tids);
-	if (l.stop_fd < 0 || !l.tids || sem_init(&l.finished, 0, 0)) {
-		int err = l.tids && l.stop_fd >= 0 ? -errno : -ENOMEM;
-		if (l.stop_fd >= 0)
-			close(l.stop_fd);
+	if (!l.tids || sem_init(&l.finished, 0, 0)) {
+		int err = l.tids ? -errno : -ENOMEM;
+		close(l.stop_fd);
 		free(l.tids);
 		return err;
 	}

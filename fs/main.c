@@ -238,7 +238,7 @@ int main(int argc, char **argv)
 			strerror(-wrc));
 	int lrc = loop_run(se, o.threads, o.spin_us);
 	if (lrc)
-		fprintf(stderr, "shardfs: the FUSE device failed: %s\n", strerror(-lrc));
+		fprintf(stderr, "shardfs: serving requests failed: %s\n", strerror(-lrc));
 	rc = lrc ? 1 : 0;
 out:
 	watch_stop();
