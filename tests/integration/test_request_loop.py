@@ -1,6 +1,7 @@
 """The daemon's request loop (fs/loop.c): one thread waits for requests and
 serves fast ones itself; slow work hands the wait to another thread, and a
 watch takes it over from a handler stuck without doing so."""
+import json
 import os
 import sys
 import threading
@@ -11,6 +12,7 @@ import numpy as np
 from conftest import WRITERS, read_through
 
 sys.path.insert(0, str(WRITERS))
+import taridx_writer as xw  # noqa: E402
 import tet_writer as tw  # noqa: E402
 
 
@@ -106,3 +108,39 @@ def test_spin_off_and_one_thread_serve_the_same_bytes(tmp_path, mount):
         mnt = mount(src, *args)
         for name, b in data.items():
             assert read_through(mnt / name) == b, (args, name)
+
+
+def _stats(mnt):
+    # unbuffered: no isatty(), so reading the stats sends no IOCTL itself
+    with open(mnt / ".shardfs" / "stats.json", "rb", buffering=0) as f:
+        return json.loads(f.read())
+
+
+def test_fold_members_and_decoded_tiles_are_pushed_at_open(tmp_path, mount):
+    """View files get the push too: fold members straight from their tar,
+    zstd tiles decoded (once) for it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n = 300
+    xw.write_scale(src, n, per_shard=100)
+    a = np.arange(64 * 64, dtype="<f4").reshape(64, 64)
+    tw.write_tet(str(src / "t.tet"), [tw.Dataset(b"x", a, (32, 32), codec="zstd")])
+    mnt = mount(src)
+    members = ["%08d.txt" % i for i in range(0, n, 7)]
+    tiles = ["0.0", "0.1", "1.0", "1.1"]
+    for m in members:
+        os.stat(mnt / "big" / m)
+    for t in tiles:
+        os.stat(mnt / "t" / "x" / t)
+    before = _stats(mnt)
+    for m in members:
+        assert read_through(mnt / "big" / m) == xw.scale_payload(int(m[:8]))
+    for t in tiles:
+        i, j = map(int, t.split("."))
+        assert read_through(mnt / "t" / "x" / t) == a[i * 32:(i + 1) * 32, j * 32:(j + 1) * 32].tobytes()
+    after = _stats(mnt)
+    pushed = after["bytes_served"]["pushed_at_open"] - before["bytes_served"]["pushed_at_open"]
+    assert pushed == sum(len(xw.scale_payload(int(m[:8]))) for m in members) + 4 * 32 * 32 * 4
+    # no READ but the stats read of `before`
+    assert after["requests"]["read"] - before["requests"]["read"] == 1
+    assert after["cache"]["parts_decoded"] - before["cache"]["parts_decoded"] == 4
