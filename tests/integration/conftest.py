@@ -1,5 +1,6 @@
 """Shared pieces of the mounted tests: where things are, and a `mount`
 fixture that runs the real daemon on a directory and always unmounts."""
+import json
 import os
 import subprocess
 import time
@@ -97,6 +98,13 @@ def mount(tmp_path_factory):
         elif any(mark in err for mark in SANITIZER_MARKS):
             problems.append(f"sanitizer report: {err[-8000:]}")
     assert not problems, "\n".join(problems)
+
+
+def mount_stats(mnt):
+    """MNT/.shardfs/stats.json, read unbuffered: no isatty(), so reading it
+    sends no IOCTL of its own (it does send one READ)."""
+    with open(Path(mnt) / ".shardfs" / "stats.json", "rb", buffering=0) as f:
+        return json.loads(f.read())
 
 
 def read_through(path, chunk=None):

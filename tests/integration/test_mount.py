@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARDFS, is_mounted, read_through, unmount
+from conftest import SHARDFS, is_mounted, mount_stats, read_through, unmount
 
 SIZES = [0, 1, 511, 4095, 4096, 4097, 65535, 131073, (1 << 20) + 3, 7_654_321]
 
@@ -345,12 +345,6 @@ def test_changes_show_before_the_entry_timeout(tmp_path, mount):
     assert got == b"fresh", errs
 
 
-def _stats(mnt):
-    # unbuffered: no isatty(), so reading the stats sends no IOCTL itself
-    with open(mnt / ".shardfs" / "stats.json", "rb", buffering=0) as f:
-        return json.loads(f.read())
-
-
 def test_small_files_are_pushed_at_open(tmp_path, mount):
     """Python's open() sends an IOCTL (isatty): a small file's content goes
     into the page cache then, and the read that follows sends no READ."""
@@ -360,19 +354,19 @@ def test_small_files_are_pushed_at_open(tmp_path, mount):
     (src / "small").write_bytes(small)
     (src / "big").write_bytes(small + b"x")
     mnt = mount(src)
-    before = _stats(mnt)
+    before = mount_stats(mnt)
     assert read_through(mnt / "small") == small
-    after = _stats(mnt)
+    after = mount_stats(mnt)
     assert after["requests"]["ioctl"] - before["requests"]["ioctl"] == 1
     # the one READ is the stats read of `before` (its snapshot predates it)
     assert after["requests"]["read"] - before["requests"]["read"] == 1
     assert after["bytes_served"]["pushed_at_open"] == len(small)
     # once per node: the second open finds the pages in the cache
     assert read_through(mnt / "small") == small
-    assert _stats(mnt)["bytes_served"]["pushed_at_open"] == len(small)
+    assert mount_stats(mnt)["bytes_served"]["pushed_at_open"] == len(small)
     # a file over the limit is read as before
     assert read_through(mnt / "big") == small + b"x"
-    last = _stats(mnt)
+    last = mount_stats(mnt)
     assert last["bytes_served"]["pushed_at_open"] == len(small)
     assert last["requests"]["read"] - after["requests"]["read"] >= 2
 
@@ -383,6 +377,6 @@ def test_no_push_with_one_request_thread(tmp_path, mount):
     (src / "x").write_bytes(b"abc")
     mnt = mount(src, "--threads", "1")
     assert read_through(mnt / "x") == b"abc"
-    s = _stats(mnt)
+    s = mount_stats(mnt)
     assert s["bytes_served"]["pushed_at_open"] == 0
     assert s["requests"]["read"] >= 1

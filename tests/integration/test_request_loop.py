@@ -1,7 +1,6 @@
 """The daemon's request loop (fs/loop.c): one thread waits for requests and
 serves fast ones itself; slow work hands the wait to another thread, and a
 watch takes it over from a handler stuck without doing so."""
-import json
 import os
 import sys
 import threading
@@ -9,7 +8,7 @@ import time
 
 import numpy as np
 
-from conftest import WRITERS, read_through
+from conftest import WRITERS, mount_stats, read_through
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as xw  # noqa: E402
@@ -110,11 +109,6 @@ def test_spin_off_and_one_thread_serve_the_same_bytes(tmp_path, mount):
             assert read_through(mnt / name) == b, (args, name)
 
 
-def _stats(mnt):
-    # unbuffered: no isatty(), so reading the stats sends no IOCTL itself
-    with open(mnt / ".shardfs" / "stats.json", "rb", buffering=0) as f:
-        return json.loads(f.read())
-
 
 def test_fold_members_and_decoded_tiles_are_pushed_at_open(tmp_path, mount):
     """View files get the push too: fold members straight from their tar,
@@ -132,13 +126,13 @@ def test_fold_members_and_decoded_tiles_are_pushed_at_open(tmp_path, mount):
         os.stat(mnt / "big" / m)
     for t in tiles:
         os.stat(mnt / "t" / "x" / t)
-    before = _stats(mnt)
+    before = mount_stats(mnt)
     for m in members:
         assert read_through(mnt / "big" / m) == xw.scale_payload(int(m[:8]))
     for t in tiles:
         i, j = map(int, t.split("."))
         assert read_through(mnt / "t" / "x" / t) == a[i * 32:(i + 1) * 32, j * 32:(j + 1) * 32].tobytes()
-    after = _stats(mnt)
+    after = mount_stats(mnt)
     pushed = after["bytes_served"]["pushed_at_open"] - before["bytes_served"]["pushed_at_open"]
     assert pushed == sum(len(xw.scale_payload(int(m[:8]))) for m in members) + 4 * 32 * 32 * 4
     # no READ but the stats read of `before`
