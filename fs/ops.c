@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -440,6 +441,39 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, ENOSYS);
 }
 
+/* Copying mapped bytes that are not in memory waits for the disk: before
+ * that, the request loop hands the wait for requests to another thread
+ * (otherwise cold reads from several readers would be served one at a
+ * time). mincore() asks the page cache; where it may not say (a daemon
+ * neither owning nor able to write the source file only learns about pages
+ * it has mapped) the answer errs towards handing off. */
+static void hand_off_unless_resident(const struct iovec *iov, size_t n)
+{
+	static long page;
+	if (!page)
+		page = sysconf(_SC_PAGESIZE);
+	unsigned char vec[256];
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t a = (uintptr_t)iov[i].iov_base & ~(uintptr_t)(page - 1);
+		uintptr_t end = (uintptr_t)iov[i].iov_base + iov[i].iov_len;
+		while (a < end) {
+			size_t len = end - a;
+			if (len > sizeof vec * (size_t)page)
+				len = sizeof vec * (size_t)page;
+			if (mincore((void *)a, len, vec) != 0) {
+				loop_hand_off();
+				return;
+			}
+			for (size_t k = 0; k < (len + (size_t)page - 1) / (size_t)page; k++)
+				if (!(vec[k] & 1)) {
+					loop_hand_off();
+					return;
+				}
+			a += len;
+		}
+	}
+}
+
 static void account(const struct sf_readv *rv)
 {
 	stat_add(&stats.bytes_from_map, rv->from_map);
@@ -471,6 +505,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (len > size)
 			len = size;
 		stat_add(&stats.bytes_from_map, len);
+		struct iovec piece = { (uint8_t *)n->map->data + off, len };
+		hand_off_unless_resident(&piece, 1);
 		fuse_reply_buf(req, len ? (const char *)n->map->data + off : NULL, len);
 		return;
 	}
@@ -504,6 +540,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
+		if (rv.from_map)
+			hand_off_unless_resident(rv.iov, rv.n);
 		reply_readv(req, &rv);
 	}
 	sf_readv_release(&rv);
@@ -564,6 +602,8 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	if (small_content(n, &rv))
 		bv = calloc(1, sizeof *bv + rv.n * sizeof bv->buf[0]);
 	if (bv) {
+		if (rv.from_map)
+			hand_off_unless_resident(rv.iov, rv.n);
 		bv->count = rv.n;
 		for (size_t i = 0; i < rv.n; i++) {
 			bv->buf[i].mem = rv.iov[i].iov_base;
