@@ -3,20 +3,21 @@
  * Why not libfuse's multithreaded loop: every request costs the requesting
  * process a round trip to us, and a round trip that wakes a sleeping daemon
  * thread on another CPU pays for a cross-CPU wake-up on top of the work. On
- * virtual machines that wake-up dominates (docs/performance.md: 24 us per
- * wake-up on a 2-vCPU VM, against a few for the work). So one thread at a
- * time, the leader, waits on the device: it polls it without sleeping for a
- * short while after its last request (shorter when polling keeps missing),
- * and sleeps in poll() only when nothing came. It serves the requests it takes itself: most take a few
- * microseconds, less than waking another thread would. Before work that may
- * take long or wait (a decode, a first listing, a store into the page
- * cache) the handler calls loop_hand_off(), which passes the lead to an idle
- * thread (or starts one, up to the limit), so slow requests never hold up
- * the others. The other threads wait for the lead on a condition variable,
- * not on the device: a request wakes no thread that would not take it.
+ * virtual machines that wake-up dominates (docs/performance.md: 20-25 us
+ * per wake-up on a 2-vCPU VM, against a few for the work). So one thread at
+ * a time, the leader, waits on the device: it polls it without sleeping for
+ * a short while after its last request (shorter when polling keeps
+ * missing), and sleeps in poll() only when nothing came. It serves the
+ * requests it takes itself: most take a few microseconds, less than waking
+ * another thread would. Before work that may take long or wait (a decode, a
+ * first listing, a copy of mapped bytes not in memory) the handler calls
+ * loop_hand_off(), which passes the lead to an idle thread (or starts one,
+ * up to the limit), so slow requests never hold up the others. The other
+ * threads wait for the lead on a condition variable, not on the device: a
+ * request wakes no thread that would not take it.
  *
  * A handler can still be held up where nobody called loop_hand_off(): a
- * fault on a mapping of a slow disk, or a store into the page cache that
+ * fault mincore() did not foresee, or a store into the page cache that
  * waits for a READ queued behind it (which would never be served). So while
  * requests come, one waiting thread keeps watch: it wakes every WATCH_NS
  * and takes the lead if nobody has it. It sleeps untimed once requests stop
