@@ -506,7 +506,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			len = size;
 		stat_add(&stats.bytes_from_map, len);
 		struct iovec piece = { (uint8_t *)n->map->data + off, len };
-		hand_off_unless_resident(&piece, 1);
+		if (len)
+			hand_off_unless_resident(&piece, 1);
 		fuse_reply_buf(req, len ? (const char *)n->map->data + off : NULL, len);
 		return;
 	}
@@ -615,10 +616,7 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 		}
 		free(bv);
 	}
-	if (n->kind == FK_SRC_FILE)
-		free(rv.iov);
-	else
-		sf_readv_release(&rv);
+	sf_readv_release(&rv);
 }
 
 static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
