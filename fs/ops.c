@@ -444,27 +444,41 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* Copying mapped bytes that are not in memory waits for the disk: before
  * that, the request loop hands the wait for requests to another thread
  * (otherwise cold reads from several readers would be served one at a
- * time). mincore() asks the page cache; where it may not say (a daemon
- * neither owning nor able to write the source file only learns about pages
- * it has mapped) the answer errs towards handing off. */
+ * time). mincore() tells about the page cache only to root and to the
+ * owner (or a writer) of a file; anyone else learns only about the pages
+ * it has mapped, which would make every first read look cold and cost a
+ * hand-off. So the check is made when the daemon runs as root or owns SRC,
+ * and otherwise left to the loop's watch. */
+static bool residency_visible(void)
+{
+	static atomic_int known = -1;
+	int k = atomic_load(&known);
+	if (k < 0) {
+		struct stat st;
+		k = geteuid() == 0 || (fstat(src_fd, &st) == 0 && st.st_uid == geteuid());
+		atomic_store(&known, k);
+	}
+	return k;
+}
+
 static void hand_off_unless_resident(const struct iovec *iov, size_t n)
 {
-	static long page;
-	if (!page)
-		page = sysconf(_SC_PAGESIZE);
+	if (!residency_visible())
+		return;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	unsigned char vec[256];
 	for (size_t i = 0; i < n; i++) {
 		uintptr_t a = (uintptr_t)iov[i].iov_base & ~(uintptr_t)(page - 1);
 		uintptr_t end = (uintptr_t)iov[i].iov_base + iov[i].iov_len;
 		while (a < end) {
 			size_t len = end - a;
-			if (len > sizeof vec * (size_t)page)
-				len = sizeof vec * (size_t)page;
+			if (len > sizeof vec * page)
+				len = sizeof vec * page;
 			if (mincore((void *)a, len, vec) != 0) {
 				loop_hand_off();
 				return;
 			}
-			for (size_t k = 0; k < (len + (size_t)page - 1) / (size_t)page; k++)
+			for (size_t k = 0; k < (len + page - 1) / page; k++)
 				if (!(vec[k] & 1)) {
 					loop_hand_off();
 					return;
