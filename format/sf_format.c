@@ -36,6 +36,14 @@ const struct sf_format *sf_format_for(const char *dirpath, const char *name)
 	return NULL;
 }
 
+const struct sf_format *sf_format_nth(size_t i)
+{
+	for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+		if (all[k] && i-- == 0)
+			return all[k];
+	return NULL;
+}
+
 static int cmp_names(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);

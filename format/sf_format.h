@@ -46,6 +46,8 @@ struct sf_format {
 
 /* The format claiming `name` in `dirpath`, or NULL. */
 const struct sf_format *sf_format_for(const char *dirpath, const char *name);
+/* The formats built in, i = 0, 1, ... until it returns NULL. */
+const struct sf_format *sf_format_nth(size_t i);
 
 /* Opens `path` (a file outside any mount, for the tools): maps it, lists its
  * directory for siblings and opens the view. */

@@ -215,6 +215,39 @@ static char *view_name(const struct listing *l, size_t nsrc, const struct namese
 	return NULL;
 }
 
+/* Whether `file` in `rel` is a regular file some format claims. */
+static bool container_at(const char *rel, const char *file)
+{
+	char *path = src_join(rel, file);
+	struct stat st;
+	bool yes = path && fstatat(src_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		   S_ISREG(st.st_mode) && sf_format_for(rel, file);
+	free(path);
+	return yes;
+}
+
+bool listing_may_have_view(const char *rel, const char *name)
+{
+	const struct sf_format *f;
+	for (size_t i = 0; (f = sf_format_nth(i)); i++) {
+		char *file = NULL;
+		if (asprintf(&file, "%s%s", name, f->ext) < 0)
+			return true;
+		bool yes = container_at(rel, file);
+		free(file);
+		if (yes)
+			return true;
+	}
+	size_t n = strlen(name);
+	if (n > 2 && strcmp(name + n - 2, ".d") == 0) {
+		char *file = strndup(name, n - 2);
+		bool yes = !file || container_at(rel, file);
+		free(file);
+		return yes;
+	}
+	return false;
+}
+
 static int build(int dirfd, const char *rel, const struct listing *old, struct listing *l)
 {
 	int fd = dup(dirfd);

@@ -1,7 +1,7 @@
 /* What a SRC directory shows: its own entries, and the views placed beside
  * recognised containers (DESIGN §3.1). Computed when the directory is
- * listed or a name in it is not found in SRC; reused until the directory
- * changes. */
+ * listed or a name in it that a view could have is not found in SRC; reused
+ * until the directory changes. */
 #ifndef FS_LISTING_H
 #define FS_LISTING_H
 
@@ -47,5 +47,10 @@ int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
+/* Whether a view could be named `name` in SRC directory `rel` (given that
+ * no SRC entry is): some regular file there would be placed under it, as
+ * `name` + a format's extension or as `name` = "<file>.d". When not, a
+ * lookup of `name` need not list the directory (opening its containers). */
+bool listing_may_have_view(const char *rel, const char *name);
 
 #endif

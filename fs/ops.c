@@ -259,6 +259,8 @@ static int find_src(struct fnode *dir, const char *name, struct listing **l, str
 	}
 	if (err != ENOENT)
 		return -err;
+	if (!*l && !listing_may_have_view(dir->rel, name))
+		return 0;
 	if (!*l) {
 		int rc = listing_get(dir, l);
 		if (rc)

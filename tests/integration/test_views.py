@@ -8,7 +8,7 @@ import shutil
 import stat
 import time
 
-from conftest import FIXTURES, read_through
+from conftest import FIXTURES, mount_stats, read_through
 
 TET = FIXTURES / "tet" / "sample.tet"
 TSUMUGI = FIXTURES / "tsumugi" / "gold_prod.tsumugi"
@@ -52,6 +52,38 @@ def test_view_names_and_clashes(tmp_path, mount):
     lines = error_lines(mnt)
     clash = [l for l in lines if LINE.match(l).group(1) == "both.tet"]
     assert len(clash) == 1 and "taken" in clash[0]
+
+
+def test_missing_names_are_answered_without_opening_containers(tmp_path, mount):
+    """A lookup of a name no container could be placed under answers ENOENT
+    without listing the directory; names a container could take still see
+    the placement of a full listing, looked up before any listing."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(20):
+        shutil.copy(TET, src / f"c{i}.tet")
+    shutil.copy(TET, src / "taken.tet")
+    (src / "taken").mkdir()
+    shutil.copy(TET, src / "y.tet")
+    shutil.copy(TSUMUGI, src / "y.tsumugi")
+    (src / "link.tet").symlink_to("c0.tet")
+
+    def opened(mnt):
+        return mount_stats(mnt)["containers_opened"]
+
+    mnt = mount(src)
+    for name in ("missing", "missing.tet", "c0.npy", "nothing.tet.d", "link", "c3.d", ".d"):
+        assert not os.path.lexists(mnt / name), name
+    assert opened(mnt) == 0
+    # each of these needs the placement: a fresh mount for each, no listing first
+    want = {"c3": ".zgroup", "taken.tet.d": ".zgroup", "y": ".zgroup", "y.tsumugi.d": "regions"}
+    for name, inside in want.items():
+        mnt = mount(src)
+        assert (mnt / name / inside).exists(), name
+        assert opened(mnt) == 23
+    mnt = mount(src)
+    assert not os.path.lexists(mnt / "taken.tsumugi.d")
+    assert os.listdir(mnt / "taken") == []
 
 
 def test_broken_and_symlinked_containers(tmp_path, mount):
