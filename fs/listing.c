@@ -1,4 +1,3 @@
-#include "loop.h"
 #include "listing.h"
 
 #include <dirent.h>
@@ -11,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "loop.h"
 #include "sf_format.h"
 #include "stats.h"
 
@@ -215,37 +215,59 @@ static char *view_name(const struct listing *l, size_t nsrc, const struct namese
 	return NULL;
 }
 
-/* Whether `file` in `rel` is a regular file some format claims. */
-static bool container_at(const char *rel, const char *file)
+/* Whether `file` in `rel` is a regular file some format claims (*fmt). */
+static bool container_at(const char *rel, const char *file, const struct sf_format **fmt,
+			 struct stat *st)
 {
 	char *path = src_join(rel, file);
-	struct stat st;
-	bool yes = path && fstatat(src_fd, path, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		   S_ISREG(st.st_mode) && sf_format_for(rel, file);
+	bool yes = path && fstatat(src_fd, path, st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
 	free(path);
 	return yes;
 }
 
-bool listing_may_have_view(const char *rel, const char *name)
+/* The files of `rel` that could place a view under `name` (not a SRC
+ * entry): `name` plus a format's extension, or `name` = "<file>.d".
+ * Returns how many (2 meaning two or more); with exactly one, and that one
+ * taking `name` as its own view name, *file, *fmt and *st describe it. A
+ * view of a file ending in `.d` needs the file's own view name taken, which
+ * only a full listing knows, so it counts as two. */
+static int candidates(const char *rel, const char *name, char **file,
+		      const struct sf_format **fmt, struct stat *st)
 {
+	int found = 0;
 	const struct sf_format *f;
-	for (size_t i = 0; (f = sf_format_nth(i)); i++) {
-		char *file = NULL;
-		if (asprintf(&file, "%s%s", name, f->ext) < 0)
-			return true;
-		bool yes = container_at(rel, file);
-		free(file);
-		if (yes)
-			return true;
+	*file = NULL;
+	for (size_t i = 0; found < 2 && (f = sf_format_nth(i)); i++) {
+		char *c = NULL;
+		const struct sf_format *g = NULL;
+		struct stat cst;
+		if (asprintf(&c, "%s%s", name, f->ext) < 0) {
+			found = 2;
+			break;
+		}
+		if (container_at(rel, c, &g, &cst) && g == f && found++ == 0) {
+			*file = c;
+			*fmt = g;
+			*st = cst;
+			continue;
+		}
+		if (g && g != f)
+			found = 2; /* claimed under another extension: the listing decides */
+		free(c);
 	}
 	size_t n = strlen(name);
-	if (n > 2 && strcmp(name + n - 2, ".d") == 0) {
-		char *file = strndup(name, n - 2);
-		bool yes = !file || container_at(rel, file);
-		free(file);
-		return yes;
+	struct stat dst;
+	const struct sf_format *g = NULL;
+	char *c = n > 2 && strcmp(name + n - 2, ".d") == 0 ? strndup(name, n - 2) : NULL;
+	if (c && container_at(rel, c, &g, &dst))
+		found = 2;
+	free(c);
+	if (found != 1) {
+		free(*file);
+		*file = NULL;
 	}
-	return false;
+	return found;
 }
 
 static int build(int dirfd, const char *rel, const struct listing *old, struct listing *l)
@@ -342,52 +364,167 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 	return rc;
 }
 
-int listing_get(struct fnode *dir, struct listing **out)
+/* Opens SRC directory `dir` and takes its listing lock (another thread may
+ * be listing it: the request loop is handed on meanwhile). */
+static int lock_dir(struct fnode *dir, int *dirfd, struct stat *st)
 {
-	int dirfd = openat(src_fd, dir->rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (dirfd < 0)
+	*dirfd = openat(src_fd, dir->rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (*dirfd < 0)
 		return -errno;
-	struct stat st;
-	if (fstat(dirfd, &st) < 0) {
+	if (fstat(*dirfd, st) < 0) {
 		int rc = -errno;
-		close(dirfd);
+		close(*dirfd);
 		return rc;
 	}
 	if (pthread_mutex_trylock(&dir->map_lock)) {
-		/* another thread is listing it */
 		loop_hand_off();
 		pthread_mutex_lock(&dir->map_lock);
 	}
+	return 0;
+}
+
+static void unlock_dir(struct fnode *dir, int dirfd)
+{
+	pthread_mutex_unlock(&dir->map_lock);
+	close(dirfd);
+}
+
+/* Whether `l` is the whole current listing of a directory now `st`. A
+ * directory changed within a second of its listing may change again within
+ * the same timestamp tick: it is listed anew until it settles. */
+static bool fresh(const struct listing *l, const struct stat *st)
+{
+	return l && !l->partial && l->ino == st->st_ino &&
+	       l->mtime.tv_sec == st->st_mtim.tv_sec && l->mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	       l->listed_at > st->st_mtim.tv_sec + 1;
+}
+
+static struct listing *ref(struct listing *l)
+{
+	atomic_fetch_add(&l->refs, 1);
+	return l;
+}
+
+/* The whole listing (lock held), reusing the views of the last one. */
+static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct listing **out)
+{
 	struct listing *old = dir->listing;
-	int rc = 0;
-	/* A directory changed within a second of its listing may change again
-	 * within the same timestamp tick: list it anew until it settles. */
-	if (old && old->ino == st.st_ino && old->mtime.tv_sec == st.st_mtim.tv_sec &&
-	    old->mtime.tv_nsec == st.st_mtim.tv_nsec && old->listed_at > st.st_mtim.tv_sec + 1) {
-		*out = old;
-		atomic_fetch_add(&old->refs, 1);
-		goto done;
+	if (fresh(old, st)) {
+		*out = ref(old);
+		return 0;
 	}
 	struct listing *l = calloc(1, sizeof *l);
-	if (!l) {
-		rc = -ENOMEM;
-		goto done;
-	}
+	if (!l)
+		return -ENOMEM;
 	atomic_init(&l->refs, 2); /* the directory's and the caller's */
-	l->mtime = st.st_mtim;
+	l->mtime = st->st_mtim;
 	l->listed_at = time(NULL);
-	l->ino = st.st_ino;
+	l->ino = st->st_ino;
 	loop_hand_off();
-	rc = build(dirfd, dir->rel, old, l);
+	int rc = build(dirfd, dir->rel, old, l);
 	if (rc) {
 		listing_free(l);
-		goto done;
+		return rc;
 	}
 	dir->listing = l;
 	listing_unref(old);
 	*out = l;
+	return 0;
+}
+
+int listing_get(struct fnode *dir, struct listing **out)
+{
+	int dirfd;
+	struct stat st;
+	int rc = lock_dir(dir, &dirfd, &st);
+	if (rc)
+		return rc;
+	rc = relist(dir, dirfd, &st, out);
+	unlock_dir(dir, dirfd);
+	return rc;
+}
+
+/* A copy of partial listing `old` (may be NULL) with `x` in place of any
+ * entry of its name. */
+static struct listing *partial_with(const struct listing *old, struct lentry x)
+{
+	struct listing *l = calloc(1, sizeof *l);
+	size_t n = old ? old->n : 0;
+	if (!l || !(l->e = calloc(n + 1, sizeof *l->e))) {
+		free(l);
+		return NULL;
+	}
+	atomic_init(&l->refs, 2);
+	l->partial = true;
+	for (size_t i = 0; i < n; i++) {
+		const struct lentry *e = &old->e[i];
+		if (strcmp(e->name, x.name) == 0)
+			continue;
+		struct lentry c = *e;
+		c.name = strdup(e->name);
+		c.file = strdup(e->file);
+		c.view = sf_view_ref(e->view);
+		l->e[l->n++] = c;
+		if (!c.name || !c.file) {
+			listing_free(l);
+			return NULL;
+		}
+	}
+	l->e[l->n++] = x;
+	qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+	return l;
+}
+
+int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
+{
+	*out = NULL;
+	char *file;
+	const struct sf_format *f = NULL;
+	struct stat fst;
+	int k = candidates(dir->rel, name, &file, &f, &fst);
+	if (k == 0)
+		return 0;
+	int dirfd;
+	struct stat st;
+	int rc = lock_dir(dir, &dirfd, &st);
+	if (rc) {
+		free(file);
+		return rc;
+	}
+	struct listing *old = dir->listing;
+	/* the whole listing when it is at hand, is needed (several files could
+	 * take the name, or the format reads its siblings), or was made before
+	 * (its views are to be reused, not opened again beside it) */
+	if (k > 1 || f->uses_siblings || fresh(old, &st) || (old && !old->partial)) {
+		rc = relist(dir, dirfd, &st, out);
+		goto done;
+	}
+	const struct lentry *e = old ? find(old, name) : NULL;
+	if (e && e->view && strcmp(e->file, file) == 0 && same_version(&e->st, &fst)) {
+		*out = ref(old);
+		goto done;
+	}
+	/* one file alone could take the name: no earlier view can have it */
+	struct sf_view *v = open_container(f, dirfd, dir->rel, file, NULL, 0);
+	if (!v)
+		goto done;
+	struct lentry x = {
+		.name = strdup(name), .view = v, .st = fst, .file = file,
+		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+	};
+	struct listing *l = x.name ? partial_with(old, x) : NULL;
+	if (!l) {
+		free(x.name);
+		sf_view_unref(v);
+		rc = -ENOMEM;
+		goto done;
+	}
+	file = NULL; /* the listing has it */
+	dir->listing = l;
+	listing_unref(old);
+	*out = l;
 done:
-	pthread_mutex_unlock(&dir->map_lock);
-	close(dirfd);
+	unlock_dir(dir, dirfd);
+	free(file);
 	return rc;
 }

@@ -22,6 +22,10 @@ struct lentry {
 
 struct listing {
 	atomic_uint refs;
+	/* Only the views lookups placed without listing (listing_for_name):
+	 * never served as the directory's listing, but its views are reused
+	 * by the next whole one, so they keep their inodes. */
+	bool partial;
 	struct timespec mtime;   /* of the directory when listed */
 	time_t listed_at;
 	ino_t ino;
@@ -47,10 +51,12 @@ int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
-/* Whether a view could be named `name` in SRC directory `rel` (given that
- * no SRC entry is): some regular file there would be placed under it, as
- * `name` + a format's extension or as `name` = "<file>.d". When not, a
- * lookup of `name` need not list the directory (opening its containers). */
-bool listing_may_have_view(const char *rel, const char *name);
+/* A listing that answers a lookup of `name`, which is not an entry of SRC
+ * directory `dir` (a new reference in *out). NULL when no file there could
+ * place a view under the name (as `name` + a format's extension, or as
+ * `name` = "<file>.d"); a partial listing when exactly one file could and
+ * it takes `name` as its own view name, so only that container is opened;
+ * otherwise the whole listing. */
+int listing_for_name(struct fnode *dir, const char *name, struct listing **out);
 
 #endif

@@ -237,8 +237,11 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
 /* What a lookup of `name` in SRC directory `dir` finds, with the kernel's
  * lookup reference taken: *out, or NULL when there is no such entry; -errno
  * on failure. A SRC entry wins over a view of that name. `*l` is the
- * directory's current listing, got on first need (the caller unrefs it). */
-static int find_src(struct fnode *dir, const char *name, struct listing **l, struct fnode **out)
+ * directory's listing, got on first need (the caller unrefs it): the whole
+ * one when `whole` (the caller looks up several names with it), else one
+ * that answers for `name` alone (listing_for_name). */
+static int find_src(struct fnode *dir, const char *name, bool whole, struct listing **l,
+		    struct fnode **out)
 {
 	*out = NULL;
 	char *rel = src_join(dir->rel, name);
@@ -259,12 +262,12 @@ static int find_src(struct fnode *dir, const char *name, struct listing **l, str
 	}
 	if (err != ENOENT)
 		return -err;
-	if (!*l && !listing_may_have_view(dir->rel, name))
-		return 0;
 	if (!*l) {
-		int rc = listing_get(dir, l);
+		int rc = whole ? listing_get(dir, l) : listing_for_name(dir, name, l);
 		if (rc)
 			return rc;
+		if (!*l)
+			return 0;
 	}
 	const struct lentry *le = listing_view(*l, name);
 	if (!le)
@@ -287,7 +290,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	}
 	struct listing *l = NULL;
 	struct fnode *n = NULL;
-	int rc = find_src(dir, name, &l, &n);
+	int rc = find_src(dir, name, false, &l, &n);
 	listing_unref(l);
 	if (rc)
 		fuse_reply_err(req, -rc);
@@ -774,7 +777,7 @@ static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct 
 	struct fnode *n = NULL;
 	double t = VIEW_TIMEOUT;
 	if (dir->kind == FK_SRC_DIR) {
-		if (find_src(dir, d->name, l, &n))
+		if (find_src(dir, d->name, true, l, &n))
 			return NULL;
 		t = SRC_TIMEOUT;
 	} else if (d->vn) {

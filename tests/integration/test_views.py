@@ -75,8 +75,9 @@ def test_missing_names_are_answered_without_opening_containers(tmp_path, mount):
     for name in ("missing", "missing.tet", "c0.npy", "nothing.tet.d", "link", "c3.d", ".d"):
         assert not os.path.lexists(mnt / name), name
     assert opened(mnt) == 0
-    # each of these needs the placement: a fresh mount for each, no listing first
-    want = {"c3": ".zgroup", "taken.tet.d": ".zgroup", "y": ".zgroup", "y.tsumugi.d": "regions"}
+    # names several files could take, or a .d name, need the whole placement
+    # (a fresh mount for each, no listing first)
+    want = {"taken.tet.d": ".zgroup", "y": ".zgroup", "y.tsumugi.d": "regions"}
     for name, inside in want.items():
         mnt = mount(src)
         assert (mnt / name / inside).exists(), name
@@ -84,6 +85,17 @@ def test_missing_names_are_answered_without_opening_containers(tmp_path, mount):
     mnt = mount(src)
     assert not os.path.lexists(mnt / "taken.tsumugi.d")
     assert os.listdir(mnt / "taken") == []
+    # a name one file alone could take opens that file only, and its view
+    # keeps its inode once the directory is listed in full
+    mnt = mount(src)
+    ino = os.stat(mnt / "c3").st_ino
+    assert (mnt / "c3" / ".zgroup").is_file() and (mnt / "c7" / ".zgroup").is_file()
+    assert opened(mnt) == 2
+    assert "c3" in os.listdir(mnt)
+    assert opened(mnt) == 23
+    assert os.stat(mnt / "c3").st_ino == ino
+    assert read_through(mnt / "c3" / ".zgroup") == read_through(mnt / "c0" / ".zgroup")
+    assert mount_stats(mnt)["errors"] == 0
 
 
 def test_broken_and_symlinked_containers(tmp_path, mount):
