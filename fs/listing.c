@@ -444,6 +444,9 @@ int listing_get(struct fnode *dir, struct listing **out)
 	return rc;
 }
 
+/* Views placed one lookup at a time before the whole directory is listed. */
+#define PARTIAL_MAX 64
+
 /* A copy of partial listing `old` (may be NULL) with `x` in place of any
  * entry of its name. */
 static struct listing *partial_with(const struct listing *old, struct lentry x)
@@ -493,9 +496,11 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 	}
 	struct listing *old = dir->listing;
 	/* the whole listing when it is at hand, is needed (several files could
-	 * take the name, or the format reads its siblings), or was made before
-	 * (its views are to be reused, not opened again beside it) */
-	if (k > 1 || f->uses_siblings || fresh(old, &st) || (old && !old->partial)) {
+	 * take the name, or the format reads its siblings), was made before
+	 * (its views are to be reused, not opened again beside it), or when
+	 * many views were placed one by one (each copies the partial listing) */
+	if (k > 1 || f->uses_siblings || fresh(old, &st) ||
+	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
 		rc = relist(dir, dirfd, &st, out);
 		goto done;
 	}

@@ -98,6 +98,25 @@ def test_missing_names_are_answered_without_opening_containers(tmp_path, mount):
     assert mount_stats(mnt)["errors"] == 0
 
 
+def test_views_placed_one_by_one_give_way_to_a_full_listing(tmp_path, mount):
+    """Up to 64 views are placed by lookups alone; the next lookup lists the
+    directory once (reusing them: same inodes) instead of copying a growing
+    partial listing on every lookup."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(80):
+        shutil.copy(TET, src / f"c{i:02}.tet")
+    mnt = mount(src)
+    inos = {}
+    for i in range(64):
+        inos[i] = os.stat(mnt / f"c{i:02}").st_ino
+        assert mount_stats(mnt)["containers_opened"] == i + 1
+    assert (mnt / "c64" / ".zgroup").is_file()
+    assert mount_stats(mnt)["containers_opened"] == 80
+    assert all(os.stat(mnt / f"c{i:02}").st_ino == ino for i, ino in inos.items())
+    assert len(os.listdir(mnt)) == 160
+
+
 def test_broken_and_symlinked_containers(tmp_path, mount):
     src = tmp_path / "src"
     src.mkdir()
