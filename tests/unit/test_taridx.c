@@ -300,6 +300,28 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
 }
 
 /* Writes DIR/h_0000.tar with hostile names and DIR/h.taridx for it. */
+/* Ends the tar in `t` (consumed), writes it as <stem>_0000.tar and its
+ * index as <stem>.taridx into dir; returns the index. */
+static struct sf_buf *write_fold(const char *dir, const char *stem, struct sf_str *t)
+{
+	static const uint8_t end[1024];
+	sf_str_add(t, end, sizeof end);
+	char tar[64], index[64];
+	snprintf(tar, sizeof tar, "%s_0000.tar", stem);
+	snprintf(index, sizeof index, "%s.taridx", stem);
+	write_file(dir, tar, t->p, t->len);
+	struct sf_map m = { .data = t->p, .size = t->len };
+	const struct sf_map *maps[1] = { &m };
+	const char *names[1] = { tar };
+	struct sf_buf *ix = NULL;
+	struct sf_err e;
+	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
+	sf_str_free(t);
+	if (ix)
+		write_file(dir, index, ix->data, ix->len);
+	return ix;
+}
+
 static struct sf_buf *make_hostile(const char *dir)
 {
 	struct sf_str t = { 0 };
@@ -312,19 +334,7 @@ static struct sf_buf *make_hostile(const char *dir)
 	tar_add(&t, "dup.jpg", 7, '0', "1", 1);
 	tar_add(&t, "dup.jpg", 7, '0', "22", 2);
 	tar_add(&t, "ok.jpg", 6, '0', "fine", 4);
-	static const uint8_t end[1024];
-	sf_str_add(&t, end, sizeof end);
-	write_file(dir, "h_0000.tar", t.p, t.len);
-	struct sf_map m = { .data = t.p, .size = t.len };
-	const struct sf_map *maps[1] = { &m };
-	const char *names[1] = { "h_0000.tar" };
-	struct sf_buf *ix = NULL;
-	struct sf_err e;
-	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
-	sf_str_free(&t);
-	if (ix)
-		write_file(dir, "h.taridx", ix->data, ix->len);
-	return ix;
+	return write_fold(dir, "h", &t);
 }
 
 static int open_in(const char *dir, const char *name, struct sf_view **v)
@@ -413,19 +423,7 @@ static void test_long_paths(const char *dir)
 	pax_add(&t, far);
 	tar_add(&t, "far.jpg", 7, '0', "F", 1);
 	tar_add(&t, "ok.jpg", 6, '0', "fine", 4);
-	static const uint8_t end[1024];
-	sf_str_add(&t, end, sizeof end);
-	write_file(dir, "l_0000.tar", t.p, t.len);
-	struct sf_map m = { .data = t.p, .size = t.len };
-	const struct sf_map *maps[1] = { &m };
-	const char *names[1] = { "l_0000.tar" };
-	struct sf_buf *ix = NULL;
-	struct sf_err e;
-	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
-	sf_str_free(&t);
-	if (ix)
-		write_file(dir, "l.taridx", ix->data, ix->len);
-	sf_buf_unref(ix);
+	sf_buf_unref(write_fold(dir, "l", &t));
 	struct sf_view *v;
 	CHECK(open_in(dir, "l.taridx", &v) == 0);
 	if (v) {
@@ -437,6 +435,7 @@ static void test_long_paths(const char *dir)
 		expect_content(v, shown, "L");
 		expect_content(v, "ok.jpg", "fine");
 		struct sf_node *n = NULL;
+		struct sf_err e;
 		CHECK(sf_dir_find(v->root, "far.jpg", &n, &e) == 0 && !n);
 		/* nor any directory of its path */
 		char first[110];
