@@ -1,7 +1,9 @@
 /* Reference-counted buffers and growable strings. */
 #include "sf_view.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,4 +120,26 @@ void sf_str_free(struct sf_str *s)
 {
 	free(s->p);
 	memset(s, 0, sizeof *s);
+}
+
+int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
+{
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? *cap : first;
+	while (c <= n) {
+		if (c > SIZE_MAX / 2)
+			return -ENOMEM;
+		c *= 2;
+	}
+	if (c > SIZE_MAX / size)
+		return -ENOMEM;
+	void *old;
+	memcpy(&old, pp, sizeof old);
+	void *p = realloc(old, c * size);
+	if (!p)
+		return -ENOMEM;
+	memcpy(pp, &p, sizeof p);
+	*cap = c;
+	return 0;
 }

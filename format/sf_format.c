@@ -67,14 +67,9 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		if (cnt == cap) {
-			cap = cap ? cap * 2 : 32;
-			char **p = realloc(names, cap * sizeof *p);
-			if (!p) {
-				rc = -ENOMEM;
-				break;
-			}
-			names = p;
+		if (sf_grow(&names, &cap, cnt, sizeof *names, 32)) {
+			rc = -ENOMEM;
+			break;
 		}
 		if (!(names[cnt] = strdup(de->d_name))) {
 			rc = -ENOMEM;

@@ -36,14 +36,8 @@ int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 
 static int rv_push(struct sf_readv *rv, const void *p, size_t len)
 {
-	if (rv->n == rv->cap) {
-		size_t cap = rv->cap ? rv->cap * 2 : 8;
-		struct iovec *v = realloc(rv->iov, cap * sizeof *v);
-		if (!v)
-			return -ENOMEM;
-		rv->iov = v;
-		rv->cap = cap;
-	}
+	if (sf_grow(&rv->iov, &rv->cap, rv->n, sizeof *rv->iov, 8))
+		return -ENOMEM;
 	rv->iov[rv->n].iov_base = (void *)p;
 	rv->iov[rv->n].iov_len = len;
 	rv->n++;

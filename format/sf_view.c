@@ -95,14 +95,8 @@ static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
 {
 	struct sf_dir *d = &dir->u.dir;
-	if (d->n == d->cap) {
-		size_t cap = d->cap ? d->cap * 2 : 8;
-		struct sf_node **k = realloc(d->kids, cap * sizeof *k);
-		if (!k)
-			return -ENOMEM;
-		d->kids = k;
-		d->cap = cap;
-	}
+	if (sf_grow(&d->kids, &d->cap, d->n, sizeof *d->kids, 8))
+		return -ENOMEM;
 	d->kids[d->n++] = kid;
 	kid->parent = dir;
 	if (d->n >= 16 && d->n * 2 > d->index_cap) {
@@ -210,19 +204,12 @@ void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn)
 static int file_push(struct sf_node *f, struct sf_ext x)
 {
 	struct sf_file *fl = &f->u.file;
-	if (fl->n == fl->cap) {
-		/* most files are one extent; folds hold millions of them */
-		size_t cap = fl->cap ? fl->cap * 2 : 1;
-		struct sf_ext *e = realloc(fl->ext, cap * sizeof *e);
-		if (!e)
-			return -ENOMEM;
-		fl->ext = e;
-		uint64_t *s = realloc(fl->start, cap * sizeof *s);
-		if (!s)
-			return -ENOMEM;
-		fl->start = s;
-		fl->cap = cap;
-	}
+	/* most files are one extent; folds hold millions of them. ext and
+	 * start share fl->cap: ext may end up larger if start fails to grow. */
+	size_t ext_cap = fl->cap;
+	if (sf_grow(&fl->ext, &ext_cap, fl->n, sizeof *fl->ext, 1) ||
+	    sf_grow(&fl->start, &fl->cap, fl->n, sizeof *fl->start, 1))
+		return -ENOMEM;
 	fl->start[fl->n] = fl->size;
 	fl->ext[fl->n++] = x;
 	fl->size += x.len;

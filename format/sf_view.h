@@ -38,6 +38,12 @@ struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len); /* takes a malloc'd block
 struct sf_buf *sf_buf_ref(struct sf_buf *b);
 void sf_buf_unref(struct sf_buf *b);
 
+/* Makes room for element `n` of the growing array whose address is `pp`
+ * (a pointer to its first element), holding *cap elements of `size` bytes:
+ * the capacity doubles, starting at `first`. 0, or -ENOMEM with the array
+ * and *cap unchanged. */
+int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
+
 /* A growable byte string for building text and JSON views. */
 struct sf_str {
 	uint8_t *p;

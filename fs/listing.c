@@ -145,14 +145,8 @@ void listing_report_warnings(struct sf_view *v)
 
 static int push(struct listing *l, size_t *cap, struct lentry x)
 {
-	if (l->n == *cap) {
-		size_t c = *cap ? *cap * 2 : 32;
-		struct lentry *p = realloc(l->e, c * sizeof *p);
-		if (!p)
-			return -ENOMEM;
-		l->e = p;
-		*cap = c;
-	}
+	if (sf_grow(&l->e, cap, l->n, sizeof *l->e, 32))
+		return -ENOMEM;
 	l->e[l->n++] = x;
 	return 0;
 }

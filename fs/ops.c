@@ -668,14 +668,8 @@ static void snap_free(struct dirsnap *s)
 
 static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned char type, ino_t ino)
 {
-	if (s->n == *cap) {
-		size_t c = *cap ? *cap * 2 : 16;
-		struct dent *p = realloc(s->e, c * sizeof *p);
-		if (!p)
-			return -ENOMEM;
-		s->e = p;
-		*cap = c;
-	}
+	if (sf_grow(&s->e, cap, s->n, sizeof *s->e, 16))
+		return -ENOMEM;
 	if (!(s->e[s->n].name = strdup(name)))
 		return -ENOMEM;
 	s->e[s->n].type = type;

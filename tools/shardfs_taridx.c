@@ -71,13 +71,8 @@ static int list_dir(const char *dir, char ***names, size_t *n)
 	*names = NULL;
 	*n = 0;
 	while ((de = readdir(d))) {
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 64;
-			char **p = realloc(*names, cap * sizeof *p);
-			if (!p)
-				break;
-			*names = p;
-		}
+		if (sf_grow(names, &cap, *n, sizeof **names, 64))
+			break;
 		if (!((*names)[*n] = strdup(de->d_name)))
 			break;
 		(*n)++;

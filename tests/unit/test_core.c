@@ -270,6 +270,25 @@ static void test_report(void)
 	sf_buf_unref(b);
 }
 
+static void test_grow(void)
+{
+	uint32_t *a = NULL;
+	size_t cap = 0;
+	for (size_t n = 0; n < 100; n++) {
+		CHECK(sf_grow(&a, &cap, n, sizeof *a, 4) == 0);
+		CHECK(cap > n && (cap == 4 || (cap & (cap - 1)) == 0));
+		a[n] = (uint32_t)n;
+	}
+	CHECK(cap == 128);
+	uint32_t *same = a;
+	CHECK(sf_grow(&a, &cap, 100, sizeof *a, 4) == 0 && a == same && cap == 128);
+	for (size_t n = 0; n < 100; n++)
+		CHECK(a[n] == n);
+	/* a size that cannot be allocated leaves the array as it was */
+	CHECK(sf_grow(&a, &cap, 128, SIZE_MAX / 64, 4) == -ENOMEM && a == same && cap == 128);
+	free(a);
+}
+
 int main(void)
 {
 	test_crc();
@@ -280,5 +299,6 @@ int main(void)
 	test_zstd_check();
 	test_json();
 	test_report();
+	test_grow();
 	CHECK_DONE();
 }
