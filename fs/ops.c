@@ -436,6 +436,25 @@ static int map_src_file(struct fnode *n)
 	return rc;
 }
 
+/* [off, off+size) of SRC file `n` (clipped to its size), as mapped bytes. */
+static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_readv *rv)
+{
+	int rc = map_src_file(n);
+	if (rc)
+		return rc;
+	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
+	if (len > size)
+		len = size;
+	if (!len)
+		return 0;
+	if (!(rv->iov = malloc(sizeof *rv->iov)))
+		return -ENOMEM;
+	rv->iov[0] = (struct iovec){ (uint8_t *)n->map->data + off, len };
+	rv->n = rv->cap = 1;
+	rv->bytes = rv->from_map = len;
+	return 0;
+}
+
 /* Files keep no per-open state: content never changes under an inode, and
  * the mount is read-only, so the kernel refuses writes itself. ENOSYS tells
  * the kernel to stop sending OPEN, FLUSH and RELEASE for files and to keep
@@ -466,10 +485,12 @@ static bool residency_visible(void)
 	return k;
 }
 
-static void hand_off_unless_resident(const struct iovec *iov, size_t n)
+static void hand_off_unless_resident(const struct sf_readv *rv)
 {
-	if (!residency_visible())
+	if (!rv->from_map || !residency_visible())
 		return;
+	const struct iovec *iov = rv->iov;
+	size_t n = rv->n;
 	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
 	unsigned char vec[256];
 	for (size_t i = 0; i < n; i++) {
@@ -502,6 +523,7 @@ static void account(const struct sf_readv *rv)
 
 static void reply_readv(fuse_req_t req, struct sf_readv *rv)
 {
+	hand_off_unless_resident(rv);
 	account(rv);
 	if (rv->n)
 		fuse_reply_iov(req, rv->iov, (int)rv->n);
@@ -514,20 +536,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	count(REQ_READ);
 	struct fnode *n = fn_of(ino);
+	struct sf_readv rv = { 0 };
 	if (n->kind == FK_SRC_FILE) {
-		int rc = map_src_file(n);
-		if (rc) {
+		int rc = src_read(n, (uint64_t)off, size, &rv);
+		if (rc)
 			fuse_reply_err(req, -rc);
-			return;
-		}
-		uint64_t len = (uint64_t)off >= n->map->size ? 0 : n->map->size - (uint64_t)off;
-		if (len > size)
-			len = size;
-		stat_add(&stats.bytes_from_map, len);
-		struct iovec piece = { (uint8_t *)n->map->data + off, len };
-		if (len)
-			hand_off_unless_resident(&piece, 1);
-		fuse_reply_buf(req, len ? (const char *)n->map->data + off : NULL, len);
+		else
+			reply_readv(req, &rv);
+		sf_readv_release(&rv);
 		return;
 	}
 	if (n->kind == FK_META_FILE) {
@@ -553,15 +569,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	struct sf_readv rv = { 0 };
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
 	if (rc) {
 		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
-		if (rv.from_map)
-			hand_off_unless_resident(rv.iov, rv.n);
 		reply_readv(req, &rv);
 	}
 	sf_readv_release(&rv);
@@ -591,20 +604,9 @@ void ops_set_session(struct fuse_session *se, bool push)
  * the failure). */
 static bool small_content(struct fnode *n, struct sf_readv *rv)
 {
-	if (n->kind == FK_SRC_FILE) {
-		if (n->st.st_size <= 0 || n->st.st_size > PUSH_MAX || map_src_file(n))
-			return false;
-		struct iovec one = { (void *)n->map->data, n->map->size };
-		if (one.iov_len == 0 || one.iov_len > PUSH_MAX)
-			return false;
-		rv->iov = malloc(sizeof one);
-		if (!rv->iov)
-			return false;
-		rv->iov[0] = one;
-		rv->n = rv->cap = 1;
-		rv->bytes = rv->from_map = one.iov_len;
-		return true;
-	}
+	if (n->kind == FK_SRC_FILE)
+		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
+		       src_read(n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
 	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE || ready(n))
 		return false;
 	uint64_t size = n->vn->u.file.size;
@@ -622,8 +624,7 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	if (small_content(n, &rv))
 		bv = calloc(1, sizeof *bv + rv.n * sizeof bv->buf[0]);
 	if (bv) {
-		if (rv.from_map)
-			hand_off_unless_resident(rv.iov, rv.n);
+		hand_off_unless_resident(&rv);
 		bv->count = rv.n;
 		for (size_t i = 0; i < rv.n; i++) {
 			bv->buf[i].mem = rv.iov[i].iov_base;
