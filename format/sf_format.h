@@ -2,7 +2,7 @@
  *
  * A format claims source files by name (its extension, or a match hook),
  * and opens one into a view: only as far as header and footer (everything
- * else is lazy). The daemon places the view beside the file (DESIGN §3.1):
+ * else is lazy). The daemon places the view beside the file (docs/design.md §3.1):
  * named after the file with `strip` removed, or "<file name>.d".
  */
 #ifndef SF_FORMAT_H

@@ -1,4 +1,4 @@
-/* JSON and text rendering rules shared by every view (DESIGN §3.4). */
+/* JSON and text rendering rules shared by every view (docs/design.md §3.4). */
 #ifndef SF_JSON_H
 #define SF_JSON_H
 

@@ -1,4 +1,4 @@
-/* Names taken from inside files, escaped for a directory (DESIGN §3.3). */
+/* Names taken from inside files, escaped for a directory (docs/design.md §3.3). */
 #include "sf_view.h"
 
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* The report of .shardfs/verify (DESIGN §3.2), shared by every format: a
+/* The report of .shardfs/verify (docs/design.md §3.2), shared by every format: a
  * first line `status: ok` or `status: failed` (failed iff there is an
  * error), then one `error: …` or `warning: …` line per finding. */
 #ifndef SF_REPORT_H

@@ -2,7 +2,7 @@
  *
  * A format module turns a container into a `struct sf_view`: directories,
  * files and symlinks. A file has an exact size and a content made of
- * extents (DESIGN §2): spans of a mapping (zero-copy), slices of a decoded
+ * extents (docs/design.md §2): spans of a mapping (zero-copy), slices of a decoded
  * part (decoded once, held by a cache the caller supplies), owned buffers,
  * or generated ranges. Nothing here knows FUSE: the daemon serves these
  * trees, and the tools read them with the same paths.
@@ -230,7 +230,7 @@ struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 /* ---- building trees ----------------------------------------------------
  *
  * Names: sf_dir_add_* take a raw name (bytes from the file, or our own
- * fixed names) and escape it as DESIGN §3.3 says: `%`, `/`, `\`, 0x00-0x1F,
+ * fixed names) and escape it as docs/design.md §3.3 says: `%`, `/`, `\`, 0x00-0x1F,
  * 0x7F become %XX; an empty, ".", "..", or already present result gets
  * "#<n>"; a result over `SF_NAME_MAX` bytes is cut. Fixed names of ours pass
  * through the same code unchanged. All return NULL on ENOMEM.
@@ -286,7 +286,7 @@ void sf_file_set_build_sized(struct sf_node *f, sf_build_fn fn, void *arg, uint6
 int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why);
 
 /* Adds the hidden ".shardfs/" of the view root with info.txt, info.json and
- * verify (DESIGN §3.2), each produced when read (`arg` goes to each part).
+ * verify (docs/design.md §3.2), each produced when read (`arg` goes to each part).
  * Returns the directory so a format can add more (rows/, tiles/). Call it
  * before adding entries named from user data, so that ".shardfs" counts as
  * taken. */

@@ -1,4 +1,4 @@
-/* The decode cache (DESIGN §2): decoded parts held within a byte budget,
+/* The decode cache (docs/design.md §2): decoded parts held within a byte budget,
  * least recently used first out. A part asked for by several readers at
  * once is decoded by one of them while the others wait, so it is decoded
  * at most once while it stays cached. */

@@ -314,7 +314,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 	for (size_t i = 0; i < nsrc; i++)
 		names[i] = l->e[i].name;
 	/* Views are placed in byte order of their files' names, so an earlier
-	 * file's view wins a clash (DESIGN §3.1). */
+	 * file's view wins a clash (docs/design.md §3.1). */
 	for (size_t i = 0; i < nsrc && rc == 0; i++) {
 		const struct lentry *src = &l->e[i];
 		if (!S_ISREG(src->st.st_mode))

@@ -1,5 +1,5 @@
 /* What a SRC directory shows: its own entries, and the views placed beside
- * recognised containers (DESIGN §3.1). Computed when the directory is
+ * recognised containers (docs/design.md §3.1). Computed when the directory is
  * listed or a name in it that a view could have is not found in SRC; reused
  * until the directory changes. */
 #ifndef FS_LISTING_H

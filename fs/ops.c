@@ -115,7 +115,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 			/* The kernel answers a read of a 0-byte file itself, as an
 			 * empty success: a file whose content failed (broken, or
 			 * never built) claims one byte so that reads reach op_read
-			 * and fail with EIO (DESIGN §3.4). */
+			 * and fail with EIO (docs/design.md §3.4). */
 			if (st->st_size == 0 && (fl->broken || (!built && !fl->size_known)))
 				st->st_size = 1;
 		}

@@ -1,5 +1,5 @@
 /* Live counters for .shardfs/stats.json and the problem log for
- * .shardfs/errors (DESIGN §3.2). */
+ * .shardfs/errors (docs/design.md §3.2). */
 #ifndef FS_STATS_H
 #define FS_STATS_H
 

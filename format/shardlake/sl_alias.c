@@ -1,5 +1,5 @@
 /* aliases/<alias>.json (spec shardlake §4.2) shown as a symlink
- * aliases/<alias> -> ../indexes/<index_version> (DESIGN §3.8). */
+ * aliases/<alias> -> ../indexes/<index_version> (docs/design.md §3.8). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

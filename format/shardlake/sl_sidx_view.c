@@ -1,4 +1,4 @@
-/* The view beside each .sidx shard (DESIGN §3.8): the centroid and record
+/* The view beside each .sidx shard (docs/design.md §3.8): the centroid and record
  * areas zero-copy, ids/vectors/codes gathered and PQ codes reconstructed per
  * read. */
 #include <errno.h>

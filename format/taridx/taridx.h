@@ -1,4 +1,4 @@
-/* iTar folds (specs/taridx.md): a `<fold>.taridx` index of 32-byte rows
+/* iTar folds (docs/specs/taridx.md): a `<fold>.taridx` index of 32-byte rows
  * pointing at members of the tars `<fold>_<S>.tar` beside it.
  *
  * This header is shared by the files of format/taridx/ and by the
@@ -22,7 +22,7 @@
 /* Full paths (GNU long names, pax paths) longer than this are not shown,
  * and verify reports them. Far above what tar tools write: the mount has no
  * limit of its own on a path, since each component is cut to 255 bytes
- * (DESIGN §3.3) and the kernel is only ever given one component at a time. */
+ * (docs/design.md §3.3) and the kernel is only ever given one component at a time. */
 #define TX_PATH_MAX 65536
 
 /* ---- strings and tar header facts (tx_tar.c) -------------------------- */
@@ -136,7 +136,7 @@ enum tx_kind { TX_FILE, TX_HARDLINK, TX_SYMLINK, TX_OTHER };
 struct tx_member {
 	struct tx_row row;
 	const uint8_t *hdr;   /* its 512-byte header, or NULL */
-	/* NULL when the row verifies (DESIGN §3.7, spec §6.2): only then is it
+	/* NULL when the row verifies (docs/design.md §3.7, spec §6.2): only then is it
 	 * a member */
 	const char *bad;
 	enum tx_kind kind;

@@ -1,4 +1,4 @@
-/* The fold view F/ (DESIGN §3.7): opening F.taridx with its shards, the
+/* The fold view F/ (docs/design.md §3.7): opening F.taridx with its shards, the
  * flat-name lookup through the index, the lazy listing built from the tar
  * headers, and .shardfs/rows/. */
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* What an index row points at: checking a row against its tar (spec §6.2,
- * §6.3) and the member's full path (DESIGN §3.7). */
+ * §6.3) and the member's full path (docs/design.md §3.7). */
 #include <errno.h>
 #include <string.h>
 

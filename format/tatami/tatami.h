@@ -1,4 +1,4 @@
-/* The tatami columnar container (specs/tatami.md): what open() learns from
+/* The tatami columnar container (docs/specs/tatami.md): what open() learns from
  * the header and footer, and the pieces that decode the rest on demand. */
 #ifndef TATAMI_H
 #define TATAMI_H

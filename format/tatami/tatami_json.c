@@ -2,7 +2,7 @@
  * `tatami cat` prints them (spec §18), which is Go's encoding/json: HTML
  * characters escaped, invalid UTF-8 as \ufffd, floats in shortest
  * round-trip form, bytes as padded base64. NaN and infinities, which make
- * upstream fail, follow DESIGN §3.4 instead. */
+ * upstream fail, follow docs/design.md §3.4 instead. */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>

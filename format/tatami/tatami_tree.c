@@ -1,4 +1,4 @@
-/* The view of a .tatami file (DESIGN §3.6): columns/, rowgroups/, rows.jsonl
+/* The view of a .tatami file (docs/design.md §3.6): columns/, rowgroups/, rows.jsonl
  * and blobs/, every directory populated on first use and every file built
  * on first use, all slicing the same decoded chunk parts. */
 #include <errno.h>

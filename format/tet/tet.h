@@ -1,5 +1,5 @@
-/* The tetration `.tet` tensor container (specs/tet.md): the parsed file and
- * the pieces of its zarr v2 view (DESIGN §3.9). */
+/* The tetration `.tet` tensor container (docs/specs/tet.md): the parsed file and
+ * the pieces of its zarr v2 view (docs/design.md §3.9). */
 #ifndef TET_H
 #define TET_H
 

@@ -1,4 +1,4 @@
-/* The view of a .tet file: a zarr v2 group (DESIGN §3.9). Opening parses
+/* The view of a .tet file: a zarr v2 group (docs/design.md §3.9). Opening parses
  * the header, directory, index and footer; directories and file contents
  * are made on first use. */
 #include <errno.h>
@@ -91,7 +91,7 @@ static int populate_tiles(struct sf_node *dir, struct sf_err *e)
 }
 
 /* Reserved in the group besides the entries it already holds: zarr's other
- * metadata names, and every dataset's .npy twin (DESIGN §3.9). */
+ * metadata names, and every dataset's .npy twin (docs/design.md §3.9). */
 static bool group_taken(struct sf_node *dir, const char *name)
 {
 	if (strcmp(name, ".zarray") == 0 || strcmp(name, ".zmetadata") == 0)

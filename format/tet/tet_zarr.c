@@ -1,4 +1,4 @@
-/* The zarr v2 metadata documents of the view (DESIGN §3.9): .zgroup, the
+/* The zarr v2 metadata documents of the view (docs/design.md §3.9): .zgroup, the
  * group's .zattrs (the footer), and per dataset .zarray and .zattrs. */
 #include <errno.h>
 #include <stdio.h>

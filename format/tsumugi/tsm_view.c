@@ -1,5 +1,5 @@
 /* The tsumugi format: a `.tsumugi` shard opens (header, footer, trailer and
- * dictionaries only) into the view of DESIGN §3.5. */
+ * dictionaries only) into the view of docs/design.md §3.5. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>

@@ -15,7 +15,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-60}
 shift || true
 build=${FUZZ_BUILD:-build-fuzz}
-fixtures=${SHARDFS_FIXTURES:-$PWD/../shared/fixtures}
+fixtures=${SHARDFS_FIXTURES:-$PWD/tests/fixtures}
 formats="${SHARDFS_FORMATS:-}"
 
 record() {

@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("SHARDFS_BUILD", REPO / "build"))
 SHARDFS = BUILD / "fs" / "shardfs"
 TOOLS = BUILD / "tools"
-FIXTURES = Path(os.environ.get("SHARDFS_FIXTURES", REPO.parent / "shared" / "fixtures"))
+FIXTURES = Path(os.environ.get("SHARDFS_FIXTURES", REPO / "tests" / "fixtures"))
 WRITERS = REPO / "tests" / "writers"
 
 SANITIZER_MARKS = ("ERROR: AddressSanitizer", "ERROR: LeakSanitizer", "runtime error:")

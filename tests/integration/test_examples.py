@@ -87,7 +87,7 @@ def test_zarr_and_numpy_read_tet_datasets(tmp_path, mount):
     mnt = mount(src)
     out = run_example(EXAMPLES / "zarr_tet" / "read_tet.py", mnt / "weights")
     got = {d["dataset"]: d for d in map(json.loads, out.splitlines())}
-    # a "/" inside a dataset name is escaped (DESIGN 3.3)
+    # a "/" inside a dataset name is escaped (docs/design.md §3.3)
     assert set(got) == {"layer%2Fw", "counts"}
     for name, arr in (("layer%2Fw", w), ("counts", counts)):
         d = got[name]

@@ -1,4 +1,4 @@
-"""Hostile names from inside files (DESIGN §3.3): tar members named with
+"""Hostile names from inside files (docs/design.md §3.3): tar members named with
 `..`, absolute paths, newlines, control bytes, `%`, 300-byte names, a pax
 path of over 4 KiB (many components, one of them over-long), invalid UTF-8
 and duplicates, indexed with shardfs-taridx; and the tet writer's corpus
@@ -44,7 +44,7 @@ def write_tar(path):
 
 
 def shown_component(raw):
-    """A name as DESIGN §3.3 shows it (no duplicates here): escaped, and
+    """A name as docs/design.md §3.3 shows it (no duplicates here): escaped, and
     over 255 bytes cut to at most 200 without splitting a %XX, plus '~' and
     the XXH64 of the raw name."""
     esc = [b"%%%02X" % c if c in b"%/\\" or c < 0x20 or c == 0x7F else bytes([c]) for c in raw]

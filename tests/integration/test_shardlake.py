@@ -264,7 +264,7 @@ def test_gathered_views_larger_than_the_cache(tmp_path, mount):
 def test_views_never_named_dot_or_dotdot(tmp_path, mount):
     """`..sidx` and `...sidx` would name their views `.` and `..` (and
     `aliases/..json` its link `.`): those names are always taken, so the
-    view is `<file>.d` (DESIGN §3.1)."""
+    view is `<file>.d` (docs/design.md §3.1)."""
     sw = writer_module()
     src = tmp_path / "src"
     (src / "x").mkdir(parents=True)

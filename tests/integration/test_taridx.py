@@ -1,4 +1,4 @@
-"""Mounted tests of the taridx fold view (DESIGN §3.7, specs/taridx.md):
+"""Mounted tests of the taridx fold view (docs/design.md §3.7, docs/specs/taridx.md):
 every fixture fold against EXPECTED.json and against what Python's tarfile
 reads from the shards, flat-name lookup before any listing, listings,
 .shardfs/ metadata, the index builder, and bad input. Expected values come
@@ -31,7 +31,7 @@ def sha(b):
 
 def shown_path(name):
     """A tar path as the view shows it: empty and '.' components dropped,
-    bytes escaped (DESIGN §3.3), '..' made '..#1'."""
+    bytes escaped (docs/design.md §3.3), '..' made '..#1'."""
     comps = []
     for c in name.encode("utf-8", "surrogateescape").split(b"/"):
         if c in (b"", b"."):
@@ -173,7 +173,7 @@ def test_builder_progress_and_errors(tmp_path):
 
 def test_bad_input(mount, tmp_path):
     """A row whose payload runs past its tar's end (a flipped bit in its size)
-    does not verify (DESIGN §3.7): its member is neither listed nor found by
+    does not verify (docs/design.md §3.7): its member is neither listed nor found by
     lookup, its rows/ entry keeps the row's size and reads fail EIO, and
     verify reports it."""
     rows = tw.write_fold(tmp_path / "src", "f", tw.sample_samples(8), shard_maxfiles=4)

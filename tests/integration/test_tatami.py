@@ -1,6 +1,6 @@
-"""tatami views read through a real mount (DESIGN §3.6): the upstream
+"""tatami views read through a real mount (docs/design.md §3.6): the upstream
 fixtures against what upstream's reader recovers, the writer's files against
-the values the writer put in, and damaged files against DESIGN §3.4."""
+the values the writer put in, and damaged files against docs/design.md §3.4."""
 import base64
 import errno
 import hashlib
@@ -265,7 +265,7 @@ def read_errno(path):
 
 def test_hostile_pages_fail_eio(mount, tmp_path):
     """Views of a page that fails to decode, whatever their size, read EIO
-    (DESIGN §3.4: never empty content) and each failed read is logged."""
+    (docs/design.md §3.4: never empty content) and each failed read is logged."""
     ints = struct.pack("<3i", 7, 0, -3)
     (tmp_path / "h.tatami").write_bytes(hostile_file(
         [("n", 3, 0), ("s", 11, 0), ("ok", 3, 0)],

@@ -1,4 +1,4 @@
-"""Mounted tests of the tet view (DESIGN §3.9, specs/tet.md): the upstream
+"""Mounted tests of the tet view (docs/design.md §3.9, docs/specs/tet.md): the upstream
 fixtures against EXPECTED.json, the writer's corpus (every dtype, rank 1..8,
 zero-length axes, mixed codecs, shuffled and gapped payloads, hostile
 names, footers), real clients (numpy.load with mmap, zarr.open), bad input,
@@ -30,7 +30,7 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
-# ---- names as DESIGN §3.3 and §3.9 say, computed independently ----------
+# ---- names as docs/design.md §3.3 and §3.9 say, computed independently ----------
 
 def escape(raw, limit=250):
     parts = []

@@ -341,7 +341,7 @@ def with_descriptor(good, i, offset=None, raw_length=None):
 
 def test_bad_descriptor_keeps_its_files(tmp_path, mount):
     """A zstd region whose descriptor fails a check still lists both its
-    files (DESIGN §3.4), and both fail with EIO; the other regions read."""
+    files (docs/design.md §3.4), and both fail with EIO; the other regions read."""
     good = (TSM / "gold_prod.tsumugi").read_bytes()
     src = tmp_path / "src"
     src.mkdir()

@@ -1,4 +1,4 @@
-"""Where views appear (DESIGN §3.1) and how they behave whatever the format:
+"""Where views appear (docs/design.md §3.1) and how they behave whatever the format:
 names and clashes, broken containers, symlinks, hidden .shardfs/, the
 error log, and containers replaced while mounted."""
 import json

@@ -46,11 +46,11 @@ static int check_failures;
 	} while (0)
 
 /* Where the upstream-written fixtures are: $SHARDFS_FIXTURES, else
- * ../shared/fixtures beside the checkout. */
+ * tests/fixtures in the checkout. */
 static inline const char *fixtures_dir(void)
 {
 	const char *d = getenv("SHARDFS_FIXTURES");
-	return d ? d : SHARDFS_SOURCE_ROOT "/../shared/fixtures";
+	return d ? d : SHARDFS_SOURCE_ROOT "/tests/fixtures";
 }
 
 /* The whole file at `path` in a malloc'd buffer (*len bytes), or NULL (and

@@ -231,7 +231,7 @@ static void test_json(void)
 	CHECK(strtof(f, NULL) == 1.0f / 3.0f);
 }
 
-/* The verify report (DESIGN §3.2): the status follows errors only, and a
+/* The verify report (docs/design.md §3.2): the status follows errors only, and a
  * finding stays on one line whatever it quotes. */
 static void test_report(void)
 {

@@ -375,7 +375,7 @@ static void test_hostile_names(const char *dir)
 	CHECK(!v->root->u.dir.populated);
 	/* a name that is not there: answered (after listing once) */
 	CHECK(sf_dir_find(v->root, "nothere.jpg", &n, &e) == 0 && !n);
-	/* names stay inside the view, escaped as DESIGN §3.3 says */
+	/* names stay inside the view, escaped as docs/design.md §3.3 says */
 	expect_content(v, "..#1/evil.jpg", "E");
 	expect_content(v, "a%01b.jpg", "C");
 	expect_content(v, "x/..#1/..#1/y.jpg", "Y");
@@ -403,7 +403,7 @@ static void pax_add(struct sf_str *b, const char *path)
 	free(rec);
 }
 
-/* Over 4 KiB of pax path shows at its escaped, cut components (DESIGN
+/* Over 4 KiB of pax path shows at its escaped, cut components (docs/design.md
  * §3.3); a path over TX_PATH_MAX is not shown, and verify says so. */
 static void test_long_paths(const char *dir)
 {

@@ -1,6 +1,6 @@
 /* tatami: the upstream-written fixtures must show exactly what upstream's
  * reader recovers (their .upstream.json), and damaged copies must fail the
- * way DESIGN §3 says: no view when the footer/header is bad, EIO on the one
+ * way docs/design.md §3 says: no view when the footer/header is bad, EIO on the one
  * file whose pages are bad. */
 #include <errno.h>
 #include <jansson.h>

@@ -22,7 +22,7 @@ static inline struct sf_view *open_ok(const char *path)
 
 /* Reads a whole view file without a cache into *out (malloc'd, with a NUL
  * after the *len bytes, NULL on failure); returns 0 or the negative errno.
- * The bytes read must be the size the file reports (DESIGN §3.4). */
+ * The bytes read must be the size the file reports (docs/design.md §3.4). */
 static inline int read_view(struct sf_view *v, const char *path, uint8_t **out, size_t *len)
 {
 	struct sf_err e = { { 0 } };

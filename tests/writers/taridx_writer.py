@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Test-data writer for iTar folds (specs/taridx.md), our own code.
+"""Test-data writer for iTar folds (docs/specs/taridx.md), our own code.
 
 `write_fold(dir, fold, samples, ...)` writes `<fold>_<NNNN>.tar` shards of
 plain ustar members `<key>.<ext>` and `<fold>.taridx` the way upstream's

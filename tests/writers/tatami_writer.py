@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Test-data writer for .tatami files (specs/tatami.md), written from the spec.
+"""Test-data writer for .tatami files (docs/specs/tatami.md), written from the spec.
 
 Makes files that cover every logical type, every value encoding (PLAIN, RLE,
 BITPACK_FOR, DELTA, GROUPVARINT, PFORDELTA, BITMAP), the codecs NONE, ZSTD and

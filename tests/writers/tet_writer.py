@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Test-data writer for `.tet` tensor files (specs/tet.md), our own code.
+"""Test-data writer for `.tet` tensor files (docs/specs/tet.md), our own code.
 
 `write_tet(path, datasets, ...)` writes a layout-v1 file the way upstream's
 writers do (superblock, dataset records, TIDX index, payloads, optional
