@@ -14,6 +14,8 @@ static _Atomic uint64_t next_part_id = 1;
 
 /* ---- nodes ------------------------------------------------------------ */
 
+static void lazy_free(struct sf_lazy *z);
+
 static void node_free(struct sf_node *n)
 {
 	if (!n)
@@ -24,6 +26,7 @@ static void node_free(struct sf_node *n)
 			node_free(n->u.dir.kids[i]);
 		free(n->u.dir.kids);
 		free(n->u.dir.index);
+		lazy_free(n->u.dir.lazy);
 		break;
 	case SF_FILE:
 		for (size_t i = 0; i < n->u.file.n; i++)
@@ -117,12 +120,263 @@ static int dir_append(struct sf_node *dir, struct sf_node *kid)
 	return 0;
 }
 
+/* ---- on-demand entries ------------------------------------------------ */
+
+struct sf_lazy {
+	sf_make_fn make;
+	struct lazy_ent {
+		uint32_t key, aux;
+		uint32_t name;    /* offset in names */
+		uint8_t kind;
+	} *ent;
+	size_t n, cap;
+	char *names;
+	size_t nlen, ncap;
+	/* entry + 1 by name, at most half full */
+	uint32_t *index;
+	size_t index_cap;
+	/* the nodes alive, by key */
+	struct sf_ptab live;
+};
+
+static const char *ent_name(const struct sf_lazy *z, size_t i)
+{
+	return z->names + z->ent[i].name;
+}
+
+static void lazy_free(struct sf_lazy *z)
+{
+	if (!z)
+		return;
+	for (size_t i = 0; i < z->live.cap; i++)
+		node_free(sf_ptab_at(&z->live, i));
+	sf_ptab_free(&z->live);
+	free(z->ent);
+	free(z->names);
+	free(z->index);
+	free(z);
+}
+
+static uint64_t key_hash(uint32_t key)
+{
+	return XXH3_64bits(&key, sizeof key);
+}
+
+static uint64_t live_hash(const void *item)
+{
+	return key_hash(((const struct sf_node *)item)->key);
+}
+
+static bool live_is(const void *item, const void *key)
+{
+	return ((const struct sf_node *)item)->key == *(const uint32_t *)key;
+}
+
+int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
+{
+	struct sf_lazy *z = calloc(1, sizeof *z);
+	if (!z)
+		return -ENOMEM;
+	z->make = make;
+	z->live.hash = live_hash;
+	dir->u.dir.lazy = z;
+	return 0;
+}
+
+/* The entry named `name`, or -1. */
+static long lazy_find(const struct sf_lazy *z, const char *name)
+{
+	if (!z || !z->index_cap)
+		return -1;
+	size_t mask = z->index_cap - 1;
+	for (size_t i = name_hash(name) & mask; z->index[i]; i = (i + 1) & mask)
+		if (strcmp(ent_name(z, z->index[i] - 1), name) == 0)
+			return (long)(z->index[i] - 1);
+	return -1;
+}
+
+static void lazy_index_put(struct sf_lazy *z, size_t k)
+{
+	size_t mask = z->index_cap - 1;
+	size_t i = name_hash(ent_name(z, k)) & mask;
+	while (z->index[i])
+		i = (i + 1) & mask;
+	z->index[i] = (uint32_t)(k + 1);
+}
+
+static int lazy_append(struct sf_lazy *z, const char *name, enum sf_kind kind, uint32_t key,
+		       uint32_t aux)
+{
+	size_t len = strlen(name) + 1;
+	if (z->n >= UINT32_MAX - 1 || z->nlen + len > UINT32_MAX)
+		return -EOVERFLOW;
+	if (sf_grow(&z->ent, &z->cap, z->n, sizeof *z->ent, 64))
+		return -ENOMEM;
+	while (z->nlen + len > z->ncap) {
+		size_t cap = z->ncap ? z->ncap * 2 : 1024;
+		char *p = realloc(z->names, cap);
+		if (!p)
+			return -ENOMEM;
+		z->names = p;
+		z->ncap = cap;
+	}
+	if ((z->n + 1) * 2 > z->index_cap) {
+		size_t cap = z->index_cap ? z->index_cap * 2 : 64;
+		uint32_t *idx = calloc(cap, sizeof *idx);
+		if (!idx)
+			return -ENOMEM;
+		free(z->index);
+		z->index = idx;
+		z->index_cap = cap;
+		for (size_t i = 0; i < z->n; i++)
+			lazy_index_put(z, i);
+	}
+	memcpy(z->names + z->nlen, name, len);
+	z->ent[z->n] = (struct lazy_ent){ .key = key, .aux = aux, .name = (uint32_t)z->nlen,
+					  .kind = (uint8_t)kind };
+	z->nlen += len;
+	lazy_index_put(z, z->n++);
+	return 0;
+}
+
+static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char *name);
+
+/* The live node of a key, or a new one (view lock held); pinned. */
+static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
+		     uint32_t aux, struct sf_node **out, struct sf_err *e)
+{
+	struct sf_lazy *z = dir->u.dir.lazy;
+	struct sf_node *n = sf_ptab_find(&z->live, key_hash(key), live_is, &key);
+	if (!n) {
+		if (!(n = node_new(dir->view, kind, name)))
+			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
+		n->lazy = true;
+		n->parent = dir;
+		n->key = key;
+		n->aux = aux;
+		int rc = z->make(n, e);
+		if (rc || (rc = sf_ptab_put(&z->live, n))) {
+			node_free(n);
+			return e->msg[0] ? rc : sf_fail(e, rc, "%s: out of memory", dir->view->path);
+		}
+	}
+	n->pins++;
+	*out = n;
+	return 0;
+}
+
+int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
+		     uint32_t aux, struct sf_node **out, struct sf_err *e)
+{
+	pthread_mutex_lock(&dir->view->lock);
+	int rc = lazy_node(dir, kind, name, key, aux, out, e);
+	pthread_mutex_unlock(&dir->view->lock);
+	return rc;
+}
+
+static int lazy_at(struct sf_node *dir, size_t i, struct sf_node **out, struct sf_err *e)
+{
+	const struct sf_lazy *z = dir->u.dir.lazy;
+	const struct lazy_ent *x = &z->ent[i];
+	return lazy_node(dir, x->kind, ent_name(z, i), x->key, x->aux, out, e);
+}
+
+/* Frees a lazy node nobody holds (view lock held). */
+static void lazy_settle(struct sf_node *n)
+{
+	if (n->pins || atomic_load(&n->host))
+		return;
+	sf_ptab_del(&n->parent->u.dir.lazy->live, n);
+	node_free(n);
+}
+
+void sf_node_unpin(struct sf_node *n)
+{
+	if (!n || !n->lazy)
+		return;
+	struct sf_view *v = n->view;
+	pthread_mutex_lock(&v->lock);
+	n->pins--;
+	lazy_settle(n);
+	pthread_mutex_unlock(&v->lock);
+}
+
+void sf_node_set_host(struct sf_node *n, void *host)
+{
+	if (!n->lazy) {
+		atomic_store(&n->host, host);
+		return;
+	}
+	struct sf_view *v = n->view;
+	pthread_mutex_lock(&v->lock);
+	atomic_store(&n->host, host);
+	lazy_settle(n);
+	pthread_mutex_unlock(&v->lock);
+}
+
+size_t sf_dir_count(const struct sf_node *dir)
+{
+	return dir->u.dir.n + (dir->u.dir.lazy ? dir->u.dir.lazy->n : 0);
+}
+
+void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out)
+{
+	const struct sf_dir *d = &dir->u.dir;
+	if (i < d->n) {
+		struct sf_node *k = d->kids[i];
+		*out = (struct sf_dirent){ .name = k->name, .kind = k->kind, .hidden = k->hidden,
+					   .node = k, .id = k };
+		return;
+	}
+	i -= d->n;
+	*out = (struct sf_dirent){ .name = ent_name(d->lazy, i), .kind = d->lazy->ent[i].kind,
+				   .id = &d->lazy->ent[i] };
+}
+
+bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
+{
+	struct sf_dir *d = &dir->u.dir;
+	pthread_mutex_lock(&dir->view->lock);
+	struct sf_node *k = dir_get(d, name);
+	long i = k ? -1 : lazy_find(d->lazy, name);
+	if (k)
+		*out = (struct sf_dirent){ .name = k->name, .kind = k->kind, .hidden = k->hidden,
+					   .node = k, .id = k };
+	else if (i >= 0)
+		sf_dir_entry(dir, d->n + (size_t)i, out);
+	pthread_mutex_unlock(&dir->view->lock);
+	return k || i >= 0;
+}
+
+struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
+{
+	if (i < dir->u.dir.n)
+		return dir->u.dir.kids[i];
+	struct sf_node *n = NULL;
+	pthread_mutex_lock(&dir->view->lock);
+	if (lazy_at(dir, i - dir->u.dir.n, &n, e))
+		n = NULL;
+	pthread_mutex_unlock(&dir->view->lock);
+	return n;
+}
+
+/* The node or on-demand entry named `name` (view lock held); *out NULL
+ * when there is none. */
+static int dir_lookup(struct sf_node *dir, const char *name, struct sf_node **out,
+		      struct sf_err *e)
+{
+	*out = dir_get(&dir->u.dir, name);
+	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	return i >= 0 ? lazy_at(dir, (size_t)i, out, e) : 0;
+}
+
 static bool name_taken(struct sf_node *dir, const char *name,
 		       bool (*taken)(struct sf_node *, const char *))
 {
 	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 		return true;
-	return dir_get(&dir->u.dir, name) || (taken && taken(dir, name));
+	return dir_get(&dir->u.dir, name) || lazy_find(dir->u.dir.lazy, name) >= 0 ||
+	       (taken && taken(dir, name));
 }
 
 void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
@@ -151,10 +405,11 @@ struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const c
 	return n;
 }
 
-static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
-				 const void *raw, size_t len)
+/* The name a raw name gets in dir: escaped, cut, made unique. */
+static void unique_name(struct sf_node *dir, const void *raw, size_t len,
+			char uniq[SF_NAME_MAX + 16])
 {
-	char esc[SF_NAME_MAX + 1], uniq[SF_NAME_MAX + 16];
+	char esc[SF_NAME_MAX + 1];
 	sf_name_escape(raw, len, SF_NAME_MAX, esc);
 	sf_dir_unique(dir, esc, uniq, NULL);
 	if (strlen(uniq) > SF_NAME_MAX) {
@@ -162,7 +417,22 @@ static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
 		sf_name_escape(raw, len, strlen(esc) - 1, esc);
 		sf_dir_unique(dir, esc, uniq, NULL);
 	}
+}
+
+static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
+				 const void *raw, size_t len)
+{
+	char uniq[SF_NAME_MAX + 16];
+	unique_name(dir, raw, len, uniq);
 	return sf_dir_add_exact(dir, kind, uniq);
+}
+
+int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_kind kind,
+		    uint32_t key, uint32_t aux)
+{
+	char uniq[SF_NAME_MAX + 16];
+	unique_name(dir, raw, len, uniq);
+	return lazy_append(dir->u.dir.lazy, uniq, kind, key, aux);
 }
 
 struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len)
@@ -480,15 +750,16 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 	int rc = 0;
 	*out = NULL;
 	pthread_mutex_lock(&dir->view->lock);
-	struct sf_node *hit = dir_get(&dir->u.dir, name);
-	if (!hit && !dir->u.dir.populated) {
+	struct sf_node *hit = NULL;
+	rc = dir_lookup(dir, name, &hit, e);
+	if (!rc && !hit && !dir->u.dir.populated) {
 		if (dir->u.dir.lookup) {
 			rc = dir->u.dir.lookup(dir, name, &hit, e);
 		} else {
 			rc = dir->u.dir.populate(dir, e);
 			if (rc == 0) {
 				dir->u.dir.populated = true;
-				hit = dir_get(&dir->u.dir, name);
+				rc = dir_lookup(dir, name, &hit, e);
 			}
 		}
 	}

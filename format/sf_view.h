@@ -23,6 +23,7 @@
 
 #include "sf_bytes.h"
 #include "sf_map.h"
+#include "sf_ptab.h"
 
 /* ---- buffers ---------------------------------------------------------- */
 
@@ -140,6 +141,11 @@ typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 /* Builds a lazily described file's extents (called once), using
  * sf_file_add_* on `f`. */
 typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+/* Gives the node of an on-demand entry (sf_dir_add_lazy) its content: `n`
+ * has its kind, name, key and aux set (called under the view's lock). */
+typedef int (*sf_make_fn)(struct sf_node *n, struct sf_err *e);
+
+struct sf_lazy;
 
 struct sf_dir {
 	struct sf_node **kids;
@@ -150,6 +156,8 @@ struct sf_dir {
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
 	atomic_bool populated;
+	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
+	struct sf_lazy *lazy;
 };
 
 struct sf_file {
@@ -173,6 +181,11 @@ struct sf_file {
 struct sf_node {
 	enum sf_kind kind;
 	bool hidden;           /* resolvable but never listed (".shardfs") */
+	/* Made on demand for an entry of its parent's lazy table: freed once
+	 * no host holds it and nobody has it pinned (view lock). */
+	bool lazy;
+	uint32_t pins;
+	uint32_t key;          /* lazy: the entry's key (the format's) */
 	char *name;            /* escaped, as shown */
 	struct sf_node *parent;
 	struct sf_view *view;
@@ -259,6 +272,28 @@ size_t sf_name_unescape(const char *name, uint8_t *out);
 void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
 		   bool (*taken)(struct sf_node *dir, const char *name));
 
+/* On-demand entries. A directory with a million entries (a fold's
+ * members) should not hold a million nodes: after sf_dir_set_lazy, its
+ * populate adds entries with sf_dir_add_lazy (a name, a kind and two
+ * numbers of the format's, about 30 bytes each), and a node is made by
+ * `make` when the entry is looked up, and freed when its host lets it go
+ * (sf_node_set_host) and nobody has it pinned. sf_dir_find and
+ * sf_dir_child pin such nodes; the daemon unpins once its inode holds the
+ * node, tools keep them until the view is freed. */
+int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make);
+/* Adds an entry named from `raw` (escaped and made unique as
+ * sf_dir_add_file does). */
+int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_kind kind,
+		    uint32_t key, uint32_t aux);
+/* The node of entry `key`, named `name` (escaped, unique), made now if it is
+ * not alive: for a lookup hook answering before the directory is populated
+ * (its populate must then give the entry of `key` this name). Pinned. */
+int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
+		     uint32_t aux, struct sf_node **out, struct sf_err *e);
+void sf_node_unpin(struct sf_node *n);
+/* Sets the daemon's slot; a lazy node with no host left and no pin is freed. */
+void sf_node_set_host(struct sf_node *n, void *host);
+
 /* Marks a directory lazy: `fn` adds its entries on first listing/lookup. */
 void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg);
 void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn);
@@ -301,6 +336,23 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
 /* Makes sure a directory is populated. */
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e);
+/* Entries of a ready directory: its nodes, then its on-demand entries. */
+size_t sf_dir_count(const struct sf_node *dir);
+/* Entry i without making its node (view lock held): `node` is NULL for an
+ * on-demand entry, and `id` is unique among the directory's entries. */
+struct sf_dirent {
+	const char *name;
+	enum sf_kind kind;
+	bool hidden;
+	struct sf_node *node;
+	const void *id;
+};
+void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out);
+/* Whether dir has an entry `name`, described in *out (no node is made). */
+bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out);
+/* The node of entry i, made if needed (pinned when on demand); NULL when
+ * out of memory or its make failed (e says why). */
+struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e);
 /* Makes sure a file's size and extents are known. */
 int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 /* Resolves a path relative to `from` ("a/b/c"; no "..", no links followed). */

@@ -141,8 +141,10 @@ int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *a
 		return fail(sf_fail(&e, -ENOTDIR, "%s: %s is not a directory", h->view->path, dir), &e);
 	if ((rc = sf_dir_ready(d, &e)))
 		return fail(rc, &e);
-	for (size_t i = 0; i < d->u.dir.n; i++) {
-		struct sf_node *k = d->u.dir.kids[i];
+	for (size_t i = 0; i < sf_dir_count(d); i++) {
+		struct sf_node *k = sf_dir_child(d, i, &e);
+		if (!k)
+			return fail(e.msg[0] ? -EIO : -ENOMEM, &e);
 		if (k->hidden)
 			continue;
 		struct shardfs_entry ent;

@@ -3,6 +3,7 @@
 #include "listing.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,83 +54,35 @@ int fnode_init_root(const char *src, struct sf_err *e)
 	return 0;
 }
 
-static size_t slot_of(const struct fchildren *k, const char *name)
+static uint64_t name_hash(const char *name)
 {
-	return XXH3_64bits(name, strlen(name)) & (k->cap - 1);
+	return XXH3_64bits(name, strlen(name));
+}
+
+static uint64_t kid_hash(const void *item)
+{
+	return name_hash(((const struct fnode *)item)->name);
+}
+
+static bool kid_named(const void *item, const void *name)
+{
+	return strcmp(((const struct fnode *)item)->name, name) == 0;
 }
 
 struct fnode *fnode_child(struct fnode *dir, const char *name)
 {
-	struct fchildren *k = &dir->kids;
-	if (!k->cap)
-		return NULL;
-	for (size_t i = slot_of(k, name);; i = (i + 1) & (k->cap - 1)) {
-		struct fnode *c = k->slot[i];
-		if (!c)
-			return NULL;
-		if (c != (struct fnode *)k && strcmp(c->name, name) == 0)
-			return c;
-	}
-}
-
-/* Deleted slots hold the table's own address as a tombstone. */
-static void kids_remove(struct fchildren *k, struct fnode *n)
-{
-	if (!k->cap)
-		return;
-	for (size_t i = slot_of(k, n->name);; i = (i + 1) & (k->cap - 1)) {
-		if (!k->slot[i])
-			return;
-		if (k->slot[i] == n) {
-			k->slot[i] = (struct fnode *)k;
-			return;
-		}
-	}
-}
-
-static void kids_grow(struct fchildren *k)
-{
-	size_t cap = k->cap ? k->cap * 2 : 16;
-	struct fnode **s = calloc(cap, sizeof *s);
-	if (!s)
-		return;
-	struct fnode **old = k->slot;
-	size_t oldcap = k->cap;
-	k->slot = s;
-	k->cap = cap;
-	k->n = 0;
-	for (size_t i = 0; i < oldcap; i++) {
-		struct fnode *c = old[i];
-		if (!c || c == (struct fnode *)k)
-			continue;
-		size_t j = slot_of(k, c->name);
-		while (k->slot[j])
-			j = (j + 1) & (cap - 1);
-		k->slot[j] = c;
-		k->n++;
-	}
-	free(old);
+	return sf_ptab_find(&dir->kids, name_hash(name), kid_named, name);
 }
 
 void fnode_attach(struct fnode *n)
 {
-	struct fchildren *k = &n->parent->kids;
+	struct sf_ptab *k = &n->parent->kids;
+	k->hash = kid_hash;
 	struct fnode *old = fnode_child(n->parent, n->name);
 	if (old)
-		kids_remove(k, old);
-	/* tombstones count as used so probing always ends */
-	size_t used = 0;
-	for (size_t i = 0; i < k->cap; i++)
-		used += k->slot[i] != NULL;
-	if ((used + 1) * 2 > k->cap)
-		kids_grow(k);
-	if (!k->cap)
-		return; /* out of memory: the node still works, it just is not reused */
-	size_t i = slot_of(k, n->name);
-	while (k->slot[i] && k->slot[i] != (struct fnode *)k)
-		i = (i + 1) & (k->cap - 1);
-	k->slot[i] = n;
-	k->n++;
+		sf_ptab_del(k, old);
+	/* out of memory: the node still works, it just is not reused */
+	(void)sf_ptab_put(k, n);
 }
 
 static void release(struct fnode *n)
@@ -141,26 +94,31 @@ static void release(struct fnode *n)
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
 	if (n->vn && n->vn->host == n)
-		n->vn->host = NULL;
+		sf_node_set_host(n->vn, NULL);
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
 	sf_buf_unref(n->snap);
 	listing_unref(n->listing);
 	pthread_mutex_destroy(&n->map_lock);
-	free(n->kids.slot);
+	sf_ptab_free(&n->kids);
 	free(n->name);
 	free(n->rel);
 	free(n->vpath);
 	free(n);
 }
 
+/* Nodes freed since memory was last given back to the system. */
+static size_t freed_since_trim;
+#define TRIM_EVERY 16384
+
 static void fnode_free(struct fnode *n)
 {
 	while (n && n != root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
 		if (p)
-			kids_remove(&p->kids, n);
+			sf_ptab_del(&p->kids, n);
 		release(n);
+		freed_since_trim++;
 		if (p)
 			p->refs--;
 		n = p;
@@ -180,7 +138,15 @@ void fnode_forget(struct fnode *n, uint64_t k)
 			(unsigned long long)k, n->name, (unsigned long long)n->nlookup);
 	n->nlookup = k > n->nlookup ? 0 : n->nlookup - k;
 	fnode_free(n);
+	bool trim = freed_since_trim >= TRIM_EVERY;
+	if (trim)
+		freed_since_trim = 0;
 	pthread_mutex_unlock(&ftree_lock);
+	/* When the kernel forgets many inodes (memory pressure, drop_caches),
+	 * what they held is scattered over the heap: free() keeps it, and
+	 * only a trim returns the emptied pages. */
+	if (trim)
+		malloc_trim(0);
 }
 
 struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name)
@@ -207,7 +173,7 @@ struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const cha
 		snprintf(n->vpath, len, "%s", name);
 	else
 		snprintf(n->vpath, len, "%s/%s", pp, name);
-	vn->host = n;
+	sf_node_set_host(vn, n);
 	return n;
 }
 

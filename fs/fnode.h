@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "sf_ptab.h"
 #include "sf_view.h"
 
 enum fkind {
@@ -27,13 +28,6 @@ enum meta_file { META_STATS, META_ERRORS };
 
 struct fnode;
 
-/* Children of a directory fnode by name: the current version of each. The
- * table does not own them; a node leaves it when freed. */
-struct fchildren {
-	struct fnode **slot;
-	size_t cap, n;
-};
-
 struct fnode {
 	enum fkind kind;
 	/* A node is freed when both counts reach zero (ftree_lock guards them). */
@@ -43,7 +37,9 @@ struct fnode {
 	char *name;
 	char *rel;                    /* SRC nodes: path relative to SRC ("." for root) */
 	struct stat st;               /* SRC nodes: the version this node stands for */
-	struct fchildren kids;        /* directories: SRC children and view roots */
+	/* directories: the current version of each SRC child and view root
+	 * by name (not owned: a node leaves it when freed) */
+	struct sf_ptab kids;
 
 	/* FK_SRC_FILE: mapped at first open, kept for the node's life.
 	 * FK_SRC_DIR: map_lock serialises computing the listing. */
@@ -85,7 +81,8 @@ void fnode_attach(struct fnode *n);
 void fnode_lookup_ref(struct fnode *n);
 void fnode_forget(struct fnode *n, uint64_t k);
 
-/* The fnode for a view node, creating it on first use (ftree_lock held).
+/* The fnode for a view node, creating it on first use (ftree_lock held;
+ * an on-demand node must be pinned by the caller until this returns).
  * `name` is what the node is called in `parent` (a view root's node has no
  * name of its own); NULL means vn->name. */
 struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name);

@@ -327,6 +327,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	struct fnode *n = fnode_for_view(dir, kid, NULL);
 	if (n)
 		fnode_lookup_ref(n);
+	sf_node_unpin(kid);
 	pthread_mutex_unlock(&ftree_lock);
 	reply_node(req, n, VIEW_TIMEOUT);
 }
@@ -648,15 +649,20 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 	fuse_reply_err(req, ENOTTY);
 }
 
-/* A directory handle: the names it lists, taken when opened. */
+/* A directory handle: the names it lists, taken when opened. A view
+ * directory's entries do not change once it is populated, so its handle
+ * lists them from the directory itself (`vdir`, after the n entries here):
+ * a fold of millions of members costs no copy of its names. */
 struct dirsnap {
 	size_t n;
 	struct dent {
 		char *name;
 		unsigned char type;
 		ino_t ino;
-		struct sf_node *vn; /* in a view: the node listed */
+		struct sf_node *vn; /* in a view: the node listed, if made */
 	} *e;
+	struct sf_node *vdir;
+	struct sf_view *view; /* holds vdir */
 };
 
 static void snap_free(struct dirsnap *s)
@@ -664,6 +670,7 @@ static void snap_free(struct dirsnap *s)
 	for (size_t i = 0; i < s->n; i++)
 		free(s->e[i].name);
 	free(s->e);
+	sf_view_unref(s->view);
 	free(s);
 }
 
@@ -696,7 +703,7 @@ static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	return rc;
 }
 
-static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
+static int snap_view(struct fnode *dir, struct dirsnap *s)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
@@ -708,18 +715,28 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		return -EIO;
 	}
-	pthread_mutex_lock(&vn->view->lock);
-	for (size_t i = 0; rc == 0 && i < vn->u.dir.n; i++) {
-		struct sf_node *k = vn->u.dir.kids[i];
-		if (k->hidden)
-			continue;
-		unsigned char t = k->kind == SF_DIR ? DT_DIR : k->kind == SF_LINK ? DT_LNK : DT_REG;
-		rc = snap_add(s, cap, k->name, t, (ino_t)(uintptr_t)k);
-		if (rc == 0)
-			s->e[s->n - 1].vn = k;
-	}
-	pthread_mutex_unlock(&vn->view->lock);
-	return rc;
+	s->vdir = vn;
+	s->view = sf_view_ref(dir->view);
+	return 0;
+}
+
+/* Entry i of a handle (0 <= i < dent_count), its name borrowed; a hidden
+ * view entry has a NULL name, to be skipped. A populated directory's
+ * entries never change, so they are read without the view's lock. */
+static size_t dent_count(const struct dirsnap *s)
+{
+	return s->n + (s->vdir ? sf_dir_count(s->vdir) : 0);
+}
+
+static struct dent dent_at(const struct dirsnap *s, size_t i)
+{
+	if (i < s->n)
+		return s->e[i];
+	struct sf_dirent d;
+	sf_dir_entry(s->vdir, i - s->n, &d);
+	unsigned char t = d.kind == SF_DIR ? DT_DIR : d.kind == SF_LINK ? DT_LNK : DT_REG;
+	return (struct dent){ .name = d.hidden ? NULL : (char *)d.name, .type = t,
+			      .ino = (ino_t)(uintptr_t)d.id, .vn = d.node };
 }
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -737,7 +754,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		if (n->kind == FK_SRC_DIR)
 			rc = snap_src(n, s, &cap);
 		else if (n->kind == FK_VIEW && n->vn->kind == SF_DIR)
-			rc = snap_view(n, s, &cap);
+			rc = snap_view(n, s);
 		else if (n->kind != FK_META_DIR)
 			rc = -ENOTDIR;
 	}
@@ -775,14 +792,20 @@ static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct 
 		if (find_src(dir, d->name, true, l, &n))
 			return NULL;
 		t = SRC_TIMEOUT;
-	} else if (d->vn) {
-		const struct sf_file *fl = &d->vn->u.file;
-		if (d->vn->kind == SF_FILE && !atomic_load(&fl->built) && !fl->size_known)
+	} else {
+		/* an on-demand entry's node is made (and pinned) by the lookup */
+		struct sf_err e = { { 0 } };
+		struct sf_node *vn = d->vn;
+		if (!vn && (sf_dir_find(dir->vn, d->name, &vn, &e) || !vn))
 			return NULL;
+		const struct sf_file *fl = &vn->u.file;
 		pthread_mutex_lock(&ftree_lock);
-		n = fnode_for_view(dir, d->vn, NULL);
+		if (vn->kind != SF_FILE || atomic_load(&fl->built) || fl->size_known)
+			n = fnode_for_view(dir, vn, NULL);
 		if (n)
 			fnode_lookup_ref(n);
+		if (!d->vn)
+			sf_node_unpin(vn);
 		pthread_mutex_unlock(&ftree_lock);
 	}
 	if (!n)
@@ -813,8 +836,12 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	size_t used = 0, nheld = 0;
 	struct listing *l = NULL;
-	for (size_t i = (size_t)off; i < s->n; i++) {
-		const struct dent *d = &s->e[i];
+	size_t total = dent_count(s);
+	for (size_t i = (size_t)off; i < total; i++) {
+		struct dent dd = dent_at(s, i);
+		const struct dent *d = &dd;
+		if (!d->name)
+			continue;
 		/* sized first: an entry that does not fit is left for the
 		 * next request, without a reference */
 		size_t k = plus ? fuse_add_direntry_plus(req, NULL, 0, d->name, NULL, 0)

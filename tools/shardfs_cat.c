@@ -25,8 +25,12 @@ static int list(struct sf_node *n, const char *prefix)
 		fprintf(stderr, "shardfs-cat: %s\n", e.msg);
 		return rc;
 	}
-	for (size_t i = 0; i < n->u.dir.n; i++) {
-		struct sf_node *k = n->u.dir.kids[i];
+	for (size_t i = 0; i < sf_dir_count(n); i++) {
+		struct sf_node *k = sf_dir_child(n, i, &e);
+		if (!k) {
+			fprintf(stderr, "shardfs-cat: %s\n", e.msg[0] ? e.msg : "out of memory");
+			return -EIO;
+		}
 		if (k->hidden)
 			continue;
 		char path[8192];

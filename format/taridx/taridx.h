@@ -149,9 +149,9 @@ struct tx_fold {
 	char *fold;
 	struct sf_view *view;
 	struct sf_node *rows_dir;
-	/* Rows whose node the lookup hooks created (in the root and rows/),
-	 * so that listing does not add them twice. */
-	uint8_t *hooked_member, *hooked_row;
+	/* Rows whose name the root's lookup hook gave out before the
+	 * listing: the listing names them first, so the names stay. */
+	uint8_t *hooked_member;
 	/* Whether the root may show names no row keys (tx_fold.c,
 	 * has_unkeyed_names); -1 until first needed. */
 	int8_t unkeyed;

@@ -59,14 +59,12 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 
 /* ---- .shardfs/rows/ ---------------------------------------------------- */
 
-static struct sf_node *add_row_node(struct tx_fold *f, uint64_t r)
+/* An entry of rows/ is keyed by its row. */
+static int make_row(struct sf_node *n, struct sf_err *e)
 {
-	char name[24];
-	snprintf(name, sizeof name, "%llu", (unsigned long long)r);
-	struct sf_node *n = sf_dir_add_exact(f->rows_dir, SF_FILE, name);
-	if (n && set_payload(f, n, r))
-		return NULL;
-	return n;
+	if (set_payload(n->view->state, n, n->key))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", n->view->path);
+	return 0;
 }
 
 static int rows_lookup(struct sf_node *dir, const char *name, struct sf_node **out,
@@ -81,50 +79,53 @@ static int rows_lookup(struct sf_node *dir, const char *name, struct sf_node **o
 		r = r * 10 + (uint64_t)(name[i] - '0');
 	if (!i || name[i] || (name[0] == '0' && i > 1) || r >= f->ix.n_rows)
 		return 0;
-	if (!(*out = add_row_node(f, r)))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
-	bit_set(f->hooked_row, r);
-	return 0;
+	return sf_dir_lazy_node(dir, SF_FILE, name, (uint32_t)r, (uint32_t)r, out, e);
 }
 
 static int rows_populate(struct sf_node *dir, struct sf_err *e)
 {
 	struct tx_fold *f = dir->view->state;
-	for (uint64_t r = 0; r < f->ix.n_rows; r++)
-		if (!bit_get(f->hooked_row, r) && !add_row_node(f, r))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
+	for (uint64_t r = 0; r < f->ix.n_rows; r++) {
+		char name[24];
+		int len = snprintf(name, sizeof name, "%llu", (unsigned long long)r);
+		int rc = sf_dir_add_lazy(dir, name, (size_t)len, SF_FILE, (uint32_t)r, (uint32_t)r);
+		if (rc)
+			return sf_fail(e, rc, "%s: out of memory listing rows", dir->view->path);
+	}
 	return 0;
 }
 
 /* ---- members ------------------------------------------------------------ */
 
-/* Adds member row r, a file or symlink, as `base` in dir. Hard links get
- * the payload of `target` (a file row), or are broken when it is absent. */
-static struct sf_node *add_member(struct tx_fold *f, struct sf_node *dir, const uint8_t *base,
-				  size_t blen, uint32_t r, const struct tx_member *m,
-				  struct tx_str link, long target)
+/* A member entry is keyed by its row; aux is the row whose payload a file
+ * shows (a hard link's target), or TX_NO_ROW for a hard link to nothing. */
+#define TX_NO_ROW UINT32_MAX
+
+static int make_member(struct sf_node *n, struct sf_err *e)
 {
-	if (m->kind == TX_SYMLINK) {
-		char *t = strndup((const char *)link.p, link.len);
-		struct sf_node *n = t ? sf_dir_add_link(dir, base, blen, t) : NULL;
-		free(t);
-		return n;
+	struct tx_fold *f = n->view->state;
+	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
+		return set_payload(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
+	/* a symlink, or a hard link to nothing: the header names the target */
+	struct tx_member m;
+	struct tx_str link = { 0 };
+	size_t plen;
+	uint8_t *path = malloc(TX_PATH_MAX);
+	tx_member_check(f, n->key, &m);
+	int rc = path ? tx_member_names(f, n->key, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
+	free(path);
+	if (rc)
+		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again",
+			       f->view->path, n->key);
+	if (n->kind == SF_LINK) {
+		if (!(n->u.target = strndup((const char *)link.p, link.len)))
+			return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+		return 0;
 	}
-	struct sf_node *n = sf_dir_add_file(dir, base, blen);
-	if (!n)
-		return NULL;
-	int rc;
-	if (m->kind == TX_FILE) {
-		rc = set_payload(f, n, r);
-	} else if (target >= 0) {
-		rc = set_payload(f, n, (uint64_t)target);
-	} else {
-		char why[400];
-		snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is not a member",
-			 f->view->path, r, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
-		rc = sf_file_set_broken(n, 0, why);
-	}
-	return rc ? NULL : n;
+	char why[400];
+	snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is not a member",
+		 f->view->path, n->key, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
+	return sf_file_set_broken(n, 0, why) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 }
 
 struct flat_probe {
@@ -133,7 +134,6 @@ struct flat_probe {
 	size_t len;
 	long best;
 	struct tx_member m;
-	struct tx_str link;
 };
 
 static bool probe_row(void *arg, uint32_t r)
@@ -155,7 +155,6 @@ static bool probe_row(void *arg, uint32_t r)
 	    (m.row.fid == p->m.row.fid && m.row.off > p->m.row.off)) {
 		p->best = r;
 		p->m = m;
-		p->link = link;
 	}
 	return false;
 }
@@ -227,11 +226,9 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		char esc[SF_NAME_MAX + 1];
 		sf_name_escape(raw, n, SF_NAME_MAX, esc);
 		if (p.best >= 0 && p.m.kind != TX_HARDLINK && strcmp(esc, name) == 0) {
-			*out = add_member(f, root, raw, n, (uint32_t)p.best, &p.m, p.link, -1);
-			if (!*out)
-				return sf_fail(e, -ENOMEM, "%s: out of memory", root->view->path);
 			bit_set(f->hooked_member, (uint64_t)p.best);
-			return 0;
+			return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
+						(uint32_t)p.best, (uint32_t)p.best, out, e);
 		}
 		/* A key path the index does not hold is absent: answering without
 		 * the listing keeps misses fast on folds of millions of members.
@@ -299,7 +296,7 @@ static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *p
 
 /* The directory `raw` (escaped per component) in dir, created if absent.
  * A file of the same name pushes the directory to "<name>#<n>". */
-static struct sf_node *subdir(struct sf_node *dir, const uint8_t *raw, size_t len, struct sf_err *e)
+static struct sf_node *subdir(struct sf_node *dir, const uint8_t *raw, size_t len)
 {
 	char esc[SF_NAME_MAX + 1], cand[SF_NAME_MAX + 32];
 	sf_name_escape(raw, len, SF_NAME_MAX, esc);
@@ -308,14 +305,15 @@ static struct sf_node *subdir(struct sf_node *dir, const uint8_t *raw, size_t le
 			snprintf(cand, sizeof cand, "%s#%lu", esc, i);
 		else
 			strcpy(cand, esc);
-		struct sf_node *hit = NULL;
-		if (strcmp(cand, ".") && strcmp(cand, "..") && cand[0] &&
-		    sf_dir_find(dir, cand, &hit, e))
-			return NULL;
-		if (hit && hit->kind == SF_DIR)
-			return hit;
-		if (!hit && cand[0] && strcmp(cand, ".") && strcmp(cand, ".."))
-			return sf_dir_add_dir(dir, raw, len);
+		if (!cand[0] || strcmp(cand, ".") == 0 || strcmp(cand, "..") == 0)
+			continue;
+		struct sf_dirent hit;
+		if (!sf_dir_peek(dir, cand, &hit)) {
+			struct sf_node *d = sf_dir_add_dir(dir, raw, len);
+			return d && sf_dir_set_lazy(d, make_member) == 0 ? d : NULL;
+		}
+		if (hit.kind == SF_DIR && hit.node)
+			return hit.node;
 	}
 }
 
@@ -341,6 +339,17 @@ static long link_target(struct walk *k, struct tx_str link)
 	return -1;
 }
 
+/* The listing reads every header (and the index rows): pages it is done
+ * with need not stay in our page tables, where a fold of a million small
+ * members would hold its every tar page. The page cache keeps them. */
+#define WALK_DROP_EVERY 16384
+
+static void drop_walked(const struct tx_fold *f)
+{
+	for (size_t i = 0; i < f->view->nmaps; i++)
+		sf_map_drop_pages(f->view->maps[i]);
+}
+
 static int populate_root(struct sf_node *root, struct sf_err *e)
 {
 	struct tx_fold *f = root->view->state;
@@ -362,6 +371,8 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	struct tx_str link;
 	size_t plen;
 	for (uint32_t r = 0; r < f->ix.n_rows; r++) {
+		if (r % WALK_DROP_EVERY == WALK_DROP_EVERY - 1)
+			drop_walked(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
 		struct slot *s = winner_slot(k, k->path, plen);
@@ -372,28 +383,38 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 			s->row1 = r + 1;
 	}
 	int rc = 0;
-	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
-		if (bit_get(f->hooked_member, r) || !member_at(k, r, &m, &plen, &link) ||
-		    winner_slot(k, k->path, plen)->row1 != r + 1)
-			continue;
-		long target = m.kind == TX_HARDLINK ? link_target(k, link) : -1;
-		/* link_target reuses k->path */
-		if (m.kind == TX_HARDLINK)
-			member_at(k, r, &m, &plen, &link);
-		struct sf_node *dir = root;
-		size_t from = 0;
-		for (;;) {
-			const uint8_t *slash = memchr(k->path + from, '/', plen - from);
-			if (!slash)
-				break;
-			size_t end = (size_t)(slash - k->path);
-			if (!(dir = subdir(dir, k->path + from, end - from, e)))
-				break;
-			from = end + 1;
+	/* the names the lookup hook gave out come first, as they were given */
+	for (int hooked = 1; hooked >= 0; hooked--) {
+		for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
+			if (r % WALK_DROP_EVERY == WALK_DROP_EVERY - 1)
+				drop_walked(f);
+			if (bit_get(f->hooked_member, r) != hooked || !member_at(k, r, &m, &plen, &link) ||
+			    winner_slot(k, k->path, plen)->row1 != r + 1)
+				continue;
+			uint32_t aux = r;
+			if (m.kind == TX_HARDLINK) {
+				long target = link_target(k, link);
+				aux = target < 0 ? TX_NO_ROW : (uint32_t)target;
+				/* link_target reuses k->path */
+				member_at(k, r, &m, &plen, &link);
+			}
+			struct sf_node *dir = root;
+			size_t from = 0;
+			for (;;) {
+				const uint8_t *slash = memchr(k->path + from, '/', plen - from);
+				if (!slash)
+					break;
+				size_t end = (size_t)(slash - k->path);
+				if (!(dir = subdir(dir, k->path + from, end - from)))
+					break;
+				from = end + 1;
+			}
+			enum sf_kind kind = m.kind == TX_SYMLINK ? SF_LINK : SF_FILE;
+			if (!dir || sf_dir_add_lazy(dir, k->path + from, plen - from, kind, r, aux))
+				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
-		if (!dir || !add_member(f, dir, k->path + from, plen - from, r, &m, link, target))
-			rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 	}
+	drop_walked(f);
 	free(k->w.slot);
 	free(k);
 	return rc;
@@ -410,7 +431,6 @@ static void fold_free(void *state)
 	pthread_mutex_destroy(&f->lookup_lock);
 	tx_shards_free(f->shards, f->nshards);
 	free(f->hooked_member);
-	free(f->hooked_row);
 	free(f->fold);
 	free(f);
 }
@@ -457,8 +477,7 @@ static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struc
 	struct sf_view *v = sf_view_new(&sf_fmt_taridx, a->path);
 	size_t nbits = f->ix.n_rows / 8 + 1;
 	f->hooked_member = calloc(nbits, 1);
-	f->hooked_row = calloc(nbits, 1);
-	if (!v || !f->hooked_member || !f->hooked_row) {
+	if (!v || !f->hooked_member) {
 		sf_view_unref(v);
 		fold_free(f);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
@@ -474,6 +493,9 @@ static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struc
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 		goto fail;
 	}
+	if ((rc = sf_dir_set_lazy(f->rows_dir, make_row)) ||
+	    (rc = sf_dir_set_lazy(v->root, make_member)))
+		goto fail;
 	sf_dir_set_populate(f->rows_dir, rows_populate, f);
 	sf_dir_set_lookup(f->rows_dir, rows_lookup);
 	sf_dir_set_populate(v->root, populate_root, f);

@@ -235,8 +235,11 @@ static void walk_node(struct walk *w, struct sf_node *n, int depth)
 	if (n->kind == SF_DIR) {
 		if (sf_dir_ready(n, &e))
 			return;
-		for (size_t i = 0; i < n->u.dir.n && !spent(w); i++)
-			walk_node(w, n->u.dir.kids[i], depth + 1);
+		for (size_t i = 0; i < sf_dir_count(n) && !spent(w); i++) {
+			struct sf_node *k = sf_dir_child(n, i, &e);
+			if (k)
+				walk_node(w, k, depth + 1);
+		}
 	} else if (n->kind == SF_FILE) {
 		read_file(w, n);
 	}

@@ -1,6 +1,6 @@
 /* Unit tests of the shared format pieces: byte cursors, CRC32C, name
- * escaping, the extent model, zstd with raw dictionaries and the verify
- * report. */
+ * escaping, the extent model, zstd with raw dictionaries, the verify
+ * report, pointer tables and on-demand directory entries. */
 #include <errno.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
@@ -11,6 +11,7 @@
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_ptab.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
@@ -289,6 +290,127 @@ static void test_grow(void)
 	free(a);
 }
 
+static uint64_t u32_hash(const void *item)
+{
+	return *(const uint32_t *)item * 0x9E3779B97F4A7C15ull >> 7;
+}
+
+static bool u32_is(const void *item, const void *key)
+{
+	return *(const uint32_t *)item == *(const uint32_t *)key;
+}
+
+/* Names that come and go (rolling checkpoints) keep the table the size of
+ * what it holds: deleted slots are reused, and an emptied table shrinks. */
+static void test_ptab(void)
+{
+	enum { LIVE = 8, ROUNDS = 200000, MANY = 10000 };
+	static uint32_t keys[MANY];
+	struct sf_ptab t = { .hash = u32_hash };
+	size_t max_cap = 0;
+	for (uint32_t i = 0; i < ROUNDS; i++) {
+		keys[i % MANY] = i;
+		CHECK(sf_ptab_put(&t, &keys[i % MANY]) == 0);
+		if (i >= LIVE) {
+			uint32_t old = i - LIVE;
+			void *hit = sf_ptab_find(&t, u32_hash(&old), u32_is, &old);
+			CHECK(hit == &keys[old % MANY]);
+			sf_ptab_del(&t, hit);
+		}
+		if (t.cap > max_cap)
+			max_cap = t.cap;
+	}
+	CHECK_EQ_U(t.n, LIVE);
+	CHECK(max_cap <= 32);
+	sf_ptab_free(&t);
+	for (uint32_t i = 0; i < MANY; i++) {
+		keys[i] = i;
+		CHECK(sf_ptab_put(&t, &keys[i]) == 0);
+	}
+	size_t big = t.cap;
+	for (uint32_t i = 10; i < MANY; i++)
+		sf_ptab_del(&t, &keys[i]);
+	CHECK(t.cap < big / 64);
+	for (uint32_t i = 0; i < MANY; i++) {
+		void *hit = sf_ptab_find(&t, u32_hash(&keys[i]), u32_is, &keys[i]);
+		CHECK(i < 10 ? hit == &keys[i] : hit == NULL);
+	}
+	sf_ptab_free(&t);
+}
+
+static int made;
+
+static void expect_text(struct sf_node *f, const char *want)
+{
+	struct sf_err e = { { 0 } };
+	struct sf_readv rv = { 0 };
+	CHECK(sf_file_ready(f, &sf_nocache, &e) == 0);
+	CHECK(sf_file_read(f, 0, 64, &sf_nocache, &rv, &e) == 0);
+	uint8_t got[64];
+	sf_readv_copy(&rv, got);
+	CHECK(rv.bytes == strlen(want) && memcmp(got, want, rv.bytes) == 0);
+	sf_readv_release(&rv);
+}
+
+static int make_text(struct sf_node *n, struct sf_err *e)
+{
+	(void)e;
+	made++;
+	char text[32];
+	snprintf(text, sizeof text, "%u/%u", n->key, (unsigned)n->aux);
+	return sf_file_set_text(n, text);
+}
+
+static int lazy_populate(struct sf_node *dir, struct sf_err *e)
+{
+	(void)e;
+	CHECK(sf_dir_add_lazy(dir, "a", 1, SF_FILE, 1, 10) == 0);
+	/* escaped and made unique like any other name */
+	CHECK(sf_dir_add_lazy(dir, "a", 1, SF_FILE, 2, 20) == 0);
+	CHECK(sf_dir_add_lazy(dir, "x/y", 3, SF_FILE, 3, 30) == 0);
+	return 0;
+}
+
+/* On-demand entries: listed without nodes, made when looked up, freed
+ * when nobody holds them, made again the same on the next lookup. */
+static void test_lazy(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "lazy");
+	struct sf_err e = { { 0 } };
+	CHECK(v && sf_dir_add_exact(v->root, SF_DIR, "sub"));
+	CHECK(sf_dir_set_lazy(v->root, make_text) == 0);
+	sf_dir_set_populate(v->root, lazy_populate, NULL);
+	CHECK(sf_dir_ready(v->root, &e) == 0);
+	CHECK_EQ_U(sf_dir_count(v->root), 4);
+	const char *want[] = { "sub", "a", "a#1", "x%2Fy" };
+	for (size_t i = 0; i < 4; i++) {
+		struct sf_dirent d;
+		sf_dir_entry(v->root, i, &d);
+		CHECK(strcmp(d.name, want[i]) == 0 && (i == 0) == (d.node != NULL));
+	}
+	CHECK_EQ_U(made, 0);
+	struct sf_node *n = NULL, *again = NULL;
+	CHECK(sf_dir_find(v->root, "a#1", &n, &e) == 0 && n && n->key == 2);
+	CHECK(sf_dir_find(v->root, "a#1", &again, &e) == 0 && again == n);
+	CHECK_EQ_U(made, 1);
+	expect_text(n, "2/20");
+	int host;
+	sf_node_set_host(n, &host);
+	sf_node_unpin(n);
+	sf_node_unpin(again);
+	CHECK(sf_dir_find(v->root, "a#1", &again, &e) == 0 && again == n);
+	sf_node_unpin(again);
+	sf_node_set_host(n, NULL); /* freed: the next lookup makes it anew */
+	CHECK(sf_dir_find(v->root, "a#1", &n, &e) == 0 && n);
+	CHECK_EQ_U(made, 2);
+	expect_text(n, "2/20");
+	struct sf_dirent d;
+	CHECK(sf_dir_peek(v->root, "x%2Fy", &d) && d.kind == SF_FILE && !d.node);
+	CHECK(!sf_dir_peek(v->root, "x", &d));
+	/* still pinned: freed with the view */
+	sf_view_unref(v);
+}
+
 int main(void)
 {
 	test_crc();
@@ -300,5 +422,7 @@ int main(void)
 	test_json();
 	test_report();
 	test_grow();
+	test_ptab();
+	test_lazy();
 	CHECK_DONE();
 }

@@ -385,8 +385,11 @@ static void test_hostile_names(const char *dir)
 	CHECK(walk(v, ".shardfs/verify") != NULL);
 	/* dup.jpg shows once, though the hook made it before the listing */
 	int dups = 0;
-	for (size_t i = 0; i < v->root->u.dir.n; i++)
-		dups += strncmp(v->root->u.dir.kids[i]->name, "dup.jpg", 7) == 0;
+	for (size_t i = 0; i < sf_dir_count(v->root); i++) {
+		struct sf_dirent d;
+		sf_dir_entry(v->root, i, &d);
+		dups += strncmp(d.name, "dup.jpg", 7) == 0;
+	}
 	CHECK_EQ_U(dups, 1);
 	sf_view_unref(v);
 }
