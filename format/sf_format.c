@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Each format defines its descriptor in its own folder. */
@@ -42,6 +43,41 @@ const struct sf_format *sf_format_nth(size_t i)
 		if (all[k] && i-- == 0)
 			return all[k];
 	return NULL;
+}
+
+int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
+		 uint64_t size, const char *path, struct sf_err *e)
+{
+	size_t n = size < SF_PROBE_BYTES ? (size_t)size : SF_PROBE_BYTES;
+	struct sf_probe p = { .head = data, .tail = data + size - n, .nhead = n, .ntail = n,
+			      .size = size, .path = path };
+	return check(&p, e);
+}
+
+int sf_format_check(const struct sf_format *f, int dirfd, const char *name, const char *path,
+		    struct sf_err *e)
+{
+	uint8_t head[SF_PROBE_BYTES], tail[SF_PROBE_BYTES];
+	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0) {
+		int rc = -errno;
+		if (fd >= 0)
+			close(fd);
+		return sf_fail(e, rc, "%s: %s", path, strerror(-rc));
+	}
+	uint64_t size = (uint64_t)st.st_size;
+	size_t nhead = size < sizeof head ? (size_t)size : sizeof head;
+	size_t ntail = size < sizeof tail ? (size_t)size : sizeof tail;
+	ssize_t a = pread(fd, head, nhead, 0);
+	ssize_t b = a == (ssize_t)nhead ? pread(fd, tail, ntail, (off_t)(size - ntail)) : -1;
+	int err = errno;
+	close(fd);
+	if (a != (ssize_t)nhead || b != (ssize_t)ntail)
+		return sf_fail(e, a < 0 || b < 0 ? -err : -EIO, "%s: short read of its header", path);
+	struct sf_probe p = { .head = head, .tail = tail, .nhead = nhead, .ntail = ntail,
+			      .size = size, .path = path };
+	return f->check(&p, e);
 }
 
 static int cmp_names(const void *a, const void *b)

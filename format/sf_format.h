@@ -30,6 +30,16 @@ struct sf_open_args {
 	bool top;
 };
 
+/* What the listing's cheap check sees of a file: its size and its first
+ * and last bytes (up to SF_PROBE_BYTES each; they overlap in a small file). */
+#define SF_PROBE_BYTES 4096
+struct sf_probe {
+	const uint8_t *head, *tail;
+	size_t nhead, ntail;
+	uint64_t size;
+	const char *path;
+};
+
 struct sf_format {
 	const char *name;  /* "tsumugi" */
 	const char *ext;   /* ".tsumugi": claimed files end with it, and the view
@@ -42,7 +52,21 @@ struct sf_format {
 	/* Opens the container. On failure returns a negative errno with e->msg
 	 * saying why; the daemon records it in .shardfs/errors. */
 	int (*open)(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e);
+	/* The cheapest honest check (docs/design.md §3.1): magic, size and
+	 * header consistency, from the probe only. 0, or a negative errno with
+	 * e->msg. A listing places the view of a file that passes, and opens it
+	 * when the view is entered; a format without a check is opened when
+	 * listed. */
+	int (*check)(const struct sf_probe *p, struct sf_err *e);
 };
+
+/* Runs a check on the probe of a mapped file: a full open starts with the
+ * same check the listing made. */
+int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
+		 uint64_t size, const char *path, struct sf_err *e);
+/* Reads the probe of `name` in dirfd and runs the format's check. */
+int sf_format_check(const struct sf_format *f, int dirfd, const char *name, const char *path,
+		    struct sf_err *e);
 
 /* The format claiming `name` in `dirpath`, or NULL. */
 const struct sf_format *sf_format_for(const char *dirpath, const char *name);

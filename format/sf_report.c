@@ -1,7 +1,10 @@
 #include "sf_report.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
 
 void sf_report_add(struct sf_report *r, bool error, const char *fmt, ...)
 {
@@ -43,4 +46,37 @@ struct sf_buf *sf_report_take(struct sf_report *r)
 	sf_str_free(&r->body);
 	*r = (struct sf_report){ 0 };
 	return sf_str_take(&s);
+}
+
+static int failed_verify(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
+			 struct sf_err *e)
+{
+	struct sf_report r = { 0 };
+	sf_report_add(&r, true, "not opened: %s", (const char *)p->view->state);
+	if (!(*out = sf_report_take(&r)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", p->view->path);
+	return 0;
+}
+
+static int failed_info(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
+		       struct sf_err *e)
+{
+	struct sf_str s = { 0 };
+	sf_str_addf(&s, "%s: not opened: %s\n", p->view->path, (const char *)p->view->state);
+	if (!(*out = sf_str_take(&s)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", p->view->path);
+	return 0;
+}
+
+struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why)
+{
+	struct sf_view *v = sf_view_new(fmt, path);
+	if (!v)
+		return NULL;
+	v->free_state = free;
+	if (!(v->state = strdup(why)) || !sf_view_add_meta(v, failed_info, NULL, failed_verify, NULL)) {
+		sf_view_unref(v);
+		return NULL;
+	}
+	return v;
 }

@@ -30,4 +30,10 @@ void sf_report_unlisted(struct sf_report *r);
  * NULL on OOM (including running out while findings were added). */
 struct sf_buf *sf_report_take(struct sf_report *r);
 
+/* The view of a container that passed the listing's check but failed to
+ * open (docs/design.md §3.1): only .shardfs/, whose verify and info.txt
+ * say why. */
+struct sf_format;
+struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why);
+
 #endif

@@ -12,6 +12,7 @@
 
 #include "loop.h"
 #include "sf_format.h"
+#include "sf_report.h"
 #include "stats.h"
 
 int src_fd = -1;
@@ -53,7 +54,7 @@ static const struct lentry *find(const struct listing *l, const char *name)
 const struct lentry *listing_view(const struct listing *l, const char *name)
 {
 	const struct lentry *e = find(l, name);
-	return e && e->view ? e : NULL;
+	return e && e->fmt ? e : NULL;
 }
 
 bool same_version(const struct stat *a, const struct stat *b)
@@ -78,31 +79,48 @@ char *src_join(const char *dir, const char *name)
 	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
-/* The view of the old listing that still stands for the same file: it was
- * named after the file, with its extension stripped or ".d" added. */
-static struct sf_view *reuse(const struct listing *old, const char *file, const char *ext,
-			     const struct stat *st)
+/* The view entry of the old listing that still stands for the same file
+ * (checked, or opened): it was named after the file, with its extension
+ * stripped or ".d" added. */
+static const struct lentry *reuse(const struct listing *old, const char *file,
+				  const struct sf_format *f, const struct stat *st)
 {
-	if (!old)
+	if (!old || f->uses_siblings)
 		return NULL;
-	char *names[2] = { strndup(file, strlen(file) - strlen(ext)), NULL };
+	char *names[2] = { strndup(file, strlen(file) - strlen(f->ext)), NULL };
 	if (asprintf(&names[1], "%s.d", file) < 0)
 		names[1] = NULL;
-	struct sf_view *v = NULL;
-	for (int i = 0; i < 2 && !v; i++) {
+	const struct lentry *hit = NULL;
+	for (int i = 0; i < 2 && !hit; i++) {
 		const struct lentry *e = names[i] ? find(old, names[i]) : NULL;
-		if (e && e->view && strcmp(e->file, file) == 0 && same_version(&e->st, st) &&
-		    !e->view->format->uses_siblings)
-			v = sf_view_ref(e->view);
+		if (e && e->fmt == f && strcmp(e->file, file) == 0 && same_version(&e->st, st))
+			hit = e;
 	}
 	free(names[0]);
 	free(names[1]);
-	return v;
+	return hit;
 }
 
-/* Opens one container; failures go to the error log. */
+/* The listing's cheap check of a container (docs/design.md §3.1); a
+ * failure goes to the error log. */
+static bool check_container(const struct sf_format *f, int dirfd, const char *rel,
+			    const char *name)
+{
+	char *path = src_join(rel, name);
+	struct sf_err e = { { 0 } };
+	int rc = path ? sf_format_check(f, dirfd, name, path, &e) : -ENOMEM;
+	if (rc) {
+		stat_add(&stats.containers_failed, 1);
+		errlog_add(path ? path : name, e.msg[0] ? e.msg : strerror(-rc));
+	}
+	free(path);
+	return rc == 0;
+}
+
+/* Opens one container; failures go to the error log. One that passed the
+ * cheap check (`checked`) and fails now gets a view that says why. */
 static struct sf_view *open_container(const struct sf_format *f, int dirfd, const char *rel,
-				      const char *name, char **names, size_t nnames)
+				      const char *name, char **names, size_t nnames, bool checked)
 {
 	char *path = src_join(rel, name);
 	if (!path)
@@ -123,7 +141,9 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	if (rc) {
 		stat_add(&stats.containers_failed, 1);
 		errlog_add(path, e.msg[0] ? e.msg : strerror(-rc));
-		v = NULL;
+		v = checked ? sf_view_failed(f, path, e.msg[0] ? e.msg : strerror(-rc)) : NULL;
+		if (v)
+			v->cache = view_cache;
 	} else {
 		stat_add(&stats.containers_opened, 1);
 		v->cache = view_cache;
@@ -322,11 +342,19 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		const struct sf_format *f = sf_format_for(rel, src->name);
 		if (!f)
 			continue;
-		struct sf_view *v = reuse(old, src->name, f->ext, &src->st);
-		if (!v)
-			v = open_container(f, dirfd, rel, src->name, names, nsrc);
-		if (!v)
+		/* a container is checked now and opened when its view is entered
+		 * (listing_open); a format without a check is opened now */
+		const struct lentry *was = reuse(old, src->name, f, &src->st);
+		struct sf_view *v = NULL;
+		if (was) {
+			if (was->view)
+				v = sf_view_ref(was->view);
+		} else if (f->check) {
+			if (!check_container(f, dirfd, rel, src->name))
+				continue;
+		} else if (!(v = open_container(f, dirfd, rel, src->name, names, nsrc, false))) {
 			continue;
+		}
 		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
 		if (!vname) {
 			char *path = src_join(rel, src->name);
@@ -337,8 +365,8 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 			continue;
 		}
 		struct lentry x = {
-			.name = vname, .view = v, .st = src->st,
-			.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+			.name = vname, .fmt = f, .view = v, .st = src->st,
+			.type = v && v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
 			.file = strdup(src->name),
 		};
 		/* push may move l->e: src is not used after this */
@@ -460,7 +488,7 @@ static struct listing *partial_with(const struct listing *old, struct lentry x)
 		struct lentry c = *e;
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
-		c.view = sf_view_ref(e->view);
+		c.view = e->view ? sf_view_ref(e->view) : NULL;
 		l->e[l->n++] = c;
 		if (!c.name || !c.file) {
 			listing_free(l);
@@ -499,16 +527,18 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 		goto done;
 	}
 	const struct lentry *e = old ? find(old, name) : NULL;
-	if (e && e->view && strcmp(e->file, file) == 0 && same_version(&e->st, &fst)) {
+	if (e && e->fmt && strcmp(e->file, file) == 0 && same_version(&e->st, &fst)) {
 		*out = ref(old);
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	struct sf_view *v = open_container(f, dirfd, dir->rel, file, NULL, 0);
+	if (f->check && !check_container(f, dirfd, dir->rel, file))
+		goto done;
+	struct sf_view *v = open_container(f, dirfd, dir->rel, file, NULL, 0, f->check != NULL);
 	if (!v)
 		goto done;
 	struct lentry x = {
-		.name = strdup(name), .view = v, .st = fst, .file = file,
+		.name = strdup(name), .fmt = f, .view = v, .st = fst, .file = file,
 		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
 	};
 	struct listing *l = x.name ? partial_with(old, x) : NULL;
@@ -526,4 +556,31 @@ done:
 	unlock_dir(dir, dirfd);
 	free(file);
 	return rc;
+}
+
+struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e)
+{
+	struct sf_view *v = __atomic_load_n(&e->view, __ATOMIC_ACQUIRE);
+	if (v)
+		return v;
+	int dirfd;
+	struct stat st;
+	if (lock_dir(dir, &dirfd, &st))
+		return NULL;
+	if (!(v = e->view)) {
+		/* the SRC entries of the listing, sorted: a format's siblings */
+		char **names = malloc((l->n ? l->n : 1) * sizeof *names);
+		size_t n = 0;
+		for (size_t i = 0; names && i < l->n; i++)
+			if (!l->e[i].fmt)
+				names[n++] = l->e[i].name;
+		loop_hand_off();
+		if (names)
+			v = open_container(e->fmt, dirfd, dir->rel, e->file, names, n, true);
+		free(names);
+		if (v)
+			__atomic_store_n(&((struct lentry *)e)->view, v, __ATOMIC_RELEASE);
+	}
+	unlock_dir(dir, dirfd);
+	return v;
 }

@@ -15,7 +15,11 @@
 struct lentry {
 	char *name;
 	unsigned char type;     /* DT_* */
-	struct sf_view *view;   /* a view's entry; NULL for a SRC entry */
+	/* A view's entry has its format; its view is opened when first
+	 * entered (listing_open), or when listed for a format without a
+	 * cheap check. */
+	const struct sf_format *fmt;
+	struct sf_view *view;
 	char *file;             /* the view's container file name */
 	struct stat st;         /* SRC entry, or the view's container */
 };
@@ -51,6 +55,10 @@ int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
+/* The view of a view entry of dir's listing `l`, opened now if it was only
+ * checked: a container that fails to open gets a view holding only
+ * .shardfs/, saying why. NULL when out of memory. */
+struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC
  * directory `dir` (a new reference in *out). NULL when no file there could
  * place a view under the name (as `name` + a format's extension, or as

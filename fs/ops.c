@@ -187,15 +187,15 @@ static struct fnode *src_child(struct fnode *dir, const char *name, const struct
 	return n;
 }
 
-/* The fnode for the view placed under `name` (ftree_lock held). */
-static struct fnode *view_root(struct fnode *dir, const struct lentry *le)
+/* The fnode for view `v` placed under `le->name` (ftree_lock held). */
+static struct fnode *view_root(struct fnode *dir, const struct lentry *le, struct sf_view *v)
 {
 	struct fnode *n = fnode_child(dir, le->name);
-	if (n && n->kind == FK_VIEW && n->view == le->view)
+	if (n && n->kind == FK_VIEW && n->view == v)
 		return n;
-	n = le->view->root->host;
+	n = v->root->host;
 	if (!n) {
-		n = fnode_for_view(dir, le->view->root, le->name);
+		n = fnode_for_view(dir, v->root, le->name);
 		if (!n)
 			return NULL;
 		n->st = le->st;
@@ -270,10 +270,15 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 			return 0;
 	}
 	const struct lentry *le = listing_view(*l, name);
-	if (!le)
+	/* a listing (readdirplus) does not open containers: the kernel looks
+	 * a view up when it is used, and that opens it */
+	if (!le || (whole && !__atomic_load_n(&le->view, __ATOMIC_ACQUIRE)))
 		return 0;
+	struct sf_view *v = listing_open(dir, *l, le);
+	if (!v)
+		return -ENOMEM;
 	pthread_mutex_lock(&ftree_lock);
-	struct fnode *n = view_root(dir, le);
+	struct fnode *n = view_root(dir, le, v);
 	if (n)
 		fnode_lookup_ref(n);
 	pthread_mutex_unlock(&ftree_lock);
@@ -696,7 +701,7 @@ static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
 		const struct lentry *e = &l->e[i];
 		/* a view has no inode of its own until looked up: any unique
 		 * non-zero number will do for readdir */
-		ino_t ino = e->view ? (ino_t)(uintptr_t)e->view : e->st.st_ino;
+		ino_t ino = e->fmt ? (ino_t)(uintptr_t)e : e->st.st_ino;
 		rc = snap_add(s, cap, e->name, e->type, ino ? ino : 1);
 	}
 	listing_unref(l);

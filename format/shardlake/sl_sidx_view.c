@@ -177,8 +177,16 @@ static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct 
 	return 0;
 }
 
+/* The header and the sizes it implies (sl_shard_parse reads no further). */
+static int sidx_check(const struct sf_probe *p, struct sf_err *e)
+{
+	struct sl_shard h;
+	return sl_shard_parse(p->head, p->size, p->path, &h, e);
+}
+
 const struct sf_format sf_fmt_sidx = {
 	.name = "sidx",
 	.ext = ".sidx",
 	.open = sidx_open,
+	.check = sidx_check,
 };

@@ -99,6 +99,9 @@ struct tx_index {
 int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
 		   struct sf_err *e);
 void tx_index_free(struct tx_index *ix);
+/* The listing's check (sf_format.check): the header and the sizes it
+ * implies. tx_index_parse starts with it. */
+int tx_check(const struct sf_probe *p, struct sf_err *e);
 void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out);
 /* Crash id of a stem: its position in the crash block (1-based), else 0. */
 uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash);

@@ -516,4 +516,5 @@ const struct sf_format sf_fmt_taridx = {
 	 * removed changes what every later row points at */
 	.uses_siblings = true,
 	.open = taridx_open,
+	.check = tx_check,
 };

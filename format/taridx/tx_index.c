@@ -41,12 +41,15 @@ static int cmp_crash(const void *a, const void *b)
 	return x->hash < y->hash ? -1 : x->hash > y->hash ? 1 : (x->id > y->id) - (x->id < y->id);
 }
 
-int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
-		   struct sf_err *e)
+/* The header and the sizes it implies (p holds at least the header when
+ * n allows one). */
+static int parse_header(const uint8_t *p, uint64_t n, const char *what, struct tx_index *ix,
+			struct sf_err *e)
 {
 	memset(ix, 0, sizeof *ix);
 	if (n < TX_HDR_SIZE)
-		return sf_fail(e, -EINVAL, "%s: %zu bytes, shorter than the 64-byte header", what, n);
+		return sf_fail(e, -EINVAL, "%s: %llu bytes, shorter than the 64-byte header", what,
+			       (unsigned long long)n);
 	if (memcmp(p, "TARIDX\0\0", 8) != 0)
 		return sf_fail(e, -EINVAL, "%s: bad magic (not a .taridx index)", what);
 	struct sf_cursor c = sf_cursor(p + 8, TX_HDR_SIZE - 8);
@@ -61,8 +64,6 @@ int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index
 	ix->off_crash = sf_cur_u64(&c);
 	ix->off_arr = sf_cur_u64(&c);
 	ix->flags = sf_cur_u8(&c);
-	ix->data = p;
-	ix->size = n;
 	if (ix->major != 1)
 		return sf_fail(e, -EINVAL, "%s: version %u.%u, only 1.x is known", what,
 			       ix->major, ix->minor);
@@ -70,8 +71,9 @@ int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index
 		return sf_fail(e, -EINVAL, "%s: rec_size %u / hdr_size %u, expected 32 / 64", what,
 			       ix->rec_size, ix->hdr_size);
 	if (ix->off_crash < TX_HDR_SIZE || ix->off_arr < ix->off_crash || ix->off_arr > n)
-		return sf_fail(e, -EINVAL, "%s: block offsets %llu, %llu out of order or past the end (%zu bytes)",
-			       what, (unsigned long long)ix->off_crash, (unsigned long long)ix->off_arr, n);
+		return sf_fail(e, -EINVAL, "%s: block offsets %llu, %llu out of order or past the end (%llu bytes)",
+			       what, (unsigned long long)ix->off_crash, (unsigned long long)ix->off_arr,
+			       (unsigned long long)n);
 	uint64_t rows_len = n - ix->off_arr, want;
 	if (rows_len % TX_ROW_SIZE || !sf_mul_ok(ix->n_rows, TX_ROW_SIZE, &want) || want != rows_len)
 		return sf_fail(e, -EINVAL, "%s: %llu bytes of rows, header says %llu rows (torn index?)",
@@ -80,7 +82,24 @@ int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index
 	if (ix->n_rows >= UINT32_MAX)
 		return sf_fail(e, -EFBIG, "%s: %llu rows, more than this reader handles", what,
 			       (unsigned long long)ix->n_rows);
-	int rc = split_block(p + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
+	return 0;
+}
+
+int tx_check(const struct sf_probe *p, struct sf_err *e)
+{
+	struct tx_index ix;
+	return parse_header(p->head, p->size, p->path, &ix, e);
+}
+
+int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
+		   struct sf_err *e)
+{
+	int rc = parse_header(p, n, what, ix, e);
+	if (rc)
+		return rc;
+	ix->data = p;
+	ix->size = n;
+	rc = split_block(p + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
 			     "extension", &ix->ext, e);
 	if (!rc)
 		rc = split_block(p + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,

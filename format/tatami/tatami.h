@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_format.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
@@ -136,6 +137,9 @@ struct tat_file {
 };
 
 /* tatami_footer.c: header, trailer and footer, checked as upstream does. */
+/* The listing's check (sf_format.check): end magic and footer length,
+ * header magic, checksum and version. tat_parse starts with it. */
+int tat_check(const struct sf_probe *p, struct sf_err *e);
 int tat_parse(struct tat_file *tf, struct sf_err *e);
 void tat_free(struct tat_file *tf);
 /* The chunk of column `col` in group `g`, or NULL when the footer lacks it. */

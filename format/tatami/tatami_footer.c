@@ -369,34 +369,52 @@ static void number_blobs(struct tat_file *tf)
 	}
 }
 
+/* Messages without the path: tat_open and the listing prefix it. */
+static int check(const struct sf_probe *p, struct sf_err *e)
+{
+	uint64_t S = p->size;
+	if (S < TAT_HEADER + TAT_TRAILER)
+		return sf_fail(e, -EINVAL, "file too small (%llu bytes)", (unsigned long long)S);
+	const uint8_t *t = p->tail + p->ntail - TAT_TRAILER;
+	if (memcmp(t + 8, "TAT1", 4) != 0)
+		return sf_fail(e, -EINVAL, "bad end magic");
+	if (sf_le32(t) > S - TAT_TRAILER - TAT_HEADER)
+		return sf_fail(e, -EINVAL, "footer offset before header (footer length %u)", sf_le32(t));
+	if (memcmp(p->head, "TAT1", 4) != 0)
+		return sf_fail(e, -EINVAL, "bad magic: not a tatami file");
+	if (sf_crc32c(0, p->head, 60) != sf_le32(p->head + 60))
+		return sf_fail(e, -EINVAL, "header checksum mismatch");
+	if (sf_le16(p->head + 4) != 1)
+		return sf_fail(e, -EINVAL, "unsupported major version %u", sf_le16(p->head + 4));
+	return 0;
+}
+
+int tat_check(const struct sf_probe *p, struct sf_err *e)
+{
+	int rc = check(p, e);
+	if (rc)
+		sf_err_prefix(e, "%s", p->path);
+	return rc;
+}
+
 int tat_parse(struct tat_file *tf, struct sf_err *e)
 {
 	const uint8_t *b = tf->base;
 	uint64_t S = tf->size;
-	if (S < TAT_HEADER + TAT_TRAILER)
-		return sf_fail(e, -EINVAL, "file too small (%llu bytes)", (unsigned long long)S);
+	int rc = sf_check_map(check, b, S, NULL, e);
+	if (rc)
+		return rc;
 	const uint8_t *t = b + S - TAT_TRAILER;
-	if (memcmp(t + 8, "TAT1", 4) != 0)
-		return sf_fail(e, -EINVAL, "bad end magic");
 	tf->footer_len = sf_le32(t);
 	uint32_t fcrc = sf_le32(t + 4);
-	if (tf->footer_len > S - TAT_TRAILER - TAT_HEADER)
-		return sf_fail(e, -EINVAL, "footer offset before header (footer length %u)", tf->footer_len);
 	tf->footer_off = S - TAT_TRAILER - tf->footer_len;
 	if (sf_crc32c(0, b + tf->footer_off, tf->footer_len) != fcrc)
 		return sf_fail(e, -EINVAL, "footer checksum mismatch");
 	/* the header comes second, as upstream checks it */
 	tf->vmajor = sf_le16(b + 4);
 	tf->vminor = sf_le16(b + 6);
-	int rc = parse_footer(tf, b + tf->footer_off, tf->footer_len, e);
-	if (rc)
+	if ((rc = parse_footer(tf, b + tf->footer_off, tf->footer_len, e)))
 		return rc;
-	if (memcmp(b, "TAT1", 4) != 0)
-		return sf_fail(e, -EINVAL, "bad magic: not a tatami file");
-	if (sf_crc32c(0, b, 60) != sf_le32(b + 60))
-		return sf_fail(e, -EINVAL, "header checksum mismatch");
-	if (tf->vmajor != 1)
-		return sf_fail(e, -EINVAL, "unsupported major version %u", tf->vmajor);
 	tf->hflags = sf_le16(b + 8);
 	tf->checksum_algo = b[10];
 	tf->default_codec = b[11];

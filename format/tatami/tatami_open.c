@@ -53,4 +53,5 @@ const struct sf_format sf_fmt_tatami = {
 	.name = "tatami",
 	.ext = ".tatami",
 	.open = tat_open,
+	.check = tat_check,
 };

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_format.h"
 #include "sf_map.h"
 #include "sf_view.h"
 
@@ -90,6 +91,9 @@ struct tet_file {
 /* Parses and validates a whole container held in memory. Container-level
  * failures (spec §11.1 except the footer JSON) return an error; dataset and
  * footer problems are recorded in the result. */
+/* The listing's check (sf_format.check): superblock magic, version, and
+ * the chunk index inside the file. tet_parse starts with it. */
+int tet_check(const struct sf_probe *p, struct sf_err *e);
 int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 	      struct tet_file **out, struct sf_err *e);
 void tet_free(struct tet_file *tf);

@@ -198,14 +198,31 @@ static int parse_entries(struct tet_file *tf, struct sf_err *e)
 	return 0;
 }
 
+/* The superblock: magic, version and where the chunk index lies. */
+int tet_check(const struct sf_probe *p, struct sf_err *e)
+{
+	if (p->size < 32)
+		return sf_fail(e, -EINVAL, "%s: file too short for a superblock (%llu bytes)", p->path,
+			       (unsigned long long)p->size);
+	if (memcmp(p->head, "TETR", 4) != 0)
+		return sf_fail(e, -EINVAL, "%s: bad magic: expected TETR", p->path);
+	if (sf_le32(p->head + 4) != 1)
+		return sf_fail(e, -EINVAL, "%s: unsupported layout_version: %u (only 1 is supported)",
+			       p->path, sf_le32(p->head + 4));
+	uint64_t off = sf_le64(p->head + 16), len = sf_le64(p->head + 24);
+	if (!sf_range_ok(p->size, off, len))
+		return sf_fail(e, -EINVAL, "%s: chunk index region [%llu, +%llu) is out of bounds for file length %llu",
+			       p->path, (unsigned long long)off, (unsigned long long)len,
+			       (unsigned long long)p->size);
+	return 0;
+}
+
 int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 	      struct tet_file **out, struct sf_err *e)
 {
-	if (len < 32)
-		return sf_fail(e, -EINVAL, "%s: file too short for a superblock (%llu bytes)", path,
-			       (unsigned long long)len);
-	if (memcmp(data, "TETR", 4) != 0)
-		return sf_fail(e, -EINVAL, "%s: bad magic: expected TETR", path);
+	int rc = sf_check_map(tet_check, data, len, path, e);
+	if (rc)
+		return rc;
 	struct tet_file *tf = calloc(1, sizeof *tf);
 	if (!tf)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
@@ -217,15 +234,7 @@ int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 	tf->flags = sf_le32(data + 12);
 	tf->index_off = sf_le64(data + 16);
 	tf->index_len = sf_le64(data + 24);
-	int rc = 0;
-	if (tf->version != 1)
-		rc = sf_fail(e, -EINVAL, "%s: unsupported layout_version: %u (only 1 is supported)",
-			     path, tf->version);
-	else if (!sf_range_ok(len, tf->index_off, tf->index_len))
-		rc = sf_fail(e, -EINVAL, "%s: chunk index region [%llu, +%llu) is out of bounds for file length %llu",
-			     path, (unsigned long long)tf->index_off,
-			     (unsigned long long)tf->index_len, (unsigned long long)len);
-	else if (tf->dataset_count > 0)
+	if (tf->dataset_count > 0)
 		rc = parse_records(tf, e);
 	if (rc == 0 && tf->dataset_count > 0)
 		rc = parse_index(tf, e);

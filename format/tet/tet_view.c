@@ -189,4 +189,5 @@ const struct sf_format sf_fmt_tet = {
 	.name = "tet",
 	.ext = ".tet",
 	.open = tet_open,
+	.check = tet_check,
 };

@@ -328,36 +328,47 @@ static void classify_regions(struct tsm_shard *s)
 	}
 }
 
+/* Trailer magic and footer length, header magic, CRC and version. */
+int tsm_check(const struct sf_probe *p, struct sf_err *e)
+{
+	if (p->size < TSM_HEADER_SIZE + TSM_TRAILER_SIZE)
+		return sf_fail(e, -EINVAL, "%s: file too short (short_file): %llu bytes, a shard has "
+			       "at least 80", p->path, (unsigned long long)p->size);
+	const uint8_t *t = p->tail + p->ntail - TSM_TRAILER_SIZE;
+	if (memcmp(t + 12, "TSM1", 4) != 0)
+		return sf_fail(e, -EINVAL, "%s: bad magic (bad_magic): no TSM1 trailer, the write "
+			       "may be torn", p->path);
+	if (sf_le64(t) > p->size - TSM_TRAILER_SIZE)
+		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): footer length %llu "
+			       "exceeds the file", p->path, (unsigned long long)sf_le64(t));
+	if (memcmp(p->head, "TSM1", 4) != 0)
+		return sf_fail(e, -EINVAL, "%s: bad magic (bad_magic): header does not start with TSM1",
+			       p->path);
+	struct tsm_header h;
+	parse_header(&h, p->head);
+	if (sf_crc32c(0, p->head, 56) != h.crc)
+		return sf_fail(e, -EINVAL, "%s: header CRC mismatch (header_crc)", p->path);
+	if (h.major != 1)
+		return sf_fail(e, -EINVAL, "%s: unsupported version (bad_version): %u.%u", p->path,
+			       h.major, h.minor);
+	return 0;
+}
+
 int tsm_parse(struct tsm_shard *s, const char *path, struct sf_err *e)
 {
 	const uint8_t *p = s->data;
 	size_t size = s->size;
-	if (size < TSM_HEADER_SIZE + TSM_TRAILER_SIZE)
-		return sf_fail(e, -EINVAL, "%s: file too short (short_file): %zu bytes, a shard has "
-			       "at least 80", path, size);
+	int rc = sf_check_map(tsm_check, p, size, path, e);
+	if (rc)
+		return rc;
 	const uint8_t *t = p + size - TSM_TRAILER_SIZE;
-	if (memcmp(t + 12, "TSM1", 4) != 0)
-		return sf_fail(e, -EINVAL, "%s: bad magic (bad_magic): no TSM1 trailer, the write "
-			       "may be torn", path);
 	uint64_t flen = sf_le64(t);
-	if (flen > size - TSM_TRAILER_SIZE)
-		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): footer length %llu "
-			       "exceeds the file", path, (unsigned long long)flen);
 	uint64_t fstart = size - TSM_TRAILER_SIZE - flen;
 	if (sf_crc32c(0, p + fstart, flen) != sf_le32(t + 8))
 		return sf_fail(e, -EINVAL, "%s: footer CRC mismatch (footer_crc)", path);
-	int rc = parse_footer(s, p + fstart, flen, path, e);
-	if (rc)
+	if ((rc = parse_footer(s, p + fstart, flen, path, e)))
 		return rc;
-	if (memcmp(p, "TSM1", 4) != 0)
-		return sf_fail(e, -EINVAL, "%s: bad magic (bad_magic): header does not start with TSM1",
-			       path);
 	parse_header(&s->h, p);
-	if (sf_crc32c(0, p, 56) != s->h.crc)
-		return sf_fail(e, -EINVAL, "%s: header CRC mismatch (header_crc)", path);
-	if (s->h.major != 1)
-		return sf_fail(e, -EINVAL, "%s: unsupported version (bad_version): %u.%u", path,
-			       s->h.major, s->h.minor);
 	if (s->h.footer_offset != fstart || s->h.footer_length != flen)
 		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): header says footer "
 			       "at %llu+%llu, trailer says %llu+%llu", path,

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_format.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
@@ -96,6 +97,9 @@ struct tsm_shard {
 };
 
 /* tsm_container.c: A11 validation and footer parsing. */
+/* The listing's check (sf_format.check): trailer magic and footer length,
+ * header magic, CRC and version. tsm_parse starts with it. */
+int tsm_check(const struct sf_probe *p, struct sf_err *e);
 int tsm_parse(struct tsm_shard *s, const char *path, struct sf_err *e);
 void tsm_shard_free(void *state);
 const char *tsm_kind_name(uint8_t kind);  /* "unknown" for others */

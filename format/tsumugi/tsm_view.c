@@ -53,4 +53,5 @@ const struct sf_format sf_fmt_tsumugi = {
 	.name = "tsumugi",
 	.ext = ".tsumugi",
 	.open = tsm_open,
+	.check = tsm_check,
 };
