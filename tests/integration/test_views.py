@@ -145,6 +145,35 @@ def test_broken_and_symlinked_containers(tmp_path, mount):
     assert sorted(paths) == ["garbage.tet", "torn.tet"]
 
 
+def test_container_that_fails_when_entered(tmp_path, mount):
+    """A file that passes the listing's header check but fails its full open
+    (here: the chunk index it points at is damaged) shows a view holding
+    only .shardfs/, whose verify says why; the failure is logged once."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = bytearray(TET.read_bytes())
+    index_off = int.from_bytes(data[16:24], "little")
+    assert 32 <= index_off < len(data)
+    data[index_off:index_off + 4] = b"XXXX"  # the chunk index's magic
+    (src / "late.tet").write_bytes(bytes(data))
+    shutil.copy(TET, src / "good.tet")
+    mnt = mount(src)
+    assert sorted(os.listdir(mnt)) == ["good", "good.tet", "late", "late.tet"]
+    assert mount_stats(mnt)["containers_opened"] == 0
+    assert error_lines(mnt) == []
+    assert os.listdir(mnt / "late") == []
+    verify = (mnt / "late" / ".shardfs" / "verify").read_text()
+    assert verify.startswith("status: failed\n") and "chunk index" in verify, verify
+    assert "chunk index" in (mnt / "late" / ".shardfs" / "info.txt").read_text()
+    for _ in range(3):
+        os.listdir(mnt)
+        os.listdir(mnt / "late")
+    lines = error_lines(mnt)
+    assert [LINE.match(l).group(1) for l in lines] == ["late.tet"], lines
+    assert "chunk index" in lines[0]
+    assert (mnt / "good" / ".zgroup").is_file()
+
+
 def test_meta_is_hidden_but_reachable(tmp_path, mount):
     src = tmp_path / "src"
     (src / "deep" / "er").mkdir(parents=True)
