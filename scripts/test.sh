@@ -38,5 +38,10 @@ fi
 echo "{\"name\": \"release build\", \"result\": \"$result\"}" > "$build/release.json"
 echo "release build: $result"
 
+# --- scale (issue 19): what the release daemon keeps per fold member and
+# per container, CI-sized (200,000 members, 5,000 containers); the full-size
+# cases are tests/bench/run.py --only fold,fold10m,containers.
+/usr/bin/python3 tests/scale/check.py build-release "$build/scale.json"
+
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
-  "fuzz=$build/fuzz.json" "release=$build/release.json"
+  "fuzz=$build/fuzz.json" "release=$build/release.json" "scale=$build/scale.json"

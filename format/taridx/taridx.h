@@ -158,6 +158,8 @@ struct tx_fold {
 	/* Whether the root may show names no row keys (tx_fold.c,
 	 * has_unkeyed_names); -1 until first needed. */
 	int8_t unkeyed;
+	/* Rows read since the fold opened (tx_fold.c, read_rows). */
+	uint64_t rows_read;
 	/* Guards building the index's lookup: lookups build it under the
 	 * view's lock, but info and verify are produced outside it. */
 	pthread_mutex_t lookup_lock;

@@ -19,6 +19,21 @@ static void bit_set(uint8_t *bits, uint64_t i)
 	bits[i / 8] |= (uint8_t)(1u << (i % 8));
 }
 
+/* The listing reads every header, and lookups the index rows: pages read
+ * need not stay in our page tables, where a fold of a million small
+ * members would hold its every tar page and its whole index. The page
+ * cache keeps them, so a later read faults them back cheaply. Called once
+ * per row read (under the view's lock), it drops them every few thousand. */
+#define DROP_EVERY 4096
+
+static void read_rows(struct tx_fold *f)
+{
+	if (++f->rows_read % DROP_EVERY)
+		return;
+	for (size_t i = 0; i < f->view->nmaps; i++)
+		sf_map_drop_pages(f->view->maps[i]);
+}
+
 /* ---- file content ----------------------------------------------------- */
 
 static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
@@ -62,6 +77,7 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 /* An entry of rows/ is keyed by its row. */
 static int make_row(struct sf_node *n, struct sf_err *e)
 {
+	read_rows(n->view->state);
 	if (set_payload(n->view->state, n, n->key))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", n->view->path);
 	return 0;
@@ -104,6 +120,7 @@ static int rows_populate(struct sf_node *dir, struct sf_err *e)
 static int make_member(struct sf_node *n, struct sf_err *e)
 {
 	struct tx_fold *f = n->view->state;
+	read_rows(f);
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
 		return set_payload(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 	/* a symlink, or a hard link to nothing: the header names the target */
@@ -339,17 +356,6 @@ static long link_target(struct walk *k, struct tx_str link)
 	return -1;
 }
 
-/* The listing reads every header (and the index rows): pages it is done
- * with need not stay in our page tables, where a fold of a million small
- * members would hold its every tar page. The page cache keeps them. */
-#define WALK_DROP_EVERY 16384
-
-static void drop_walked(const struct tx_fold *f)
-{
-	for (size_t i = 0; i < f->view->nmaps; i++)
-		sf_map_drop_pages(f->view->maps[i]);
-}
-
 static int populate_root(struct sf_node *root, struct sf_err *e)
 {
 	struct tx_fold *f = root->view->state;
@@ -371,8 +377,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	struct tx_str link;
 	size_t plen;
 	for (uint32_t r = 0; r < f->ix.n_rows; r++) {
-		if (r % WALK_DROP_EVERY == WALK_DROP_EVERY - 1)
-			drop_walked(f);
+		read_rows(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
 		struct slot *s = winner_slot(k, k->path, plen);
@@ -386,8 +391,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	/* the names the lookup hook gave out come first, as they were given */
 	for (int hooked = 1; hooked >= 0; hooked--) {
 		for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
-			if (r % WALK_DROP_EVERY == WALK_DROP_EVERY - 1)
-				drop_walked(f);
+			read_rows(f);
 			if (bit_get(f->hooked_member, r) != hooked || !member_at(k, r, &m, &plen, &link) ||
 			    winner_slot(k, k->path, plen)->row1 != r + 1)
 				continue;
@@ -414,7 +418,6 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
 	}
-	drop_walked(f);
 	free(k->w.slot);
 	free(k);
 	return rc;

@@ -304,26 +304,88 @@ def mount_and_memory(ctx):
 
 # --- fold scale ----------------------------------------------------------
 
-def fold_scale(ctx):
-    n = ctx.size(1_000_000, 20_000)
-    src, _, _, names = data.small_fold(ctx.work, ctx.tools, n, 10, lo=16, hi=64, native=False)
+def drop_kernel_entries():
+    """The kernel forgets its dentries and inodes (FORGETs reach the daemon)."""
+    subprocess.run(["sync"])
+    Path("/proc/sys/vm/drop_caches").write_text("2")
+    time.sleep(2)
+
+
+def fold_find(ctx, n, shards):
+    """find of an n-member fold: (first lookup s, find s, peak RSS MiB, RSS
+    MiB after the kernel forgets), medians over the runs."""
+    src, _, _, names = data.small_fold(ctx.work, ctx.tools, n, shards, lo=16, hi=64,
+                                       native=False)
     data.warm(sorted(src.glob("*")))
     probe = names[random.Random(2).randrange(n)]
-    lookup, listing = [], []
+    lookup, listing, peak, left = [], [], [], []
     for _ in range(ctx.runs):
+        t0 = time.perf_counter()
         with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
-            lookup.append(timed(os.stat, mnt / "f" / probe))
-        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            os.stat(mnt / "f" / probe)
+            lookup.append(time.perf_counter() - t0)
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, proc, _):
             t = time.perf_counter()
             out = subprocess.run(f"find '{mnt}/f' | wc -l", shell=True, check=True,
                                  capture_output=True, text=True).stdout
             listing.append(time.perf_counter() - t)
             if int(out) != n + 1:
                 raise RuntimeError(f"find listed {int(out) - 1} members of {n}")
+            peak.append(mounts.rss_kib(proc.pid, "VmHWM") / KiB)
+            drop_kernel_entries()
+            left.append(mounts.rss_kib(proc.pid) / KiB)
+    return median(lookup), median(listing), median(peak), median(left)
+
+
+def fold_scale(ctx):
+    n = ctx.size(1_000_000, 20_000)
+    lookup, listing, peak, left = fold_find(ctx, n, 10)
     return [
-        row("fold_first_lookup", median(lookup), "s", f"limit ({n} members)", 1.5, 1.0, "<="),
-        row("fold_find_all", median(listing), "s", f"limit ({n} members)", 5.0, 1.0, "<="),
+        row("fold_first_lookup", lookup, "s", f"limit ({n} members)", 1.5, 1.0, "<="),
+        row("fold_find_all", listing, "s", f"limit ({n} members)", 5.0, 1.0, "<="),
+        row("fold_find_peak_rss", peak, "MiB", f"limit ({n} members)", 150.0, 1.0, "<="),
+        row("fold_rss_after_forget", left, "MiB", f"limit ({n} members)", 64.0, 1.0, "<="),
     ]
+
+
+def fold_10m(ctx):
+    """A fold ten times the fold case, in 100 tars: its find may take at
+    most 12 times as long as the smaller one's, measured in the same run."""
+    small, big = ctx.size(1_000_000, 10_000), ctx.size(10_000_000, 100_000)
+    _, small_find, _, _ = fold_find(ctx, small, 10)
+    lookup, listing, peak, _ = fold_find(ctx, big, 100)
+    return [
+        row("fold10m_first_lookup", lookup, "s", f"limit ({big} members)", 1.5, 1.0, "<="),
+        row("fold10m_find_all", listing, "s", f"find of {small} members", small_find, 12.0,
+            "<="),
+        row("fold10m_find_peak_rss", peak, "MiB", f"limit ({big} members)", 1536.0, 1.0, "<="),
+    ]
+
+
+def containers_listing(ctx):
+    """ls of a directory of containers costs a header check each; find
+    enters (opens) every view."""
+    out = []
+    for count, ms, mib in ((ctx.size(10_000, 300), 100.0, 25.0),
+                           (ctx.size(100_000, 3_000), 1000.0, 150.0)):
+        src = data.many_containers(ctx.work, count)
+        times, rss = [], []
+        for _ in range(ctx.runs):
+            with mounts.shardfs(ctx.shardfs, src) as (mnt, proc, _):
+                os.stat(mnt / ".shardfs")
+                times.append(timed(subprocess.run, ["ls", str(mnt)], stdout=subprocess.DEVNULL,
+                                   check=True) * 1000)
+                rss.append(mounts.rss_kib(proc.pid) / KiB)
+        out += [row(f"containers_ls_{count}", median(times), "ms", "limit", ms, 1.0, "<="),
+                row(f"containers_ls_{count}_rss", median(rss), "MiB", "limit", mib, 1.0, "<=")]
+    src = data.many_containers(ctx.work, ctx.size(10_000, 300))
+    peak = []
+    for _ in range(ctx.runs):
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, proc, _):
+            subprocess.run(["find", str(mnt)], stdout=subprocess.DEVNULL, check=True)
+            peak.append(mounts.rss_kib(proc.pid, "VmHWM") / KiB)
+    out.append(row("containers_find_peak_rss", median(peak), "MiB", "limit", 64.0, 1.0, "<="))
+    return out
 
 
 # --- what polling costs ---------------------------------------------------
@@ -371,5 +433,7 @@ GROUPS = {
     "zstd": compressed_parts,
     "mount": mount_and_memory,
     "fold": fold_scale,
+    "fold10m": fold_10m,
+    "containers": containers_listing,
     "cpu": polling_cost,
 }

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""CI-sized checks of issue 19: what the daemon keeps per member and per
+container, measured on a release build, so that a regression fails the
+build rather than a benchmark nobody runs (the full-size cases are in
+tests/bench/run.py --only scale).
+
+    /usr/bin/python3 tests/scale/check.py BUILD_DIR RESULTS.json [--members N]
+
+Each check is one JSON line in RESULTS.json in meson's test log form
+({"name": ..., "result": "OK" | "FAIL"}), read by tests/summarize.py; a
+line per check is also printed with its figure and its limit. Memory is
+the daemon's resident set (anonymous and mapped pages) from
+/proc/PID/status, above what it held right after mounting.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+import data  # noqa: E402
+import mounts  # noqa: E402
+
+
+def kib(pid, field):
+    return mounts.rss_kib(pid, field)
+
+
+def drop_kernel_entries():
+    """Makes the kernel forget the dentries and inodes it holds (FORGETs)."""
+    subprocess.run(["sync"])
+    Path("/proc/sys/vm/drop_caches").write_text("2")
+    time.sleep(2)
+
+
+class Checks:
+    def __init__(self, out):
+        self.out = out
+        self.failed = 0
+
+    def add(self, name, figure, limit, unit):
+        ok = figure <= limit
+        self.failed += not ok
+        print(f"{name:<34} {figure:10.1f} {unit:<22} limit {limit:g} {'ok' if ok else 'FAILED'}",
+              flush=True)
+        with open(self.out, "a") as f:
+            f.write(json.dumps({"name": f"scale {name}", "result": "OK" if ok else "FAIL",
+                                "figure": figure, "limit": limit, "unit": unit}) + "\n")
+
+    def error(self, name, why):
+        self.failed += 1
+        print(f"{name}: FAILED: {why}", flush=True)
+        with open(self.out, "a") as f:
+            f.write(json.dumps({"name": f"scale {name}", "result": "FAIL", "why": why}) + "\n")
+
+
+def fold(c, build, work, n):
+    """find of an n-member fold: peak memory per member (150 bytes: the
+    1,000,000-member target of 150 MiB), and after the kernel forgets
+    what it looked up, what is left per member (64 bytes)."""
+    src, _, _, _ = data.small_fold(work, build / "tools", n, 10, lo=16, hi=64, native=False)
+    with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
+        os.stat(mnt / ".shardfs")
+        base = kib(proc.pid, "VmRSS")
+        out = subprocess.run(f"find '{mnt}/f' | wc -l", shell=True, check=True,
+                             capture_output=True, text=True).stdout
+        if int(out) != n + 1:
+            c.error("fold_find_count", f"find listed {int(out) - 1} members of {n}")
+            return
+        peak = kib(proc.pid, "VmHWM")
+        c.add("fold_find_peak_per_member", (peak - base) * 1024 / n, 150, "bytes/member")
+        # every member looked up (fnodes and nodes made), then forgotten
+        subprocess.run(f"find '{mnt}/f' -size -1000000 | wc -l", shell=True, check=True,
+                       capture_output=True)
+        drop_kernel_entries()
+        left = kib(proc.pid, "VmRSS")
+        c.add("fold_after_forget_per_member", (left - base) * 1024 / n, 64, "bytes/member")
+
+
+def names_come_and_go(c, build, work, n):
+    """A SRC directory where n uniquely named files are created, looked up
+    and deleted one after another (rolling checkpoints): memory stays flat
+    (deleted names' slots are reused)."""
+    src = Path(tempfile.mkdtemp(dir=work))
+    d = src / "ckpt"
+    d.mkdir()
+    with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
+        os.stat(mnt / "ckpt")
+        marks = []
+        for i in range(n):
+            p = d / f"step-{i:08d}.bin"
+            p.write_bytes(b"x")
+            os.stat(mnt / "ckpt" / p.name)
+            p.unlink()
+            if i in (n // 10, n - 1):
+                marks.append(kib(proc.pid, "VmRSS"))
+        c.add("names_come_and_go_growth", (marks[1] - marks[0]) / 1024, 1, f"MiB ({n} names)")
+    os.rmdir(d)
+    os.rmdir(src)
+
+
+def containers(c, build, work, n):
+    """ls of n containers: header checks only (25 MiB for 10,000: 2,560
+    bytes per container)."""
+    src = data.many_containers(work, n)
+    with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
+        os.stat(mnt / ".shardfs")
+        base = kib(proc.pid, "VmRSS")
+        got = subprocess.run(["ls", str(mnt)], check=True, capture_output=True, text=True).stdout
+        if len(got.split()) != 2 * n:
+            c.error("containers_ls_count", f"ls showed {len(got.split())} entries, want {2 * n}")
+            return
+        after = kib(proc.pid, "VmRSS")
+        c.add("containers_ls_per_container", (after - base) * 1024 / n, 2560, "bytes/container")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build", type=Path)
+    ap.add_argument("results", type=Path)
+    ap.add_argument("--members", type=int, default=200_000)
+    ap.add_argument("--names", type=int, default=200_000)
+    ap.add_argument("--containers", type=int, default=5_000)
+    ap.add_argument("--workdir", type=Path, default=Path("/tmp/shardfs-scale"))
+    a = ap.parse_args()
+    a.results.unlink(missing_ok=True)
+    a.workdir.mkdir(parents=True, exist_ok=True)
+    c = Checks(a.results)
+    build = a.build.resolve()
+    for check, size in ((fold, a.members), (names_come_and_go, a.names),
+                        (containers, a.containers)):
+        try:
+            check(c, build, a.workdir, size)
+        except Exception as ex:  # one failed check must not hide the others
+            c.error(check.__name__, repr(ex))
+    return 1 if c.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
