@@ -568,13 +568,15 @@ struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const s
 	if (lock_dir(dir, &dirfd, &st))
 		return NULL;
 	if (!(v = e->view)) {
-		/* the SRC entries of the listing, sorted: a format's siblings */
-		char **names = malloc((l->n ? l->n : 1) * sizeof *names);
+		/* the SRC entries of the listing, sorted: the siblings of a
+		 * format that reads them */
+		bool sib = e->fmt->uses_siblings;
+		char **names = malloc((sib && l->n ? l->n : 1) * sizeof *names);
 		size_t n = 0;
-		for (size_t i = 0; names && i < l->n; i++)
+		for (size_t i = 0; sib && names && i < l->n; i++)
 			if (!l->e[i].fmt)
 				names[n++] = l->e[i].name;
-		loop_hand_off();
+		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
 			v = open_container(e->fmt, dirfd, dir->rel, e->file, names, n, true);
 		free(names);
