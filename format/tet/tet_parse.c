@@ -137,32 +137,17 @@ static int parse_index(struct tet_file *tf, struct sf_err *e)
 }
 
 /* The THST tail and the payload bound P (§9.1, §9.3). */
-static int parse_footer(struct tet_file *tf, struct sf_err *e)
+static void parse_footer(struct tet_file *tf)
 {
+	/* the tail was checked with the superblock (tet_check) */
 	const uint8_t *t = tf->data + tf->len - 16;
-	bool tail = memcmp(t + 12, "THST", 4) == 0;
 	tf->payload_bound = tf->len;
-	if (tail) {
-		/* upstream checks a tail even when the flag is clear */
-		if (sf_le32(t + 8) != 1)
-			return sf_fail(e, -EINVAL, "%s: unsupported history footer version %u",
-				       tf->path, sf_le32(t + 8));
-		if (sf_le64(t) > tf->len - 16)
-			return sf_fail(e, -EINVAL, "%s: footer json_len %llu is larger than the file",
-				       tf->path, (unsigned long long)sf_le64(t));
-	}
-	if (!(tf->flags & 1))
-		return 0;
-	if (!tail) {
-		if (tf->dataset_count == 0)
-			return 0;
-		return sf_fail(e, -EINVAL, "%s: superblock history flag set but footer missing", tf->path);
-	}
+	if (!(tf->flags & 1) || memcmp(t + 12, "THST", 4) != 0)
+		return;
 	tf->footer = true;
 	tf->json_len = sf_le64(t);
 	tet_footer_parse(tf, tf->len - 16 - tf->json_len);
 	tf->payload_bound = tf->len - 16 - tf->json_len - tf->spill_len;
-	return 0;
 }
 
 static int parse_entries(struct tet_file *tf, struct sf_err *e)
@@ -214,6 +199,19 @@ int tet_check(const struct sf_probe *p, struct sf_err *e)
 		return sf_fail(e, -EINVAL, "%s: chunk index region [%llu, +%llu) is out of bounds for file length %llu",
 			       p->path, (unsigned long long)off, (unsigned long long)len,
 			       (unsigned long long)p->size);
+	/* the history footer's tail, in the last 16 bytes */
+	const uint8_t *t = p->tail + p->ntail - 16;
+	if (memcmp(t + 12, "THST", 4) == 0) {
+		/* upstream checks a tail even when the flag is clear */
+		if (sf_le32(t + 8) != 1)
+			return sf_fail(e, -EINVAL, "%s: unsupported history footer version %u", p->path,
+				       sf_le32(t + 8));
+		if (sf_le64(t) > p->size - 16)
+			return sf_fail(e, -EINVAL, "%s: footer json_len %llu is larger than the file",
+				       p->path, (unsigned long long)sf_le64(t));
+	} else if ((sf_le32(p->head + 12) & 1) && sf_le32(p->head + 8) != 0) {
+		return sf_fail(e, -EINVAL, "%s: superblock history flag set but footer missing", p->path);
+	}
 	return 0;
 }
 
@@ -238,10 +236,10 @@ int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 		rc = parse_records(tf, e);
 	if (rc == 0 && tf->dataset_count > 0)
 		rc = parse_index(tf, e);
-	if (rc == 0)
-		rc = parse_footer(tf, e);
-	if (rc == 0)
+	if (rc == 0) {
+		parse_footer(tf);
 		rc = parse_entries(tf, e);
+	}
 	if (rc == 0)
 		rc = tet_validate(tf, e);
 	if (rc) {

@@ -351,6 +351,15 @@ int tsm_check(const struct sf_probe *p, struct sf_err *e)
 	if (h.major != 1)
 		return sf_fail(e, -EINVAL, "%s: unsupported version (bad_version): %u.%u", p->path,
 			       h.major, h.minor);
+	uint64_t flen = sf_le64(t), fstart = p->size - TSM_TRAILER_SIZE - flen;
+	if (h.footer_offset != fstart || h.footer_length != flen)
+		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): header says footer "
+			       "at %llu+%llu, trailer says %llu+%llu", p->path,
+			       (unsigned long long)h.footer_offset, (unsigned long long)h.footer_length,
+			       (unsigned long long)fstart, (unsigned long long)flen);
+	if (fstart < TSM_HEADER_SIZE)
+		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): footer overlaps the "
+			       "header", p->path);
 	return 0;
 }
 
@@ -369,15 +378,6 @@ int tsm_parse(struct tsm_shard *s, const char *path, struct sf_err *e)
 	if ((rc = parse_footer(s, p + fstart, flen, path, e)))
 		return rc;
 	parse_header(&s->h, p);
-	if (s->h.footer_offset != fstart || s->h.footer_length != flen)
-		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): header says footer "
-			       "at %llu+%llu, trailer says %llu+%llu", path,
-			       (unsigned long long)s->h.footer_offset,
-			       (unsigned long long)s->h.footer_length, (unsigned long long)fstart,
-			       (unsigned long long)flen);
-	if (fstart < TSM_HEADER_SIZE)
-		return sf_fail(e, -EINVAL, "%s: corrupt footer (corrupt_footer): footer overlaps the "
-			       "header", path);
 	classify_regions(s);
 	struct tsm_region *d = NULL;
 	for (size_t i = 0; i < s->nregions && !d; i++)

@@ -185,12 +185,13 @@ def test_broken_inputs_are_reported(written, mount):
     for key in bad["fail_open"]:
         assert key in errors, (key, errors)
     assert "truncated" in errors and "overflow" in errors
-    assert "manifest.json: not JSON" in errors
     # the intact shard beside them still has its view; its manifest does
-    # not parse, which verify reports without breaking the other files
+    # not parse, which the log says once the view is entered (opened) and
+    # verify reports, without breaking the other files
     v = view_of(mnt, bad["intact"][0])
     assert "shard-0000" in listed
     assert load(v / "ids.npy").tolist() == [0, 1, 2, 3, 4]
+    assert "manifest.json: not JSON" in (mnt / ".shardfs" / "errors").read_text()
     verify = (v / ".shardfs" / "verify").read_text().splitlines()
     assert verify[0] == "status: failed" and "not JSON" in verify[1]
     assert json.loads((v / ".shardfs" / "info.json").read_text())["manifest"]["error"]

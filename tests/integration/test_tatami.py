@@ -208,7 +208,12 @@ def test_damaged_files(mount, tmp_path):
     mnt = mount(tmp_path)
     names = sorted(p.name for p in mnt.iterdir())
     assert "good" in names and "page" in names
-    assert "footer" not in names and "torn" not in names
+    # a torn file fails the listing's check: no view; a damaged footer is
+    # found when the view is entered: an empty view whose verify says why
+    assert "torn" not in names and "footer" in names
+    assert os.listdir(mnt / "footer") == []
+    verify = (mnt / "footer" / ".shardfs" / "verify").read_text()
+    assert verify.startswith("status: failed\n") and "footer checksum" in verify
     assert (mnt / "footer.tatami").read_bytes() == bytes(bad_footer)
     assert (mnt / "page" / "columns" / "n" / "values.bin").stat().st_size == 12
     with pytest.raises(OSError) as ei:

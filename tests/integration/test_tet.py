@@ -334,15 +334,23 @@ def test_bad_input(mount, tmp_path):
     shutil.copy(FIXTURES / "tet" / "sample.tet", src / "fine.tet")
     mnt = mount(src)
     names = set(os.listdir(mnt))
-    for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
+    # refused by the listing's check (magic, superblock, size): no view
+    for refused in ("bad_magic", "index_past_end"):
         assert refused not in names and f"{refused}.tet" in names
         assert read_through(mnt / f"{refused}.tet") == files[refused]
-    errors = (mnt / ".shardfs" / "errors").read_text()
-    for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
-        assert f"{refused}.tet" in errors
+    # refused when the view is entered (the chunk index and datasets, past
+    # the superblock and the file's last bytes): an empty view whose verify
+    # says why
+    for late in ("chunk_outside", "bad_codec", "torn"):
+        assert late in names and os.listdir(mnt / late) == []
+        assert (mnt / late / ".shardfs" / "verify").read_text().startswith("status: failed\n")
+        assert read_through(mnt / f"{late}.tet") == files[late]
     # a dataset that fails validation has no entries; the other one reads
     assert sorted(os.listdir(mnt / "dup_coords")) == [".zattrs", ".zgroup", "b", "b.npy"]
     assert sorted(os.listdir(mnt / "zero_chunk_extent")) == [".zattrs", ".zgroup", "a", "a.npy"]
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
+        assert f"{refused}.tet" in errors
     assert np.array_equal(np.load(mnt / "dup_coords" / "b.npy"), good[1].array)
     assert np.array_equal(np.load(mnt / "zero_chunk_extent" / "a.npy"), good[0].array)
     for name in ("dup_coords", "zero_chunk_extent"):

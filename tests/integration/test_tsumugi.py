@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import math
+import os
 import struct
 import subprocess
 import sys
@@ -246,9 +247,16 @@ def test_corrupt_shards(tmp_path, mount):
     reasons = corrupt(src)
     mnt = mount(src)
     listed = set(p.name for p in mnt.iterdir())
+    # a footer whose CRC fails is found when the view is entered (the
+    # listing reads only the header and trailer): an empty view says why;
+    # every other case fails the listing's check and gets no view
+    late = "footer_crc.tsumugi"
+    assert os.listdir(mnt / late[: -len(".tsumugi")]) == []
+    verify = (mnt / "footer_crc" / ".shardfs" / "verify").read_text()
+    assert verify.startswith("status: failed\n") and "footer_crc" in verify
     errors = (mnt / ".shardfs" / "errors").read_text()
     for n, why in reasons.items():
-        assert n in listed and n[: -len(".tsumugi")] not in listed
+        assert n in listed and (n[: -len(".tsumugi")] in listed) == (n == late)
         assert read_through(mnt / n) == (src / n).read_bytes()
         line = [l for l in errors.splitlines() if n in l]
         assert line and why in line[0], (n, errors)
