@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_map.h"
 #include "sf_view.h"
 

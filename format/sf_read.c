@@ -1,5 +1,6 @@
 /* Reading a view file: parts through the host's cache, and a byte range
  * gathered as iovecs into mappings and buffers. */
+#include "sf_bytes.h"
 #include "sf_view.h"
 
 #include <errno.h>

@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_map.h"
 
 /* ---- buffers ---------------------------------------------------------- */

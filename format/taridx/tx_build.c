@@ -6,6 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_bytes.h"
 #include "taridx.h"
 
 /* An open-addressed set of strings keyed by a 64-bit hash. */

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_report.h"
 #include "sf_view.h"
 

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_map.h"
 #include "sf_view.h"
 

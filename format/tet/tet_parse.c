@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "tet.h"
 
 static const struct {

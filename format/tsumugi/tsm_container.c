@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "tsm_shard.h"
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"

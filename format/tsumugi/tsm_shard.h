@@ -9,7 +9,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_report.h"
 #include "sf_view.h"
 

@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "sf_bytes.h"
 #include "sf_format.h"
 #include "taridx/taridx.h"
 

@@ -9,6 +9,7 @@
 #include <zstd.h>
 
 #include "check.h"
+#include "sf_bytes.h"
 #include "sf_format.h"
 #include "sf_view.h"
 
