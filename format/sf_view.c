@@ -9,6 +9,8 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_name.h"
+
 /* the cache key of every part: unique for the life of the process */
 static _Atomic uint64_t next_part_id = 1;
 

@@ -196,12 +196,10 @@ struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 /* ---- building trees ----------------------------------------------------
  *
  * Names: sf_dir_add_* take a raw name (bytes from the file, or our own
- * fixed names) and escape it as docs/design.md §3.3 says: `%`, `/`, `\`, 0x00-0x1F,
- * 0x7F become %XX; an empty, ".", "..", or already present result gets
- * "#<n>"; a result over `SF_NAME_MAX` bytes is cut. Fixed names of ours pass
+ * fixed names) and escape it with sf_name_escape (sf_name.h); an empty, ".",
+ * "..", or already present result gets "#<n>". Fixed names of ours pass
  * through the same code unchanged. All return NULL on ENOMEM.
  */
-#define SF_NAME_MAX 255
 
 struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len);
 struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len);
@@ -210,18 +208,10 @@ struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len
 /* The same, for a name already escaped and made unique by the caller. */
 struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const char *name);
 
-/* Escapes `raw` into `out` (at least SF_NAME_MAX+1 bytes), cutting the
- * result at `max` bytes (255, or less where a sibling name adds a suffix):
- * the first 200 bytes (never splitting %XX), "~" and 16 hex digits of
- * XXH64(raw). Does not add "#<n>". */
-void sf_name_escape(const void *raw, size_t len, size_t max, char *out);
-/* Reverses the escaping of %XX (for names a lookup receives). Returns the
- * raw length written to out (at most strlen(name) bytes). */
-size_t sf_name_unescape(const char *name, uint8_t *out);
 /* Makes `name` (escaped) unique in dir by appending "#<n>" with the smallest
  * n >= 1, also when it is empty, "." or "..". `out` has SF_NAME_MAX+16
- * bytes. `taken` (optional) says whether a further name counts as taken
- * (tet: a dataset's .npy twin). */
+ * bytes (sf_name.h). `taken` (optional) says whether a further name counts
+ * as taken (tet: a dataset's .npy twin). */
 void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
 		   bool (*taken)(struct sf_node *dir, const char *name));
 

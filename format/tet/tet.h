@@ -9,6 +9,7 @@
 
 #include "sf_err.h"
 #include "sf_map.h"
+#include "sf_name.h"
 #include "sf_view.h"
 
 #define TET_MAX_DIM 8

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sf_bytes.h"
+#include "sf_name.h"
 #include "tet.h"
 
 static const struct {
