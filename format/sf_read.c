@@ -1,11 +1,13 @@
 /* Reading a view file: parts through the host's cache, and a byte range
  * gathered as iovecs into mappings and buffers. */
-#include "sf_bytes.h"
-#include "sf_view.h"
+#include "sf_read.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sf_bytes.h"
+#include "sf_view.h"
 
 static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		       struct sf_err *e)

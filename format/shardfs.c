@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sf_format.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 struct shardfs {

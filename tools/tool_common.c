@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_read.h"
+
 int tool_open(const char *prog, const char *path, struct sf_view **out)
 {
 	struct sf_err e = { { 0 } };

@@ -12,6 +12,7 @@
 #include "sf_crc32c.h"
 #include "sf_json.h"
 #include "sf_name.h"
+#include "sf_read.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
