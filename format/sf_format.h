@@ -12,8 +12,9 @@
 #include <stddef.h>
 
 #include "sf_err.h"
-#include "sf_map.h"
-#include "sf_view.h"
+
+struct sf_map;
+struct sf_view;
 
 struct sf_open_args {
 	int dirfd;              /* the directory holding the file */

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_map.h"
 #include "sf_name.h"
 
 /* the cache key of every part: unique for the life of the process */

@@ -21,7 +21,9 @@
 
 #include "sf_buf.h"
 #include "sf_err.h"
-#include "sf_map.h"
+
+struct sf_format;
+struct sf_map;
 
 /* ---- parts: decoded units shared by files ----------------------------- */
 

@@ -12,6 +12,7 @@
 
 #include "loop.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "stats.h"
 
 int src_fd = -1;

@@ -17,6 +17,7 @@
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
+#include "sf_map.h"
 #include "sf_read.h"
 #include "stats.h"
 #include "watch.h"

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sf_map.h"
 #include "sf_read.h"
 
 /* ---- the private directory ------------------------------------------- */
