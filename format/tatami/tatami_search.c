@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sf_codec.h"
+#include "sf_report.h"
 #include "tatami.h"
 
 /* A term dictionary block decodes to at most this (upstream's are ~KiB). */

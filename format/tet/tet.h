@@ -8,7 +8,6 @@
 #include <stdint.h>
 
 #include "sf_err.h"
-#include "sf_map.h"
 #include "sf_name.h"
 #include "sf_view.h"
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sf_format.h"
+#include "sf_map.h"
 #include "sf_name.h"
 #include "tet.h"
 

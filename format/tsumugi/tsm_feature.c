@@ -9,6 +9,7 @@
 #include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tsm_shard.h"
 
 #define NPY_HEADER 128

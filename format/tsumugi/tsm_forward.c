@@ -11,6 +11,7 @@
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tsm_shard.h"
 
 #define FWD_BLOCK 16384
