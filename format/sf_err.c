@@ -33,3 +33,8 @@ void sf_err_prefix(struct sf_err *e, const char *fmt, ...)
 	memcpy(e->msg, pre, k);
 	e->msg[k + old] = 0;
 }
+
+const char *sf_err_msg(const struct sf_err *e, int rc)
+{
+	return e->msg[0] ? e->msg : strerror(-rc);
+}

@@ -16,4 +16,8 @@ int sf_fail(struct sf_err *e, int code, const char *fmt, ...)
 void sf_err_prefix(struct sf_err *e, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* What to tell the user about a failure with code `rc`: e->msg, or
+ * strerror(-rc) when the failing function left no message. */
+const char *sf_err_msg(const struct sf_err *e, int rc);
+
 #endif
