@@ -416,14 +416,8 @@ void sf_view_warn(struct sf_view *v, const char *fmt, ...)
 struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 			     uint64_t size, const char *what)
 {
-	if (v->nparts == v->capparts) {
-		size_t cap = v->capparts ? v->capparts * 2 : 16;
-		struct sf_part **p = realloc(v->parts, cap * sizeof *p);
-		if (!p)
-			return NULL;
-		v->parts = p;
-		v->capparts = cap;
-	}
+	if (sf_grow(&v->parts, &v->capparts, v->nparts, sizeof *v->parts, 16))
+		return NULL;
 	struct sf_part *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;
