@@ -21,6 +21,7 @@
 
 #include "sf_buf.h"
 #include "sf_err.h"
+#include "sf_hash.h"
 
 struct sf_format;
 struct sf_map;
@@ -111,9 +112,8 @@ typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err 
 struct sf_dir {
 	struct sf_node **kids;
 	size_t n, cap;
-	/* open-addressed name index, built once a directory grows */
-	uint32_t *index;
-	size_t index_cap;
+	/* name -> kid, built once a directory grows (empty: search kids) */
+	struct sf_hash index;
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
 	atomic_bool populated;
