@@ -6,6 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_err.h"
+#include "sf_view.h"
+
 void sf_report_add(struct sf_report *r, bool error, const char *fmt, ...)
 {
 	if (error && r->error_limit && r->errors >= r->error_limit) {

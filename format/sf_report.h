@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_view.h"
+#include "sf_buf.h"
 
 struct sf_report {
 	struct sf_str body; /* the finding lines, in the order they were added */
@@ -34,6 +34,7 @@ struct sf_buf *sf_report_take(struct sf_report *r);
  * open (docs/design.md §3.1): only .shardfs/, whose verify and info.txt
  * say why. */
 struct sf_format;
+struct sf_view;
 struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why);
 
 #endif

@@ -9,6 +9,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_map.h"
+#include "sf_name.h"
+
 /* the cache key of every part: unique for the life of the process */
 static _Atomic uint64_t next_part_id = 1;
 
@@ -25,7 +28,7 @@ static void node_free(struct sf_node *n)
 		for (size_t i = 0; i < n->u.dir.n; i++)
 			node_free(n->u.dir.kids[i]);
 		free(n->u.dir.kids);
-		free(n->u.dir.index);
+		sf_hash_free(&n->u.dir.index);
 		lazy_free(n->u.dir.lazy);
 		break;
 	case SF_FILE:
@@ -68,31 +71,21 @@ static uint64_t name_hash(const char *name)
 	return XXH3_64bits(name, strlen(name));
 }
 
-static void index_put(struct sf_dir *d, size_t k)
+static bool kid_named(const void *name, const void *kid)
 {
-	size_t mask = d->index_cap - 1;
-	size_t i = name_hash(d->kids[k]->name) & mask;
-	while (d->index[i])
-		i = (i + 1) & mask;
-	d->index[i] = (uint32_t)(k + 1);
+	return strcmp(((const struct sf_node *)kid)->name, name) == 0;
 }
 
 /* Small directories are searched linearly; larger ones get a hash index. */
 static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 {
-	if (!d->index) {
+	if (!d->index.n) {
 		for (size_t i = 0; i < d->n; i++)
 			if (strcmp(d->kids[i]->name, name) == 0)
 				return d->kids[i];
 		return NULL;
 	}
-	size_t mask = d->index_cap - 1;
-	for (size_t i = name_hash(name) & mask; d->index[i]; i = (i + 1) & mask) {
-		struct sf_node *k = d->kids[d->index[i] - 1];
-		if (strcmp(k->name, name) == 0)
-			return k;
-	}
-	return NULL;
+	return sf_hash_get(&d->index, name_hash(name), kid_named, name);
 }
 
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
@@ -102,21 +95,16 @@ static int dir_append(struct sf_node *dir, struct sf_node *kid)
 		return -ENOMEM;
 	d->kids[d->n++] = kid;
 	kid->parent = dir;
-	if (d->n >= 16 && d->n * 2 > d->index_cap) {
-		size_t cap = 64;
-		while (cap < d->n * 4)
-			cap *= 2;
-		uint32_t *idx = calloc(cap, sizeof *idx);
-		if (!idx)
-			return 0; /* the linear search still works */
-		free(d->index);
-		d->index = idx;
-		d->index_cap = cap;
-		for (size_t i = 0; i < d->n; i++)
-			index_put(d, i);
-	} else if (d->index) {
-		index_put(d, d->n - 1);
-	}
+	if (d->n < 16)
+		return 0;
+	/* the index holds every kid or none (then, after running out of
+	 * memory, the linear search still works) */
+	size_t from = d->index.n ? d->n - 1 : 0;
+	for (size_t i = from; i < d->n; i++)
+		if (sf_hash_put(&d->index, name_hash(d->kids[i]->name), d->kids[i])) {
+			sf_hash_free(&d->index);
+			break;
+		}
 	return 0;
 }
 
@@ -136,7 +124,7 @@ struct sf_lazy {
 	uint32_t *index;
 	size_t index_cap;
 	/* the nodes alive, by key */
-	struct sf_ptab live;
+	struct sf_hash live;
 };
 
 static const char *ent_name(const struct sf_lazy *z, size_t i)
@@ -148,9 +136,11 @@ static void lazy_free(struct sf_lazy *z)
 {
 	if (!z)
 		return;
-	for (size_t i = 0; i < z->live.cap; i++)
-		node_free(sf_ptab_at(&z->live, i));
-	sf_ptab_free(&z->live);
+	size_t pos = 0;
+	struct sf_node *n;
+	while ((n = sf_hash_next(&z->live, &pos)))
+		node_free(n);
+	sf_hash_free(&z->live);
 	free(z->ent);
 	free(z->names);
 	free(z->index);
@@ -162,14 +152,14 @@ static uint64_t key_hash(uint32_t key)
 	return XXH3_64bits(&key, sizeof key);
 }
 
-static uint64_t live_hash(const void *item)
+static bool live_is(const void *key, const void *node)
 {
-	return key_hash(((const struct sf_node *)item)->key);
+	return key == node;
 }
 
-static bool live_is(const void *item, const void *key)
+static bool key_is(const void *key, const void *node)
 {
-	return ((const struct sf_node *)item)->key == *(const uint32_t *)key;
+	return ((const struct sf_node *)node)->key == *(const uint32_t *)key;
 }
 
 int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
@@ -178,7 +168,6 @@ int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
 	if (!z)
 		return -ENOMEM;
 	z->make = make;
-	z->live.hash = live_hash;
 	dir->u.dir.lazy = z;
 	return 0;
 }
@@ -246,7 +235,7 @@ static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, u
 		     uint32_t aux, struct sf_node **out, struct sf_err *e)
 {
 	struct sf_lazy *z = dir->u.dir.lazy;
-	struct sf_node *n = sf_ptab_find(&z->live, key_hash(key), live_is, &key);
+	struct sf_node *n = sf_hash_get(&z->live, key_hash(key), key_is, &key);
 	if (!n) {
 		if (!(n = node_new(dir->view, kind, name)))
 			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
@@ -255,7 +244,7 @@ static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, u
 		n->key = key;
 		n->aux = aux;
 		int rc = z->make(n, e);
-		if (rc || (rc = sf_ptab_put(&z->live, n))) {
+		if (rc || (rc = sf_hash_put(&z->live, key_hash(key), n))) {
 			node_free(n);
 			return e->msg[0] ? rc : sf_fail(e, rc, "%s: out of memory", dir->view->path);
 		}
@@ -286,7 +275,7 @@ static void lazy_settle(struct sf_node *n)
 {
 	if (n->pins || atomic_load(&n->host))
 		return;
-	sf_ptab_del(&n->parent->u.dir.lazy->live, n);
+	sf_hash_del(&n->parent->u.dir.lazy->live, key_hash(n->key), live_is, n);
 	node_free(n);
 }
 
@@ -683,14 +672,8 @@ void sf_view_warn(struct sf_view *v, const char *fmt, ...)
 struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 			     uint64_t size, const char *what)
 {
-	if (v->nparts == v->capparts) {
-		size_t cap = v->capparts ? v->capparts * 2 : 16;
-		struct sf_part **p = realloc(v->parts, cap * sizeof *p);
-		if (!p)
-			return NULL;
-		v->parts = p;
-		v->capparts = cap;
-	}
+	if (sf_grow(&v->parts, &v->capparts, v->nparts, sizeof *v->parts, 16))
+		return NULL;
 	struct sf_part *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;

@@ -1,6 +1,7 @@
 #include "fnode.h"
 
 #include "listing.h"
+#include "sf_map.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -59,30 +60,28 @@ static uint64_t name_hash(const char *name)
 	return XXH3_64bits(name, strlen(name));
 }
 
-static uint64_t kid_hash(const void *item)
+static bool kid_named(const void *name, const void *kid)
 {
-	return name_hash(((const struct fnode *)item)->name);
+	return strcmp(((const struct fnode *)kid)->name, name) == 0;
 }
 
-static bool kid_named(const void *item, const void *name)
+static bool is(const void *key, const void *kid)
 {
-	return strcmp(((const struct fnode *)item)->name, name) == 0;
+	return key == kid;
 }
 
 struct fnode *fnode_child(struct fnode *dir, const char *name)
 {
-	return sf_ptab_find(&dir->kids, name_hash(name), kid_named, name);
+	return sf_hash_get(&dir->kids, name_hash(name), kid_named, name);
 }
 
 void fnode_attach(struct fnode *n)
 {
-	struct sf_ptab *k = &n->parent->kids;
-	k->hash = kid_hash;
-	struct fnode *old = fnode_child(n->parent, n->name);
-	if (old)
-		sf_ptab_del(k, old);
+	struct sf_hash *k = &n->parent->kids;
+	uint64_t h = name_hash(n->name);
+	sf_hash_del(k, h, kid_named, n->name);
 	/* out of memory: the node still works, it just is not reused */
-	(void)sf_ptab_put(k, n);
+	(void)sf_hash_put(k, h, n);
 }
 
 static void release(struct fnode *n)
@@ -100,7 +99,7 @@ static void release(struct fnode *n)
 	sf_buf_unref(n->snap);
 	listing_unref(n->listing);
 	pthread_mutex_destroy(&n->map_lock);
-	sf_ptab_free(&n->kids);
+	sf_hash_free(&n->kids);
 	free(n->name);
 	free(n->rel);
 	free(n->vpath);
@@ -116,7 +115,7 @@ static void fnode_free(struct fnode *n)
 	while (n && n != root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
 		if (p)
-			sf_ptab_del(&p->kids, n);
+			sf_hash_del(&p->kids, name_hash(n->name), is, n);
 		release(n);
 		freed_since_trim++;
 		if (p)

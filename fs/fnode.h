@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "sf_ptab.h"
+#include "sf_hash.h"
 #include "sf_view.h"
 
 enum fkind {
@@ -39,7 +39,7 @@ struct fnode {
 	struct stat st;               /* SRC nodes: the version this node stands for */
 	/* directories: the current version of each SRC child and view root
 	 * by name (not owned: a node leaves it when freed) */
-	struct sf_ptab kids;
+	struct sf_hash kids;
 
 	/* FK_SRC_FILE: mapped at first open, kept for the node's life.
 	 * FK_SRC_DIR: map_lock serialises computing the listing. */

@@ -12,6 +12,7 @@
 
 #include "loop.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "sf_report.h"
 #include "stats.h"
 
@@ -140,8 +141,8 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	}
 	if (rc) {
 		stat_add(&stats.containers_failed, 1);
-		errlog_add(path, e.msg[0] ? e.msg : strerror(-rc));
-		v = checked ? sf_view_failed(f, path, e.msg[0] ? e.msg : strerror(-rc)) : NULL;
+		errlog_add(path, sf_err_msg(&e, rc));
+		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
 			v->cache = view_cache;
 	} else {

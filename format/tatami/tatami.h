@@ -8,9 +8,11 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
-#include "sf_format.h"
-#include "sf_report.h"
+#include "sf_err.h"
 #include "sf_view.h"
+
+struct sf_probe;
+struct sf_report;
 
 #define TAT_HEADER 64
 #define TAT_TRAILER 12

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sf_crc32c.h"
+#include "sf_format.h"
 #include "tatami.h"
 
 enum { SEC_SCHEMA = 1, SEC_GROUPS, SEC_BLOB, SEC_DICT, SEC_INDEX, SEC_KV, SEC_STATS, SEC_INVERT, SEC_N };

@@ -7,10 +7,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
-#include "sf_format.h"
-#include "sf_map.h"
+#include "sf_err.h"
+#include "sf_name.h"
 #include "sf_view.h"
+
+struct sf_probe;
 
 #define TET_MAX_DIM 8
 #define TET_ENTRY_SIZE 104

@@ -9,10 +9,11 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
-#include "sf_format.h"
-#include "sf_report.h"
+#include "sf_err.h"
 #include "sf_view.h"
+
+struct sf_probe;
+struct sf_report;
 
 #define TSM_HEADER_SIZE 64
 #define TSM_TRAILER_SIZE 16

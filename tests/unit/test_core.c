@@ -1,6 +1,6 @@
 /* Unit tests of the shared format pieces: byte cursors, CRC32C, name
  * escaping, the extent model, zstd with raw dictionaries, the verify
- * report, pointer tables and on-demand directory entries. */
+ * report, array growth, the hash map and on-demand directory entries. */
 #include <errno.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
@@ -10,8 +10,10 @@
 #include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_hash.h"
 #include "sf_json.h"
-#include "sf_ptab.h"
+#include "sf_name.h"
+#include "sf_read.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
@@ -290,52 +292,115 @@ static void test_grow(void)
 	free(a);
 }
 
-static uint64_t u32_hash(const void *item)
+struct hitem {
+	uint64_t hash;
+	int id;
+};
+
+static bool hitem_is(const void *key, const void *val)
 {
-	return *(const uint32_t *)item * 0x9E3779B97F4A7C15ull >> 7;
+	return ((const struct hitem *)val)->id == *(const int *)key;
 }
 
-static bool u32_is(const void *item, const void *key)
+static struct hitem *hget(const struct sf_hash *h, const struct hitem *it)
 {
-	return *(const uint32_t *)item == *(const uint32_t *)key;
+	return sf_hash_get(h, it->hash, hitem_is, &it->id);
 }
 
-/* Names that come and go (rolling checkpoints) keep the table the size of
- * what it holds: deleted slots are reused, and an emptied table shrinks. */
-static void test_ptab(void)
+static void test_hash(void)
+{
+	/* Few distinct hashes, so runs are long and share slots: half start
+	 * at the table's first slots, half at its last ones and wrap round. */
+	enum { N = 1000 };
+	static struct hitem it[N];
+	for (int i = 0; i < N; i++)
+		it[i] = (struct hitem){ i % 2 ? (uint64_t)(i % 7) : UINT64_MAX - (uint64_t)(i % 5), i };
+	struct sf_hash h = { 0 };
+	CHECK(hget(&h, &it[0]) == NULL);
+	CHECK(sf_hash_del(&h, it[0].hash, hitem_is, &it[0].id) == NULL);
+	for (int i = 0; i < N; i++)
+		CHECK(sf_hash_put(&h, it[i].hash, &it[i]) == 0);
+	CHECK_EQ_U(h.n, N);
+	CHECK(h.cap >= 2 * N && (h.cap & (h.cap - 1)) == 0);
+	for (int i = 0; i < N; i++)
+		CHECK(hget(&h, &it[i]) == &it[i]);
+	struct hitem absent = { 3, N };
+	CHECK(hget(&h, &absent) == NULL);
+	/* without eq the hash alone decides */
+	struct hitem *any = sf_hash_get(&h, 3, NULL, NULL);
+	CHECK(any && any->hash == 3);
+
+	/* deleting every third leaves the rest reachable past the holes */
+	for (int i = 0; i < N; i += 3)
+		CHECK(sf_hash_del(&h, it[i].hash, hitem_is, &it[i].id) == &it[i]);
+	CHECK_EQ_U(h.n, N - (N + 2) / 3);
+	for (int i = 0; i < N; i++)
+		CHECK(hget(&h, &it[i]) == (i % 3 ? &it[i] : NULL));
+
+	/* a walk sees each value once */
+	static bool seen[N];
+	size_t pos = 0, walked = 0;
+	struct hitem *v;
+	while ((v = sf_hash_next(&h, &pos))) {
+		CHECK(!seen[v->id] && v->id % 3);
+		seen[v->id] = true;
+		walked++;
+	}
+	CHECK_EQ_U(walked, h.n);
+
+	/* deleted slots are reused: churn does not grow the table */
+	size_t cap = h.cap;
+	for (int round = 0; round < 20 * N; round++) {
+		struct hitem *x = &it[(round % (N / 3)) * 3];
+		CHECK(sf_hash_put(&h, x->hash, x) == 0);
+		CHECK(sf_hash_del(&h, x->hash, hitem_is, &x->id) == x);
+	}
+	CHECK_EQ_U(h.cap, cap);
+	for (int i = 1; i < N; i++)
+		if (i % 3)
+			CHECK(sf_hash_del(&h, it[i].hash, hitem_is, &it[i].id) == &it[i]);
+	CHECK_EQ_U(h.n, 0);
+	pos = 0;
+	CHECK(sf_hash_next(&h, &pos) == NULL);
+	sf_hash_free(&h);
+	CHECK(h.slot == NULL && h.cap == 0 && h.n == 0);
+}
+
+/* Names that come and go (rolling checkpoints) keep the map the size of
+ * what it holds: deleted slots are free at once, and a map that empties
+ * shrinks. */
+static void test_hash_rolling(void)
 {
 	enum { LIVE = 8, ROUNDS = 200000, MANY = 10000 };
-	static uint32_t keys[MANY];
-	struct sf_ptab t = { .hash = u32_hash };
+	static struct hitem keys[MANY];
+	struct sf_hash h = { 0 };
 	size_t max_cap = 0;
-	for (uint32_t i = 0; i < ROUNDS; i++) {
-		keys[i % MANY] = i;
-		CHECK(sf_ptab_put(&t, &keys[i % MANY]) == 0);
+	for (int i = 0; i < ROUNDS; i++) {
+		keys[i % MANY] = (struct hitem){ .hash = (uint64_t)i * 0x9E3779B97F4A7C15ull, .id = i };
+		CHECK(sf_hash_put(&h, keys[i % MANY].hash, &keys[i % MANY]) == 0);
 		if (i >= LIVE) {
-			uint32_t old = i - LIVE;
-			void *hit = sf_ptab_find(&t, u32_hash(&old), u32_is, &old);
-			CHECK(hit == &keys[old % MANY]);
-			sf_ptab_del(&t, hit);
+			struct hitem *old = &keys[(i - LIVE) % MANY];
+			CHECK(sf_hash_del(&h, old->hash, hitem_is, &old->id) == old);
 		}
-		if (t.cap > max_cap)
-			max_cap = t.cap;
+		if (h.cap > max_cap)
+			max_cap = h.cap;
 	}
-	CHECK_EQ_U(t.n, LIVE);
+	CHECK_EQ_U(h.n, LIVE);
 	CHECK(max_cap <= 32);
-	sf_ptab_free(&t);
-	for (uint32_t i = 0; i < MANY; i++) {
-		keys[i] = i;
-		CHECK(sf_ptab_put(&t, &keys[i]) == 0);
+	sf_hash_free(&h);
+	for (int i = 0; i < MANY; i++) {
+		keys[i] = (struct hitem){ .hash = (uint64_t)i * 0x9E3779B97F4A7C15ull, .id = i };
+		CHECK(sf_hash_put(&h, keys[i].hash, &keys[i]) == 0);
 	}
-	size_t big = t.cap;
-	for (uint32_t i = 10; i < MANY; i++)
-		sf_ptab_del(&t, &keys[i]);
-	CHECK(t.cap < big / 64);
-	for (uint32_t i = 0; i < MANY; i++) {
-		void *hit = sf_ptab_find(&t, u32_hash(&keys[i]), u32_is, &keys[i]);
+	size_t big = h.cap;
+	for (int i = 10; i < MANY; i++)
+		CHECK(sf_hash_del(&h, keys[i].hash, hitem_is, &keys[i].id) == &keys[i]);
+	CHECK(h.cap < big / 64);
+	for (int i = 0; i < MANY; i++) {
+		void *hit = sf_hash_get(&h, keys[i].hash, hitem_is, &keys[i].id);
 		CHECK(i < 10 ? hit == &keys[i] : hit == NULL);
 	}
-	sf_ptab_free(&t);
+	sf_hash_free(&h);
 }
 
 static int made;
@@ -422,7 +487,8 @@ int main(void)
 	test_json();
 	test_report();
 	test_grow();
-	test_ptab();
+	test_hash();
+	test_hash_rolling();
 	test_lazy();
 	CHECK_DONE();
 }
