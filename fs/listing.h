@@ -57,7 +57,8 @@ void listing_unref(struct listing *l);
 const struct lentry *listing_view(const struct listing *l, const char *name);
 /* The view of a view entry of dir's listing `l`, opened now if it was only
  * checked: a container that fails to open gets a view holding only
- * .shardfs/, saying why. NULL when out of memory. */
+ * .shardfs/, saying why. NULL when out of memory or the directory cannot
+ * be opened any more. */
 struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC
  * directory `dir` (a new reference in *out). NULL when no file there could
