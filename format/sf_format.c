@@ -53,8 +53,9 @@ int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const
 		 uint64_t size, const char *path, struct sf_err *e)
 {
 	size_t n = size < SF_PROBE_BYTES ? (size_t)size : SF_PROBE_BYTES;
-	struct sf_probe p = { .head = data, .tail = data + size - n, .nhead = n, .ntail = n,
-			      .size = size, .path = path };
+	/* an empty file's mapping is NULL: no arithmetic on it */
+	struct sf_probe p = { .head = data, .tail = n ? data + size - n : data, .nhead = n,
+			      .ntail = n, .size = size, .path = path };
 	return check(&p, e);
 }
 
