@@ -251,6 +251,8 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		return -ENOMEM;
 	struct stat st;
 	int src = sf_lstat_beneath(src_fd, rel, &st);
+	if (src == -ELOOP) /* a directory on the way swapped for a symlink */
+		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
 	free(rel);
 	if (src == 0) {
 		pthread_mutex_lock(&ftree_lock);

@@ -154,9 +154,11 @@ def test_directory_swapped_for_symlink_under_a_reader(tmp_path, mount):
     # through the mount, d is now the symlink it is in SRC
     assert os.readlink(mnt / "d") == str(outside)
     assert (mnt / "old-d" / "inside.txt").read_bytes() == b"inside\n"
-    errors = (mnt / ".shardfs" / "errors").read_text()
-    assert any(line.split(" ", 1)[1].startswith("d:") and "symlink" in line
-               for line in errors.splitlines()), errors
+    errors = (mnt / ".shardfs" / "errors").read_text().splitlines()
+    # the lookups and the listing refused, each said why
+    for path in ("d/plain.txt", "d"):
+        assert any(line.split(" ", 1)[1].startswith(path + ": ") and "symlink" in line
+                   for line in errors), errors
 
 
 def special(path, kind):
