@@ -17,6 +17,7 @@ import sys
 import pytest
 
 from conftest import FIXTURES, WRITERS, read_through
+from relutil import cat
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as tw  # noqa: E402
@@ -89,6 +90,10 @@ def test_fold_shard_symlinked_outside_is_refused(tmp_path, mount):
     verify = (mnt / "x" / ".shardfs" / "verify").read_text()
     assert "symlink" in verify and SECRET.decode() not in verify
     assert_no_secret(mnt)
+    # the tools open side files by the same rules
+    for fold in ("x", "y"):
+        got, why = cat(src / f"{fold}.taridx", ".shardfs/rows/0")
+        assert got is None and "symlink" in why, (got, why)
 
 
 def test_shardlake_side_files_symlinked_outside_are_refused(tmp_path, mount):
