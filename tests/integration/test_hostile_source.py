@@ -171,9 +171,14 @@ def special(path, kind):
     if kind == "fifo":
         os.mkfifo(path)
     elif kind == "socket":
-        s = socket.socket(socket.AF_UNIX)
-        s.bind(str(path))
-        s.close()
+        # bound by a relative name: a socket path is limited to 107 bytes
+        here = os.getcwd()
+        os.chdir(path.parent)
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.bind(path.name)
+        finally:
+            os.chdir(here)
     else:
         os.mknod(path, 0o644 | stat.S_IFCHR, os.makedev(1, 3))
 
