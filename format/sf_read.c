@@ -14,7 +14,7 @@ static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **ou
 	return p->produce(p, c, out, e);
 }
 
-struct sf_cache sf_nocache = { nocache_get };
+struct sf_cache sf_nocache = { .get = nocache_get };
 
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e)

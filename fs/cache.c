@@ -304,6 +304,7 @@ struct dcache *dcache_new(uint64_t budget)
 	if (!c)
 		return NULL;
 	c->iface.get = cache_get;
+	c->iface.limit = budget;
 	c->budget = budget;
 	c->hcap = 1024;
 	c->hash = calloc(c->hcap, sizeof *c->hash);

@@ -18,6 +18,7 @@ import zstandard
 from conftest import WRITERS, mount_stats, read_through
 
 sys.path.insert(0, str(WRITERS))
+import tatami_writer as tatw  # noqa: E402
 import tet_writer as tetw  # noqa: E402
 
 MiB = 1 << 20
@@ -128,6 +129,43 @@ def test_bomb_tiles_are_refused(mount, tmp_path):
     assert decoded(mnt) == before, "a refused part was decoded"
     errors = (mnt / ".shardfs" / "errors").read_text()
     assert "--cache-size" in errors and str(tile) in errors, errors
+
+
+def test_bomb_page_inside_a_part_is_refused(mount, tmp_path, monkeypatch):
+    """A tatami column of 8 rows whose one zstd page decodes to 512 MiB: the
+    page is decoded while making the column's part, whose own size (32
+    bytes) is no bomb; before, each of four readers decoded the page and
+    the values read as zeros."""
+    bomb = zero_frame(512 * MiB)
+    plain = tatw.record
+
+    class Claim(bytes):
+        def __len__(self):
+            return 512 * MiB
+
+    def record(kind, enc, codec, flags, nvals, raw, stored, *rest):
+        if codec == tatw.ZSTD:
+            raw, stored = Claim(), bomb
+        return plain(kind, enc, codec, flags, nvals, raw, stored, *rest)
+    monkeypatch.setattr(tatw, "record", record)
+    src = tmp_path / "src"
+    src.mkdir()
+    tatw.write_file(src / "bomb.tatami",
+                    [dict(name="v", type="int32", values=list(range(8)), codecs=[tatw.ZSTD])], [8], 8)
+    mnt = mount(src, "--cache-size", "64M")
+    pid = mount.last.proc.pid
+    path = mnt / "bomb" / "columns" / "v" / "values.bin"
+    assert os.stat(path).st_size == 32
+    base = vm_hwm(pid)
+
+    def reader(k):
+        for _ in range(3):
+            assert read_errno(path, 128 << 10, 0) == errno.EIO, k
+    in_threads(reader, 4)
+    peak = vm_hwm(pid)
+    assert peak - base < 64 * MiB + SLACK, (base, peak)
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "page 0: record decodes to %d bytes, more than --cache-size" % (512 * MiB) in errors
 
 
 def test_four_readers_stay_in_budget(mount, tmp_path):
