@@ -59,6 +59,17 @@ def zero_frame(size):
     return b"".join(c.compress(block) for _ in range(size // MiB)) + c.flush()
 
 
+def rle_frame(size, window_log):
+    """A zstd frame of `size` bytes of 'x' in RLE blocks of 128 KiB that
+    declares a window of 2**window_log bytes (RFC 8878 §3.1.1)."""
+    blocks = []
+    for at in range(0, size, 128 << 10):
+        n = min(128 << 10, size - at)
+        h = int(at + n == size) | 1 << 1 | n << 3
+        blocks.append(h.to_bytes(3, "little") + b"x")
+    return struct.pack("<I", 0xFD2FB528) + bytes([0, (window_log - 10) << 3]) + b"".join(blocks)
+
+
 def vm_hwm(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -166,6 +177,30 @@ def test_bomb_page_inside_a_part_is_refused(mount, tmp_path, monkeypatch):
     assert peak - base < 64 * MiB + SLACK, (base, peak)
     errors = (mnt / ".shardfs" / "errors").read_text()
     assert "page 0: record decodes to %d bytes, more than --cache-size" % (512 * MiB) in errors
+
+
+def test_verify_of_a_bomb_stays_in_budget(mount, tmp_path):
+    """`.shardfs/verify` checks zstd tiles by streaming them, but libzstd
+    keeps the window a frame declares: a 512 MiB tile declaring a 2 GiB
+    window is not checked under --cache-size 64M (said in the report), and
+    a 32 MiB one with the same window is checked by decoding it whole."""
+    src = tmp_path / "src"
+    src.mkdir()
+    write_tiles(src / "bomb.tet", [rle_frame(512 * MiB, 31)] * 2, 512 * MiB)
+    write_tiles(src / "fine.tet", [rle_frame(32 * MiB, 31)], 32 * MiB)
+    mnt = mount(src, "--cache-size", "64M")
+    pid = mount.last.proc.pid
+    assert json.loads((mnt / "bomb" / "a" / ".zarray").read_text())
+    base = vm_hwm(pid)
+    reports = []
+    in_threads(lambda k: reports.append((mnt / "bomb" / ".shardfs" / "verify").read_text()), 4)
+    assert all(r.startswith("status: failed\n") and "not checked" in r and "--cache-size" in r
+               for r in reports), reports
+    fine = (mnt / "fine" / ".shardfs" / "verify").read_text()
+    assert fine.startswith("status: ok\n"), fine
+    assert read_through(mnt / "fine" / "a" / "0", MiB) == b"x" * (32 * MiB)
+    peak = vm_hwm(pid)
+    assert peak - base < 64 * MiB + SLACK, (base, peak)
 
 
 def test_four_readers_stay_in_budget(mount, tmp_path):

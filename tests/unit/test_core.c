@@ -265,12 +265,30 @@ static void test_zstd_check(void)
 	size_t k = ZSTD_compress(frame, cap, src, n, 1);
 	CHECK(!ZSTD_isError(k));
 	struct sf_err e;
-	CHECK(sf_zstd_check(frame, k, n, NULL, 0, "t", &e) == 0);
-	CHECK(sf_zstd_check(frame, k, n - 1, NULL, 0, "t", &e) == -EIO);
-	CHECK(sf_zstd_check(frame, k, n + 1, NULL, 0, "t", &e) == -EIO);
-	CHECK(sf_zstd_check(frame, k - 10, n, NULL, 0, "t", &e) < 0);
+	CHECK(sf_zstd_check(frame, k, n, NULL, 0, 0, "t", &e) == 0);
+	CHECK(sf_zstd_check(frame, k, n - 1, NULL, 0, 0, "t", &e) == -EIO);
+	CHECK(sf_zstd_check(frame, k, n + 1, NULL, 0, 0, "t", &e) == -EIO);
+	CHECK(sf_zstd_check(frame, k - 10, n, NULL, 0, 0, "t", &e) < 0);
 	free(frame);
 	free(src);
+
+	/* A frame declaring a 128 MiB window (its check would keep one that
+	 * large) with four RLE blocks of 128 KiB of 'x' (docs/specs are
+	 * silent; RFC 8878 §3.1.1): within a 1 MiB limit it is decoded whole
+	 * instead, under 256 KiB it is not checked. */
+	uint8_t big[6 + 4 * 4] = { 0x28, 0xB5, 0x2F, 0xFD, 0x00, 17 << 3 };
+	for (int b = 0; b < 4; b++) {
+		uint32_t h = (uint32_t)(b == 3) | 1u << 1 | (128u << 10) << 3;
+		big[6 + 4 * b] = (uint8_t)h;
+		big[7 + 4 * b] = (uint8_t)(h >> 8);
+		big[8 + 4 * b] = (uint8_t)(h >> 16);
+		big[9 + 4 * b] = 'x';
+	}
+	CHECK(sf_zstd_check(big, sizeof big, 512u << 10, NULL, 0, 1u << 20, "t", &e) == 0);
+	CHECK(sf_zstd_check(big, sizeof big, (512u << 10) - 1, NULL, 0, 1u << 20, "t", &e) == -EIO);
+	CHECK(sf_zstd_check(big, sizeof big, 512u << 10, NULL, 0, 256u << 10, "t", &e) == -EIO);
+	CHECK(strstr(e.msg, "not checked") != NULL);
+	CHECK(sf_zstd_check(big, sizeof big, 512u << 10, NULL, 0, 0, "t", &e) == 0);
 }
 
 static void test_json(void)
