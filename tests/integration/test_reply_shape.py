@@ -1,7 +1,8 @@
 """Answers gathered from thousands of tiny pieces (issue 15): a kernel's
 writev takes at most IOV_MAX (1,024) pieces, and a reply that could not be
 written left its reader waiting forever. Views made of thousands of pieces,
-in every format that makes them, are read with READ requests of 1 MiB and
+in every format that makes them (a taridx member or row and a Shardlake
+array are one or two pieces), are read with READ requests of 1 MiB and
 of other sizes at odd offsets (O_DIRECT, so each read reaches the daemon as
 asked), and through the page cache, and compared with bytes computed from
 what the writers put in."""
