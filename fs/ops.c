@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -533,14 +534,26 @@ static void account(const struct sf_readv *rv)
 	stat_add(&stats.bytes_synthesized, rv->from_synth);
 }
 
-static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+/* Every READ gets an answer, whatever its pieces: writev takes at most
+ * IOV_MAX of them (the reply's header is one), and a reply that fails to be
+ * written is lost, its reader left waiting. */
+static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
 	hand_off_unless_resident(rv);
+	int rc = sf_readv_fit(rv, IOV_MAX - 1);
+	if (rc) {
+		errlog_add(path, rc == -EIO ? "a mapped page of the source could not be read"
+					    : strerror(-rc));
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	account(rv);
 	if (rv->n)
-		fuse_reply_iov(req, rv->iov, (int)rv->n);
+		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
 	else
-		fuse_reply_buf(req, NULL, 0);
+		rc = fuse_reply_buf(req, NULL, 0);
+	if (rc && rc != -ENOENT)
+		errlog_add(path, "the answer could not be written to /dev/fuse");
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -554,7 +567,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
-			reply_readv(req, &rv);
+			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
 		return;
 	}
@@ -587,7 +600,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		errlog_add(n->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
-		reply_readv(req, &rv);
+		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
 }
