@@ -146,18 +146,37 @@ static bool same_key(const struct scratch *s, const struct smember *a, const str
 static void json_string_add(struct sf_str *out, const uint8_t *p, size_t len)
 {
 	/* view paths hold no control bytes and no '\' (escaped as %XX), so
-	 * only '"' needs escaping */
+	 * only '"' needs escaping, and only bytes from 0x80 up need checking
+	 * for UTF-8 */
 	sf_str_addc(out, '"');
 	size_t from = 0;
 	for (size_t i = 0; i < len; i++) {
-		if (p[i] != '"')
+		if (p[i] < 0x80 && p[i] != '"')
 			continue;
-		sf_utf8_sanitize_add(out, p + from, i - from);
-		sf_str_add(out, "\\\"", 2);
-		from = i + 1;
+		sf_str_add(out, p + from, i - from);
+		if (p[i] == '"') {
+			sf_str_add(out, "\\\"", 2);
+			from = i + 1;
+			continue;
+		}
+		size_t k = sf_utf8_seq(p + i, len - i);
+		sf_utf8_sanitize_add(out, p + i, k ? k : 1);
+		from = i + (k ? k : 1);
+		i = from - 1;
 	}
-	sf_utf8_sanitize_add(out, p + from, len - from);
+	sf_str_add(out, p + from, len - from);
 	sf_str_addc(out, '"');
+}
+
+/* Appends v in decimal. */
+static void u64_add(struct sf_str *out, uint64_t v)
+{
+	char d[20];
+	size_t n = 0;
+	do
+		d[sizeof d - ++n] = (char)('0' + v % 10);
+	while ((v /= 10));
+	sf_str_add(out, d + sizeof d - n, n);
 }
 
 /* Renders the samples of the window's members (in row order) into out,
@@ -191,7 +210,9 @@ static int render_window(struct scratch *s, uint64_t *i, struct sf_str *out)
 		const struct smember *g = &s->m[k];
 		if (g->group != k)
 			continue;
-		sf_str_addf(out, "{\"i\": %llu, \"key\": ", (unsigned long long)(*i)++);
+		sf_str_add(out, "{\"i\": ", 6);
+		u64_add(out, (*i)++);
+		sf_str_add(out, ", \"key\": ", 9);
 		json_string_add(out, p + g->at, g->klen);
 		sf_str_add(out, ", \"members\": {", 14);
 		bool any = false;

@@ -40,6 +40,13 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -49,9 +56,21 @@ def timed(fn):
 def bench_samples(view, pid):
     path = view / ".shardfs" / "samples.jsonl"
     rss0 = rss_kib(pid)
+    cpu0 = cpu_s(pid)
     dt, size = timed(lambda: os.stat(path).st_size)
-    print(f"samples.jsonl: {size} bytes; first stat (counting pass) {dt:.2f} s, "
+    print(f"samples.jsonl: {size} bytes; first stat (counting pass) {dt:.2f} s "
+          f"(daemon CPU {cpu_s(pid) - cpu0:.2f} s), "
           f"daemon anonymous RSS {rss0 / 1024:.0f} -> {rss_kib(pid) / 1024:.0f} MiB")
+    # before the whole file is in the page cache
+    with open(path, "rb", buffering=0) as f:
+        offs = [random.randrange(size) for _ in range(100)]
+        t = time.perf_counter()
+        for off in offs:
+            f.seek(off)
+            f.read(4096)
+        dt = time.perf_counter() - t
+    print(f"random 4 KiB reads: {dt / len(offs) * 1000:.1f} ms each")
+    cpu0 = cpu_s(pid)
     peak = 0
 
     def stream():
@@ -67,18 +86,10 @@ def bench_samples(view, pid):
                 peak = max(peak, rss_kib(pid))
     dt, (lines, got) = timed(stream)
     assert got == size
+    cpu = cpu_s(pid) - cpu0
     print(f"streaming read: {lines} lines in {dt:.2f} s, {got / dt / 1e6:.0f} MB/s; "
+          f"daemon CPU {cpu:.2f} s ({got / cpu / 1e6:.0f} MB per CPU second); "
           f"daemon anonymous RSS at most {peak / 1024:.0f} MiB")
-    with open(path, "rb", buffering=0) as f:
-        offs = [random.randrange(size) for _ in range(200)]
-        t = time.perf_counter()
-        for off in offs:
-            f.seek(off)
-            f.read(4096)
-        dt = time.perf_counter() - t
-    print(f"random 4 KiB reads: {dt / len(offs) * 1000:.1f} ms each")
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", type=int, default=1_000_000)

@@ -626,6 +626,8 @@ static void test_samples(const char *dir)
 	tar_add(&t, "PHOTO.hard", 10, '1', "", 0);
 	tar_add(&t, "100%.jpg", 8, '0', "%", 1);
 	tar_add(&t, "q\"t.jpg", 7, '0', "Q", 1);
+	/* valid UTF-8 kept, an invalid byte shown as U+FFFD (docs/design.md §3.4) */
+	tar_add(&t, "x\xc3\xa9\xffy.jpg", 9, '0', "X", 1);
 	tar_add(&t, "a.jpg", 5, '0', "A2", 2);
 	sf_buf_unref(write_fold(dir, "sa", &t));
 	expect_samples(dir, "sa",
@@ -634,7 +636,8 @@ static void test_samples(const char *dir)
 		       "{\"i\": 2, \"key\": \"README\", \"members\": {\"\": \"README\"}}\n"
 		       "{\"i\": 3, \"key\": \"PHOTO\", \"members\": {\"JPG\": \"PHOTO.JPG\", \"Tar.GZ\": \"PHOTO.Tar.GZ\", \"hard\": \"PHOTO.hard\"}}\n"
 		       "{\"i\": 4, \"key\": \"100%25\", \"members\": {\"jpg\": \"100%25.jpg\"}}\n"
-		       "{\"i\": 5, \"key\": \"q\\\"t\", \"members\": {\"jpg\": \"q\\\"t.jpg\"}}\n",
+		       "{\"i\": 5, \"key\": \"q\\\"t\", \"members\": {\"jpg\": \"q\\\"t.jpg\"}}\n"
+		       "{\"i\": 6, \"key\": \"x\xc3\xa9\xef\xbf\xbdy\", \"members\": {\"jpg\": \"x\xc3\xa9\xef\xbf\xbdy.jpg\"}}\n",
 		       7, 0);
 	/* the second a.jpg comes last in the index: the rows of stem "a" are
 	 * not contiguous, so the sample gathers them from anywhere */
