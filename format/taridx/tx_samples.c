@@ -68,11 +68,27 @@ struct scratch {
 	size_t slotcap;
 };
 
+/* A scratch on the heap (its path buffer is 64 KiB: not for a daemon
+ * thread's stack), not zeroed: only its fields need setting. */
+static struct scratch *scratch_new(struct tx_fold *f)
+{
+	struct scratch *s = malloc(sizeof *s);
+	if (s) {
+		s->f = f;
+		s->m = NULL;
+		s->n = s->cap = s->slotcap = 0;
+		s->paths = (struct sf_str){ 0 };
+		s->slot = NULL;
+	}
+	return s;
+}
+
 static void scratch_free(struct scratch *s)
 {
 	free(s->m);
 	free(s->slot);
 	sf_str_free(&s->paths);
+	free(s);
 }
 
 /* Appends `raw` (a member's full path) escaped per component as the view
@@ -429,10 +445,9 @@ static int gen(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cach
 {
 	struct tx_samples *sm = arg;
 	struct tx_fold *f = sm->f;
-	struct scratch *s = calloc(1, sizeof *s);
+	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory for samples.jsonl", f->view->path);
-	s->f = f;
 	struct pos p = start_for(sm, off), last = p;
 	struct sf_str text = { 0 };
 	size_t done = 0;
@@ -454,7 +469,6 @@ static int gen(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cach
 	}
 	sf_str_free(&text);
 	scratch_free(s);
-	free(s);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory producing samples.jsonl", f->view->path);
 	if (done < len)
@@ -479,11 +493,9 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 {
 	struct tx_fold *f = n->arg;
 	struct tx_samples *sm = f->samples;
-	/* the scratch holds a 64 KiB path: not on a daemon thread's stack */
-	struct scratch *s = calloc(1, sizeof *s);
+	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
-	s->f = f;
 	sm->runs = f->ix.flags & 1;
 	int rc = sm->runs ? count(sm, s) : -EAGAIN;
 	if (rc == -EAGAIN) {
@@ -493,7 +505,6 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 			rc = count(sm, s);
 	}
 	scratch_free(s);
-	free(s);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory counting samples.jsonl", f->view->path);
 	return sm->size ? sf_file_add_gen(n, gen, sm, 0, sm->size) : 0;
