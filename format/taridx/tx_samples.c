@@ -54,6 +54,10 @@ struct smember {
 	size_t at, len, klen;
 	uint64_t khash;
 	size_t group; /* the window's member that starts its sample */
+	/* the next member of the sample (SIZE_MAX: none); in a sample's
+	 * first member, also its last */
+	size_t next, last;
+	bool dup;     /* an earlier member of the sample has its extension */
 };
 
 /* Scratch for producing: the members of the window being grouped and their
@@ -195,32 +199,85 @@ static void u64_add(struct sf_str *out, uint64_t v)
 	sf_str_add(out, d + sizeof d - n, n);
 }
 
+static size_t ext_len(const struct smember *m)
+{
+	return m->klen < m->len ? m->len - m->klen - 1 : 0;
+}
+
+static const uint8_t *ext_of(const struct scratch *s, const struct smember *m)
+{
+	return s->paths.p + m->at + m->len - ext_len(m);
+}
+
+/* An empty table of at least twice the window's members. */
+static int clear_slots(struct scratch *s, size_t *cap)
+{
+	*cap = 16;
+	while (*cap < 2 * s->n)
+		*cap *= 2;
+	if (*cap > s->slotcap) {
+		uint32_t *t = realloc(s->slot, *cap * sizeof *t);
+		if (!t)
+			return -ENOMEM;
+		s->slot = t;
+		s->slotcap = *cap;
+	}
+	memset(s->slot, 0, *cap * sizeof *s->slot);
+	return 0;
+}
+
+/* Groups the window's members by key, links each sample's members in row
+ * order and marks repeated extensions: two passes over hash tables, so a
+ * window of many samples or a sample of many members stays linear. */
+static int group_window(struct scratch *s)
+{
+	size_t cap;
+	if (clear_slots(s, &cap))
+		return -ENOMEM;
+	for (size_t k = 0; k < s->n; k++) {
+		struct smember *m = &s->m[k];
+		size_t h = m->khash & (cap - 1);
+		while (s->slot[h] && !same_key(s, &s->m[s->slot[h] - 1], m))
+			h = (h + 1) & (cap - 1);
+		m->next = SIZE_MAX;
+		if (!s->slot[h]) {
+			s->slot[h] = (uint32_t)k + 1;
+			m->group = m->last = k;
+			continue;
+		}
+		struct smember *g = &s->m[m->group = s->slot[h] - 1];
+		s->m[g->last].next = k;
+		g->last = k;
+	}
+	if (clear_slots(s, &cap))
+		return -ENOMEM;
+	for (size_t k = 0; k < s->n; k++) {
+		struct smember *m = &s->m[k];
+		size_t elen = ext_len(m);
+		const uint8_t *ext = ext_of(s, m);
+		size_t h = (XXH64(ext, elen, 0) ^ m->group * 0x9E3779B97F4A7C15ull) & (cap - 1);
+		m->dup = false;
+		for (; s->slot[h]; h = (h + 1) & (cap - 1)) {
+			const struct smember *o = &s->m[s->slot[h] - 1];
+			if (o->group == m->group && ext_len(o) == elen && memcmp(ext_of(s, o), ext, elen) == 0) {
+				m->dup = true;
+				break;
+			}
+		}
+		if (!m->dup)
+			s->slot[h] = (uint32_t)k + 1;
+	}
+	return 0;
+}
+
 /* Renders the samples of the window's members (in row order) into out,
  * numbering them from *i. A sample's members are those with its key; of
  * two with the same extension the first is named (a later one has the same
  * path, or differs only by a trailing '.'). */
 static int render_window(struct scratch *s, uint64_t *i, struct sf_str *out)
 {
-	size_t cap = 16;
-	while (cap < 2 * s->n)
-		cap *= 2;
-	if (cap > s->slotcap) {
-		uint32_t *t = realloc(s->slot, cap * sizeof *t);
-		if (!t)
-			return -ENOMEM;
-		s->slot = t;
-		s->slotcap = cap;
-	}
-	memset(s->slot, 0, cap * sizeof *s->slot);
-	for (size_t k = 0; k < s->n; k++) {
-		struct smember *m = &s->m[k];
-		size_t h = m->khash & (cap - 1);
-		while (s->slot[h] && !same_key(s, &s->m[s->slot[h] - 1], m))
-			h = (h + 1) & (cap - 1);
-		if (!s->slot[h])
-			s->slot[h] = (uint32_t)k + 1;
-		m->group = s->slot[h] - 1;
-	}
+	if (group_window(s))
+		return -ENOMEM;
 	const uint8_t *p = s->paths.p;
 	for (size_t k = 0; k < s->n; k++) {
 		const struct smember *g = &s->m[k];
@@ -231,28 +288,15 @@ static int render_window(struct scratch *s, uint64_t *i, struct sf_str *out)
 		sf_str_add(out, ", \"key\": ", 9);
 		json_string_add(out, p + g->at, g->klen);
 		sf_str_add(out, ", \"members\": {", 14);
-		bool any = false;
-		for (size_t j = k; j < s->n; j++) {
+		for (size_t j = k; j != SIZE_MAX; j = s->m[j].next) {
 			const struct smember *m = &s->m[j];
-			if (m->group != k)
+			if (m->dup)
 				continue;
-			size_t elen = m->klen < m->len ? m->len - m->klen - 1 : 0;
-			const uint8_t *ext = p + m->at + m->len - elen;
-			bool dup = false;
-			for (size_t q = k; q < j && !dup; q++) {
-				const struct smember *o = &s->m[q];
-				size_t olen = o->klen < o->len ? o->len - o->klen - 1 : 0;
-				dup = o->group == k && olen == elen &&
-				      memcmp(p + o->at + o->len - olen, ext, elen) == 0;
-			}
-			if (dup)
-				continue;
-			if (any)
+			if (j != k)
 				sf_str_add(out, ", ", 2);
-			json_string_add(out, ext, elen);
+			json_string_add(out, ext_of(s, m), ext_len(m));
 			sf_str_add(out, ": ", 2);
 			json_string_add(out, p + m->at, m->len);
-			any = true;
 		}
 		sf_str_add(out, "}}\n", 3);
 	}

@@ -612,7 +612,7 @@ static void expect_samples(const char *dir, const char *stem, const char *want, 
 
 static void test_samples(const char *dir)
 {
-	/* rows of each stem together (flag bit 0): odd names, links */
+	/* odd names, links, a directory record */
 	struct sf_str t = { 0 };
 	tar_add(&t, "a.jpg", 5, '0', "A", 1);
 	tar_add(&t, "a.cls", 5, '0', "1", 1);
@@ -645,6 +645,30 @@ static void test_samples(const char *dir)
 	CHECK(open_in(dir, "sa.taridx", &v) == 0);
 	CHECK(v && !(((struct tx_fold *)v->state)->ix.flags & 1));
 	sf_view_unref(v);
+
+	/* one run of rows holding many samples, and a sample of many members:
+	 * grouping stays linear */
+	struct sf_str lines = { 0 };
+	enum { W = 3000 };
+	for (int k = 0; k < W; k++) {
+		char name[32];
+		int len = snprintf(name, sizeof name, "d%04d/x.jpg", k);
+		tar_add(&t, name, (size_t)len, '0', "", 0);
+		sf_str_addf(&lines, "{\"i\": %d, \"key\": \"d%04d/x\", \"members\": {\"jpg\": \"d%04d/x.jpg\"}}\n", k, k, k);
+	}
+	sf_str_addf(&lines, "{\"i\": %d, \"key\": \"y\", \"members\": {", W);
+	for (int k = 0; k < W; k++) {
+		char name[32];
+		int len = snprintf(name, sizeof name, "y.e%04d", k);
+		tar_add(&t, name, (size_t)len, '0', "", 0);
+		sf_str_addf(&lines, "%s\"e%04d\": \"y.e%04d\"", k ? ", " : "", k, k);
+	}
+	sf_str_add(&lines, "}}\n", 4);
+	struct sf_buf *wide = write_fold(dir, "sw", &t);
+	CHECK(wide && (wide->data[56] & 1));
+	sf_buf_unref(wide);
+	expect_samples(dir, "sw", (const char *)lines.p, 65536, 0);
+	sf_str_free(&lines);
 
 	/* more samples than one mark spans, both ways */
 	enum { N = 10000 };
@@ -683,7 +707,7 @@ int main(void)
 	test_broken(dir);
 	test_samples(dir);
 	char path[4096];
-	static const char *const made[] = { "l", "h", "sa", "sc", "sn" };
+	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn" };
 	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
 		snprintf(path, sizeof path, "%s/%s.taridx", dir, made[i]);
 		unlink(path);
