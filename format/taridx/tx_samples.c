@@ -22,6 +22,7 @@
 #include <xxhash.h>
 
 #include "sf_json.h"
+#include "sf_name.h"
 #include "taridx.h"
 
 #define STEP 4096u
