@@ -43,5 +43,11 @@ echo "release build: $result"
 # cases are tests/bench/run.py --only fold,fold10m,containers.
 /usr/bin/python3 tests/scale/check.py build-release "$build/scale.json"
 
+# --- the Debian packages: built, checked by lintian, installed, used
+# through mount -t fuse.shardfs, and purged again
+rm -f "$build/deb.json"
+scripts/test_deb.sh "$build/deb.json"
+
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
-  "fuzz=$build/fuzz.json" "release=$build/release.json" "scale=$build/scale.json"
+  "fuzz=$build/fuzz.json" "release=$build/release.json" "scale=$build/scale.json" \
+  "packages=$build/deb.json"
