@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_fault.h"
+
 struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 {
 	struct sf_buf *b = malloc(sizeof *b);
@@ -16,6 +18,7 @@ struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 	atomic_init(&b->refs, 1);
 	b->len = len;
 	b->data = data;
+	sf_guard_note_new(b);
 	return b;
 }
 
@@ -38,6 +41,8 @@ struct sf_buf *sf_buf_ref(struct sf_buf *b)
 
 void sf_buf_unref(struct sf_buf *b)
 {
+	if (b)
+		sf_guard_note_unref(b);
 	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
 		free(b->data);
 		free(b);

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_fault.h"
+
 /* Each format defines its descriptor in its own folder. */
 extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
 extern const struct sf_format sf_fmt_tatami __attribute__((weak));
@@ -91,6 +93,33 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	return 0;
 }
 
+struct open_call {
+	const struct sf_format *f;
+	const struct sf_open_args *a;
+	struct sf_view **out;
+};
+
+static int run_open(void *ctx, struct sf_err *e)
+{
+	struct open_call *o = ctx;
+	return o->f->open(o->a, o->out, e);
+}
+
+int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e)
+{
+	*out = NULL;
+	/* any mapping: opening maps further files (taridx shards) */
+	int rc = sf_guard_run(NULL, NULL, run_open, &(struct open_call){ f, a, out }, e);
+	if (rc == 0)
+		rc = sf_map_check(a->map, e);
+	if (rc) {
+		sf_view_unref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
 int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 {
 	char *copy = strdup(path);
@@ -125,7 +154,7 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 		.dirfd = dirfd, .dirpath = dirpath, .name = name, .path = path, .map = map,
 		.siblings = (const char *const *)names, .nsiblings = nnames,
 	};
-	rc = f->open(&a, out, e);
+	rc = sf_format_open(f, &a, out, e);
 out:
 	sf_map_unref(map);
 	for (size_t i = 0; i < nnames; i++)

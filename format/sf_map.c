@@ -42,8 +42,10 @@ int sf_map_openat(int dirfd, const char *name, const char *path,
 		goto out;
 	}
 	atomic_init(&m->refs, 1);
+	atomic_init(&m->changed, false);
+	m->fd = fd;
 	*out = m;
-	m = NULL;
+	return 0;
 out:
 	if (m) {
 		if (m->data)
@@ -78,6 +80,22 @@ void sf_map_unref(struct sf_map *m)
 		return;
 	if (m->data)
 		munmap((void *)m->data, m->size);
+	close(m->fd);
 	free(m->path);
 	free(m);
+}
+
+int sf_map_check(struct sf_map *m, struct sf_err *e)
+{
+	struct stat now;
+	if (!atomic_load(&m->changed)) {
+		if (fstat(m->fd, &now) < 0)
+			return sf_fail(e, -EIO, "%s: stat: %s", m->path, strerror(errno));
+		if (now.st_size == m->st.st_size && now.st_mtim.tv_sec == m->st.st_mtim.tv_sec &&
+		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec)
+			return 0;
+		atomic_store(&m->changed, true);
+	}
+	return sf_fail(e, -EIO, "%s: changed in place since it was opened (was %llu bytes)",
+		       m->path, (unsigned long long)m->size);
 }

@@ -93,6 +93,10 @@ struct sf_cache {
 };
 extern struct sf_cache sf_nocache;
 
+/* Runs a part's produce function guarded (sf_fault.h): what a cache calls
+ * to decode. On failure *out is NULL. */
+int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
+		    struct sf_err *e);
 /* Decodes a part through the cache, recording its size. */
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e);

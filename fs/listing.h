@@ -26,6 +26,9 @@ struct listing {
 	 * never served as the directory's listing, but its views are reused
 	 * by the next whole one, so they keep their inodes. */
 	bool partial;
+	/* A view in it was found to stand for a container changed in place
+	 * (a change the directory's mtime does not show): list anew. */
+	atomic_bool stale;
 	struct timespec mtime;   /* of the directory when listed */
 	time_t listed_at;
 	ino_t ino;
@@ -51,6 +54,10 @@ int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
+/* The same, as the container is now: when it changed in place since its
+ * view was opened, *l (a listing of `dir`) is replaced by the directory's
+ * whole listing made anew, which opens the container again. */
+const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC
  * directory `dir` (a new reference in *out). NULL when no file there could
  * place a view under the name (as `name` + a format's extension, or as

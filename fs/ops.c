@@ -17,6 +17,7 @@
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
+#include "sf_fault.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -269,7 +270,9 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		if (!*l)
 			return 0;
 	}
-	const struct lentry *le = listing_view(*l, name);
+	/* a lookup checks that the view still stands for its container; a
+	 * listing (whole) does not stat every container it lists */
+	const struct lentry *le = whole ? listing_view(*l, name) : listing_view_now(dir, name, l);
 	if (!le)
 		return 0;
 	pthread_mutex_lock(&ftree_lock);
@@ -442,6 +445,12 @@ static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_read
 	int rc = map_src_file(n);
 	if (rc)
 		return rc;
+	/* a page past a file's new end would be served as zeros */
+	struct sf_err e = { { 0 } };
+	if ((rc = sf_map_check(n->map, &e))) {
+		errlog_add(n->rel, e.msg);
+		return rc;
+	}
 	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
 	if (len > size)
 		len = size;
@@ -521,14 +530,18 @@ static void account(const struct sf_readv *rv)
 	stat_add(&stats.bytes_synthesized, rv->from_synth);
 }
 
-static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+/* The kernel copies the reply from the mappings: a page of the source that
+ * fails there (truncated, storage failing) fails the reply with EFAULT,
+ * and the kernel answers the reader EIO. `path` names the file for the
+ * error log. */
+static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
 	hand_off_unless_resident(rv);
 	account(rv);
-	if (rv->n)
-		fuse_reply_iov(req, rv->iov, (int)rv->n);
-	else
+	if (!rv->n)
 		fuse_reply_buf(req, NULL, 0);
+	else if (fuse_reply_iov(req, rv->iov, (int)rv->n) == -EFAULT)
+		errlog_add(path, "reading the source failed (truncated or its storage fails)");
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -542,7 +555,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
-			reply_readv(req, &rv);
+			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
 		return;
 	}
@@ -575,7 +588,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
-		reply_readv(req, &rv);
+		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
 }
@@ -620,22 +633,24 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	if (!push_on_open || atomic_exchange(&n->pushed, true))
 		return;
 	struct sf_readv rv = { 0 };
-	struct fuse_bufvec *bv = NULL;
+	struct sf_err e;
+	uint8_t *copy = NULL;
 	if (small_content(n, &rv))
-		bv = calloc(1, sizeof *bv + rv.n * sizeof bv->buf[0]);
-	if (bv) {
+		copy = malloc(rv.bytes);
+	if (copy)
 		hand_off_unless_resident(&rv);
-		bv->count = rv.n;
-		for (size_t i = 0; i < rv.n; i++) {
-			bv->buf[i].mem = rv.iov[i].iov_base;
-			bv->buf[i].size = rv.iov[i].iov_len;
-		}
-		if (fuse_lowlevel_notify_store(session, ino, 0, bv, 0) == 0) {
+	/* libfuse copies the pieces in user space (a store is never spliced):
+	 * copied here instead, guarded, so that a failing source page fails
+	 * the push (the read that follows reports it), not the daemon */
+	if (copy && sf_guard_copy(&rv, copy, &e) == 0) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
+		bv.buf[0].mem = copy;
+		if (fuse_lowlevel_notify_store(session, ino, 0, &bv, 0) == 0) {
 			account(&rv);
 			stat_add(&stats.bytes_pushed, rv.bytes);
 		}
-		free(bv);
 	}
+	free(copy);
 	sf_readv_release(&rv);
 }
 
@@ -722,6 +737,14 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	return rc;
 }
 
+/* The root's .shardfs/ lists its two files by name only, readdirplus too:
+ * their lookup takes the snapshot that reads serve. */
+static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	int rc = snap_add(s, cap, "errors", DT_REG, fnode_ino(dir) + 1);
+	return rc ? rc : snap_add(s, cap, "stats.json", DT_REG, fnode_ino(dir) + 2);
+}
+
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPENDIR);
@@ -738,7 +761,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			rc = snap_src(n, s, &cap);
 		else if (n->kind == FK_VIEW && n->vn->kind == SF_DIR)
 			rc = snap_view(n, s, &cap);
-		else if (n->kind != FK_META_DIR)
+		else if (n->kind == FK_META_DIR)
+			rc = snap_meta(n, s, &cap);
+		else
 			rc = -ENOTDIR;
 	}
 	if (rc) {
