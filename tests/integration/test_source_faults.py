@@ -7,14 +7,13 @@ container exactly, and new opens see the new version."""
 import errno
 import os
 import shutil
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from conftest import FIXTURES
-from relutil import FORMATS, TimedReader, read_tree, writer_sample
+from relutil import FORMATS, TimedReader, read_tree, within, writer_sample
 
 ALLOWED = (errno.EIO, errno.ESTALE, errno.ENOENT)
 
@@ -68,26 +67,18 @@ def view_files(root):
     return sorted(out)
 
 
-def read_fd(fd, limit=20, cap=64 << 20):
+def read_fd(fd, cap=64 << 20):
     """All bytes of an open handle, or the errno of the failure; a read that
-    does not finish within `limit` seconds fails the test."""
-    box = {}
+    does not finish within 20 s fails the test."""
 
     def work():
         parts, off = [], 0
-        try:
-            while off < cap and (b := os.pread(fd, 1 << 20, off)):
-                parts.append(b)
-                off += len(b)
-            box["v"] = b"".join(parts)
-        except OSError as e:
-            box["v"] = e.errno
+        while off < cap and (b := os.pread(fd, 1 << 20, off)):
+            parts.append(b)
+            off += len(b)
+        return b"".join(parts)
 
-    t = threading.Thread(target=work, daemon=True)
-    t.start()
-    t.join(limit)
-    assert not t.is_alive(), f"read hung for {limit} s"
-    return box["v"]
+    return within(20, "read", work)
 
 
 def fresh_read(path):
@@ -108,6 +99,19 @@ def close_all(fds):
         os.close(fd)
 
 
+def cut_under_handles(files, sources):
+    """Opens every file, drops the page cache, truncates each source file in
+    place to a quarter, then reads every handle: {file: bytes or errno}."""
+    fds = open_all(files)
+    try:
+        drop_caches()
+        for c in sources:
+            os.truncate(c, c.stat().st_size // 4)
+        return {p: read_fd(fd) for p, fd in fds.items()}
+    finally:
+        close_all(fds)
+
+
 def errors_text(mnt):
     return (Path(mnt) / ".shardfs" / "errors").read_text(errors="replace")
 
@@ -125,14 +129,7 @@ def test_truncated_to_a_quarter(fmt, tmp_path, tmp_path_factory, mount):
 
     files = view_files(mnt / "hit")
     assert any(".shardfs" in p.parts for p in files)
-    fds = open_all(files)
-    try:
-        drop_caches()
-        for c in source_files(src / "hit"):
-            os.truncate(c, c.stat().st_size // 4)
-        got = {p: read_fd(fd) for p, fd in fds.items()}
-    finally:
-        close_all(fds)
+    got = cut_under_handles(files, source_files(src / "hit"))
     bad = {str(p): errno.errorcode.get(v, v) for p, v in got.items()
            if not isinstance(v, bytes) and v not in ALLOWED}
     assert not bad, bad
@@ -271,15 +268,7 @@ def test_storage_failing_under_the_mapping(fmt, tmp_path, tmp_path_factory, moun
     try:
         reader = TimedReader()
         before = read_tree(mnt / "intact", reader)
-        files = view_files(mnt / "hit")
-        fds = open_all(files)
-        try:
-            drop_caches()
-            for c in source_files(lower / "hit"):
-                os.truncate(c, c.stat().st_size // 4)
-            got = {p: read_fd(fd) for p, fd in fds.items()}
-        finally:
-            close_all(fds)
+        got = cut_under_handles(view_files(mnt / "hit"), source_files(lower / "hit"))
         assert outer.proc.poll() is None and inner_daemon.proc.poll() is None
         # bytes only of the version opened: the intact copy's (info files
         # name their container)
