@@ -52,7 +52,7 @@ int sf_view_check(struct sf_view *v, struct sf_err *e);
 
 /* Whether a mapping of `v` is known to have changed in place (no system
  * call): its files are then refused at once. */
-int sf_view_refused(const struct sf_view *v, struct sf_err *e);
+int sf_view_refused(struct sf_view *v, struct sf_err *e);
 
 /* The mapping of `v` holding address p, or NULL. */
 struct sf_map *sf_view_map_at(const struct sf_view *v, const void *p);

@@ -113,6 +113,9 @@ int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 	int rc = sf_guard_run(NULL, NULL, run_open, &(struct open_call){ f, a, out }, e);
 	if (rc == 0)
 		rc = sf_map_check(a->map, e);
+	for (size_t i = 0; rc == 0 && i < (*out)->nmaps; i++)
+		if ((*out)->maps[i] == a->map)
+			(*out)->source = a->map;
 	if (rc) {
 		sf_view_unref(*out);
 		*out = NULL;

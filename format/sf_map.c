@@ -85,6 +85,14 @@ void sf_map_unref(struct sf_map *m)
 	free(m);
 }
 
+/* How many mappings have been found changed in place (sf_map_changes). */
+static _Atomic uint64_t changes;
+
+uint64_t sf_map_changes(void)
+{
+	return atomic_load(&changes);
+}
+
 int sf_map_check(struct sf_map *m, struct sf_err *e)
 {
 	struct stat now;
@@ -94,7 +102,8 @@ int sf_map_check(struct sf_map *m, struct sf_err *e)
 		if (now.st_size == m->st.st_size && now.st_mtim.tv_sec == m->st.st_mtim.tv_sec &&
 		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec)
 			return 0;
-		atomic_store(&m->changed, true);
+		if (!atomic_exchange(&m->changed, true))
+			atomic_fetch_add(&changes, 1);
 	}
 	return sf_fail(e, -EIO, "%s: changed in place since it was opened (was %llu bytes)",
 		       m->path, (unsigned long long)m->size);

@@ -44,5 +44,8 @@ void sf_map_unref(struct sf_map *m);
  * zeros or faults, so bytes served or decoded from a mapping are trusted
  * only when a check after reading them passes. */
 int sf_map_check(struct sf_map *m, struct sf_err *e);
+/* How many mappings have been found changed so far: while it stays the
+ * same, no mapping needs its flag looked at again. */
+uint64_t sf_map_changes(void);
 
 #endif

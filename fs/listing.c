@@ -68,9 +68,15 @@ const struct lentry *listing_view_now(struct fnode *dir, const char *name, struc
 {
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
-	/* a check that fails without finding a change (storage failing)
-	 * keeps the view: its reads fail until the source is back */
-	if (!e || sf_view_check(e->view, &err) == 0 || !sf_view_refused(e->view, &err))
+	if (!e)
+		return NULL;
+	/* the container itself is checked (one fstat); a change found by
+	 * reads (a fold's tar) is remembered. A check that fails without
+	 * finding a change (storage failing) keeps the view: its reads fail
+	 * until the source is back. */
+	if (e->view->source)
+		sf_map_check(e->view->source, &err);
+	if (!sf_view_refused(e->view, &err))
 		return e;
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);
