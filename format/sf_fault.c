@@ -10,6 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_buf.h"
+#include "sf_map.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 #define FRESH_MAX 16

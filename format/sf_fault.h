@@ -21,8 +21,9 @@
 #ifndef SF_FAULT_H
 #define SF_FAULT_H
 
-#include "sf_bytes.h"
-#include "sf_map.h"
+#include "sf_err.h"
+
+struct sf_map;
 
 struct sf_view;
 

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "sf_fault.h"
+#include "sf_name.h"
 #include "taridx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)

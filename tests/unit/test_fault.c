@@ -11,7 +11,10 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "sf_buf.h"
 #include "sf_fault.h"
+#include "sf_map.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 static size_t page;
