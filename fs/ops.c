@@ -14,12 +14,14 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
 #include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_read.h"
+#include "sf_open.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -64,13 +66,11 @@ static uint64_t meta_snapshot(struct fnode *n)
 	return b ? b->len : 0;
 }
 
-/* Attributes of a node. Files 0444, directories 0555, times of the source. */
+/* Attributes of a node: owner and mode as access.h says, times of the source. */
 static void fill_attr(struct fnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
-	st->st_uid = n->st.st_uid;
-	st->st_gid = n->st.st_gid;
 	st->st_atim = n->st.st_atim;
 	st->st_mtim = n->st.st_mtim;
 	st->st_ctim = n->st.st_ctim;
@@ -78,16 +78,16 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	switch (n->kind) {
 	case FK_SRC_DIR:
 	case FK_META_DIR:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR;
 		st->st_nlink = 2;
 		break;
 	case FK_SRC_FILE:
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
 		st->st_size = n->st.st_size;
 		break;
 	case FK_SRC_OTHER:
-		st->st_mode = (n->st.st_mode & S_IFMT) | (S_ISLNK(n->st.st_mode) ? 0777 : 0444);
+		st->st_mode = n->st.st_mode & S_IFMT;
 		st->st_nlink = 1;
 		st->st_size = n->st.st_size;
 		st->st_rdev = n->st.st_rdev;
@@ -95,7 +95,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	case FK_META_FILE:
 		/* live content: a new snapshot at every stat (attr timeout 0);
 		 * its new mtime makes the kernel drop the pages of the old one */
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
 		st->st_size = (off_t)meta_snapshot(n);
 		st->st_mtim = st->st_ctim = n->snap_at;
@@ -103,15 +103,15 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	case FK_VIEW:
 		st->st_nlink = 1;
 		if (n->vn->kind == SF_DIR) {
-			st->st_mode = S_IFDIR | 0555;
+			st->st_mode = S_IFDIR;
 			st->st_nlink = 2;
 		} else if (n->vn->kind == SF_LINK) {
-			st->st_mode = S_IFLNK | 0777;
+			st->st_mode = S_IFLNK;
 			st->st_size = (off_t)strlen(n->vn->u.target);
 		} else {
 			const struct sf_file *fl = &n->vn->u.file;
 			bool built = atomic_load(&fl->built);
-			st->st_mode = S_IFREG | 0444;
+			st->st_mode = S_IFREG;
 			/* a file listed before its build shows the size its
 			 * format announced (readdirplus) */
 			st->st_size = (off_t)(!built && fl->size_known ? fl->known_size : fl->size);
@@ -124,6 +124,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		}
 		break;
 	}
+	access_fill(n, st);
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
@@ -182,7 +183,7 @@ static struct fnode *src_child(struct fnode *dir, const char *name, const struct
 	if (!n)
 		return NULL;
 	n->st = *st;
-	if (!(n->rel = src_join(dir->rel, name))) {
+	if (!(n->rel = sf_path_join(dir->rel, name))) {
 		fnode_forget(n, 0);
 		return NULL;
 	}
@@ -202,6 +203,7 @@ static struct fnode *view_root(struct fnode *dir, const struct lentry *le)
 		if (!n)
 			return NULL;
 		n->st = le->st;
+		access_narrow(&n->st, le->view);
 	}
 	fnode_attach(n);
 	return n;
@@ -247,12 +249,13 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		    struct fnode **out)
 {
 	*out = NULL;
-	char *rel = src_join(dir->rel, name);
+	char *rel = sf_path_join(dir->rel, name);
 	if (!rel)
 		return -ENOMEM;
 	struct stat st;
-	int src = fstatat(src_fd, rel, &st, AT_SYMLINK_NOFOLLOW);
-	int err = errno;
+	int src = sf_lstat_beneath(src_fd, rel, &st);
+	if (src == -ELOOP) /* a directory on the way swapped for a symlink */
+		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
 	free(rel);
 	if (src == 0) {
 		pthread_mutex_lock(&ftree_lock);
@@ -263,8 +266,8 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		*out = n;
 		return n ? 0 : -ENOMEM;
 	}
-	if (err != ENOENT)
-		return -err;
+	if (src != -ENOENT)
+		return src;
 	if (!*l) {
 		int rc = whole ? listing_get(dir, l) : listing_for_name(dir, name, l);
 		if (rc)
@@ -411,11 +414,16 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	ssize_t k = readlinkat(src_fd, n->rel, buf, PATH_MAX);
+	struct sf_err e;
+	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
+	ssize_t k = fd < 0 ? fd : readlinkat(fd, "", buf, PATH_MAX);
 	if (k < 0) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, fd < 0 ? -fd : errno);
+		if (fd >= 0)
+			close(fd);
 		return;
 	}
+	close(fd);
 	buf[k] = 0;
 	fuse_reply_readlink(req, buf);
 }
@@ -427,7 +435,9 @@ static int map_src_file(struct fnode *n)
 	if (!n->map) {
 		struct sf_err e = { { 0 } };
 		struct sf_map *m = NULL;
-		rc = sf_map_openat(src_fd, n->rel, n->rel, &m, &e);
+		rc = sf_map_beneath(src_fd, n->rel, n->rel, &m, &e);
+		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
+			errlog_add(n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
 			/* replaced between lookup and first read: the version
 			 * this inode stands for is gone */
