@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -542,18 +543,31 @@ static void account(const struct sf_readv *rv)
 	stat_add(&stats.bytes_synthesized, rv->from_synth);
 }
 
-/* The kernel copies the reply from the mappings: a page of the source that
- * fails there (truncated, storage failing) fails the reply with EFAULT,
- * and the kernel answers the reader EIO. `path` names the file for the
- * error log. */
+/* Every READ gets an answer, whatever its pieces: writev takes at most
+ * IOV_MAX of them (the reply's header is one), and a reply that fails to be
+ * written is lost, its reader left waiting. The kernel copies the reply
+ * from the mappings: a page of the source that fails there (truncated,
+ * storage failing) fails the reply with EFAULT, and the kernel answers the
+ * reader EIO. */
 static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
 	hand_off_unless_resident(rv);
+	int rc = sf_readv_fit(rv, IOV_MAX - 1);
+	if (rc) {
+		errlog_add(path, rc == -EIO ? "a mapped page of the source could not be read"
+					    : strerror(-rc));
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	account(rv);
-	if (!rv->n)
-		fuse_reply_buf(req, NULL, 0);
-	else if (fuse_reply_iov(req, rv->iov, (int)rv->n) == -EFAULT)
+	if (rv->n)
+		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
+	else
+		rc = fuse_reply_buf(req, NULL, 0);
+	if (rc == -EFAULT)
 		errlog_add(path, "reading the source failed (truncated or its storage fails)");
+	else if (rc && rc != -ENOENT)
+		errlog_add(path, "the answer could not be written to /dev/fuse");
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

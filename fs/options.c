@@ -24,7 +24,7 @@ void options_usage(FILE *to)
 	      "  -o OPT[,OPT...]     FUSE mount options, e.g. allow_other (other users read\n"
 	      "                      what SRC's owners and modes let them: modes follow SRC)\n"
 	      "  --cache-size SIZE   budget for decoded parts, bytes with K/M/G suffix\n"
-	      "                      (default 256M)\n"
+	      "                      (default 256M); a larger part reads EIO\n"
 	      "  --threads N         most request threads (default 16); with 1, small\n"
 	      "                      files are not pushed to the page cache at open\n"
 	      "  --spin-us N         how long the thread waiting for the next request polls\n"
