@@ -68,6 +68,7 @@ static bool str_reserve(struct sf_str *s, size_t more)
 		s->oom = true;
 		return false;
 	}
+	sf_guard_note_grow(s, s->p, p);
 	s->p = p;
 	s->cap = cap;
 	return true;
@@ -112,6 +113,7 @@ struct sf_buf *sf_str_take(struct sf_str *s)
 		sf_str_free(s);
 		return NULL;
 	}
+	sf_guard_note_gone(s->p);
 	struct sf_buf *b = s->p ? sf_buf_wrap(s->p, s->len) : sf_buf_new(0);
 	if (!b) {
 		sf_str_free(s);
@@ -123,6 +125,7 @@ struct sf_buf *sf_str_take(struct sf_str *s)
 
 void sf_str_free(struct sf_str *s)
 {
+	sf_guard_note_gone(s->p);
 	free(s->p);
 	memset(s, 0, sizeof *s);
 }

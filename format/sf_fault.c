@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -28,6 +29,10 @@ struct guard {
 	 * maker, who is jumped over. Past FRESH_MAX, a fault leaks them. */
 	struct sf_buf *fresh[FRESH_MAX];
 	size_t nfresh;
+	/* The same for the bytes of strings being built in frames the jump
+	 * would skip (sf_guard_note_grow). */
+	void *raw[FRESH_MAX];
+	size_t nraw;
 };
 
 /* The innermost guard of this thread, NULL when none is armed. */
@@ -52,6 +57,36 @@ void sf_guard_note_unref(struct sf_buf *b)
 		for (size_t i = 0; i < g->nfresh; i++)
 			if (g->fresh[i] == b) {
 				g->fresh[i] = g->fresh[--g->nfresh];
+				return;
+			}
+}
+
+void sf_guard_note_grow(const void *owner, void *old, void *now)
+{
+	struct guard *g = armed;
+	if (old) {
+		for (; g; g = g->up)
+			for (size_t i = 0; i < g->nraw; i++)
+				if (g->raw[i] == old) {
+					g->raw[i] = now;
+					return;
+				}
+		return;
+	}
+	/* only strings of the frames between the guard and here (the stack
+	 * grows down): a string kept elsewhere outlives the jump */
+	uintptr_t at = (uintptr_t)owner;
+	if (g && g->nraw < FRESH_MAX && at < (uintptr_t)g &&
+	    at > (uintptr_t)__builtin_frame_address(0))
+		g->raw[g->nraw++] = now;
+}
+
+void sf_guard_note_gone(void *p)
+{
+	for (struct guard *g = armed; p && g; g = g->up)
+		for (size_t i = 0; i < g->nraw; i++)
+			if (g->raw[i] == p) {
+				g->raw[i] = g->raw[--g->nraw];
 				return;
 			}
 }
@@ -160,6 +195,8 @@ int sf_guard_run(struct sf_view *v, struct sf_map *m, sf_guarded_fn fn, void *ct
 		armed = g.up;
 		for (size_t i = 0; i < g.nfresh; i++)
 			sf_buf_unref(g.fresh[i]);
+		for (size_t i = 0; i < g.nraw; i++)
+			free(g.raw[i]);
 		const struct sf_map *hit = v ? sf_view_map_at(v, g.addr) : m;
 		if (hit && in_map(hit, (uintptr_t)g.addr))
 			return sf_fail(e, -EIO, "%s: reading byte %llu of its mapping failed "

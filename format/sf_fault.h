@@ -9,7 +9,8 @@
  * holds at the fault is skipped: guarded code takes no lock of its own
  * while it reads mapped bytes unless the read runs in a nested guard inside
  * the lock (sf_guard_run may nest), and an allocation it has not handed on
- * yet is lost, but for the sf_bufs it made (sf_guard_note_new).
+ * yet is lost, but for the sf_bufs it made and the sf_strs of its frames
+ * (sf_guard_note_new, sf_guard_note_grow).
  * docs/architecture.md lists where the guards are.
  *
  * Checks against a change in place come with it: before the call and after
@@ -47,6 +48,10 @@ struct sf_buf;
  * output, made before reading its stored bytes). */
 void sf_guard_note_new(struct sf_buf *b);
 void sf_guard_note_unref(struct sf_buf *b);
+/* The same for a string's bytes: `owner` (the struct sf_str) grew them
+ * from `old` to `now`; they were handed on or freed (gone). */
+void sf_guard_note_grow(const void *owner, void *old, void *now);
+void sf_guard_note_gone(void *p);
 
 /* Checks every mapping of `v` (sf_map_check). */
 int sf_view_check(struct sf_view *v, struct sf_err *e);

@@ -69,6 +69,19 @@ static int decode(void *ctx, struct sf_err *e)
 	return 0;
 }
 
+/* A text rendering's pattern: a string grown, then the stored bytes read. */
+static int render(void *ctx, struct sf_err *e)
+{
+	struct touch *t = ctx;
+	struct sf_str s = { 0 };
+	for (int i = 0; i < 100; i++)
+		sf_str_addf(&s, "line %d\n", i);
+	sf_str_addc(&s, (char)t->p[0]);
+	t->sum = s.p[s.len - 1] & 0xFF;
+	sf_str_free(&s);
+	return 0;
+}
+
 static void test_guard(void)
 {
 	char path[] = "/tmp/sf_fault_XXXXXX";
@@ -82,11 +95,16 @@ static void test_guard(void)
 		t = (struct touch){ m->data, -1, NULL };
 		CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == 0 && t.sum == 0xAB);
 	}
-	/* the buffer the fault orphans is dropped (LeakSanitizer would say) */
+	/* the buffers and strings the fault orphans are dropped
+	 * (LeakSanitizer would say) */
 	for (int i = 0; i < 100; i++) {
 		struct touch t = { m->data + 2 * page, -1, NULL };
 		CHECK(sf_guard_run(NULL, NULL, decode, &t, &e) == -EIO && t.sum == -1);
+		t = (struct touch){ m->data + 2 * page, -1, NULL };
+		CHECK(sf_guard_run(NULL, NULL, render, &t, &e) == -EIO && t.sum == -1);
 	}
+	struct touch r = { m->data, -1, NULL };
+	CHECK(sf_guard_run(NULL, NULL, render, &r, &e) == 0 && r.sum == 0xAB);
 	/* nested: the inner guard takes the fault, the outer one goes on */
 	struct touch t = { m->data + 2 * page, -1, m };
 	CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == -EIO);
