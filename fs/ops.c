@@ -424,7 +424,7 @@ static int map_src_file(struct fnode *n)
 		struct sf_map *m = NULL;
 		rc = sf_map_openat(src_fd, n->rel, n->rel, &m, &e);
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced between lookup and first read: the version
+			/* replaced between lookup and open: the version
 			 * this inode stands for is gone */
 			sf_map_unref(m);
 			rc = -ESTALE;
@@ -455,14 +455,25 @@ static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_read
 	return 0;
 }
 
-/* Files keep no per-open state: content never changes under an inode, and
- * the mount is read-only, so the kernel refuses writes itself. ENOSYS tells
- * the kernel to stop sending OPEN, FLUSH and RELEASE for files and to keep
- * their page cache across opens, which saves two round trips per open. */
+/* An open pins the version its inode stands for: a SRC file is mapped here
+ * (a view holds its container's mapping already), so a handle keeps reading
+ * the bytes it opened even when the file is replaced in SRC before its first
+ * read. When the version is already gone, ESTALE makes the kernel look the
+ * name up again and retry the open once, which then finds the new version.
+ * Content never changes under an inode, so the kernel keeps its page cache
+ * across opens; files keep no per-open state (RELEASE and FLUSH have no
+ * handler). Answering costs one round trip per open (docs/performance.md). */
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPEN);
-	fuse_reply_err(req, ENOSYS);
+	struct fnode *n = fn_of(ino);
+	int rc = n->kind == FK_SRC_FILE ? map_src_file(n) : 0;
+	if (rc) {
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
 }
 
 /* Copying mapped bytes that are not in memory waits for the disk: before
@@ -581,10 +592,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
- * that to us as an IOCTL: with OPEN unanswered, the first request we see of
- * an open file. The content of a small file is pushed into the kernel's page
- * cache then (FUSE_NOTIFY_STORE), so the read that follows needs no READ
- * round trip. Once per node: pages the kernel drops later come back through
+ * that to us as an IOCTL, right after the OPEN. The content of a small file
+ * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
+ * read that follows needs no READ round trip. Once per node: pages the kernel drops later come back through
  * READ. The store waits for any page a READ of the same file has locked, so
  * with a single request thread (which could be the one owing that READ) it
  * is not done. */
