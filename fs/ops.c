@@ -37,6 +37,15 @@ static void count(enum req_kind k)
 	stat_add(&stats.requests[k], 1);
 }
 
+/* Replies with an error met in SRC. A source on a network filesystem that
+ * lost its server answers ENOTCONN, which the kernel also gives readers of
+ * a mount whose daemon has died: it goes out as EIO, so that only a dead
+ * daemon reads as one. */
+static void reply_src_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, err == ENOTCONN ? EIO : err);
+}
+
 static bool in_view(const struct fnode *n)
 {
 	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
@@ -293,7 +302,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	int rc = find_src(dir, name, false, &l, &n);
 	listing_unref(l);
 	if (rc)
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 	else if (!n)
 		reply_negative(req, SRC_TIMEOUT);
 	else
@@ -408,7 +417,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	char buf[PATH_MAX + 1];
 	ssize_t k = readlinkat(src_fd, n->rel, buf, PATH_MAX);
 	if (k < 0) {
-		fuse_reply_err(req, errno);
+		reply_src_err(req, errno);
 		return;
 	}
 	buf[k] = 0;
@@ -469,7 +478,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fnode *n = fn_of(ino);
 	int rc = n->kind == FK_SRC_FILE ? map_src_file(n) : 0;
 	if (rc) {
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 		return;
 	}
 	fi->keep_cache = 1;
@@ -551,7 +560,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(n, (uint64_t)off, size, &rv);
 		if (rc)
-			fuse_reply_err(req, -rc);
+			reply_src_err(req, -rc);
 		else
 			reply_readv(req, &rv);
 		sf_readv_release(&rv);
@@ -754,7 +763,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc) {
 		if (s)
 			snap_free(s);
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
@@ -885,7 +894,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	count(REQ_STATFS);
 	struct statvfs sv;
 	if (fstatvfs(src_fd, &sv) < 0) {
-		fuse_reply_err(req, errno);
+		reply_src_err(req, errno);
 		return;
 	}
 	sv.f_flag |= ST_RDONLY;

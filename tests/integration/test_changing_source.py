@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import FIXTURES
-from relutil import cat, fingerprint
+from relutil import cat, fingerprint, read_fd
 
 SECONDS = 12
 VIEW_FILES = (".shardfs/info.json", "docs.jsonl", "features.csv", "regions/forward")
@@ -129,13 +129,6 @@ def test_changing_source(tmp_path, mount):
     after = fingerprint(src)
     assert (mnt / ".shardfs" / "errors").read_text() == ""
     assert fingerprint(src) == after
-
-
-def read_fd(fd):
-    parts = []
-    while b := os.pread(fd, 1 << 16, sum(map(len, parts))):
-        parts.append(b)
-    return b"".join(parts)
 
 
 def test_handle_keeps_the_version_it_opened(tmp_path, mount):
