@@ -124,8 +124,9 @@ class Volume:
         # glusterd refuses 127.0.0.1 and "localhost" by name; the host
         # name resolves to this host (over loopback where /etc/hosts says so)
         self.host = socket.gethostname()
+
+    def create(self):
         gluster("volume", "create", self.name, f"{self.host}:{self.brick}", "force")
-        self.created = True
         for k, v in VOLUME_OPTIONS.items():
             gluster("volume", "set", self.name, k, v)
         gluster("volume", "start", self.name)
@@ -152,12 +153,19 @@ class Volume:
                 time.sleep(0.2)
 
     def remove(self):
-        if is_mounted(self.mnt):
-            r = subprocess.run(["umount", str(self.mnt)], capture_output=True, timeout=30)
-            if r.returncode != 0:
-                subprocess.run(["umount", "-l", str(self.mnt)], capture_output=True, timeout=30)
-        gluster("volume", "stop", self.name, "force", check=False)
-        gluster("volume", "delete", self.name, check=False)
+        """Unmounts, stops and deletes the volume, whatever state it is in."""
+        for cmd in (["umount", str(self.mnt)], ["umount", "-l", str(self.mnt)]):
+            if not is_mounted(self.mnt):
+                break
+            try:
+                subprocess.run(cmd, capture_output=True, timeout=30)
+            except subprocess.TimeoutExpired:
+                pass
+        for args in (("stop", self.name, "force"), ("delete", self.name)):
+            try:
+                gluster("volume", *args, check=False)
+            except subprocess.TimeoutExpired:
+                pass
 
 
 @pytest.fixture
@@ -168,21 +176,20 @@ def volume(tmp_path_factory):
     if not glusterd_answers():
         start_glusterd(pidfile)
         started = True
-    v = None
+    v = Volume(base)
     try:
-        v = Volume(base)
+        v.create()
         yield v
     finally:
         # shardfs mounts over v.mnt are taken down first (the mount
-        # fixture is set up after this one)
-        if v is not None:
-            try:
-                v.signal_brick(signal.SIGCONT)
-            except (RuntimeError, AssertionError, OSError, subprocess.TimeoutExpired):
-                pass
-            v.remove()
-        else:
-            gluster("volume", "delete", f"shardfs-test-{os.getpid()}", check=False)
+        # fixture is set up after this one); a brick left stopped would
+        # hold up the volume's stop
+        try:
+            v.signal_brick(signal.SIGCONT)
+        except (RuntimeError, AssertionError, OSError, ValueError, ET.ParseError,
+                subprocess.TimeoutExpired):
+            pass
+        v.remove()
         if started:
             stop_glusterd(pidfile)
 
@@ -302,6 +309,7 @@ def test_glusterfs_source(tmp_path, tmp_path_factory, volume, mount):
         for k, fd in warm.items():
             v, secs = timed(lambda: read_fd(fd))
             slowest = max(slowest, secs)
+            assert daemon.poll() is None, f"shardfs died with {daemon.returncode} reading {k}"
             assert v == errno.EIO or v == want[k], (k, v if isinstance(v, int) else len(v))
             failed += v == errno.EIO
         # a name never looked up fails too, with EIO rather than ENOTCONN
