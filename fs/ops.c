@@ -603,8 +603,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
  * that to us as an IOCTL, right after the OPEN. The content of a small file
  * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
- * read that follows needs no READ round trip. Once per node: pages the kernel drops later come back through
- * READ. The store waits for any page a READ of the same file has locked, so
+ * read that follows needs no READ round trip. Once per node: pages the
+ * kernel drops later come back through READ. The store waits for any page a READ of the same file has locked, so
  * with a single request thread (which could be the one owing that READ) it
  * is not done. */
 #define PUSH_MAX (128 * 1024)
