@@ -8,6 +8,8 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "sf_bytes.h"
+
 #define ZSTD_MAGIC 0xFD2FB528u
 
 /* One decompression context per thread: creating one costs more than

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 /* Decodes every zstd frame in src (concatenated frames; skippable frames are
  * skipped; 0 stored bytes decode to nothing) into dst. Fails unless the

@@ -7,6 +7,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_buf.h"
+#include "sf_map.h"
+#include "sf_view.h"
+
 /* Each format defines its descriptor in its own folder. */
 extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
 extern const struct sf_format sf_fmt_tatami __attribute__((weak));

@@ -11,9 +11,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sf_bytes.h"
-#include "sf_map.h"
-#include "sf_view.h"
+#include "sf_err.h"
+
+struct sf_map;
+struct sf_view;
 
 struct sf_open_args {
 	int dirfd;              /* the directory holding the file */

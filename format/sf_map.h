@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 struct sf_map {
 	atomic_uint refs;

@@ -1,10 +1,13 @@
 /* Reading a view file: parts through the host's cache, and a byte range
  * gathered as iovecs into mappings and buffers. */
-#include "sf_view.h"
+#include "sf_read.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "sf_bytes.h"
+#include "sf_view.h"
 
 static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		       struct sf_err *e)
@@ -47,15 +50,9 @@ static int rv_push(struct sf_readv *rv, const void *p, size_t len)
 
 static int rv_hold(struct sf_readv *rv, struct sf_buf *b)
 {
-	if (rv->nhold == rv->caphold) {
-		size_t cap = rv->caphold ? rv->caphold * 2 : 4;
-		struct sf_buf **h = realloc(rv->hold, cap * sizeof *h);
-		if (!h) {
-			sf_buf_unref(b);
-			return -ENOMEM;
-		}
-		rv->hold = h;
-		rv->caphold = cap;
+	if (sf_grow(&rv->hold, &rv->caphold, rv->nhold, sizeof *rv->hold, 4)) {
+		sf_buf_unref(b);
+		return -ENOMEM;
 	}
 	rv->hold[rv->nhold++] = b;
 	return 0;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_map.h"
 #include "stats.h"
 
 struct entry {

@@ -12,6 +12,7 @@
 
 #include "loop.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "stats.h"
 
 int src_fd = -1;
@@ -122,7 +123,7 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	}
 	if (rc) {
 		stat_add(&stats.containers_failed, 1);
-		errlog_add(path, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(path, sf_err_msg(&e, rc));
 		v = NULL;
 	} else {
 		stat_add(&stats.containers_opened, 1);

@@ -17,6 +17,8 @@
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
+#include "sf_map.h"
+#include "sf_read.h"
 #include "stats.h"
 #include "watch.h"
 
@@ -145,7 +147,7 @@ static int ready(struct fnode *n)
 		loop_hand_off();
 	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
 	if (rc)
-		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(n->vpath, sf_err_msg(&e, rc));
 	listing_report_warnings(n->view);
 	return rc;
 }
@@ -324,7 +326,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(dir->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -592,7 +594,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
 	if (rc) {
-		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(n->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
 		reply_readv(req, &rv);
@@ -724,7 +726,7 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	int rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(dir->vpath, sf_err_msg(&e, rc));
 		return -EIO;
 	}
 	pthread_mutex_lock(&vn->view->lock);

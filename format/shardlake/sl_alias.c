@@ -9,6 +9,8 @@
 
 #include <jansson.h>
 
+#include "sf_map.h"
+#include "sf_view.h"
 #include "sl_formats.h"
 
 /* Only JSON files directly inside a directory named "aliases". */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_json.h"
 #include "sl_codebook.h"
 #include "sl_formats.h"

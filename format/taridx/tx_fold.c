@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_name.h"
 #include "taridx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)

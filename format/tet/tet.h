@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
-#include "sf_map.h"
+#include "sf_err.h"
+#include "sf_name.h"
 #include "sf_view.h"
 
 #define TET_MAX_DIM 8

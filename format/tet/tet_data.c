@@ -11,6 +11,7 @@
 
 #include "sf_codec.h"
 #include "sf_json.h"
+#include "sf_name.h"
 #include "tet.h"
 
 static const struct tet_entry *cell_entry(const struct tet_dataset *ds, uint64_t cell)

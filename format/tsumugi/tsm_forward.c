@@ -7,9 +7,11 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tsm_shard.h"
 
 #define FWD_BLOCK 16384

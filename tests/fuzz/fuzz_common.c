@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sf_map.h"
+#include "sf_read.h"
+
 /* ---- the private directory ------------------------------------------- */
 
 static char dir[64];

@@ -1,6 +1,6 @@
 /* Unit tests of the shared format pieces: byte cursors, CRC32C, name
- * escaping, the extent model, zstd with raw dictionaries and the verify
- * report. */
+ * escaping, the extent model, zstd with raw dictionaries, the verify
+ * report, array growth and the hash map. */
 #include <errno.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
@@ -10,7 +10,10 @@
 #include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_hash.h"
 #include "sf_json.h"
+#include "sf_name.h"
+#include "sf_read.h"
 #include "sf_report.h"
 #include "sf_view.h"
 
@@ -289,6 +292,80 @@ static void test_grow(void)
 	free(a);
 }
 
+struct hitem {
+	uint64_t hash;
+	int id;
+};
+
+static bool hitem_is(const void *key, const void *val)
+{
+	return ((const struct hitem *)val)->id == *(const int *)key;
+}
+
+static struct hitem *hget(const struct sf_hash *h, const struct hitem *it)
+{
+	return sf_hash_get(h, it->hash, hitem_is, &it->id);
+}
+
+static void test_hash(void)
+{
+	/* Few distinct hashes, so runs are long and share slots: half start
+	 * at the table's first slots, half at its last ones and wrap round. */
+	enum { N = 1000 };
+	static struct hitem it[N];
+	for (int i = 0; i < N; i++)
+		it[i] = (struct hitem){ i % 2 ? (uint64_t)(i % 7) : UINT64_MAX - (uint64_t)(i % 5), i };
+	struct sf_hash h = { 0 };
+	CHECK(hget(&h, &it[0]) == NULL);
+	CHECK(sf_hash_del(&h, it[0].hash, hitem_is, &it[0].id) == NULL);
+	for (int i = 0; i < N; i++)
+		CHECK(sf_hash_put(&h, it[i].hash, &it[i]) == 0);
+	CHECK_EQ_U(h.n, N);
+	CHECK(h.cap >= 2 * N && (h.cap & (h.cap - 1)) == 0);
+	for (int i = 0; i < N; i++)
+		CHECK(hget(&h, &it[i]) == &it[i]);
+	struct hitem absent = { 3, N };
+	CHECK(hget(&h, &absent) == NULL);
+	/* without eq the hash alone decides */
+	struct hitem *any = sf_hash_get(&h, 3, NULL, NULL);
+	CHECK(any && any->hash == 3);
+
+	/* deleting every third leaves the rest reachable past the holes */
+	for (int i = 0; i < N; i += 3)
+		CHECK(sf_hash_del(&h, it[i].hash, hitem_is, &it[i].id) == &it[i]);
+	CHECK_EQ_U(h.n, N - (N + 2) / 3);
+	for (int i = 0; i < N; i++)
+		CHECK(hget(&h, &it[i]) == (i % 3 ? &it[i] : NULL));
+
+	/* a walk sees each value once */
+	static bool seen[N];
+	size_t pos = 0, walked = 0;
+	struct hitem *v;
+	while ((v = sf_hash_next(&h, &pos))) {
+		CHECK(!seen[v->id] && v->id % 3);
+		seen[v->id] = true;
+		walked++;
+	}
+	CHECK_EQ_U(walked, h.n);
+
+	/* deleted slots are reused: churn does not grow the table */
+	size_t cap = h.cap;
+	for (int round = 0; round < 20 * N; round++) {
+		struct hitem *x = &it[(round % (N / 3)) * 3];
+		CHECK(sf_hash_put(&h, x->hash, x) == 0);
+		CHECK(sf_hash_del(&h, x->hash, hitem_is, &x->id) == x);
+	}
+	CHECK_EQ_U(h.cap, cap);
+	for (int i = 1; i < N; i++)
+		if (i % 3)
+			CHECK(sf_hash_del(&h, it[i].hash, hitem_is, &it[i].id) == &it[i]);
+	CHECK_EQ_U(h.n, 0);
+	pos = 0;
+	CHECK(sf_hash_next(&h, &pos) == NULL);
+	sf_hash_free(&h);
+	CHECK(h.slot == NULL && h.cap == 0 && h.n == 0);
+}
+
 int main(void)
 {
 	test_crc();
@@ -300,5 +377,6 @@ int main(void)
 	test_json();
 	test_report();
 	test_grow();
+	test_hash();
 	CHECK_DONE();
 }

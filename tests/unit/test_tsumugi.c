@@ -11,6 +11,7 @@
 #include <zstd.h>
 
 #include "sf_crc32c.h"
+#include "sf_read.h"
 #include "views.h"
 
 static char tmpdir[] = "/tmp/test-tsumugi-XXXXXX";
