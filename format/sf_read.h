@@ -27,6 +27,11 @@ struct sf_readv {
 int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
 void sf_readv_release(struct sf_readv *rv);
+/* Makes the answer at most `max` pieces (max >= 2), whatever it was
+ * gathered from: runs of short pieces are copied into one buffer the answer
+ * holds, long ones stay where they are. 0, or -ENOMEM, or -EIO when a
+ * mapped page could not be read (the answer is then only fit for release). */
+int sf_readv_fit(struct sf_readv *rv, size_t max);
 /* Copies the collected bytes into dst (rv->bytes long). */
 void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst);
 

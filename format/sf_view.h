@@ -58,6 +58,9 @@ struct sf_cache {
 	/* On success *out holds a reference the caller drops. */
 	int (*get)(struct sf_cache *c, struct sf_part *part, struct sf_buf **out,
 		   struct sf_err *e);
+	/* The most bytes a buffer decoded while making a part may take (the
+	 * daemon's --cache-size; 0: no limit): a file can claim any size. */
+	uint64_t limit;
 };
 extern struct sf_cache sf_nocache;
 
