@@ -43,6 +43,15 @@ static void count(enum req_kind k)
 	stat_add(&stats.requests[k], 1);
 }
 
+/* Replies with an error met in SRC. A source on a network filesystem that
+ * lost its server answers ENOTCONN, which the kernel also gives readers of
+ * a mount whose daemon has died: it goes out as EIO, so that only a dead
+ * daemon reads as one. */
+static void reply_src_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, err == ENOTCONN ? EIO : err);
+}
+
 static bool in_view(const struct fnode *n)
 {
 	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
@@ -302,7 +311,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	int rc = find_src(dir, name, false, &l, &n);
 	listing_unref(l);
 	if (rc)
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 	else if (!n)
 		reply_negative(req, SRC_TIMEOUT);
 	else
@@ -419,7 +428,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
 	ssize_t k = fd < 0 ? fd : readlinkat(fd, "", buf, PATH_MAX);
 	if (k < 0) {
-		fuse_reply_err(req, fd < 0 ? -fd : errno);
+		reply_src_err(req, fd < 0 ? -fd : errno);
 		if (fd >= 0)
 			close(fd);
 		return;
@@ -440,7 +449,7 @@ static int map_src_file(struct fnode *n)
 		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
 			errlog_add(n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced between lookup and first read: the version
+			/* replaced between lookup and open: the version
 			 * this inode stands for is gone */
 			sf_map_unref(m);
 			rc = -ESTALE;
@@ -477,14 +486,25 @@ static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_read
 	return 0;
 }
 
-/* Files keep no per-open state: content never changes under an inode, and
- * the mount is read-only, so the kernel refuses writes itself. ENOSYS tells
- * the kernel to stop sending OPEN, FLUSH and RELEASE for files and to keep
- * their page cache across opens, which saves two round trips per open. */
+/* An open pins the version its inode stands for: a SRC file is mapped here
+ * (a view holds its container's mapping already), so a handle keeps reading
+ * the bytes it opened even when the file is replaced in SRC before its first
+ * read. When the version is already gone, ESTALE makes the kernel look the
+ * name up again and retry the open once, which then finds the new version.
+ * Content never changes under an inode, so the kernel keeps its page cache
+ * across opens; files keep no per-open state (RELEASE and FLUSH have no
+ * handler). Answering costs one round trip per open (docs/performance.md). */
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPEN);
-	fuse_reply_err(req, ENOSYS);
+	struct fnode *n = fn_of(ino);
+	int rc = n->kind == FK_SRC_FILE ? map_src_file(n) : 0;
+	if (rc) {
+		reply_src_err(req, -rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
 }
 
 /* Copying mapped bytes that are not in memory waits for the disk: before
@@ -579,7 +599,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(n, (uint64_t)off, size, &rv);
 		if (rc)
-			fuse_reply_err(req, -rc);
+			reply_src_err(req, -rc);
 		else
 			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
@@ -620,11 +640,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
- * that to us as an IOCTL: with OPEN unanswered, the first request we see of
- * an open file. The content of a small file is pushed into the kernel's page
- * cache then (FUSE_NOTIFY_STORE), so the read that follows needs no READ
- * round trip. Once per node: pages the kernel drops later come back through
- * READ. The store waits for any page a READ of the same file has locked, so
+ * that to us as an IOCTL, right after the OPEN. The content of a small file
+ * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
+ * read that follows needs no READ round trip. Once per node: pages the
+ * kernel drops later come back through READ. The store waits for any page a READ of the same file has locked, so
  * with a single request thread (which could be the one owing that READ) it
  * is not done. */
 #define PUSH_MAX (128 * 1024)
@@ -795,7 +814,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc) {
 		if (s)
 			snap_free(s);
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
@@ -926,7 +945,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	count(REQ_STATFS);
 	struct statvfs sv;
 	if (fstatvfs(src_fd, &sv) < 0) {
-		fuse_reply_err(req, errno);
+		reply_src_err(req, errno);
 		return;
 	}
 	sv.f_flag |= ST_RDONLY;

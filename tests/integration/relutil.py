@@ -150,6 +150,19 @@ def read_tree(mnt, reader, include_meta=True):
     return out
 
 
+def read_fd(fd, off=0, length=None):
+    """`length` bytes (all, when None) of an open descriptor from `off`,
+    with pread: no buffering, no isatty()."""
+    parts, n = [], 0
+    while length is None or n < length:
+        b = os.pread(fd, 1 << 20 if length is None else min(1 << 20, length - n), off + n)
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return b"".join(parts)
+
+
 def errors_lines(mnt):
     return (Path(mnt) / ".shardfs" / "errors").read_text(errors="replace").splitlines()
 
