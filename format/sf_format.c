@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sf_buf.h"
+#include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_view.h"
@@ -135,6 +136,36 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	return 0;
 }
 
+struct open_call {
+	const struct sf_format *f;
+	const struct sf_open_args *a;
+	struct sf_view **out;
+};
+
+static int run_open(void *ctx, struct sf_err *e)
+{
+	struct open_call *o = ctx;
+	return o->f->open(o->a, o->out, e);
+}
+
+int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e)
+{
+	*out = NULL;
+	/* any mapping: opening maps further files (taridx shards) */
+	int rc = sf_guard_run(NULL, NULL, run_open, &(struct open_call){ f, a, out }, e);
+	if (rc == 0)
+		rc = sf_map_check(a->map, e);
+	for (size_t i = 0; rc == 0 && i < (*out)->nmaps; i++)
+		if ((*out)->maps[i] == a->map)
+			(*out)->source = a->map;
+	if (rc) {
+		sf_view_unref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
+
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
 		  struct sf_err *e)
 {
@@ -193,7 +224,7 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 		.name = name, .path = path, .map = map,
 		.siblings = (const char *const *)names, .nsiblings = nnames,
 	};
-	rc = f->open(&a, out, e);
+	rc = sf_format_open(f, &a, out, e);
 out:
 	sf_map_unref(map);
 	for (size_t i = 0; i < nnames; i++)

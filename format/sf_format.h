@@ -86,6 +86,10 @@ const struct sf_format *sf_format_for(const char *dirpath, const char *name);
 /* The formats built in, i = 0, 1, ... until it returns NULL. */
 const struct sf_format *sf_format_nth(size_t i);
 
+/* Opens a container with f->open, guarded against faults of its mappings
+ * (sf_fault.h) and checked against a change in place while it was read. */
+int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e);
 /* Opens `path` (a file outside any mount, for the tools): maps it, lists its
  * directory for siblings and opens the view. The file is taken as named;
  * the files beside it are opened beneath "/" with no symlink followed, as

@@ -9,7 +9,8 @@
 
 #include "sf_open.h"
 
-/* Maps the regular file open at `fd` (closed here). */
+/* Maps the regular file open at `fd`, which the mapping keeps (closed here
+ * on failure). */
 static int map_fd(int fd, const char *path, struct sf_map **out, struct sf_err *e)
 {
 	struct sf_map *m = calloc(1, sizeof *m);
@@ -41,8 +42,10 @@ static int map_fd(int fd, const char *path, struct sf_map **out, struct sf_err *
 		goto out;
 	}
 	atomic_init(&m->refs, 1);
+	atomic_init(&m->changed, false);
+	m->fd = fd;
 	*out = m;
-	m = NULL;
+	return 0;
 out:
 	if (m) {
 		if (m->data)
@@ -93,6 +96,31 @@ void sf_map_unref(struct sf_map *m)
 		return;
 	if (m->data)
 		munmap((void *)m->data, m->size);
+	close(m->fd);
 	free(m->path);
 	free(m);
+}
+
+/* How many mappings have been found changed in place (sf_map_changes). */
+static _Atomic uint64_t changes;
+
+uint64_t sf_map_changes(void)
+{
+	return atomic_load(&changes);
+}
+
+int sf_map_check(struct sf_map *m, struct sf_err *e)
+{
+	struct stat now;
+	if (!atomic_load(&m->changed)) {
+		if (fstat(m->fd, &now) < 0)
+			return sf_fail(e, -EIO, "%s: stat: %s", m->path, strerror(errno));
+		if (now.st_size == m->st.st_size && now.st_mtim.tv_sec == m->st.st_mtim.tv_sec &&
+		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec)
+			return 0;
+		if (!atomic_exchange(&m->changed, true))
+			atomic_fetch_add(&changes, 1);
+	}
+	return sf_fail(e, -EIO, "%s: changed in place since it was opened (was %llu bytes)",
+		       m->path, (unsigned long long)m->size);
 }

@@ -4,6 +4,7 @@
 #define SF_MAP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -16,6 +17,12 @@ struct sf_map {
 	size_t size;
 	struct stat st;      /* as fstat saw the file when it was mapped */
 	char *path;          /* for messages */
+	/* Kept open to check the file against st (sf_map_check): a path may
+	 * name another file by now. */
+	int fd;
+	/* The file was truncated, extended or rewritten in place since it was
+	 * mapped: final, every later check fails. */
+	atomic_bool changed;
 };
 
 /* Maps the regular file `path` beneath directory `top`, with no symlink
@@ -31,5 +38,16 @@ struct sf_map *sf_map_ref(struct sf_map *m);
  * memory then holds only what is in use. */
 void sf_map_drop_pages(const struct sf_map *m);
 void sf_map_unref(struct sf_map *m);
+
+/* Whether the file still is what was mapped: 0, or -EIO with a message
+ * when its size or mtime differ (a change in place; remembered in
+ * m->changed) or it cannot be stat'ed (storage failing: not remembered,
+ * the source may come back). A mapped page past a file's new end reads as
+ * zeros or faults, so bytes served or decoded from a mapping are trusted
+ * only when a check after reading them passes. */
+int sf_map_check(struct sf_map *m, struct sf_err *e);
+/* How many mappings have been found changed so far: while it stays the
+ * same, no mapping needs its flag looked at again. */
+uint64_t sf_map_changes(void);
 
 #endif

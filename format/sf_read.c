@@ -9,12 +9,39 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
+#include "sf_fault.h"
+#include "sf_map.h"
 #include "sf_view.h"
+
+struct produce_call {
+	const struct sf_part *part;
+	struct sf_cache *cache;
+	struct sf_buf **out;
+};
+
+static int run_produce(void *ctx, struct sf_err *e)
+{
+	struct produce_call *p = ctx;
+	return p->part->produce(p->part, p->cache, p->out, e);
+}
+
+int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
+		    struct sf_err *e)
+{
+	*out = NULL;
+	int rc = sf_guard_run(p->view, NULL, run_produce, &(struct produce_call){ p, c, out }, e);
+	if (rc && *out) {
+		/* produced, but the source changed meanwhile */
+		sf_buf_unref(*out);
+		*out = NULL;
+	}
+	return rc;
+}
 
 static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		       struct sf_err *e)
 {
-	return p->produce(p, c, out, e);
+	return sf_part_produce(p, c, out, e);
 }
 
 struct sf_cache sf_nocache = { .get = nocache_get };
@@ -62,6 +89,20 @@ static int rv_hold(struct sf_readv *rv, struct sf_buf *b)
 
 static const uint8_t zeros[65536];
 
+struct gen_call {
+	const struct sf_ext *x;
+	uint64_t off;
+	uint8_t *out;
+	size_t len;
+	struct sf_cache *cache;
+};
+
+static int run_gen(void *ctx, struct sf_err *e)
+{
+	struct gen_call *g = ctx;
+	return g->x->u.gen.fn(g->x->u.gen.arg, g->off, g->out, g->len, g->cache, e);
+}
+
 /* Appends [off, off+len) of extent x. */
 static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, size_t len,
 		    struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
@@ -92,12 +133,12 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, siz
 		b = sf_buf_new(len);
 		if (!b)
 			return -ENOMEM;
-		rc = x->u.gen.fn(x->u.gen.arg, x->off + off, b->data, len, c, e);
-		if (rc) {
-			sf_buf_unref(b);
-			return rc;
-		}
+		/* held before the guarded call: a fault loses nothing */
 		if ((rc = rv_hold(rv, b)))
+			return rc;
+		rc = sf_guard_run(f->view, NULL, run_gen,
+				  &(struct gen_call){ x, x->off + off, b->data, len, c }, e);
+		if (rc)
 			return rc;
 		rv->from_synth += len;
 		return rv_push(rv, b->data, len);
@@ -120,6 +161,11 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 	struct sf_file *fl = &f->u.file;
 	if (fl->broken)
 		return sf_fail(e, -EIO, "%s", fl->broken);
+	/* a view whose source changed in place serves nothing more, not even
+	 * parts decoded before the change */
+	int refused = sf_view_refused(f->view, e);
+	if (refused)
+		return refused;
 	if (off >= fl->size)
 		return 0;
 	if (len > fl->size - off)
@@ -133,11 +179,22 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		else
 			hi = mid;
 	}
+	struct sf_map *checked = NULL;
 	for (size_t i = lo; i < fl->n && len; i++) {
 		const struct sf_ext *x = &fl->ext[i];
 		uint64_t in = off - fl->start[i];
 		uint64_t k = x->len - in < len ? x->len - in : len;
-		int rc = read_ext(f, x, in, (size_t)k, c, rv, e);
+		int rc = 0;
+		if (x->kind == SF_EXT_MAP) {
+			/* served without being read here: the file is checked
+			 * instead (once per read), as a page past its new end
+			 * would be served as zeros */
+			struct sf_map *m = sf_view_map_at(f->view, x->u.map);
+			if (m && m != checked && (rc = sf_map_check(m, e)))
+				return rc;
+			checked = m;
+		}
+		rc = read_ext(f, x, in, (size_t)k, c, rv, e);
 		if (rc)
 			return rc;
 		off += k;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_name.h"
 
@@ -18,6 +19,17 @@ static _Atomic uint64_t next_part_id = 1;
 /* ---- nodes ------------------------------------------------------------ */
 
 static void lazy_free(struct sf_lazy *z);
+
+/* Drops a file's extents (a failed build leaves none behind for the next
+ * attempt to add to). */
+static void file_clear(struct sf_file *fl)
+{
+	for (size_t i = 0; i < fl->n; i++)
+		if (fl->ext[i].kind == SF_EXT_BUF)
+			sf_buf_unref(fl->ext[i].u.buf);
+	fl->n = 0;
+	fl->size = 0;
+}
 
 static void node_free(struct sf_node *n)
 {
@@ -32,9 +44,7 @@ static void node_free(struct sf_node *n)
 		lazy_free(n->u.dir.lazy);
 		break;
 	case SF_FILE:
-		for (size_t i = 0; i < n->u.file.n; i++)
-			if (n->u.file.ext[i].kind == SF_EXT_BUF)
-				sf_buf_unref(n->u.file.ext[i].u.buf);
+		file_clear(&n->u.file);
 		free(n->u.file.ext);
 		free(n->u.file.start);
 		free(n->u.file.broken);
@@ -650,7 +660,14 @@ int sf_view_hold_map(struct sf_view *v, struct sf_map *m)
 	if (!p)
 		return -ENOMEM;
 	v->maps = p;
-	v->maps[v->nmaps++] = sf_map_ref(m);
+	/* in address order, for sf_view_map_at */
+	size_t i = v->nmaps;
+	while (i && (uintptr_t)v->maps[i - 1]->data > (uintptr_t)m->data) {
+		v->maps[i] = v->maps[i - 1];
+		i--;
+	}
+	v->maps[i] = sf_map_ref(m);
+	v->nmaps++;
 	return 0;
 }
 
@@ -710,6 +727,42 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
 
 /* ---- using trees ------------------------------------------------------ */
 
+/* Lazy work reads the container: it runs guarded (sf_fault.h), inside the
+ * view's lock so that a fault leaves the lock to be released as usual. */
+static int run_populate(void *ctx, struct sf_err *e)
+{
+	struct sf_node *dir = ctx;
+	return dir->u.dir.populate(dir, e);
+}
+
+static int populate(struct sf_node *dir, struct sf_err *e)
+{
+	return sf_guard_run(dir->view, NULL, run_populate, dir, e);
+}
+
+struct lookup_call {
+	struct sf_node *dir;
+	const char *name;
+	struct sf_node **hit;
+};
+
+static int run_lookup(void *ctx, struct sf_err *e)
+{
+	struct lookup_call *l = ctx;
+	return l->dir->u.dir.lookup(l->dir, l->name, l->hit, e);
+}
+
+struct build_call {
+	struct sf_node *f;
+	struct sf_cache *c;
+};
+
+static int run_build(void *ctx, struct sf_err *e)
+{
+	struct build_call *b = ctx;
+	return b->f->u.file.build(b->f, b->c, e);
+}
+
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 {
 	if (dir->kind != SF_DIR)
@@ -717,7 +770,7 @@ int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 	int rc = 0;
 	pthread_mutex_lock(&dir->view->lock);
 	if (!dir->u.dir.populated) {
-		rc = dir->u.dir.populate(dir, e);
+		rc = populate(dir, e);
 		if (rc == 0)
 			dir->u.dir.populated = true;
 	}
@@ -737,9 +790,10 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 	rc = dir_lookup(dir, name, &hit, e);
 	if (!rc && !hit && !dir->u.dir.populated) {
 		if (dir->u.dir.lookup) {
-			rc = dir->u.dir.lookup(dir, name, &hit, e);
+			struct lookup_call l = { dir, name, &hit };
+			rc = sf_guard_run(dir->view, NULL, run_lookup, &l, e);
 		} else {
-			rc = dir->u.dir.populate(dir, e);
+			rc = populate(dir, e);
 			if (rc == 0) {
 				dir->u.dir.populated = true;
 				rc = dir_lookup(dir, name, &hit, e);
@@ -780,15 +834,17 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
-			rc = fl->build(f, c, e);
+			rc = sf_guard_run(f->view, NULL, run_build, &(struct build_call){ f, c }, e);
 		if (rc == 0 && fl->size_known && fl->size != fl->known_size)
 			rc = sf_fail(e, -EIO, "%s: built %llu bytes, listed as %llu", f->view->path,
 				     (unsigned long long)fl->size,
 				     (unsigned long long)fl->known_size);
-		if (rc == 0)
+		if (rc == 0) {
 			fl->built = true;
-		else
+		} else {
+			file_clear(fl);
 			sf_err_prefix(e, "%s", f->name);
+		}
 	}
 	pthread_mutex_unlock(&f->view->lock);
 	return rc;

@@ -64,6 +64,10 @@ struct sf_cache {
 };
 extern struct sf_cache sf_nocache;
 
+/* Runs a part's produce function guarded (sf_fault.h): what a cache calls
+ * to decode. On failure *out is NULL. */
+int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
+		    struct sf_err *e);
 /* Decodes a part through the cache, recording its size. */
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e);
@@ -179,8 +183,12 @@ struct sf_view {
 	 * sets it): for lazy work that is handed none, like populating. */
 	struct sf_cache *cache;
 	char *path;               /* the container's path, for messages */
-	struct sf_map **maps;     /* mappings the extents point into */
+	struct sf_map **maps;     /* mappings the extents point into, by address */
 	size_t nmaps;
+	/* The container's own mapping when the view holds it (set by
+	 * sf_format_open): what guarded code checks in a view of many
+	 * mappings (sf_fault.c). */
+	struct sf_map *source;
 	void *state;              /* the format's parsed container */
 	void (*free_state)(void *state);
 	struct sf_part **parts;   /* owned */
@@ -191,6 +199,9 @@ struct sf_view {
 	char **warnings;
 	atomic_size_t nwarnings;
 	atomic_size_t nreported;  /* the host's: warnings it has passed on */
+	/* sf_map_changes() when no mapping of the view had changed
+	 * (sf_view_refused looks again only when it has moved on) */
+	_Atomic uint64_t intact_at;
 };
 
 /* Creates a view whose root is an empty directory. `path` names the

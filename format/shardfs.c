@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_fault.h"
 #include "sf_format.h"
 #include "sf_read.h"
 #include "sf_view.h"
@@ -41,7 +42,7 @@ static int held_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		return 0;
 	}
 	pthread_mutex_unlock(&h->lock);
-	int rc = p->produce(p, c, out, e);
+	int rc = sf_part_produce(p, c, out, e);
 	if (rc)
 		return rc;
 	pthread_mutex_lock(&h->lock);
@@ -177,7 +178,7 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 	rc = sf_file_read(f, off, len, &h->cache, &rv, &e);
 	uint64_t got = rv.bytes;
 	if (rc == 0)
-		sf_readv_copy(&rv, buf);
+		rc = sf_guard_copy(&rv, buf, &e);
 	sf_readv_release(&rv);
 	return rc ? fail(rc, &e) : (ssize_t)got;
 }

@@ -266,7 +266,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	struct sf_buf *buf = NULL;
 	slow(c);
 	depth++;
-	int rc = part->produce(part, iface, &buf, err);
+	int rc = sf_part_produce(part, iface, &buf, err);
 	depth--;
 	if (rc == 0)
 		drop_source_pages(part->view);

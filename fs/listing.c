@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "loop.h"
+#include "sf_fault.h"
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_open.h"
@@ -64,6 +65,27 @@ bool same_version(const struct stat *a, const struct stat *b)
 	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
 	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l)
+{
+	const struct lentry *e = listing_view(*l, name);
+	struct sf_err err;
+	/* a view not opened yet (only checked) has nothing to go stale */
+	if (!e || !e->view)
+		return e;
+	/* the container itself is checked (one fstat); a change found by
+	 * reads (a fold's tar) is remembered. A check that fails without
+	 * finding a change (storage failing) keeps the view: its reads fail
+	 * until the source is back. */
+	if (e->view->source)
+		sf_map_check(e->view->source, &err);
+	if (!sf_view_refused(e->view, &err))
+		return e;
+	atomic_store(&(*l)->stale, true);
+	listing_unref(*l);
+	*l = NULL;
+	return listing_get(dir, l) ? NULL : listing_view(*l, name);
 }
 
 static unsigned char dtype_of(mode_t m)
@@ -128,7 +150,7 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 			.topfd = src_fd, .dirrel = rel, .dirpath = rel, .name = name, .path = path,
 			.map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
-		rc = f->open(&a, &v, &e);
+		rc = sf_format_open(f, &a, &v, &e);
 		sf_map_unref(map);
 	}
 	if (rc) {
@@ -412,7 +434,7 @@ static void unlock_dir(struct fnode *dir, int dirfd)
  * the same timestamp tick: it is listed anew until it settles. */
 static bool fresh(const struct listing *l, const struct stat *st)
 {
-	return l && !l->partial && l->ino == st->st_ino &&
+	return l && !l->partial && !atomic_load(&l->stale) && l->ino == st->st_ino &&
 	       l->mtime.tv_sec == st->st_mtim.tv_sec && l->mtime.tv_nsec == st->st_mtim.tv_nsec &&
 	       l->listed_at > st->st_mtim.tv_sec + 1;
 }

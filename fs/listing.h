@@ -30,6 +30,9 @@ struct listing {
 	 * never served as the directory's listing, but its views are reused
 	 * by the next whole one, so they keep their inodes. */
 	bool partial;
+	/* A view in it was found to stand for a container changed in place
+	 * (a change the directory's mtime does not show): list anew. */
+	atomic_bool stale;
 	struct timespec mtime;   /* of the directory when listed */
 	time_t listed_at;
 	ino_t ino;
@@ -53,6 +56,10 @@ int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
+/* The same, as the container is now: when it changed in place since its
+ * view was opened, *l (a listing of `dir`) is replaced by the directory's
+ * whole listing made anew, which opens the container again. */
+const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l);
 /* The view of a view entry of dir's listing `l`, opened now if it was only
  * checked: a container that fails to open gets a view holding only
  * .shardfs/, saying why. NULL when out of memory or the directory cannot

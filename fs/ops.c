@@ -19,6 +19,7 @@
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
+#include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_read.h"
 #include "sf_open.h"
@@ -40,6 +41,15 @@ static struct fnode *fn_of(fuse_ino_t ino)
 static void count(enum req_kind k)
 {
 	stat_add(&stats.requests[k], 1);
+}
+
+/* Replies with an error met in SRC. A source on a network filesystem that
+ * lost its server answers ENOTCONN, which the kernel also gives readers of
+ * a mount whose daemon has died: it goes out as EIO, so that only a dead
+ * daemon reads as one. */
+static void reply_src_err(fuse_req_t req, int err)
+{
+	fuse_reply_err(req, err == ENOTCONN ? EIO : err);
 }
 
 static bool in_view(const struct fnode *n)
@@ -275,9 +285,10 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		if (!*l)
 			return 0;
 	}
-	const struct lentry *le = listing_view(*l, name);
-	/* a listing (readdirplus) does not open containers: the kernel looks
-	 * a view up when it is used, and that opens it */
+	/* a lookup checks that the view still stands for its container; a
+	 * listing (whole) does not stat every container it lists, nor open
+	 * one: the kernel looks a view up when it is used, and that opens it */
+	const struct lentry *le = whole ? listing_view(*l, name) : listing_view_now(dir, name, l);
 	if (!le || (whole && !__atomic_load_n(&le->view, __ATOMIC_ACQUIRE)))
 		return 0;
 	struct sf_view *v = listing_open(dir, *l, le);
@@ -304,7 +315,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	int rc = find_src(dir, name, false, &l, &n);
 	listing_unref(l);
 	if (rc)
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 	else if (!n)
 		reply_negative(req, SRC_TIMEOUT);
 	else
@@ -422,7 +433,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
 	ssize_t k = fd < 0 ? fd : readlinkat(fd, "", buf, PATH_MAX);
 	if (k < 0) {
-		fuse_reply_err(req, fd < 0 ? -fd : errno);
+		reply_src_err(req, fd < 0 ? -fd : errno);
 		if (fd >= 0)
 			close(fd);
 		return;
@@ -443,7 +454,7 @@ static int map_src_file(struct fnode *n)
 		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
 			errlog_add(n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced between lookup and first read: the version
+			/* replaced between lookup and open: the version
 			 * this inode stands for is gone */
 			sf_map_unref(m);
 			rc = -ESTALE;
@@ -461,6 +472,12 @@ static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_read
 	int rc = map_src_file(n);
 	if (rc)
 		return rc;
+	/* a page past a file's new end would be served as zeros */
+	struct sf_err e = { { 0 } };
+	if ((rc = sf_map_check(n->map, &e))) {
+		errlog_add(n->rel, e.msg);
+		return rc;
+	}
 	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
 	if (len > size)
 		len = size;
@@ -474,14 +491,25 @@ static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_read
 	return 0;
 }
 
-/* Files keep no per-open state: content never changes under an inode, and
- * the mount is read-only, so the kernel refuses writes itself. ENOSYS tells
- * the kernel to stop sending OPEN, FLUSH and RELEASE for files and to keep
- * their page cache across opens, which saves two round trips per open. */
+/* An open pins the version its inode stands for: a SRC file is mapped here
+ * (a view holds its container's mapping already), so a handle keeps reading
+ * the bytes it opened even when the file is replaced in SRC before its first
+ * read. When the version is already gone, ESTALE makes the kernel look the
+ * name up again and retry the open once, which then finds the new version.
+ * Content never changes under an inode, so the kernel keeps its page cache
+ * across opens; files keep no per-open state (RELEASE and FLUSH have no
+ * handler). Answering costs one round trip per open (docs/performance.md). */
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPEN);
-	fuse_reply_err(req, ENOSYS);
+	struct fnode *n = fn_of(ino);
+	int rc = n->kind == FK_SRC_FILE ? map_src_file(n) : 0;
+	if (rc) {
+		reply_src_err(req, -rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
 }
 
 /* Copying mapped bytes that are not in memory waits for the disk: before
@@ -542,7 +570,10 @@ static void account(const struct sf_readv *rv)
 
 /* Every READ gets an answer, whatever its pieces: writev takes at most
  * IOV_MAX of them (the reply's header is one), and a reply that fails to be
- * written is lost, its reader left waiting. */
+ * written is lost, its reader left waiting. The kernel copies the reply
+ * from the mappings: a page of the source that fails there (truncated,
+ * storage failing) fails the reply with EFAULT, and the kernel answers the
+ * reader EIO. */
 static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
 	hand_off_unless_resident(rv);
@@ -558,7 +589,9 @@ static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
 	else
 		rc = fuse_reply_buf(req, NULL, 0);
-	if (rc && rc != -ENOENT)
+	if (rc == -EFAULT)
+		errlog_add(path, "reading the source failed (truncated or its storage fails)");
+	else if (rc && rc != -ENOENT)
 		errlog_add(path, "the answer could not be written to /dev/fuse");
 }
 
@@ -571,7 +604,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(n, (uint64_t)off, size, &rv);
 		if (rc)
-			fuse_reply_err(req, -rc);
+			reply_src_err(req, -rc);
 		else
 			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
@@ -612,11 +645,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
- * that to us as an IOCTL: with OPEN unanswered, the first request we see of
- * an open file. The content of a small file is pushed into the kernel's page
- * cache then (FUSE_NOTIFY_STORE), so the read that follows needs no READ
- * round trip. Once per node: pages the kernel drops later come back through
- * READ. The store waits for any page a READ of the same file has locked, so
+ * that to us as an IOCTL, right after the OPEN. The content of a small file
+ * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
+ * read that follows needs no READ round trip. Once per node: pages the
+ * kernel drops later come back through READ. The store waits for any page a READ of the same file has locked, so
  * with a single request thread (which could be the one owing that READ) it
  * is not done. */
 #define PUSH_MAX (128 * 1024)
@@ -651,22 +683,24 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	if (!push_on_open || atomic_exchange(&n->pushed, true))
 		return;
 	struct sf_readv rv = { 0 };
-	struct fuse_bufvec *bv = NULL;
+	struct sf_err e;
+	uint8_t *copy = NULL;
 	if (small_content(n, &rv))
-		bv = calloc(1, sizeof *bv + rv.n * sizeof bv->buf[0]);
-	if (bv) {
+		copy = malloc(rv.bytes);
+	if (copy)
 		hand_off_unless_resident(&rv);
-		bv->count = rv.n;
-		for (size_t i = 0; i < rv.n; i++) {
-			bv->buf[i].mem = rv.iov[i].iov_base;
-			bv->buf[i].size = rv.iov[i].iov_len;
-		}
-		if (fuse_lowlevel_notify_store(session, ino, 0, bv, 0) == 0) {
+	/* libfuse copies the pieces in user space (a store is never spliced):
+	 * copied here instead, guarded, so that a failing source page fails
+	 * the push (the read that follows reports it), not the daemon */
+	if (copy && sf_guard_copy(&rv, copy, &e) == 0) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
+		bv.buf[0].mem = copy;
+		if (fuse_lowlevel_notify_store(session, ino, 0, &bv, 0) == 0) {
 			account(&rv);
 			stat_add(&stats.bytes_pushed, rv.bytes);
 		}
-		free(bv);
 	}
+	free(copy);
 	sf_readv_release(&rv);
 }
 
@@ -769,6 +803,14 @@ static struct dent dent_at(const struct dirsnap *s, size_t i)
 			      .ino = (ino_t)(uintptr_t)d.id, .vn = d.node };
 }
 
+/* The root's .shardfs/ lists its two files by name only, readdirplus too:
+ * their lookup takes the snapshot that reads serve. */
+static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	int rc = snap_add(s, cap, "errors", DT_REG, fnode_ino(dir) + 1);
+	return rc ? rc : snap_add(s, cap, "stats.json", DT_REG, fnode_ino(dir) + 2);
+}
+
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPENDIR);
@@ -785,13 +827,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			rc = snap_src(n, s, &cap);
 		else if (n->kind == FK_VIEW && n->vn->kind == SF_DIR)
 			rc = snap_view(n, s);
-		else if (n->kind != FK_META_DIR)
+		else if (n->kind == FK_META_DIR)
+			rc = snap_meta(n, s, &cap);
+		else
 			rc = -ENOTDIR;
 	}
 	if (rc) {
 		if (s)
 			snap_free(s);
-		fuse_reply_err(req, -rc);
+		reply_src_err(req, -rc);
 		return;
 	}
 	fi->fh = (uint64_t)(uintptr_t)s;
@@ -822,7 +866,7 @@ static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct 
 		if (find_src(dir, d->name, true, l, &n))
 			return NULL;
 		t = SRC_TIMEOUT;
-	} else {
+	} else if (dir->kind == FK_VIEW) {
 		/* an on-demand entry's node is made (and pinned) by the lookup */
 		struct sf_err e = { { 0 } };
 		struct sf_node *vn = d->vn;
@@ -932,7 +976,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	count(REQ_STATFS);
 	struct statvfs sv;
 	if (fstatvfs(src_fd, &sv) < 0) {
-		fuse_reply_err(req, errno);
+		reply_src_err(req, errno);
 		return;
 	}
 	sv.f_flag |= ST_RDONLY;

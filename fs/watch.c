@@ -13,8 +13,10 @@
 
 #include "sf_format.h"
 
+/* IN_MODIFY: a file truncated or written in place (truncate(2) raises
+ * nothing else) */
 #define EVENTS (IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_CLOSE_WRITE | \
-		IN_ATTRIB | IN_ONLYDIR)
+		IN_MODIFY | IN_ATTRIB | IN_ONLYDIR)
 
 /* What a watch descriptor stands for: the directory's inode as the kernel
  * knows it, and its path in SRC (formats match names by directory). An

@@ -10,6 +10,7 @@ PACKAGES=(
   python3 python3-pytest python3-numpy python3-zarr python3-xxhash python3-zstandard zstd
   python3-torch
   debhelper dpkg-dev lintian
+  glusterfs-server glusterfs-client
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

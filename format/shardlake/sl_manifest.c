@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "sf_fault.h"
+
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 		      struct sf_err *e)
 {
@@ -38,13 +40,22 @@ static bool memo_is(const struct stat *st)
 	       memo.mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
+static int parse_only(void *ctx, struct sf_err *e)
+{
+	const struct sf_map *m = ctx;
+	json_t *j = NULL;
+	int rc = sl_manifest_parse(m, m->path, &j, e);
+	json_decref(j);
+	return rc;
+}
+
 int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 {
 	pthread_mutex_lock(&memo_lock);
 	if (!memo_is(&m->st)) {
-		json_t *j = NULL;
-		memo.rc = sl_manifest_parse(m, m->path, &j, &memo.err);
-		json_decref(j);
+		/* parsed in a guard of its own, inside the lock, so that a
+		 * fault cannot leave the lock held */
+		memo.rc = sf_guard_run(NULL, NULL, parse_only, (void *)m, &memo.err);
 		memo.valid = true;
 		memo.dev = m->st.st_dev;
 		memo.ino = m->st.st_ino;

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_fault.h"
 #include "sf_name.h"
 #include "taridx.h"
 
@@ -179,10 +180,17 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
+static int lookup_build(void *ctx, struct sf_err *e)
+{
+	return tx_lookup_build(ctx, e);
+}
+
+/* The index is read in a guard of its own, inside the lock, so that a
+ * fault cannot leave the lock held. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	pthread_mutex_lock(&f->lookup_lock);
-	int rc = tx_lookup_build(&f->ix, e);
+	int rc = sf_guard_run(f->view, NULL, lookup_build, &f->ix, e);
 	pthread_mutex_unlock(&f->lookup_lock);
 	return rc;
 }

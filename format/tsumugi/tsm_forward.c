@@ -10,6 +10,7 @@
 #include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_fault.h"
 #include "sf_json.h"
 #include "sf_report.h"
 #include "tsm_shard.h"
@@ -147,7 +148,27 @@ static int parse_fwd(struct tsm_shard *s, struct tsm_region *r, const uint8_t *p
 	return 0;
 }
 
-/* Parses the forward header once. */
+struct fwd_call {
+	struct tsm_shard *s;
+	struct tsm_region *r;
+	struct sf_cache *c;
+};
+
+static int fwd_parse(void *ctx, struct sf_err *e)
+{
+	struct fwd_call *f = ctx;
+	const uint8_t *p;
+	struct sf_buf *hold;
+	int rc = tsm_region_bytes(f->s, f->r, f->c, &p, &hold, e);
+	if (rc)
+		return rc;
+	rc = parse_fwd(f->s, f->r, p, f->r->raw_length, e);
+	sf_buf_unref(hold);
+	return rc;
+}
+
+/* Parses the forward header once. The mapped bytes are read in a guard of
+ * their own, inside the lock, so that a fault cannot leave it held. */
 static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 {
 	pthread_mutex_lock(&s->fwd_lock);
@@ -159,13 +180,7 @@ static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 		rc = sf_fail(e, -EIO, "%s: the forward region cannot be read", vpath(s));
 		goto out;
 	}
-	const uint8_t *p;
-	struct sf_buf *hold;
-	rc = tsm_region_bytes(s, r, c, &p, &hold, e);
-	if (rc)
-		goto out;
-	rc = parse_fwd(s, r, p, r->raw_length, e);
-	sf_buf_unref(hold);
+	rc = sf_guard_run(s->view, NULL, fwd_parse, &(struct fwd_call){ s, r, c }, e);
 out:
 	pthread_mutex_unlock(&s->fwd_lock);
 	return rc;

@@ -84,6 +84,25 @@ def view_dirs(src, mnt):
 
 
 
+def within(limit, what, fn):
+    """fn() run in a worker thread: its value, or the errno of the OSError it
+    raised. A call that does not return within `limit` seconds is a hang and
+    fails the caller instead of blocking it."""
+    box = {}
+
+    def work():
+        try:
+            box["v"] = fn()
+        except OSError as e:
+            box["v"] = e.errno
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(limit)
+    assert not t.is_alive(), f"{what} hung for {limit} s"
+    return box["v"]
+
+
 class TimedReader:
     """Reads files in a worker thread; a read that does not complete within
     `limit` seconds is a hang and fails the caller instead of blocking it."""
@@ -93,28 +112,18 @@ class TimedReader:
 
     def read(self, path):
         """bytes, or the errno of the failure."""
-        box = {}
 
         def work():
-            try:
-                with open(path, "rb") as f:
-                    # in pieces, and at most `cap` bytes: a damaged length
-                    # may claim a petabyte
-                    parts, n = [], 0
-                    while n < self.cap and (b := f.read(1 << 20)):
-                        parts.append(b)
-                        n += len(b)
-                    box["v"] = b"".join(parts)
-            except OSError as e:
-                box["v"] = e.errno
+            with open(path, "rb") as f:
+                # in pieces, and at most `cap` bytes: a damaged length may
+                # claim a petabyte
+                parts, n = [], 0
+                while n < self.cap and (b := f.read(1 << 20)):
+                    parts.append(b)
+                    n += len(b)
+                return b"".join(parts)
 
-        t = threading.Thread(target=work, daemon=True)
-        start = time.monotonic()
-        t.start()
-        t.join(self.limit)
-        assert not t.is_alive(), f"read of {path} hung for {self.limit} s"
-        box["secs"] = time.monotonic() - start
-        return box["v"]
+        return within(self.limit, f"read of {path}", work)
 
 
 def read_tree(mnt, reader, include_meta=True):
@@ -139,6 +148,19 @@ def read_tree(mnt, reader, include_meta=True):
             else:
                 out[p] = reader.read(p)
     return out
+
+
+def read_fd(fd, off=0, length=None):
+    """`length` bytes (all, when None) of an open descriptor from `off`,
+    with pread: no buffering, no isatty()."""
+    parts, n = [], 0
+    while length is None or n < length:
+        b = os.pread(fd, 1 << 20 if length is None else min(1 << 20, length - n), off + n)
+        if not b:
+            break
+        parts.append(b)
+        n += len(b)
+    return b"".join(parts)
 
 
 def errors_lines(mnt):

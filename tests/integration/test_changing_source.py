@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from conftest import FIXTURES
-from relutil import cat, fingerprint
+from relutil import cat, fingerprint, read_fd
 
 SECONDS = 12
 VIEW_FILES = (".shardfs/info.json", "docs.jsonl", "features.csv", "regions/forward")
@@ -24,22 +24,30 @@ def versions():
     return [FIXTURES / "tsumugi" / "gold_dict.tsumugi", FIXTURES / "tsumugi" / "gold_prod.tsumugi"]
 
 
+def rendered(src, v):
+    """{relative mount path: content} of shard.tsumugi and its view files
+    when shard.tsumugi is version v."""
+    stage = src.parent / "stage"
+    stage.mkdir()
+    copy = stage / "shard.tsumugi"
+    shutil.copyfile(v, copy)
+    out = {"shard.tsumugi": v.read_bytes()}
+    for f in VIEW_FILES:
+        # named as the mount names it (relative to SRC), for info.json
+        b, why = cat(copy, f, cwd=stage)
+        assert why is None, why
+        out[f"shard/{f}"] = b
+    shutil.rmtree(stage)
+    return out
+
+
 def expected(src, vers):
     """{relative mount path: set of acceptable contents} for shard.tsumugi,
     its view files and the added shards (any version)."""
-    stage = src.parent / "stage"
-    stage.mkdir()
     want = {}
     for v in vers:
-        copy = stage / "shard.tsumugi"
-        shutil.copyfile(v, copy)
-        want.setdefault("shard.tsumugi", set()).add(v.read_bytes())
-        for f in VIEW_FILES:
-            # named as the mount names it (relative to SRC), for info.json
-            b, why = cat(copy, f, cwd=stage)
-            assert why is None, why
-            want.setdefault(f"shard/{f}", set()).add(b)
-    shutil.rmtree(stage)
+        for rel, b in rendered(src, v).items():
+            want.setdefault(rel, set()).add(b)
     return want
 
 
@@ -121,3 +129,75 @@ def test_changing_source(tmp_path, mount):
     after = fingerprint(src)
     assert (mnt / ".shardfs" / "errors").read_text() == ""
     assert fingerprint(src) == after
+
+
+def read_until(path, want, within=1.5):
+    """Reads `path` until it reads `want` or `within` seconds pass; returns
+    the last bytes read and the errnos met on the way."""
+    seen, got = [], None
+    deadline = time.monotonic() + within
+    while got != want and time.monotonic() < deadline:
+        try:
+            got = path.read_bytes()
+        except OSError as e:
+            seen.append(e.errno)
+        if got != want:
+            time.sleep(0.02)
+    return got, seen
+
+
+def test_handle_keeps_the_version_it_opened(tmp_path, mount):
+    """Handles opened (not yet read) before their files are replaced by
+    rename read the version they opened, SRC files and view parts alike;
+    opens made once the change is seen get the new version, and an open
+    racing the rename gets one version or the other, never ESTALE."""
+    vers = versions()
+    src = tmp_path / "src"
+    src.mkdir()
+    old, new = rendered(src, vers[0]), rendered(src, vers[1])
+    # the view files chosen differ between the two versions
+    assert all(old[rel] != new[rel] for rel in old)
+    (src / "plain").write_bytes(b"A" * 100_000)
+    shutil.copyfile(vers[0], src / "shard.tsumugi")
+    mnt = mount(src, "--cache-size", "64K")
+    rels = sorted(old) + ["plain"]
+    # os.open: no isatty() IOCTL, so nothing reaches the daemon after the
+    # OPEN before the replacement
+    handles = {rel: os.open(mnt / rel, os.O_RDONLY) for rel in rels}
+    try:
+        (src / ".plain.tmp").write_bytes(b"B" * 50_000)
+        os.rename(src / ".plain.tmp", src / "plain")
+        shutil.copyfile(vers[1], src / ".shard.tmp")
+        os.rename(src / ".shard.tmp", src / "shard.tsumugi")
+        old["plain"], new["plain"] = b"A" * 100_000, b"B" * 50_000
+        for rel, fd in handles.items():
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert read_fd(fd) == old[rel], rel
+        # each change is seen within a second (inotify); new opens get it.
+        # Until then an open gets the old version, or ENOENT for a view
+        # file while its view changes over; never ESTALE
+        for rel in rels:
+            got, seen = read_until(mnt / rel, new[rel])
+            assert got == new[rel], (rel, seen)
+            assert set(seen) <= ({errno.ENOENT} if rel.startswith("shard/") else set()), seen
+        for rel, fd in handles.items():
+            assert read_fd(fd) == old[rel], rel
+    finally:
+        for fd in handles.values():
+            os.close(fd)
+    # opens racing a rename: a stat caches the entry, the file is replaced,
+    # the open comes at once. It gets a version no older than the last one
+    # it got (the entry is dropped once the daemon hears of the change),
+    # never ESTALE; the last one shows within a second.
+    bodies, seen = [new["plain"]], 0
+    for i in range(200):
+        os.stat(mnt / "plain")
+        bodies.append(bytes([65 + i % 26]) * (1000 + i))
+        (src / ".plain.tmp").write_bytes(bodies[-1])
+        os.rename(src / ".plain.tmp", src / "plain")
+        got = (mnt / "plain").read_bytes()
+        assert got in bodies[seen:], (i, len(got))
+        seen = bodies.index(got, seen)
+    got, seen = read_until(mnt / "plain", bodies[-1])
+    assert got == bodies[-1] and not seen, seen
+    assert (mnt / ".shardfs" / "errors").read_text() == ""
