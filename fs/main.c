@@ -18,6 +18,7 @@
 #include "ops.h"
 #include "options.h"
 #include "stats.h"
+#include "transport.h"
 #include "watch.h"
 
 /* The readahead of the mount, in KiB: the largest read the kernel sends
@@ -178,6 +179,11 @@ int main(int argc, char **argv)
 		     "container with --device /dev/fuse%s", strerror(errno), "");
 		goto out;
 	}
+	char why[512];
+	if (transport_check(o.io_uring, why, sizeof why)) {
+		fail("--io-uring on: %s%s", why, "");
+		goto out;
+	}
 	raise_fd_limit();
 	/* A fixed threshold: decoded parts get their own mappings, returned to
 	 * the system when evicted, instead of glibc raising the threshold and
@@ -219,6 +225,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
+	if (transport_attach(se, o.threads)) {
+		fail("cannot take over the FUSE device%s%s", "", "");
+		goto out;
+	}
 	/* a script waiting on --ready-fd may use MNT now */
 	if (o.ready_fd >= 0) {
 		if (write(o.ready_fd, "ready\n", 6) < 0)
@@ -236,10 +246,7 @@ int main(int argc, char **argv)
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
-	int lrc = loop_run(se, o.threads, o.spin_us);
-	if (lrc)
-		fprintf(stderr, "shardfs: serving requests failed: %s\n", strerror(-lrc));
-	rc = lrc ? 1 : 0;
+	rc = transport_run(se, o.threads, o.spin_us);
 out:
 	watch_stop();
 	if (mounted)
