@@ -54,7 +54,6 @@ struct entry {
 	char *block;             /* SLACK bytes, then the payload */
 	struct iovec iov[2];     /* given to REGISTER: headers, payload */
 	uint64_t commit_id, unique;
-	bool owed;               /* a request is being served: one reply owed */
 	bool unregistered;       /* REGISTER still to be sent */
 	struct entry *next;      /* in the ready or pending list */
 };
@@ -91,7 +90,8 @@ struct uring {
 	int reg_error;
 };
 
-/* The entry whose request this thread serves. */
+/* The entry whose request this thread serves, until it is answered: then
+ * the entry is the kernel's again (and may already carry a new request). */
 static _Thread_local struct entry *current;
 /* The CPU this thread is pinned to, -1 none. */
 static _Thread_local int pinned = -1;
@@ -290,7 +290,6 @@ static int queue_take(void *src, struct loop_slot *s)
 static void commit(struct entry *e)
 {
 	struct queue *q = e->q;
-	e->owed = false;
 	pthread_mutex_lock(&q->lock);
 	e->next = NULL;
 	*q->pending_tail = e;
@@ -329,20 +328,20 @@ static void queue_serve(void *src, struct loop_slot *s)
 	memcpy(start, &in, sizeof in);
 	memcpy(start + sizeof in, e->hdr->op_in, head - sizeof in);
 	struct fuse_buf fb = { .mem = start, .size = in.len };
-	e->owed = true;
 	current = e;
 	fuse_session_process_buf(q->u->se, &fb);
-	current = NULL;
 	/* every request must give its entry back, answered or not */
-	if (e->owed)
+	if (current) {
+		current = NULL;
 		reply_error(e, EIO);
+	}
 }
 
 bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 {
 	struct entry *e = current;
 	struct fuse_out_header oh;
-	if (!e || !e->owed || count < 1 || iov[0].iov_len != sizeof oh)
+	if (!e || count < 1 || iov[0].iov_len != sizeof oh)
 		return false;
 	memcpy(&oh, iov[0].iov_base, sizeof oh);
 	if (oh.unique != e->unique)
@@ -351,6 +350,7 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 	for (int i = 1; i < count; i++)
 		body += iov[i].iov_len;
 	*res = (ssize_t)(sizeof oh + body);
+	current = NULL;
 	if (body > e->q->u->payload) {
 		/* the kernel never asks for more than the payload holds */
 		reply_error(e, EIO);
@@ -365,6 +365,11 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 	e->hdr->ring_ent_in_out.payload_sz = (uint32_t)body;
 	commit(e);
 	return true;
+}
+
+bool uring_serving(void)
+{
+	return current != NULL;
 }
 
 static void queue_handed_off(void *src)

@@ -36,6 +36,11 @@ void uring_free(struct uring *u);
 /* When the calling thread serves a ring request and `iov` is its reply,
  * sends it through the request's entry, sets *res and returns true. */
 bool uring_reply(const struct iovec *iov, int count, ssize_t *res);
+/* Whether the calling thread serves a request that came through a ring.
+ * Such a request must not store into the page cache: the store waits for
+ * any READ of the same pages, which only an entry of the same queue can
+ * take, and every entry may be held by a request waiting the same way. */
+bool uring_serving(void);
 /* The requests each queue took (queue i serves CPU i), `*n` counters. */
 atomic_uint_fast64_t *uring_counts(struct uring *u, unsigned *n);
 

@@ -54,6 +54,21 @@ def mounted(cmd, mnt_base=None):
         os.rmdir(base)
 
 
+URING_SWITCH = Path("/sys/module/fuse/parameters/enable_uring")
+
+
+@contextmanager
+def uring_switch(on):
+    """The kernel's switch for FUSE over io_uring, set for a while (root)
+    and put back."""
+    old = URING_SWITCH.read_text().strip()
+    URING_SWITCH.write_text("Y" if on else "N")
+    try:
+        yield
+    finally:
+        URING_SWITCH.write_text(old)
+
+
 def shardfs(binary, src, *args):
     return mounted(lambda mnt: [str(binary), str(src), str(mnt), "-f", *args])
 

@@ -123,9 +123,11 @@ def uring_switch(on):
 
 def mount_stats(mnt):
     """MNT/.shardfs/stats.json, read unbuffered: no isatty(), so reading it
-    sends no IOCTL of its own (it does send one READ)."""
+    sends no IOCTL of its own, and in one read() call: exactly one READ (a
+    read to the end could send a second one, when a counter gained a digit
+    between the two and the kernel refreshed the file's size)."""
     with open(Path(mnt) / ".shardfs" / "stats.json", "rb", buffering=0) as f:
-        return json.loads(f.read())
+        return json.loads(f.read(1 << 20))
 
 
 def read_through(path, chunk=None):

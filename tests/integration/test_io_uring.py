@@ -166,3 +166,20 @@ def test_a_decode_does_not_hold_up_its_cpus_other_requests(tmp_path, mount):
     assert answered >= 3, f"only {answered} reads were answered during the decode"
     # they all went through that CPU's queue
     assert mount_stats(mnt)["queues"][f"cpu{cpu}"] - before >= answered
+
+
+def test_no_push_at_open_over_io_uring(tmp_path, mount):
+    """A store into the page cache could wait for a READ that no entry of
+    the queue is left to take, so over io_uring the IOCTL at open pushes
+    nothing and the READ brings the bytes."""
+    files = small_src(tmp_path / "src")
+    with uring_switch(True):
+        mnt = mount(tmp_path / "src", "--io-uring", "on")
+        before = mount_stats(mnt)
+    for name, data in files.items():
+        with open(mnt / name, "rb") as f:  # buffered: isatty() sends the IOCTL
+            assert f.read() == data
+    after = mount_stats(mnt)
+    assert after["requests"]["ioctl"] - before["requests"]["ioctl"] == len(files)
+    assert after["requests"]["read"] - before["requests"]["read"] >= len(files)
+    assert after["bytes_served"]["pushed_at_open"] == 0
