@@ -1,5 +1,5 @@
 /* Reference-counted buffers and growable strings. */
-#include "sf_view.h"
+#include "sf_buf.h"
 
 #include <errno.h>
 #include <stdarg.h>

@@ -1,5 +1,5 @@
-/* Little-endian loads, overflow-safe range checks and the error carrier
- * shared by every parser. */
+/* Little-endian loads and stores, overflow-safe range checks and a bounded
+ * cursor: what every parser reads untrusted bytes with. */
 #ifndef SF_BYTES_H
 #define SF_BYTES_H
 
@@ -7,20 +7,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-/* Every failing function fills one of these: a message naming the file, the
- * part and what was wrong. Functions return 0 or a negative errno. */
-struct sf_err {
-	char msg[512];
-};
-
-/* Sets e->msg (printf-style) and returns `code` (a negative errno). */
-int sf_fail(struct sf_err *e, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/* Prefixes e->msg with "<prefix>: " (used to add the file name on the way up). */
-void sf_err_prefix(struct sf_err *e, const char *fmt, ...)
-	__attribute__((format(printf, 2, 3)));
 
 static inline uint16_t sf_le16(const uint8_t *p)
 {

@@ -8,6 +8,8 @@
 #include <zstd.h>
 #include <zstd_errors.h>
 
+#include "sf_bytes.h"
+
 #define ZSTD_MAGIC 0xFD2FB528u
 
 /* One decompression context per thread: creating one costs more than
@@ -65,11 +67,14 @@ int sf_zstd_frame_dict_id(const uint8_t *src, size_t srclen, uint32_t *id)
 }
 
 /* Output that does not fit the stable output buffer is an error of its own:
- * ENOSPC, like a stream that stalls on a full buffer. */
+ * ENOSPC, like a stream that stalls on a full buffer; so is a window larger
+ * than allowed: E2BIG. */
 static int stream_error(size_t r, const char *what, struct sf_err *e)
 {
 	if (ZSTD_getErrorCode(r) == ZSTD_error_dstSize_tooSmall)
 		return -ENOSPC;
+	if (ZSTD_getErrorCode(r) == ZSTD_error_frameParameter_windowTooLarge)
+		return -E2BIG;
 	return sf_fail(e, -EIO, "%s: zstd: %s", what, ZSTD_getErrorName(r));
 }
 
@@ -127,17 +132,18 @@ static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
 }
 
 /* Decodes every frame into ob; with `flushed`, output that does not fit is
- * counted there and dropped (a size check that needs no full buffer). */
+ * counted there and dropped (a size check that needs no full buffer, but a
+ * window of up to 2^wlog bytes). */
 static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
-		      uint64_t *flushed, const void *dict, size_t dictlen, const char *what,
-		      struct sf_err *e)
+		      uint64_t *flushed, int wlog, const void *dict, size_t dictlen,
+		      const char *what, struct sf_err *e)
 {
 	ZSTD_DCtx *d = thread_dctx();
 	if (!d)
 		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
 	ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
 	/* Frames may be larger than the default window limit allows. */
-	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 31);
+	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, wlog);
 	/* ob stays put for the whole frame: zstd then decodes straight into it
 	 * instead of into its window buffer and copying out */
 	ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, flushed ? 0 : 1);
@@ -171,7 +177,7 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   struct sf_err *e)
 {
 	ZSTD_outBuffer ob = { dst, want, 0 };
-	int rc = decode_all(src, srclen, &ob, NULL, dict, dictlen, what, e);
+	int rc = decode_all(src, srclen, &ob, NULL, 31, dict, dictlen, what, e);
 	/* A frame with output left over once dst is full stalls: ENOSPC. */
 	if (rc == -ENOSPC)
 		return sf_fail(e, -EIO, "%s: zstd output is larger than the recorded %zu bytes",
@@ -185,12 +191,28 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 }
 
 int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,
-		  size_t dictlen, const char *what, struct sf_err *e)
+		  size_t dictlen, uint64_t limit, const char *what, struct sf_err *e)
 {
 	static _Thread_local uint8_t scratch[1 << 17];
+	int wlog = 31;
+	while (limit && wlog > 10 && (1ull << wlog) > limit)
+		wlog--;
 	uint64_t flushed = 0;
 	ZSTD_outBuffer ob = { scratch, sizeof scratch, 0 };
-	int rc = decode_all(src, srclen, &ob, &flushed, dict, dictlen, what, e);
+	int rc = decode_all(src, srclen, &ob, &flushed, wlog, dict, dictlen, what, e);
+	if (rc == -E2BIG) {
+		/* a window over the limit: the whole output is smaller, if it fits */
+		if (want > limit)
+			return sf_fail(e, -EIO, "%s: not checked: decodes to %llu bytes with a window "
+				       "over %llu bytes, more than --cache-size holds", what,
+				       (unsigned long long)want, (unsigned long long)limit);
+		uint8_t *all = malloc(want ? want : 1);
+		if (!all)
+			return sf_fail(e, -ENOMEM, "%s: out of memory", what);
+		rc = sf_zstd_decode(src, srclen, all, want, dict, dictlen, what, e);
+		free(all);
+		return rc;
+	}
 	if (rc)
 		return rc;
 	if (flushed + ob.pos != want)
@@ -211,7 +233,7 @@ int sf_zstd_decode_alloc(const uint8_t *src, size_t srclen, size_t limit,
 		if (!buf)
 			return sf_fail(e, -ENOMEM, "%s: out of memory", what);
 		ZSTD_outBuffer ob = { buf, cap, 0 };
-		int rc = decode_all(src, srclen, &ob, NULL, dict, dictlen, what, e);
+		int rc = decode_all(src, srclen, &ob, NULL, 31, dict, dictlen, what, e);
 		if (rc == 0) {
 			*out = buf;
 			*outlen = ob.pos;

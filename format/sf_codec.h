@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 /* Decodes every zstd frame in src (concatenated frames; skippable frames are
  * skipped; 0 stored bytes decode to nothing) into dst. Fails unless the
@@ -21,9 +21,12 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 
 /* Checks that src decodes (as sf_zstd_decode would) to exactly `want`
  * bytes, using a small scratch buffer whatever the size: for verifying
- * parts too large to hold. */
+ * parts too large to hold. libzstd keeps the window a frame declares (up to
+ * 2 GiB) meanwhile: with `limit` (0: none), a frame whose window exceeds
+ * it is decoded whole instead when `want` is within it, and not checked
+ * (EIO) otherwise. */
 int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,
-		  size_t dictlen, const char *what, struct sf_err *e);
+		  size_t dictlen, uint64_t limit, const char *what, struct sf_err *e);
 
 /* Like sf_zstd_decode, but the size is unknown in advance: allocates the
  * output (malloc) and grows it as needed, up to `limit` bytes. */

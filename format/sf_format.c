@@ -5,7 +5,13 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include "sf_buf.h"
+#include "sf_map.h"
+#include "sf_view.h"
+#include "sf_open.h"
 
 /* Each format defines its descriptor in its own folder. */
 extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
@@ -91,6 +97,26 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	return 0;
 }
 
+int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
+		  struct sf_err *e)
+{
+	char *at = sf_path_join(a->dirrel, rel), *shown = sf_path_join(a->dirpath, rel);
+	int rc = at && shown ? sf_map_beneath(a->topfd, at, shown, out, e)
+			     : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	free(at);
+	free(shown);
+	return rc;
+}
+
+bool sf_dir_beside(const struct sf_open_args *a, const char *rel)
+{
+	char *at = sf_path_join(a->dirrel, rel);
+	struct stat st;
+	bool yes = at && sf_lstat_beneath(a->topfd, at, &st) == 0 && S_ISDIR(st.st_mode);
+	free(at);
+	return yes;
+}
+
 int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 {
 	char *copy = strdup(path);
@@ -109,20 +135,24 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 	struct sf_map *map = NULL;
 	const struct sf_format *f = sf_format_for(dirpath, name);
 	int dirfd = open(dirpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	/* side files are found beneath "/" from the directory's real path */
+	int topfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char *real = realpath(dirpath, NULL);
 	if (!f) {
 		rc = sf_fail(e, -EPROTONOSUPPORT, "%s: not a file shardfs recognises", path);
 		goto out;
 	}
-	if (dirfd < 0) {
+	if (dirfd < 0 || topfd < 0 || !real) {
 		rc = sf_fail(e, -errno, "%s: %s", dirpath, strerror(errno));
 		goto out;
 	}
 	if ((rc = list_names(dirfd, &names, &nnames, e, dirpath)))
 		goto out;
-	if ((rc = sf_map_openat(dirfd, name, path, &map, e)))
+	if ((rc = sf_map_open(path, &map, e)))
 		goto out;
 	struct sf_open_args a = {
-		.dirfd = dirfd, .dirpath = dirpath, .name = name, .path = path, .map = map,
+		.topfd = topfd, .dirrel = real[1] ? real + 1 : ".", .dirpath = dirpath,
+		.name = name, .path = path, .map = map,
 		.siblings = (const char *const *)names, .nsiblings = nnames,
 	};
 	rc = f->open(&a, out, e);
@@ -133,6 +163,9 @@ out:
 	free(names);
 	if (dirfd >= 0)
 		close(dirfd);
+	if (topfd >= 0)
+		close(topfd);
+	free(real);
 	free(copy);
 	return rc;
 }

@@ -11,13 +11,18 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "sf_bytes.h"
-#include "sf_map.h"
-#include "sf_view.h"
+#include "sf_err.h"
+
+struct sf_map;
+struct sf_view;
 
 struct sf_open_args {
-	int dirfd;              /* the directory holding the file */
-	const char *dirpath;    /* its path, for messages (relative to SRC) */
+	/* What may be read (the mount's SRC): a format opens the files beside
+	 * the container only through sf_map_beside, which resolves them
+	 * beneath it with no symlink followed (sf_open.h). */
+	int topfd;
+	const char *dirrel;     /* the directory holding the file, relative to topfd */
+	const char *dirpath;    /* that directory as messages name it */
 	const char *name;       /* the file's name in that directory */
 	const char *path;       /* dirpath/name, for messages */
 	struct sf_map *map;     /* the file, mapped (the view takes a ref if it keeps it) */
@@ -25,10 +30,17 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
-	/* The directory is the top of what may be read (the mount's SRC): a
-	 * format must not look above it for files beside the container. */
-	bool top;
 };
+
+/* Maps `rel`, named relative to the container's directory ("x_0000.tar",
+ * "../manifest.json"), beneath a->topfd: a symlink on the way, a path
+ * leading above the top, or anything but a regular file is refused with
+ * e->msg saying so. */
+int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
+		  struct sf_err *e);
+/* Whether `rel` (as for sf_map_beside) is a directory beneath the top,
+ * reached with no symlink followed. */
+bool sf_dir_beside(const struct sf_open_args *a, const char *rel);
 
 struct sf_format {
 	const char *name;  /* "tsumugi" */
@@ -50,7 +62,9 @@ const struct sf_format *sf_format_for(const char *dirpath, const char *name);
 const struct sf_format *sf_format_nth(size_t i);
 
 /* Opens `path` (a file outside any mount, for the tools): maps it, lists its
- * directory for siblings and opens the view. */
+ * directory for siblings and opens the view. The file is taken as named;
+ * the files beside it are opened beneath "/" with no symlink followed, as
+ * the daemon opens them beneath SRC. */
 int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e);
 
 #endif

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
+
 size_t sf_utf8_seq(const uint8_t *p, size_t n)
 {
 	uint8_t c = p[0];

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_view.h"
+#include "sf_buf.h"
 
 /* A JSON string from arbitrary bytes: invalid UTF-8 becomes U+FFFD. */
 json_t *sf_json_bytes_as_text(const void *p, size_t len);

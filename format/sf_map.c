@@ -7,12 +7,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-int sf_map_openat(int dirfd, const char *name, const char *path,
-		  struct sf_map **out, struct sf_err *e)
+#include "sf_open.h"
+
+/* Maps the regular file open at `fd` (closed here). */
+static int map_fd(int fd, const char *path, struct sf_map **out, struct sf_err *e)
 {
-	int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return sf_fail(e, -errno, "%s: open: %s", path, strerror(errno));
 	struct sf_map *m = calloc(1, sizeof *m);
 	int rc = 0;
 	if (!m) {
@@ -54,9 +53,25 @@ out:
 	return rc;
 }
 
+int sf_map_beneath(int top, const char *path, const char *shown,
+		   struct sf_map **out, struct sf_err *e)
+{
+	int fd = sf_open_beneath(top, path, SF_WANT_FILE, shown, e);
+	return fd < 0 ? fd : map_fd(fd, shown, out, e);
+}
+
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e)
 {
-	return sf_map_openat(AT_FDCWD, path, path, out, e);
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return sf_fail(e, -errno, "%s: %s", path, strerror(errno));
+	if (!S_ISREG(st.st_mode))
+		return sf_fail(e, -EINVAL, "%s: not a regular file", path);
+	/* O_NONBLOCK: replaced by a FIFO since the stat, it still cannot block */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return sf_fail(e, -errno, "%s: open: %s", path, strerror(errno));
+	return map_fd(fd, path, out, e);
 }
 
 struct sf_map *sf_map_ref(struct sf_map *m)

@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 struct sf_map {
 	atomic_uint refs;
@@ -18,10 +18,12 @@ struct sf_map {
 	char *path;          /* for messages */
 };
 
-/* Maps `name` relative to `dirfd` (AT_FDCWD for a plain path). `path` is
- * what messages call the file. */
-int sf_map_openat(int dirfd, const char *name, const char *path,
-		  struct sf_map **out, struct sf_err *e);
+/* Maps the regular file `path` beneath directory `top`, with no symlink
+ * followed (sf_open.h). `shown` is what messages call the file. */
+int sf_map_beneath(int top, const char *path, const char *shown,
+		   struct sf_map **out, struct sf_err *e);
+/* Maps `path` as a tool's user named it (symlinks followed): only a regular
+ * file, looked at before it is opened, so a FIFO never blocks. */
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e);
 struct sf_map *sf_map_ref(struct sf_map *m);
 /* Takes the mapping's pages out of this process's page tables (the page

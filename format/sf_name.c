@@ -1,6 +1,7 @@
 /* Names taken from inside files, escaped for a directory (docs/design.md §3.3). */
-#include "sf_view.h"
+#include "sf_name.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <xxhash.h>
 

@@ -1,10 +1,15 @@
 /* Reading a view file: parts through the host's cache, and a byte range
  * gathered as iovecs into mappings and buffers. */
-#include "sf_view.h"
+#include "sf_read.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "sf_bytes.h"
+#include "sf_view.h"
 
 static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		       struct sf_err *e)
@@ -12,7 +17,7 @@ static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **ou
 	return p->produce(p, c, out, e);
 }
 
-struct sf_cache sf_nocache = { nocache_get };
+struct sf_cache sf_nocache = { .get = nocache_get };
 
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e)
@@ -47,15 +52,9 @@ static int rv_push(struct sf_readv *rv, const void *p, size_t len)
 
 static int rv_hold(struct sf_readv *rv, struct sf_buf *b)
 {
-	if (rv->nhold == rv->caphold) {
-		size_t cap = rv->caphold ? rv->caphold * 2 : 4;
-		struct sf_buf **h = realloc(rv->hold, cap * sizeof *h);
-		if (!h) {
-			sf_buf_unref(b);
-			return -ENOMEM;
-		}
-		rv->hold = h;
-		rv->caphold = cap;
+	if (sf_grow(&rv->hold, &rv->caphold, rv->nhold, sizeof *rv->hold, 4)) {
+		sf_buf_unref(b);
+		return -ENOMEM;
 	}
 	rv->hold[rv->nhold++] = b;
 	return 0;
@@ -162,4 +161,70 @@ void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst)
 		memcpy(dst, rv->iov[i].iov_base, rv->iov[i].iov_len);
 		dst += rv->iov[i].iov_len;
 	}
+}
+
+/* Copies the bytes of `n` pieces to dst through the kernel: a mapped page
+ * that cannot be read (the source file shrank under its mapping) is then an
+ * error instead of a SIGBUS. */
+static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
+{
+	while (n) {
+		size_t k = n < IOV_MAX ? n : IOV_MAX, want = 0;
+		for (size_t i = 0; i < k; i++)
+			want += iov[i].iov_len;
+		struct iovec to = { dst, want };
+		ssize_t got = process_vm_readv(getpid(), &to, 1, iov, k, 0);
+		if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+			/* a sandbox that forbids the call: copy here */
+			uint8_t *p = dst;
+			for (size_t i = 0; i < k; p += iov[i++].iov_len)
+				memcpy(p, iov[i].iov_base, iov[i].iov_len);
+		} else if (got < 0 || (size_t)got != want) {
+			return -EIO;
+		}
+		dst += want;
+		iov += k;
+		n -= k;
+	}
+	return 0;
+}
+
+int sf_readv_fit(struct sf_readv *rv, size_t max)
+{
+	if (rv->n <= max)
+		return 0;
+	if (max < 2)
+		return -EINVAL;
+	/* Pieces of at least `big` bytes stay; each run of shorter ones between
+	 * them becomes one. There are at most bytes/big long pieces, so at most
+	 * 2*bytes/big + 1 pieces are left: `big` is chosen to make that max. */
+	uint64_t big = 2 * rv->bytes / (max - 1) + 1;
+	size_t small = 0;
+	for (size_t i = 0; i < rv->n; i++)
+		if (rv->iov[i].iov_len < big)
+			small += rv->iov[i].iov_len;
+	struct sf_buf *bounce = sf_buf_new(small);
+	if (!bounce)
+		return -ENOMEM;
+	int rc = rv_hold(rv, bounce);
+	if (rc)
+		return rc;
+	uint8_t *at = bounce->data;
+	size_t out = 0;
+	for (size_t i = 0; i < rv->n;) {
+		if (rv->iov[i].iov_len >= big) {
+			rv->iov[out++] = rv->iov[i++];
+			continue;
+		}
+		size_t j = i, len = 0;
+		while (j < rv->n && rv->iov[j].iov_len < big)
+			len += rv->iov[j++].iov_len;
+		if ((rc = copy_pieces(at, rv->iov + i, j - i)))
+			return rc;
+		rv->iov[out++] = (struct iovec){ at, len };
+		at += len;
+		i = j;
+	}
+	rv->n = out;
+	return 0;
 }

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_view.h"
+#include "sf_buf.h"
 
 struct sf_report {
 	struct sf_str body; /* the finding lines, in the order they were added */

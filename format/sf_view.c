@@ -9,6 +9,9 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_map.h"
+#include "sf_name.h"
+
 /* the cache key of every part: unique for the life of the process */
 static _Atomic uint64_t next_part_id = 1;
 
@@ -23,7 +26,7 @@ static void node_free(struct sf_node *n)
 		for (size_t i = 0; i < n->u.dir.n; i++)
 			node_free(n->u.dir.kids[i]);
 		free(n->u.dir.kids);
-		free(n->u.dir.index);
+		sf_hash_free(&n->u.dir.index);
 		break;
 	case SF_FILE:
 		for (size_t i = 0; i < n->u.file.n; i++)
@@ -65,31 +68,21 @@ static uint64_t name_hash(const char *name)
 	return XXH3_64bits(name, strlen(name));
 }
 
-static void index_put(struct sf_dir *d, size_t k)
+static bool kid_named(const void *name, const void *kid)
 {
-	size_t mask = d->index_cap - 1;
-	size_t i = name_hash(d->kids[k]->name) & mask;
-	while (d->index[i])
-		i = (i + 1) & mask;
-	d->index[i] = (uint32_t)(k + 1);
+	return strcmp(((const struct sf_node *)kid)->name, name) == 0;
 }
 
 /* Small directories are searched linearly; larger ones get a hash index. */
 static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 {
-	if (!d->index) {
+	if (!d->index.n) {
 		for (size_t i = 0; i < d->n; i++)
 			if (strcmp(d->kids[i]->name, name) == 0)
 				return d->kids[i];
 		return NULL;
 	}
-	size_t mask = d->index_cap - 1;
-	for (size_t i = name_hash(name) & mask; d->index[i]; i = (i + 1) & mask) {
-		struct sf_node *k = d->kids[d->index[i] - 1];
-		if (strcmp(k->name, name) == 0)
-			return k;
-	}
-	return NULL;
+	return sf_hash_get(&d->index, name_hash(name), kid_named, name);
 }
 
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
@@ -99,21 +92,16 @@ static int dir_append(struct sf_node *dir, struct sf_node *kid)
 		return -ENOMEM;
 	d->kids[d->n++] = kid;
 	kid->parent = dir;
-	if (d->n >= 16 && d->n * 2 > d->index_cap) {
-		size_t cap = 64;
-		while (cap < d->n * 4)
-			cap *= 2;
-		uint32_t *idx = calloc(cap, sizeof *idx);
-		if (!idx)
-			return 0; /* the linear search still works */
-		free(d->index);
-		d->index = idx;
-		d->index_cap = cap;
-		for (size_t i = 0; i < d->n; i++)
-			index_put(d, i);
-	} else if (d->index) {
-		index_put(d, d->n - 1);
-	}
+	if (d->n < 16)
+		return 0;
+	/* the index holds every kid or none (then, after running out of
+	 * memory, the linear search still works) */
+	size_t from = d->index.n ? d->n - 1 : 0;
+	for (size_t i = from; i < d->n; i++)
+		if (sf_hash_put(&d->index, name_hash(d->kids[i]->name), d->kids[i])) {
+			sf_hash_free(&d->index);
+			break;
+		}
 	return 0;
 }
 
@@ -413,14 +401,8 @@ void sf_view_warn(struct sf_view *v, const char *fmt, ...)
 struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 			     uint64_t size, const char *what)
 {
-	if (v->nparts == v->capparts) {
-		size_t cap = v->capparts ? v->capparts * 2 : 16;
-		struct sf_part **p = realloc(v->parts, cap * sizeof *p);
-		if (!p)
-			return NULL;
-		v->parts = p;
-		v->capparts = cap;
-	}
+	if (sf_grow(&v->parts, &v->capparts, v->nparts, sizeof *v->parts, 16))
+		return NULL;
 	struct sf_part *p = calloc(1, sizeof *p);
 	if (!p)
 		return NULL;

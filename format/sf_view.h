@@ -14,49 +14,17 @@
 #define SF_VIEW_H
 
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <sys/uio.h>
 
-#include "sf_bytes.h"
-#include "sf_map.h"
+#include "sf_buf.h"
+#include "sf_err.h"
+#include "sf_hash.h"
 
-/* ---- buffers ---------------------------------------------------------- */
-
-/* A reference-counted byte buffer. */
-struct sf_buf {
-	atomic_uint refs;
-	size_t len;
-	uint8_t *data;
-};
-
-struct sf_buf *sf_buf_new(size_t len);            /* zero-filled; NULL on ENOMEM */
-struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len); /* takes a malloc'd block */
-struct sf_buf *sf_buf_ref(struct sf_buf *b);
-void sf_buf_unref(struct sf_buf *b);
-
-/* Makes room for element `n` of the growing array whose address is `pp`
- * (a pointer to its first element), holding *cap elements of `size` bytes:
- * the capacity doubles, starting at `first`. 0, or -ENOMEM with the array
- * and *cap unchanged. */
-int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
-
-/* A growable byte string for building text and JSON views. */
-struct sf_str {
-	uint8_t *p;
-	size_t len, cap;
-	bool oom;
-};
-void sf_str_add(struct sf_str *s, const void *p, size_t n);
-void sf_str_addf(struct sf_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
-void sf_str_addc(struct sf_str *s, char c);
-/* Moves the string into a buffer (the string is left empty). NULL on OOM. */
-struct sf_buf *sf_str_take(struct sf_str *s);
-void sf_str_free(struct sf_str *s);
+struct sf_format;
+struct sf_map;
 
 /* ---- parts: decoded units shared by files ----------------------------- */
 
@@ -90,6 +58,9 @@ struct sf_cache {
 	/* On success *out holds a reference the caller drops. */
 	int (*get)(struct sf_cache *c, struct sf_part *part, struct sf_buf **out,
 		   struct sf_err *e);
+	/* The most bytes a buffer decoded while making a part may take (the
+	 * daemon's --cache-size; 0: no limit): a file can claim any size. */
+	uint64_t limit;
 };
 extern struct sf_cache sf_nocache;
 
@@ -144,9 +115,8 @@ typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err 
 struct sf_dir {
 	struct sf_node **kids;
 	size_t n, cap;
-	/* open-addressed name index, built once a directory grows */
-	uint32_t *index;
-	size_t index_cap;
+	/* name -> kid, built once a directory grows (empty: search kids) */
+	struct sf_hash index;
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
 	atomic_bool populated;
@@ -230,12 +200,10 @@ struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 /* ---- building trees ----------------------------------------------------
  *
  * Names: sf_dir_add_* take a raw name (bytes from the file, or our own
- * fixed names) and escape it as docs/design.md §3.3 says: `%`, `/`, `\`, 0x00-0x1F,
- * 0x7F become %XX; an empty, ".", "..", or already present result gets
- * "#<n>"; a result over `SF_NAME_MAX` bytes is cut. Fixed names of ours pass
+ * fixed names) and escape it with sf_name_escape (sf_name.h); an empty, ".",
+ * "..", or already present result gets "#<n>". Fixed names of ours pass
  * through the same code unchanged. All return NULL on ENOMEM.
  */
-#define SF_NAME_MAX 255
 
 struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len);
 struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len);
@@ -244,18 +212,10 @@ struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len
 /* The same, for a name already escaped and made unique by the caller. */
 struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const char *name);
 
-/* Escapes `raw` into `out` (at least SF_NAME_MAX+1 bytes), cutting the
- * result at `max` bytes (255, or less where a sibling name adds a suffix):
- * the first 200 bytes (never splitting %XX), "~" and 16 hex digits of
- * XXH64(raw). Does not add "#<n>". */
-void sf_name_escape(const void *raw, size_t len, size_t max, char *out);
-/* Reverses the escaping of %XX (for names a lookup receives). Returns the
- * raw length written to out (at most strlen(name) bytes). */
-size_t sf_name_unescape(const char *name, uint8_t *out);
 /* Makes `name` (escaped) unique in dir by appending "#<n>" with the smallest
  * n >= 1, also when it is empty, "." or "..". `out` has SF_NAME_MAX+16
- * bytes. `taken` (optional) says whether a further name counts as taken
- * (tet: a dataset's .npy twin). */
+ * bytes (sf_name.h). `taken` (optional) says whether a further name counts
+ * as taken (tet: a dataset's .npy twin). */
 void sf_dir_unique(struct sf_node *dir, const char *name, char *out,
 		   bool (*taken)(struct sf_node *dir, const char *name));
 
@@ -306,23 +266,5 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 /* Resolves a path relative to `from` ("a/b/c"; no "..", no links followed). */
 int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
 		 struct sf_err *e);
-
-/* A read's answer: iovecs pointing into mappings and buffers, plus the
- * references that keep them valid until sf_readv_release. */
-struct sf_readv {
-	struct iovec *iov;
-	size_t n, cap;
-	struct sf_buf **hold;
-	size_t nhold, caphold;
-	uint64_t bytes;
-	uint64_t from_map, from_cache, from_synth; /* byte accounting */
-};
-
-/* Collects [off, off+len) of a ready file (len clipped to the size). */
-int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
-		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
-void sf_readv_release(struct sf_readv *rv);
-/* Copies the collected bytes into dst (rv->bytes long). */
-void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst);
 
 #endif

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sf_format.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 struct shardfs {
@@ -25,7 +26,7 @@ static _Thread_local char last_error[sizeof(struct sf_err)];
 
 static int fail(int rc, const struct sf_err *e)
 {
-	snprintf(last_error, sizeof last_error, "%s", e->msg[0] ? e->msg : strerror(-rc));
+	snprintf(last_error, sizeof last_error, "%s", sf_err_msg(e, rc));
 	return rc;
 }
 

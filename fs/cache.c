@@ -4,7 +4,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "sf_map.h"
 #include "stats.h"
 
 struct entry {
@@ -21,6 +23,7 @@ struct dcache {
 	pthread_mutex_t lock;
 	pthread_cond_t loaded;
 	uint64_t budget, bytes;
+	uint64_t reserved;        /* the declared sizes of the decodes running */
 	struct entry **hash;
 	size_t hcap, count;
 	struct entry *head, *tail;
@@ -126,20 +129,69 @@ static void abandon(struct dcache *c, struct entry *e)
 		free(e);
 }
 
-/* Evicts least recently used loaded entries until within budget. Buffers
- * still in use by a reader stay alive through its reference; an entry whose
+/* Evicts least recently used entries until `need` more bytes fit in the
+ * budget beside what is held and reserved. An entry a reader still holds a
+ * reference to is kept: evicting it would free nothing until the reader is
+ * done, and its bytes would be out of the count meanwhile. An entry whose
  * waiters have not woken yet stays until they have looked at it. */
-static void evict(struct dcache *c)
+static bool make_room(struct dcache *c, uint64_t need)
 {
 	struct entry *e = c->tail;
-	while (c->bytes > c->budget && e) {
+	while (c->bytes + c->reserved + need > c->budget && e) {
 		struct entry *prev = e->prev;
-		if (!e->loading && !e->waiters) {
+		if (!e->loading && !e->waiters && atomic_load(&e->buf->refs) == 1) {
 			drop(c, e);
 			stat_add(&stats.cache_evictions, 1);
 		}
 		e = prev;
 	}
+	return c->bytes + c->reserved + need <= c->budget;
+}
+
+/* Decodes running in this thread: a part's produce may fetch the parts it
+ * is made of through the cache. */
+static _Thread_local unsigned depth;
+
+#define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
+#define ROOM_WAIT_NS 1000000000u  /* 1 s */
+
+/* Reserves `size` bytes for a decode (lock held): evicts, and while other
+ * decodes or readers hold the room, waits for them. A decode inside
+ * another's produce never waits (its caller's reservation could be what it
+ * waits for), nor does a reader after ROOM_WAIT_NS (it may itself hold the
+ * parts that fill the budget, e.g. the earlier parts of the same read): the
+ * budget is then exceeded by that one part, for as long as it is held. */
+static void reserve(struct dcache *c, uint64_t size)
+{
+	struct timespec until, now;
+	clock_gettime(CLOCK_REALTIME, &until);
+	uint64_t end = (uint64_t)until.tv_sec * 1000000000u + (uint64_t)until.tv_nsec + ROOM_WAIT_NS;
+	bool told = false;
+	while (!make_room(c, size) && !depth) {
+		clock_gettime(CLOCK_REALTIME, &now);
+		uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+		if (t >= end)
+			break;
+		if (!told) {
+			slow(c);
+			told = true;
+		}
+		t += ROOM_POLL_NS;
+		until = (struct timespec){ (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+		pthread_cond_timedwait(&c->loaded, &c->lock, &until);
+	}
+	c->reserved += size;
+}
+
+/* A part that cannot fit in the budget is never decoded (a file can claim
+ * any decoded size): its readers get EIO and the log says what to raise. */
+static int too_big(const struct dcache *c, const struct sf_part *part, uint64_t size,
+		   struct sf_err *err)
+{
+	return sf_fail(err, -EIO,
+		       "%s: %s: decodes to %llu bytes, more than --cache-size (%llu bytes) holds",
+		       part->view ? part->view->path : "?", part->what,
+		       (unsigned long long)size, (unsigned long long)c->budget);
 }
 
 /* Once a part is decoded, the stored bytes it came from need not stay in
@@ -156,6 +208,9 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		     struct sf_err *err)
 {
 	struct dcache *c = (struct dcache *)iface;
+	uint64_t size = atomic_load(&part->size);
+	if (size != SF_SIZE_UNKNOWN && size > c->budget)
+		return too_big(c, part, size, err);
 	pthread_mutex_lock(&c->lock);
 	struct entry *e;
 	for (;;) {
@@ -182,6 +237,12 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
+	/* a reader woken from an abandoned decode may learn the size only now */
+	size = atomic_load(&part->size);
+	if (size != SF_SIZE_UNKNOWN && size > c->budget) {
+		pthread_mutex_unlock(&c->lock);
+		return too_big(c, part, size, err);
+	}
 	stat_add(&stats.cache_misses, 1);
 	e = calloc(1, sizeof *e);
 	if (!e) {
@@ -197,27 +258,38 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	c->hash[b] = e;
 	c->count++;
 	lru_front(c, e);
+	/* a part of unknown size reserves nothing: it is counted once made */
+	uint64_t claim = size == SF_SIZE_UNKNOWN ? 0 : size;
+	reserve(c, claim);
 	pthread_mutex_unlock(&c->lock);
 
 	struct sf_buf *buf = NULL;
 	slow(c);
+	depth++;
 	int rc = part->produce(part, iface, &buf, err);
+	depth--;
 	if (rc == 0)
 		drop_source_pages(part->view);
 
 	pthread_mutex_lock(&c->lock);
 	e->loading = false;
+	c->reserved -= claim;
 	if (rc == 0) {
 		stat_add(&stats.parts_decoded, 1);
 		stat_add(&stats.bytes_decoded, buf->len);
-		if (buf->len > c->budget) {
-			/* too big to keep: serve it to this reader only */
-			abandon(c, e);
-		} else {
-			e->buf = sf_buf_ref(buf);
-			c->bytes += buf->len;
-			evict(c);
-		}
+	}
+	if (rc == 0 && buf->len > c->budget) {
+		/* only a part of unknown size gets here: known from now on, it is
+		 * refused before decoding */
+		uint64_t unknown = SF_SIZE_UNKNOWN;
+		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
+		rc = too_big(c, part, buf->len, err);
+		sf_buf_unref(buf);
+	}
+	if (rc == 0) {
+		e->buf = sf_buf_ref(buf);
+		c->bytes += buf->len;
+		make_room(c, 0);
 		*out = buf;
 	} else {
 		abandon(c, e);
@@ -233,6 +305,7 @@ struct dcache *dcache_new(uint64_t budget)
 	if (!c)
 		return NULL;
 	c->iface.get = cache_get;
+	c->iface.limit = budget;
 	c->budget = budget;
 	c->hcap = 1024;
 	c->hash = calloc(c->hcap, sizeof *c->hash);

@@ -1,7 +1,9 @@
 /* The decode cache (docs/design.md §2): decoded parts held within a byte budget,
  * least recently used first out. A part asked for by several readers at
  * once is decoded by one of them while the others wait, so it is decoded
- * at most once while it stays cached. */
+ * at most once while it stays cached. Decodes running count against the
+ * budget by the size their part declares; a part that cannot fit in the
+ * whole budget is refused (EIO) instead of decoded. */
 #ifndef FS_CACHE_H
 #define FS_CACHE_H
 

@@ -1,6 +1,7 @@
 #include "fnode.h"
 
 #include "listing.h"
+#include "sf_map.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -12,6 +12,8 @@
 
 #include "loop.h"
 #include "sf_format.h"
+#include "sf_map.h"
+#include "sf_open.h"
 #include "stats.h"
 
 int src_fd = -1;
@@ -70,14 +72,6 @@ static unsigned char dtype_of(mode_t m)
 	       S_ISBLK(m) ? DT_BLK : DT_UNKNOWN;
 }
 
-char *src_join(const char *dir, const char *name)
-{
-	char *p = NULL;
-	if (strcmp(dir, ".") == 0)
-		return strdup(name);
-	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
-}
-
 /* The view of the old listing that still stands for the same file: it was
  * named after the file, with its extension stripped or ".d" added. */
 static struct sf_view *reuse(const struct listing *old, const char *file, const char *ext,
@@ -104,25 +98,24 @@ static struct sf_view *reuse(const struct listing *old, const char *file, const 
 static struct sf_view *open_container(const struct sf_format *f, int dirfd, const char *rel,
 				      const char *name, char **names, size_t nnames)
 {
-	char *path = src_join(rel, name);
+	char *path = sf_path_join(rel, name);
 	if (!path)
 		return NULL;
 	struct sf_err e = { { 0 } };
 	struct sf_map *map = NULL;
 	struct sf_view *v = NULL;
-	int rc = sf_map_openat(dirfd, name, path, &map, &e);
+	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
 	if (rc == 0) {
 		struct sf_open_args a = {
-			.dirfd = dirfd, .dirpath = rel, .name = name, .path = path, .map = map,
-			.siblings = (const char *const *)names, .nsiblings = nnames,
-			.top = strcmp(rel, ".") == 0,
+			.topfd = src_fd, .dirrel = rel, .dirpath = rel, .name = name, .path = path,
+			.map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
 		rc = f->open(&a, &v, &e);
 		sf_map_unref(map);
 	}
 	if (rc) {
 		stat_add(&stats.containers_failed, 1);
-		errlog_add(path, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(path, sf_err_msg(&e, rc));
 		v = NULL;
 	} else {
 		stat_add(&stats.containers_opened, 1);
@@ -213,8 +206,8 @@ static char *view_name(const struct listing *l, size_t nsrc, const struct namese
 static bool container_at(const char *rel, const char *file, const struct sf_format **fmt,
 			 struct stat *st)
 {
-	char *path = src_join(rel, file);
-	bool yes = path && fstatat(src_fd, path, st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	char *path = sf_path_join(rel, file);
+	bool yes = path && sf_lstat_beneath(src_fd, path, st) == 0 &&
 		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
 	free(path);
 	return yes;
@@ -329,7 +322,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 			continue;
 		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
 		if (!vname) {
-			char *path = src_join(rel, src->name);
+			char *path = sf_path_join(rel, src->name);
 			errlog_add(path ? path : src->name,
 				   "no view: its name and the .d name are both taken");
 			free(path);
@@ -362,9 +355,12 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
  * be listing it: the request loop is handed on meanwhile). */
 static int lock_dir(struct fnode *dir, int *dirfd, struct stat *st)
 {
-	*dirfd = openat(src_fd, dir->rel, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct sf_err e = { { 0 } };
+	*dirfd = sf_open_beneath(src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
+		errlog_add(dir->rel, e.msg); /* swapped for a symlink since looked up */
 	if (*dirfd < 0)
-		return -errno;
+		return *dirfd;
 	if (fstat(*dirfd, st) < 0) {
 		int rc = -errno;
 		close(*dirfd);

@@ -44,8 +44,6 @@ void listing_use_cache(struct sf_cache *c);
 /* Whether two stats describe the same version of a file: a file replaced
  * or rewritten in SRC is a new version. */
 bool same_version(const struct stat *a, const struct stat *b);
-/* "dir/name" for a path relative to SRC ("." is the root); malloc'd. */
-char *src_join(const char *dir, const char *name);
 /* The current listing of SRC directory `dir` (a new reference). */
 int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);

@@ -172,8 +172,14 @@ int main(int argc, char **argv)
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
-	/* resolved now: once mounted, looking at MNT would wait for ourselves */
+	/* resolved now: once mounted, looking at MNT would wait for ourselves;
+	 * and mounted by its absolute path, because the unmount at SIGTERM or
+	 * SIGINT comes after libfuse has changed to "/" */
 	mnt_abs = realpath(o.mnt, NULL);
+	if (!mnt_abs) {
+		fail("mount point %s: %s", o.mnt, strerror(errno));
+		goto out;
+	}
 	if (access("/dev/fuse", R_OK | W_OK) < 0) {
 		fail("/dev/fuse is not available (%s): load the fuse module, or run the "
 		     "container with --device /dev/fuse%s", strerror(errno), "");
@@ -220,7 +226,7 @@ int main(int argc, char **argv)
 	handlers = true;
 	/* The kernel mount exists once this returns, so a script may use MNT
 	 * as soon as we (or our parent, when daemonized) exit. */
-	if (fuse_session_mount(se, o.mnt)) {
+	if (fuse_session_mount(se, mnt_abs)) {
 		fail("cannot mount on %s%s", o.mnt, "");
 		goto out;
 	}
@@ -235,8 +241,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "shardfs: --ready-fd: %s\n", strerror(errno));
 		close(o.ready_fd);
 	}
-	if (mnt_abs)
-		raise_readahead(mnt_abs);
+	raise_readahead(mnt_abs);
 	if (fuse_daemonize(o.foreground)) {
 		fail("cannot daemonize%s%s", "", "");
 		goto out;

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,9 +15,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "access.h"
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
+#include "sf_map.h"
+#include "sf_read.h"
+#include "sf_open.h"
 #include "stats.h"
 #include "uring.h"
 #include "watch.h"
@@ -62,13 +67,11 @@ static uint64_t meta_snapshot(struct fnode *n)
 	return b ? b->len : 0;
 }
 
-/* Attributes of a node. Files 0444, directories 0555, times of the source. */
+/* Attributes of a node: owner and mode as access.h says, times of the source. */
 static void fill_attr(struct fnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
-	st->st_uid = n->st.st_uid;
-	st->st_gid = n->st.st_gid;
 	st->st_atim = n->st.st_atim;
 	st->st_mtim = n->st.st_mtim;
 	st->st_ctim = n->st.st_ctim;
@@ -76,16 +79,16 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	switch (n->kind) {
 	case FK_SRC_DIR:
 	case FK_META_DIR:
-		st->st_mode = S_IFDIR | 0555;
+		st->st_mode = S_IFDIR;
 		st->st_nlink = 2;
 		break;
 	case FK_SRC_FILE:
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
 		st->st_size = n->st.st_size;
 		break;
 	case FK_SRC_OTHER:
-		st->st_mode = (n->st.st_mode & S_IFMT) | (S_ISLNK(n->st.st_mode) ? 0777 : 0444);
+		st->st_mode = n->st.st_mode & S_IFMT;
 		st->st_nlink = 1;
 		st->st_size = n->st.st_size;
 		st->st_rdev = n->st.st_rdev;
@@ -93,7 +96,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	case FK_META_FILE:
 		/* live content: a new snapshot at every stat (attr timeout 0);
 		 * its new mtime makes the kernel drop the pages of the old one */
-		st->st_mode = S_IFREG | 0444;
+		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
 		st->st_size = (off_t)meta_snapshot(n);
 		st->st_mtim = st->st_ctim = n->snap_at;
@@ -101,15 +104,15 @@ static void fill_attr(struct fnode *n, struct stat *st)
 	case FK_VIEW:
 		st->st_nlink = 1;
 		if (n->vn->kind == SF_DIR) {
-			st->st_mode = S_IFDIR | 0555;
+			st->st_mode = S_IFDIR;
 			st->st_nlink = 2;
 		} else if (n->vn->kind == SF_LINK) {
-			st->st_mode = S_IFLNK | 0777;
+			st->st_mode = S_IFLNK;
 			st->st_size = (off_t)strlen(n->vn->u.target);
 		} else {
 			const struct sf_file *fl = &n->vn->u.file;
 			bool built = atomic_load(&fl->built);
-			st->st_mode = S_IFREG | 0444;
+			st->st_mode = S_IFREG;
 			/* a file listed before its build shows the size its
 			 * format announced (readdirplus) */
 			st->st_size = (off_t)(!built && fl->size_known ? fl->known_size : fl->size);
@@ -122,6 +125,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		}
 		break;
 	}
+	access_fill(n, st);
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
@@ -137,7 +141,7 @@ static int ready(struct fnode *n)
 		loop_hand_off();
 	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
 	if (rc)
-		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(n->vpath, sf_err_msg(&e, rc));
 	listing_report_warnings(n->view);
 	return rc;
 }
@@ -180,7 +184,7 @@ static struct fnode *src_child(struct fnode *dir, const char *name, const struct
 	if (!n)
 		return NULL;
 	n->st = *st;
-	if (!(n->rel = src_join(dir->rel, name))) {
+	if (!(n->rel = sf_path_join(dir->rel, name))) {
 		fnode_forget(n, 0);
 		return NULL;
 	}
@@ -200,6 +204,7 @@ static struct fnode *view_root(struct fnode *dir, const struct lentry *le)
 		if (!n)
 			return NULL;
 		n->st = le->st;
+		access_narrow(&n->st, le->view);
 	}
 	fnode_attach(n);
 	return n;
@@ -245,12 +250,13 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		    struct fnode **out)
 {
 	*out = NULL;
-	char *rel = src_join(dir->rel, name);
+	char *rel = sf_path_join(dir->rel, name);
 	if (!rel)
 		return -ENOMEM;
 	struct stat st;
-	int src = fstatat(src_fd, rel, &st, AT_SYMLINK_NOFOLLOW);
-	int err = errno;
+	int src = sf_lstat_beneath(src_fd, rel, &st);
+	if (src == -ELOOP) /* a directory on the way swapped for a symlink */
+		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
 	free(rel);
 	if (src == 0) {
 		pthread_mutex_lock(&ftree_lock);
@@ -261,8 +267,8 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		*out = n;
 		return n ? 0 : -ENOMEM;
 	}
-	if (err != ENOENT)
-		return -err;
+	if (src != -ENOENT)
+		return src;
 	if (!*l) {
 		int rc = whole ? listing_get(dir, l) : listing_for_name(dir, name, l);
 		if (rc)
@@ -316,7 +322,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(dir->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -407,11 +413,16 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	ssize_t k = readlinkat(src_fd, n->rel, buf, PATH_MAX);
+	struct sf_err e;
+	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
+	ssize_t k = fd < 0 ? fd : readlinkat(fd, "", buf, PATH_MAX);
 	if (k < 0) {
-		fuse_reply_err(req, errno);
+		fuse_reply_err(req, fd < 0 ? -fd : errno);
+		if (fd >= 0)
+			close(fd);
 		return;
 	}
+	close(fd);
 	buf[k] = 0;
 	fuse_reply_readlink(req, buf);
 }
@@ -423,7 +434,9 @@ static int map_src_file(struct fnode *n)
 	if (!n->map) {
 		struct sf_err e = { { 0 } };
 		struct sf_map *m = NULL;
-		rc = sf_map_openat(src_fd, n->rel, n->rel, &m, &e);
+		rc = sf_map_beneath(src_fd, n->rel, n->rel, &m, &e);
+		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
+			errlog_add(n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
 			/* replaced between lookup and first read: the version
 			 * this inode stands for is gone */
@@ -522,14 +535,26 @@ static void account(const struct sf_readv *rv)
 	stat_add(&stats.bytes_synthesized, rv->from_synth);
 }
 
-static void reply_readv(fuse_req_t req, struct sf_readv *rv)
+/* Every READ gets an answer, whatever its pieces: writev takes at most
+ * IOV_MAX of them (the reply's header is one), and a reply that fails to be
+ * written is lost, its reader left waiting. */
+static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
 	hand_off_unless_resident(rv);
+	int rc = sf_readv_fit(rv, IOV_MAX - 1);
+	if (rc) {
+		errlog_add(path, rc == -EIO ? "a mapped page of the source could not be read"
+					    : strerror(-rc));
+		fuse_reply_err(req, -rc);
+		return;
+	}
 	account(rv);
 	if (rv->n)
-		fuse_reply_iov(req, rv->iov, (int)rv->n);
+		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
 	else
-		fuse_reply_buf(req, NULL, 0);
+		rc = fuse_reply_buf(req, NULL, 0);
+	if (rc && rc != -ENOENT)
+		errlog_add(path, "the answer could not be written to /dev/fuse");
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -543,7 +568,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (rc)
 			fuse_reply_err(req, -rc);
 		else
-			reply_readv(req, &rv);
+			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
 		return;
 	}
@@ -573,10 +598,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
 	if (rc) {
-		errlog_add(n->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(n->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
-		reply_readv(req, &rv);
+		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
 }
@@ -708,7 +733,7 @@ static int snap_view(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	int rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, e.msg[0] ? e.msg : strerror(-rc));
+		errlog_add(dir->vpath, sf_err_msg(&e, rc));
 		return -EIO;
 	}
 	pthread_mutex_lock(&vn->view->lock);

@@ -3,35 +3,27 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
 
+#include "sf_hash.h"
 #include "sf_json.h"
 
 struct stats stats;
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sf_str log_text;
-/* hashes of logged (path, message) pairs, to log each problem once */
-static uint64_t *seen;
-static size_t nseen, capseen;
+/* hashes of logged (path, message) pairs, to log each problem once; the
+ * hash is the whole key, so the values only need to be non-NULL */
+static struct sf_hash seen;
 
 static bool seen_before(uint64_t h)
 {
-	for (size_t i = 0; i < nseen; i++)
-		if (seen[i] == h)
-			return true;
-	if (nseen == capseen) {
-		size_t cap = capseen ? capseen * 2 : 64;
-		uint64_t *p = realloc(seen, cap * sizeof *p);
-		if (!p)
-			return false;
-		seen = p;
-		capseen = cap;
-	}
-	seen[nseen++] = h;
+	if (sf_hash_get(&seen, h, NULL, NULL))
+		return true;
+	/* out of memory: the problem is logged again next time */
+	(void)sf_hash_put(&seen, h, &seen);
 	return false;
 }
 
@@ -88,9 +80,7 @@ struct sf_buf *errlog_text(void)
 void errlog_fini(void)
 {
 	sf_str_free(&log_text);
-	free(seen);
-	seen = NULL;
-	nseen = capseen = 0;
+	sf_hash_free(&seen);
 }
 
 static pthread_mutex_t transport_lock = PTHREAD_MUTEX_INITIALIZER;

@@ -4,12 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_read.h"
+
 int tool_open(const char *prog, const char *path, struct sf_view **out)
 {
 	struct sf_err e = { { 0 } };
 	int rc = sf_open_path(path, out, &e);
 	if (rc)
-		fprintf(stderr, "%s: %s\n", prog, e.msg[0] ? e.msg : strerror(-rc));
+		fprintf(stderr, "%s: %s\n", prog, sf_err_msg(&e, rc));
 	return rc;
 }
 
@@ -27,7 +29,7 @@ int tool_write_file(const char *prog, struct sf_node *f, FILE *out)
 		sf_readv_release(&rv);
 	}
 	if (rc)
-		fprintf(stderr, "%s: %s: %s\n", prog, f->view->path, e.msg[0] ? e.msg : strerror(-rc));
+		fprintf(stderr, "%s: %s: %s\n", prog, f->view->path, sf_err_msg(&e, rc));
 	return rc;
 }
 

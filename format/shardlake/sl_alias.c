@@ -1,14 +1,14 @@
 /* aliases/<alias>.json (spec shardlake §4.2) shown as a symlink
  * aliases/<alias> -> ../indexes/<index_version> (docs/design.md §3.8). */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include <jansson.h>
 
+#include "sf_map.h"
+#include "sf_view.h"
 #include "sl_formats.h"
 
 /* Only JSON files directly inside a directory named "aliases". */
@@ -47,8 +47,7 @@ static int alias_open(const struct sf_open_args *a, struct sf_view **out, struct
 	if (!rc && !view)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	if (!rc) {
-		struct stat st;
-		if (fstatat(a->dirfd, target, &st, 0) != 0 || !S_ISDIR(st.st_mode))
+		if (!sf_dir_beside(a, target))
 			sf_view_warn(view, "%s: alias points at index version \"%s\", which does not exist (dangling link)",
 				     a->path, v);
 		const char *named = json_string_value(json_object_get(j, "alias"));

@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <string.h>
 
+#include "sf_bytes.h"
+
 int sl_codebook_parse(const uint8_t *p, uint64_t size, const char *path,
 		      struct sl_codebook *cb, struct sf_err *e)
 {

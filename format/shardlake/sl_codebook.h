@@ -4,7 +4,7 @@
 
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 struct sl_codebook {
 	uint32_t dims, m, k, sub_dims;

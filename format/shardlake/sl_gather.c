@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sl_codebook.h"
 #include "sl_sidx.h"
 

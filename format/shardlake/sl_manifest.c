@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,

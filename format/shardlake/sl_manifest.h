@@ -5,7 +5,7 @@
 
 #include <jansson.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_map.h"
 
 /* Parses the mapped manifest; fails (naming `path`) unless it is a JSON

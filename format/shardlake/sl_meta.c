@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_json.h"
 #include "sf_report.h"
 #include "sl_codebook.h"

@@ -5,7 +5,7 @@
 
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 
 #define SL_SIDX_MAGIC "SLKIDX\0\0"
 

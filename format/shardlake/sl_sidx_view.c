@@ -6,25 +6,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_json.h"
 #include "sl_codebook.h"
 #include "sl_formats.h"
 #include "sl_manifest.h"
 #include "sl_sidx.h"
 
-/* Maps a file of the index directory, recording why when it cannot. */
-static struct sf_map *map_beside(const struct sf_open_args *a, const char *rel,
-				 struct sf_err *why)
+/* Maps a file of the index directory (above the shard's), recording why
+ * when it cannot: beneath the top only, so a shard lying directly in SRC
+ * reads no ../manifest.json. One that is there but refused (a symlink, a
+ * FIFO) is reported too. */
+static struct sf_map *map_beside(struct sf_view *v, const struct sf_open_args *a,
+				 const char *rel, struct sf_err *why)
 {
-	char path[4096];
-	snprintf(path, sizeof path, "%s/%s", a->dirpath, rel);
-	if (a->top) {
-		/* the index directory lies outside what we may read */
-		sf_fail(why, -ENOENT, "%s: outside the mounted directory", path);
-		return NULL;
-	}
 	struct sf_map *m = NULL;
-	return sf_map_openat(a->dirfd, rel, path, &m, why) == 0 ? m : NULL;
+	int rc = sf_map_beside(a, rel, &m, why);
+	if (rc == -ELOOP || rc == -EINVAL || rc == -EISDIR)
+		sf_view_warn(v, "%s", why->msg);
+	return rc == 0 ? m : NULL;
 }
 
 static void sidx_free(void *state)
@@ -148,9 +148,9 @@ static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct 
 	s->hdr = h;
 	s->map = a->map;
 	s->name = strdup(a->name);
-	s->manifest = map_beside(a, "../manifest.json", &s->manifest_err);
+	s->manifest = map_beside(v, a, "../manifest.json", &s->manifest_err);
 	if (h.version == 2)
-		s->codebook = map_beside(a, "../pq_codebook.bin", &s->codebook_err);
+		s->codebook = map_beside(v, a, "../pq_codebook.bin", &s->codebook_err);
 	/* the view holds every mapping; the state only borrows them */
 	rc = sf_view_hold_map(v, a->map);
 	if (!rc && s->manifest)

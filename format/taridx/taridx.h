@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
+#include "sf_err.h"
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_view.h"

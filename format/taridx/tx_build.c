@@ -6,71 +6,66 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_bytes.h"
+#include "sf_hash.h"
 #include "taridx.h"
 
-/* An open-addressed set of strings keyed by a 64-bit hash. */
-struct strset {
-	struct entry {
-		uint64_t hash;
-		uint8_t *p;
-		size_t len;
-		uint32_t id;
-	} *e;
-	size_t cap, n;
+/* A string met while indexing (a stem, an extension) and the id it got. */
+struct name {
+	uint32_t id;
+	size_t len;
+	uint8_t p[];
 };
 
-static struct entry *set_find(struct strset *s, uint64_t hash, const uint8_t *p, size_t len,
-			      bool any_with_hash)
+struct bytes {
+	const uint8_t *p;
+	size_t len;
+};
+
+static bool same_bytes(const void *key, const void *val)
 {
-	for (size_t i = hash & (s->cap - 1);; i = (i + 1) & (s->cap - 1)) {
-		struct entry *x = &s->e[i];
-		if (!x->p)
-			return x;
-		if (x->hash == hash && (any_with_hash || (x->len == len && memcmp(x->p, p, len) == 0)))
-			return x;
-	}
+	const struct bytes *k = key;
+	const struct name *v = val;
+	return v->len == k->len && (!k->len || memcmp(v->p, k->p, k->len) == 0);
 }
 
-static int set_grow(struct strset *s)
+/* The names of one kind are an sf_hash of struct name, by a 64-bit hash. */
+static struct name *set_get(const struct sf_hash *s, uint64_t hash, const uint8_t *p, size_t len)
 {
-	if (s->cap && s->n * 2 < s->cap)
-		return 0;
-	struct strset t = { calloc(s->cap ? s->cap * 2 : 64, sizeof *t.e), s->cap ? s->cap * 2 : 64, s->n };
-	if (!t.e)
+	struct bytes k = { p, len };
+	return sf_hash_get(s, hash, same_bytes, &k);
+}
+
+/* Adds a copy of (p, len) under `hash`. */
+static int set_put(struct sf_hash *s, uint64_t hash, const uint8_t *p, size_t len, uint32_t id)
+{
+	struct name *x = malloc(sizeof *x + len);
+	if (!x)
 		return -ENOMEM;
-	for (size_t i = 0; i < s->cap; i++)
-		if (s->e[i].p)
-			*set_find(&t, s->e[i].hash, s->e[i].p, s->e[i].len, false) = s->e[i];
-	free(s->e);
-	*s = t;
+	x->id = id;
+	x->len = len;
+	if (len)
+		memcpy(x->p, p, len);
+	if (sf_hash_put(s, hash, x)) {
+		free(x);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
-/* Adds (hash, p) at the free slot x found by set_find; the string is copied
- * with a spare byte so that empty strings still have a pointer. */
-static int set_put(struct strset *s, struct entry *x, uint64_t hash, const uint8_t *p,
-		   size_t len, uint32_t id)
+static void set_free(struct sf_hash *s)
 {
-	uint8_t *copy = malloc(len + 1);
-	if (!copy)
-		return -ENOMEM;
-	memcpy(copy, p, len);
-	*x = (struct entry){ hash, copy, len, id };
-	s->n++;
-	return set_grow(s);
-}
-
-static void set_free(struct strset *s)
-{
-	for (size_t i = 0; i < s->cap; i++)
-		free(s->e[i].p);
-	free(s->e);
+	size_t pos = 0;
+	struct name *x;
+	while ((x = sf_hash_next(s, &pos)))
+		free(x);
+	sf_hash_free(s);
 }
 
 struct state {
-	struct strset canon;  /* first stem seen per key hash */
-	struct strset crash;  /* crash stems, by stem hash; id = crash id */
-	struct strset ext;    /* extensions; id = extension id */
+	struct sf_hash canon; /* first stem seen per key hash */
+	struct sf_hash crash; /* crash stems, by stem hash; id = crash id */
+	struct sf_hash ext;   /* extensions; id = extension id */
 	struct sf_str rows;
 	struct sf_str crash_block, ext_block;
 	uint64_t nrows, runs;
@@ -81,36 +76,36 @@ struct state {
 
 static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, const struct tx_key *k)
 {
-	struct entry *x = set_find(&st->canon, k->hash, NULL, 0, true);
+	struct name *x = sf_hash_get(&st->canon, k->hash, NULL, NULL);
 	uint32_t crashid = 0;
 	int rc = 0;
-	if (!x->p) {
-		rc = set_put(&st->canon, x, k->hash, k->stem, k->stem_len, 0);
+	if (!x) {
+		rc = set_put(&st->canon, k->hash, k->stem, k->stem_len, 0);
 	} else if (x->len != k->stem_len || memcmp(x->p, k->stem, k->stem_len) != 0) {
 		/* a genuine XXH64 collision: the later stem gets a crash id */
 		uint64_t h = XXH3_64bits(k->stem, k->stem_len);
-		struct entry *c = set_find(&st->crash, h, k->stem, k->stem_len, false);
-		if (!c->p) {
+		struct name *c = set_get(&st->crash, h, k->stem, k->stem_len);
+		if (!c) {
 			uint32_t id = (uint32_t)st->crash.n + 1;
 			if (id > 1)
 				sf_str_addc(&st->crash_block, '\n');
 			sf_str_add(&st->crash_block, k->stem, k->stem_len);
-			rc = set_put(&st->crash, c, h, k->stem, k->stem_len, id);
+			rc = set_put(&st->crash, h, k->stem, k->stem_len, id);
 			crashid = id;
 		} else {
 			crashid = c->id;
 		}
 	}
 	uint64_t eh = XXH64(k->ext, k->ext_len, 0);
-	struct entry *ex = set_find(&st->ext, eh, k->ext, k->ext_len, false);
-	if (!rc && !ex->p) {
+	struct name *ex = set_get(&st->ext, eh, k->ext, k->ext_len);
+	if (!rc && !ex) {
 		if (st->ext.n >= 65536)
 			return -E2BIG;
 		if (st->ext.n)
 			sf_str_addc(&st->ext_block, '\n');
 		sf_str_add(&st->ext_block, k->ext, k->ext_len);
-		rc = set_put(&st->ext, ex, eh, k->ext, k->ext_len, (uint32_t)st->ext.n);
-		ex = set_find(&st->ext, eh, k->ext, k->ext_len, false);
+		rc = set_put(&st->ext, eh, k->ext, k->ext_len, (uint32_t)st->ext.n);
+		ex = set_get(&st->ext, eh, k->ext, k->ext_len);
 	}
 	if (rc)
 		return rc;
@@ -170,13 +165,7 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   struct sf_err *e)
 {
 	struct state st = { 0 };
-	int rc = set_grow(&st.canon);
-	if (!rc)
-		rc = set_grow(&st.crash);
-	if (!rc)
-		rc = set_grow(&st.ext);
-	if (rc)
-		rc = sf_fail(e, rc, "out of memory");
+	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {
 		/* upstream numbers a tar "fid of the last row + 1", so an empty
 		 * tar takes no fid (spec §2.3) */

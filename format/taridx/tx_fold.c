@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_name.h"
 #include "taridx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
@@ -424,10 +425,8 @@ static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf
 		sf_view_warn(f->view, "%s: no shards %s_*.tar beside the index", a->path, f->fold);
 	for (size_t i = 0; i < f->nshards; i++) {
 		struct tx_shard *s = &f->shards[i];
-		char path[4096];
 		struct sf_err me = { { 0 } };
-		snprintf(path, sizeof path, "%s/%s", a->dirpath, s->name);
-		if (sf_map_openat(a->dirfd, s->name, path, &s->map, &me) == 0) {
+		if (sf_map_beside(a, s->name, &s->map, &me) == 0) {
 			if ((rc = sf_view_hold_map(f->view, s->map)))
 				return sf_fail(e, rc, "%s: out of memory", a->path);
 			continue;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
+#include "sf_bytes.h"
 #include "taridx.h"
 
 /* Splits a block on '\n' only (spec §3.2): `want` strings, where an empty

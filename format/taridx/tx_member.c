@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "taridx.h"
 
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row)

@@ -8,8 +8,10 @@
 #include <stdint.h>
 
 #include "sf_bytes.h"
-#include "sf_report.h"
+#include "sf_err.h"
 #include "sf_view.h"
+
+struct sf_report;
 
 #define TAT_HEADER 64
 #define TAT_TRAILER 12

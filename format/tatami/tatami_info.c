@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tatami.h"
 
 /* Go's %-Ns pads by runes, not bytes. */

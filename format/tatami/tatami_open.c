@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sf_format.h"
+#include "sf_map.h"
 #include "tatami.h"
 
 extern const struct sf_format sf_fmt_tatami;

@@ -49,6 +49,10 @@ int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t c
 	if (codec == TAT_NONE && r->csize != r->usize)
 		return sf_fail(e, -EIO, "%s: %s: stored %u bytes without a codec but records %u",
 			       path, what, r->csize, r->usize);
+	uint64_t limit = tf->view->cache ? tf->view->cache->limit : 0;
+	if (limit && r->usize > limit)
+		return sf_fail(e, -EIO, "%s: %s: record decodes to %u bytes, more than --cache-size "
+			       "(%llu bytes) holds", path, what, r->usize, (unsigned long long)limit);
 	struct sf_buf *b = sf_buf_new(r->usize);
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory for %u bytes", path, what, r->usize);

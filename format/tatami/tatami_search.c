@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sf_codec.h"
+#include "sf_report.h"
 #include "tatami.h"
 
 /* A term dictionary block decodes to at most this (upstream's are ~KiB). */
@@ -61,14 +62,8 @@ static int inv_record(struct tat_file *tf, uint64_t off, uint64_t len, const cha
 
 static int add_term(struct tat_search *s, const uint8_t *p, size_t len, struct sf_cursor *c)
 {
-	if (s->nterms == s->capterms) {
-		size_t cap = s->capterms ? 2 * s->capterms : 256;
-		struct tat_term *t = realloc(s->terms, cap * sizeof *t);
-		if (!t)
-			return -ENOMEM;
-		s->terms = t;
-		s->capterms = cap;
-	}
+	if (sf_grow(&s->terms, &s->capterms, s->nterms, sizeof *s->terms, 256))
+		return -ENOMEM;
 	struct tat_term *t = &s->terms[s->nterms];
 	memset(t, 0, sizeof *t);
 	t->at = s->names.len;

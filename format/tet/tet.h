@@ -7,8 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
-#include "sf_map.h"
+#include "sf_err.h"
+#include "sf_name.h"
 #include "sf_view.h"
 
 #define TET_MAX_DIM 8
@@ -104,7 +104,9 @@ int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 /* Fails (EIO) when a zstd tile's frames cannot produce en->raw bytes. */
 int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e);
 /* Checks that a tile decodes to its recorded size without holding it. */
-int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e);
+/* `limit`: the host's sf_cache limit (sf_zstd_check). */
+int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t limit,
+		   struct sf_err *e);
 /* Creates the dataset's tile parts and cell references once. */
 int tet_make_parts(struct sf_view *v, struct tet_dataset *ds);
 /* Chunk file, tile file, stored-zstd file and whole-array .npy contents. */

@@ -11,6 +11,7 @@
 
 #include "sf_codec.h"
 #include "sf_json.h"
+#include "sf_name.h"
 #include "tet.h"
 
 static const struct tet_entry *cell_entry(const struct tet_dataset *ds, uint64_t cell)
@@ -39,13 +40,14 @@ int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
 	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
 }
 
-int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)
+int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t limit,
+		   struct sf_err *e)
 {
 	if (en->codec == TET_RAW)
 		return 0;
 	char what[SF_NAME_MAX + 300];
 	tile_what(ds, en, what, sizeof what);
-	return sf_zstd_check(ds->file->data + en->off, en->stored, en->raw, NULL, 0, what, e);
+	return sf_zstd_check(ds->file->data + en->off, en->stored, en->raw, NULL, 0, limit, what, e);
 }
 
 int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "tet.h"
 
 static void __attribute__((format(printf, 2, 3)))

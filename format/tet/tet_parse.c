@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
+#include "sf_name.h"
 #include "tet.h"
 
 static const struct {

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <stdlib.h>
 
+#include "sf_bytes.h"
 #include "tet.h"
 
 /* Records the first problem of a dataset. */

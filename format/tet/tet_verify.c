@@ -43,7 +43,7 @@ static void check_offsets(struct sf_report *r, const struct tet_file *tf)
 	}
 }
 
-static void check_decode(struct sf_report *r, const struct tet_file *tf)
+static void check_decode(struct sf_report *r, const struct tet_file *tf, uint64_t limit)
 {
 	for (uint64_t k = 0; k < tf->entry_count; k++) {
 		const struct tet_entry *en = &tf->entries[k];
@@ -52,7 +52,7 @@ static void check_decode(struct sf_report *r, const struct tet_file *tf)
 		const struct tet_dataset *ds = &tf->ds[en->dataset_id];
 		struct sf_err e = { { 0 } };
 		/* counted, not held: a tile may decode to more than memory allows */
-		if (tet_tile_check(ds, en, &e))
+		if (tet_tile_check(ds, en, limit, &e))
 			sf_report_add(r, true, "chunk_decode: chunk %llu: %s", (unsigned long long)k, e.msg);
 	}
 }
@@ -133,7 +133,7 @@ int tet_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct s
 			sf_report_add(&r, true, "dataset_tensor_bytes: dataset %u (%s): %s", i, tf->ds[i].esc,
 				      tf->ds[i].problem);
 	check_offsets(&r, tf);
-	check_decode(&r, tf);
+	check_decode(&r, tf, cache->limit);
 	const char *bad;
 	if (tf->footer_error)
 		sf_report_add(&r, true, "footer: %s (footer_invalid)", tf->footer_error);

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "sf_format.h"
+#include "sf_map.h"
+#include "sf_name.h"
 #include "tet.h"
 
 /* Writes the chunk coordinates "i0.i1..." of a grid cell. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "tsm_shard.h"
 
@@ -44,15 +45,9 @@ void *tsm_own(struct tsm_shard *s, void *p)
 {
 	if (!p)
 		return NULL;
-	if (s->nowned == s->capowned) {
-		size_t cap = s->capowned ? s->capowned * 2 : 16;
-		void **o = realloc(s->owned, cap * sizeof *o);
-		if (!o) {
-			free(p);
-			return NULL;
-		}
-		s->owned = o;
-		s->capowned = cap;
+	if (sf_grow(&s->owned, &s->capowned, s->nowned, sizeof *s->owned, 16)) {
+		free(p);
+		return NULL;
 	}
 	s->owned[s->nowned++] = p;
 	return p;

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tsm_shard.h"
 
 #define NPY_HEADER 128

@@ -7,9 +7,11 @@
 #include <string.h>
 #include <zstd.h>
 
+#include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
 #include "sf_json.h"
+#include "sf_report.h"
 #include "tsm_shard.h"
 
 #define FWD_BLOCK 16384
@@ -278,6 +280,13 @@ static void hex_into(uint8_t *dst, const uint8_t *src, size_t n)
 	}
 }
 
+/* The most one value may decode to: the host's limit, if it has one. */
+static size_t value_limit(const struct tsm_shard *s)
+{
+	uint64_t limit = s->view->cache ? s->view->cache->limit : 0;
+	return limit && limit < FWD_VALUE_LIMIT ? (size_t)limit : FWD_VALUE_LIMIT;
+}
+
 /* The whole decoded value of (doc, col), as stored (no hex). */
 static int decode_value(const struct tsm_shard *s, const uint8_t *base, uint32_t doc,
 			uint32_t ci, struct sf_buf **out, struct sf_err *e)
@@ -306,6 +315,13 @@ static int decode_value(const struct tsm_shard *s, const uint8_t *base, uint32_t
 				sf_str_free(&all);
 				return rc;
 			}
+			if (all.len + b->len > value_limit(s)) {
+				sf_buf_unref(b);
+				sf_str_free(&all);
+				return sf_fail(e, -EIO, "%s: regions/%s: document %u column %u decodes "
+					       "to more than %zu bytes", vpath(s), s->fwd->r->name,
+					       doc, ci, value_limit(s));
+			}
 			sf_str_add(&all, b->data, b->len);
 			sf_buf_unref(b);
 		}
@@ -319,7 +335,7 @@ static int decode_value(const struct tsm_shard *s, const uint8_t *base, uint32_t
 		return rc;
 	uint8_t *p = NULL;
 	size_t plen = 0;
-	rc = sf_zstd_decode_alloc(slot, len, FWD_VALUE_LIMIT, dict, dictlen, "value", &p, &plen, e);
+	rc = sf_zstd_decode_alloc(slot, len, value_limit(s), dict, dictlen, "value", &p, &plen, e);
 	if (rc) {
 		sf_err_prefix(e, "%s: regions/%s: document %u column %u", vpath(s), s->fwd->r->name,
 			      doc, ci);

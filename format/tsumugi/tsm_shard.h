@@ -9,9 +9,10 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "sf_bytes.h"
-#include "sf_report.h"
+#include "sf_err.h"
 #include "sf_view.h"
+
+struct sf_report;
 
 #define TSM_HEADER_SIZE 64
 #define TSM_TRAILER_SIZE 16

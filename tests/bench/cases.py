@@ -372,7 +372,7 @@ def transport_ab(ctx):
     reversed every other run), medians: the small-file passes and four
     readers, a large first read, and the idle daemon's CPU. io_uring needs
     the kernel's switch, turned on for this group and put back (root)."""
-    n = ctx.size(20_000, 2_000)
+    n = ctx.size(10_000, 2_000)
     src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
     order = names[:]
     random.Random(8).shuffle(order)

@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sf_map.h"
+#include "sf_read.h"
+
 /* ---- the private directory ------------------------------------------- */
 
 static char dir[64];
@@ -298,7 +301,7 @@ int fuzz_open_map_and_walk(const struct sf_format *fmt, const uint8_t *data, siz
 	memcpy(copy, data, size);
 	struct sf_map m = { .data = size ? copy : NULL, .size = size, .path = (char *)file_name };
 	atomic_init(&m.refs, 2); /* never freed through unref: it lives on the stack */
-	struct sf_open_args a = { .dirfd = -1, .dirpath = ".", .name = file_name,
+	struct sf_open_args a = { .topfd = -1, .dirrel = ".", .dirpath = ".", .name = file_name,
 				  .path = file_name, .map = &m };
 	struct sf_view *v = NULL;
 	struct sf_err e;

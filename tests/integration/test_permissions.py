@@ -1,8 +1,11 @@
 """Who can read the mount (docs/security.md): without `-o allow_other` only
-the user who mounted it; with it everyone, files 0444 and directories 0555,
-and still nothing can be written. The other user is `nobody`, through
-setpriv."""
+the user who mounted it; with it every user reads what SRC's owners and
+modes let them read (a sample SRC of 0644 files and 0755 directories shows
+files 0444 and directories 0555), and still nothing can be written. The
+other user is `nobody`, or a user the test creates, through setpriv."""
+import grp
 import os
+import pwd
 import shutil
 import stat
 import subprocess
@@ -96,3 +99,120 @@ def test_allow_other_lets_everyone_read_only(world):
     finally:
         stop_clean(m)
     assert fingerprint(world / "src") == before
+
+
+@pytest.fixture
+def user():
+    """A user created for the test (with a group of its own), removed after."""
+    name = f"sfperm{os.getpid() % 100000}"
+    subprocess.run(["userdel", name], capture_output=True)
+    subprocess.run(["groupdel", name], capture_output=True)
+    r = subprocess.run(["useradd", "--no-create-home", "--user-group", "--shell",
+                        "/usr/sbin/nologin", name], capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    try:
+        yield name
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, timeout=60)
+        subprocess.run(["groupdel", name], capture_output=True, timeout=60)
+
+
+def as_user(name, *cmd):
+    return subprocess.run(["setpriv", f"--reuid={name}", f"--regid={name}", "--init-groups",
+                           *map(str, cmd)], capture_output=True, timeout=60)
+
+
+def test_permissions_follow_src(world, user, tmp_path_factory):
+    """With allow_other (default_permissions always on), another user reads
+    through the mount exactly what they can read in SRC: SRC entries show
+    their own owner, group and mode less the write bits; a view and all in
+    it show its container's, narrowed by its other files (a fold's shards,
+    a Shardlake index's manifest), directories with x where they have r."""
+    src = world / "src"
+    uid, gid = pwd.getpwnam(user).pw_uid, grp.getgrnam(user).gr_gid
+    # plain files and directories of every kind of access
+    files = {"pub.txt": (0o644, 0, 0), "priv.txt": (0o600, 0, 0), "grp.txt": (0o640, 0, gid),
+             "grp_no.txt": (0o640, 0, 0), "mine.txt": (0o600, uid, gid),
+             "exe.sh": (0o4755, 0, 0)}
+    for n, (mode, u, g) in files.items():
+        (src / n).write_bytes(n.encode() + b"\n")
+        os.chown(src / n, u, g)
+        os.chmod(src / n, mode)
+    for d, mode in (("closed", 0o700), ("open", 0o755), ("listonly", 0o744)):
+        (src / d).mkdir(mode=mode)
+        os.chmod(src / d, mode)
+        (src / d / "inner.txt").write_bytes(b"inner\n")
+    # containers: copies of the tet sample with each access; folds with
+    # one shard closed; a Shardlake index with its manifest closed
+    tet = next((src / "tet").glob("*.tet"))
+    for n, (mode, u, g) in {"pub": (0o644, 0, 0), "priv": (0o600, 0, 0),
+                            "grp": (0o640, 0, gid), "mine": (0o400, uid, gid)}.items():
+        shutil.copy(tet, src / f"{n}.tet")
+        os.chown(src / f"{n}.tet", u, g)
+        os.chmod(src / f"{n}.tet", mode)
+    fold = src / "taridx"
+    shutil.copytree(fold, src / "closedfold")
+    shard = sorted((src / "closedfold").glob("*_0001.tar"))[0]
+    os.chmod(shard, 0o600)
+    shutil.copytree(src / "shardlake", src / "closedlake")
+    for m in (src / "closedlake").rglob("manifest.json"):
+        os.chmod(m, 0o600)
+
+    m = run_mount(world, "-o", "allow_other")
+    mnt = world / "mnt"
+    try:
+        def readable_in(root, rel):
+            return as_user(user, "cat", root / rel).returncode == 0
+
+        # SRC entries: their own owner and group, mode less write and set-id
+        checked = 0
+        for dirpath, dirnames, filenames in os.walk(src):
+            for n in dirnames + filenames:
+                p = Path(dirpath) / n
+                rel = p.relative_to(src)
+                s, t = os.lstat(p), os.lstat(mnt / rel)
+                assert (t.st_uid, t.st_gid) == (s.st_uid, s.st_gid), rel
+                want = 0o777 if stat.S_ISLNK(s.st_mode) else stat.S_IMODE(s.st_mode) & 0o555
+                assert stat.S_IMODE(t.st_mode) == want, rel
+                if n in filenames and not stat.S_ISLNK(s.st_mode):
+                    assert readable_in(mnt, rel) == readable_in(src, rel), rel
+                    checked += 1
+        assert checked > 20
+        for n in files:
+            assert readable_in(mnt, n) == (n in ("pub.txt", "grp.txt", "mine.txt", "exe.sh")), n
+        assert not readable_in(mnt, "closed/inner.txt") and readable_in(mnt, "open/inner.txt")
+        assert as_user(user, "ls", mnt / "listonly").returncode == 0
+        assert not readable_in(mnt, "listonly/inner.txt")
+
+        # views: readable exactly when every file they read is
+        def view_readable(view):
+            ls = as_user(user, "ls", view).returncode == 0
+            files = [p for p in view.rglob("*") if p.is_file() and not p.is_symlink()]
+            assert files, view
+            reads = {readable_in(view, p.relative_to(view)) for p in files[:5]}
+            assert reads == {ls}, view
+            return ls
+
+        for n, yes in (("pub", True), ("priv", False), ("grp", True), ("mine", True)):
+            v = mnt / n
+            s = os.stat(src / f"{n}.tet")
+            t = os.stat(v)
+            assert (t.st_uid, t.st_gid) == (s.st_uid, s.st_gid)
+            r = stat.S_IMODE(s.st_mode) & 0o444
+            assert stat.S_IMODE(t.st_mode) == r | r >> 2, n
+            assert view_readable(v) == yes == readable_in(src, f"{n}.tet"), n
+        assert view_readable(mnt / "taridx" / "demo")
+        assert not view_readable(mnt / "closedfold" / "demo")
+        assert stat.S_IMODE(os.stat(mnt / "closedfold" / "demo").st_mode) == 0o500
+        lake = [p for p in (mnt / "shardlake").rglob("shard-*") if p.is_dir()]
+        closed = [p for p in (mnt / "closedlake").rglob("shard-*") if p.is_dir()]
+        assert lake and closed
+        assert all(view_readable(p) for p in lake[:2])
+        assert not any(view_readable(p) for p in closed[:2])
+        # the error log names files anywhere in SRC: only the mounting user
+        e = os.stat(mnt / ".shardfs" / "errors")
+        assert (e.st_uid, stat.S_IMODE(e.st_mode)) == (os.geteuid(), 0o400)
+        assert not readable_in(mnt, ".shardfs/errors")
+        assert readable_in(mnt, ".shardfs/stats.json")
+    finally:
+        stop_clean(m)

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from conftest import SANITIZER_MARKS, Mount, is_mounted
+from conftest import SANITIZER_MARKS, SHARDFS, Mount, is_mounted, unmount
 from relutil import copy_samples, fingerprint
 
 # what a read may see once the daemon is gone
@@ -124,3 +124,36 @@ def test_lazy_unmount_with_open_files(tmp_path, tmp_path_factory):
         assert m.proc.poll() is None, "the daemon left while a file was still open"
         f.close()
         assert_clean_exit(m, m.proc.wait(timeout=30))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("form", ["mnt", "./mnt", "sub/../mnt", "mnt/"])
+def test_signal_unmounts_a_relative_mount_point(tmp_path, sig, form):
+    """The reproducer: `shardfs src mnt -f` run from MNT's parent, then
+    SIGTERM, left a stale mount ("failed to unmount mnt: Invalid argument")
+    and exited 0. MNT in any relative form is unmounted."""
+    src, mnt = tmp_path / "src", tmp_path / "mnt"
+    src.mkdir()
+    (src / "a.txt").write_bytes(b"a\n")
+    mnt.mkdir()
+    (tmp_path / "sub").mkdir()
+    log = tmp_path / "log"
+    proc = subprocess.Popen([str(SHARDFS), "src", form, "-f"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=open(log, "wb"))
+    try:
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.02)
+        assert (mnt / "a.txt").read_bytes() == b"a\n"
+        proc.send_signal(sig)
+        rc = proc.wait(timeout=30)
+        err = log.read_text(errors="replace")
+        assert rc == 0 and "failed to unmount" not in err, err
+        assert not any(mark in err for mark in SANITIZER_MARKS), err
+        assert not is_mounted(mnt)
+    finally:
+        unmount(mnt)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -29,6 +29,37 @@ static int produce_fail(const struct sf_part *p, struct sf_cache *cache, struct 
 	return sf_fail(e, -EIO, "broken on purpose");
 }
 
+static struct dcache *budget_cache;
+static atomic_uint_fast64_t live, peak_live;
+
+/* Records the most bytes held by the cache plus being decoded at once. */
+static int produce_counted(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			   struct sf_err *e)
+{
+	uint64_t now = atomic_fetch_add(&live, p->aux) + p->aux + dcache_bytes(budget_cache);
+	for (uint64_t seen = atomic_load(&peak_live); now > seen &&
+	     !atomic_compare_exchange_weak(&peak_live, &seen, now);)
+		;
+	int rc = produce_slow(p, cache, out, e);
+	atomic_fetch_sub(&live, p->aux);
+	return rc;
+}
+
+/* A part made of another: its first byte is the inner part's. */
+static int produce_outer(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			 struct sf_err *e)
+{
+	struct sf_buf *in = NULL;
+	int rc = sf_part_get(cache, p->arg, &in, e);
+	if (rc)
+		return rc;
+	*out = sf_buf_new(600);
+	if (*out)
+		memset((*out)->data, (int)(p->id & 0xff), 600);
+	sf_buf_unref(in);
+	return *out ? 0 : -ENOMEM;
+}
+
 struct race {
 	struct dcache *c;
 	struct sf_part *p;
@@ -97,14 +128,48 @@ int main(void)
 	CHECK_EQ_U(atomic_load(&produced), 1);
 	CHECK(dcache_bytes(c) <= 1000);
 
-	/* a part larger than the whole budget is served but not kept */
+	/* a part larger than the whole budget is refused, never decoded */
 	struct sf_part *big = sf_view_part(v, produce_slow, NULL, 5000, "big");
 	big->aux = 5000;
 	atomic_store(&produced, 0);
-	race_on(c, big, 1, 0);
-	race_on(c, big, 1, 0);
-	CHECK_EQ_U(atomic_load(&produced), 2);
+	race_on(c, big, 4, -EIO);
+	CHECK_EQ_U(atomic_load(&produced), 0);
+	/* one of unknown size is decoded once, found too big, and from then
+	 * on refused before decoding */
+	struct sf_part *vague = sf_view_part(v, produce_slow, NULL, SF_SIZE_UNKNOWN, "vague");
+	vague->aux = 5000;
+	race_on(c, vague, 1, -EIO);
+	race_on(c, vague, 3, -EIO);
+	CHECK_EQ_U(atomic_load(&produced), 1);
 	CHECK(dcache_bytes(c) <= 1000);
+
+	/* decodes running count against the budget: four readers of four
+	 * parts of 400 bytes never have more than 1000 bytes decoded or
+	 * being decoded */
+	struct dcache *small = dcache_new(1000);
+	budget_cache = small;
+	for (int round = 0; round < 3; round++) {
+		pthread_t t[4];
+		struct race r[4];
+		for (int i = 0; i < 4; i++) {
+			struct sf_part *w = sf_view_part(v, produce_counted, NULL, 400, "w");
+			w->aux = 400;
+			r[i] = (struct race){ small, w, 1, 0 };
+			pthread_create(&t[i], NULL, reader, &r[i]);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(t[i], NULL);
+			CHECK_EQ_U(r[i].rc, 0);
+		}
+	}
+	CHECK(atomic_load(&peak_live) > 0 && atomic_load(&peak_live) <= 1000);
+	/* a part made of another through the cache does not wait for the room
+	 * its own decode holds */
+	struct sf_part *inner = sf_view_part(v, produce_slow, NULL, 600, "inner");
+	inner->aux = 600;
+	struct sf_part *outer = sf_view_part(v, produce_outer, inner, 600, "outer");
+	race_on(small, outer, 1, 0);
+	dcache_free(small);
 
 	/* failures reach every waiting reader and are not cached */
 	struct sf_part *bad = sf_view_part(v, produce_fail, NULL, 10, "bad");

@@ -11,8 +11,10 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "sf_bytes.h"
 #include "sf_format.h"
 #include "taridx/taridx.h"
+#include "sf_read.h"
 
 /* The whole content of a view file, or NULL when a read fails (*rc). */
 static struct sf_buf *read_all(struct sf_node *f, int *rc)

@@ -9,7 +9,9 @@
 #include <zstd.h>
 
 #include "check.h"
+#include "sf_bytes.h"
 #include "sf_format.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 /* ---- reading views ---------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <zstd.h>
 
 #include "sf_crc32c.h"
+#include "sf_read.h"
 #include "views.h"
 
 static char tmpdir[] = "/tmp/test-tsumugi-XXXXXX";
@@ -475,7 +476,7 @@ static void test_head_of_big_body(const char *dir)
 	struct sf_view *v = open_ok(path);
 	if (!v)
 		return;
-	struct counting k = { { counting_get }, 0, 0 };
+	struct counting k = { { .get = counting_get }, 0, 0 };
 	struct sf_err e;
 	struct sf_node *n = NULL;
 	CHECK(sf_view_walk(v->root, "docs/1/body", &n, &e) == 0);

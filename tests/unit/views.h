@@ -6,6 +6,7 @@
 
 #include "check.h"
 #include "sf_format.h"
+#include "sf_read.h"
 #include "sf_view.h"
 
 /* Opens the container at `path`, CHECKing that it opens; NULL if not. */

@@ -1,0 +1,44 @@
+/* Reference-counted byte buffers, growable strings and the doubling growth
+ * of arrays. */
+#ifndef SF_BUF_H
+#define SF_BUF_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A reference-counted byte buffer. */
+struct sf_buf {
+	atomic_uint refs;
+	size_t len;
+	uint8_t *data;
+};
+
+struct sf_buf *sf_buf_new(size_t len);            /* zero-filled; NULL on ENOMEM */
+struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len); /* takes a malloc'd block */
+struct sf_buf *sf_buf_ref(struct sf_buf *b);
+void sf_buf_unref(struct sf_buf *b);
+
+/* Makes room for element `n` of the growing array whose address is `pp`
+ * (a pointer to its first element), holding *cap elements of `size` bytes:
+ * the capacity doubles, starting at `first`. 0, or -ENOMEM with the array
+ * and *cap unchanged. */
+int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
+
+/* A growable byte string for building text and JSON views. */
+struct sf_str {
+	uint8_t *p;
+	size_t len, cap;
+	bool oom;
+};
+void sf_str_add(struct sf_str *s, const void *p, size_t n);
+void sf_str_addf(struct sf_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+void sf_str_addc(struct sf_str *s, char c);
+/* Moves the string into a buffer (the string is left empty). NULL on OOM. */
+struct sf_buf *sf_str_take(struct sf_str *s);
+void sf_str_free(struct sf_str *s);
+
+#endif

@@ -1,0 +1,180 @@
+#include "sf_open.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int sf_open_walk(int top, const char *path, int flags)
+{
+	if (path[0] == '/')
+		return -EXDEV;
+	if (!path[0])
+		return -ENOENT;
+	char *p = strdup(path);
+	/* the directories opened on the way; dirs[0] is `top` (the caller's) */
+	int *dirs = malloc((strlen(path) / 2 + 2) * sizeof *dirs);
+	if (!p || !dirs) {
+		free(p);
+		free(dirs);
+		return -ENOMEM;
+	}
+	size_t depth = 0;
+	dirs[0] = top;
+	int rc = 0;
+	char *save = NULL, *comp = strtok_r(p, "/", &save);
+	while (comp) {
+		char *next = strtok_r(NULL, "/", &save);
+		if (strcmp(comp, "..") == 0) {
+			if (depth == 0) {
+				rc = -EXDEV;
+				break;
+			}
+			close(dirs[depth--]);
+		} else if (strcmp(comp, ".") != 0) {
+			if (!next)
+				break; /* the last component: opened below */
+			struct stat st;
+			int fd = openat(dirs[depth], comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+			if (fd < 0) {
+				rc = -errno;
+				break;
+			}
+			rc = fstat(fd, &st) < 0 ? -errno : S_ISLNK(st.st_mode) ? -ELOOP :
+			     S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+			if (rc) {
+				close(fd);
+				break;
+			}
+			dirs[++depth] = fd;
+		}
+		comp = next;
+	}
+	int fd = rc;
+	if (rc == 0) {
+		/* a path ending in "." or ".." names the directory reached */
+		struct stat st;
+		fd = openat(dirs[depth], comp ? comp : ".", flags | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			fd = -errno;
+		/* a directory wanted and a symlink found: as openat2 says */
+		if (fd == -ENOTDIR && comp && fstatat(dirs[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISLNK(st.st_mode))
+			fd = -ELOOP;
+	}
+	while (depth > 0)
+		close(dirs[depth--]);
+	free(dirs);
+	free(p);
+	return fd;
+}
+
+/* Opens `path` beneath `top` with no symlink followed: openat2 while the
+ * kernel has it, the walk once it answers ENOSYS. */
+static int resolve(int top, const char *path, int flags)
+{
+	static atomic_bool no_openat2;
+	if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
+		struct open_how how = {
+			.flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
+			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+		};
+		/* EAGAIN: a rename raced a ".." on the way; it settles */
+		for (int tries = 0; tries < 8; tries++) {
+			long fd = syscall(SYS_openat2, top, path, &how, sizeof how);
+			if (fd >= 0)
+				return (int)fd;
+			if (errno != EAGAIN)
+				break;
+		}
+		if (errno != ENOSYS)
+			return -errno;
+		atomic_store_explicit(&no_openat2, true, memory_order_relaxed);
+	}
+	return sf_open_walk(top, path, flags);
+}
+
+static const char *type_name(mode_t m)
+{
+	return S_ISFIFO(m) ? "a FIFO" : S_ISSOCK(m) ? "a socket" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISDIR(m) ? "a directory" :
+	       S_ISLNK(m) ? "a symlink" : "not a regular file";
+}
+
+/* The message for an open refused or failed (rc), `m` the type seen. */
+static int refused(struct sf_err *e, int rc, const char *shown, mode_t m)
+{
+	if (m)
+		return sf_fail(e, rc, "%s: %s, not a regular file: not opened", shown, type_name(m));
+	if (rc == -ELOOP)
+		return sf_fail(e, rc, "%s: a symlink, or one on its path: shardfs follows no "
+			       "symlink in SRC, not opened", shown);
+	if (rc == -EXDEV)
+		return sf_fail(e, rc, "%s: outside the mounted directory: not opened", shown);
+	return sf_fail(e, rc, "%s: open: %s", shown, strerror(-rc));
+}
+
+int sf_open_beneath(int top, const char *path, enum sf_want want, const char *shown,
+		    struct sf_err *e)
+{
+	if (want == SF_WANT_DIR) {
+		/* O_DIRECTORY refuses anything else before opening it */
+		int fd = resolve(top, path, O_RDONLY | O_DIRECTORY);
+		struct stat st;
+		if (fd == -ENOTDIR && sf_lstat_beneath(top, path, &st) == 0 && S_ISLNK(st.st_mode))
+			fd = -ELOOP; /* the directory itself is a symlink: say so */
+		return fd >= 0 ? fd : refused(e, fd, shown, 0);
+	}
+	int fd = resolve(top, path, O_PATH);
+	if (fd < 0)
+		return refused(e, fd, shown, 0);
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int rc = -errno;
+		close(fd);
+		return refused(e, rc, shown, 0);
+	}
+	if (want == SF_WANT_ENTRY)
+		return fd;
+	close(fd);
+	if (!S_ISREG(st.st_mode))
+		return refused(e, S_ISDIR(st.st_mode) ? -EISDIR : S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL,
+			       shown, st.st_mode);
+	/* The entry may be replaced between the look and the open: O_NONBLOCK
+	 * keeps a FIFO put in its place from blocking, and the type is checked
+	 * again on what was opened. */
+	fd = resolve(top, path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return refused(e, fd, shown, 0);
+	int rc = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
+	if (rc) {
+		close(fd);
+		return refused(e, rc, shown, rc == -EINVAL ? st.st_mode : 0);
+	}
+	return fd;
+}
+
+char *sf_path_join(const char *dir, const char *name)
+{
+	char *p = NULL;
+	if (strcmp(dir, ".") == 0)
+		return strdup(name);
+	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
+}
+
+int sf_lstat_beneath(int top, const char *path, struct stat *st)
+{
+	int fd = resolve(top, path, O_PATH);
+	if (fd < 0)
+		return fd;
+	int rc = fstat(fd, st) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}

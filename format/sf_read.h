@@ -1,0 +1,38 @@
+/* Gathering a byte range of a view file: iovecs into mappings and buffers,
+ * and the references that keep them valid. */
+#ifndef SF_READ_H
+#define SF_READ_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+struct sf_buf;
+struct sf_cache;
+struct sf_err;
+struct sf_node;
+
+/* A read's answer: iovecs pointing into mappings and buffers, plus the
+ * references that keep them valid until sf_readv_release. */
+struct sf_readv {
+	struct iovec *iov;
+	size_t n, cap;
+	struct sf_buf **hold;
+	size_t nhold, caphold;
+	uint64_t bytes;
+	uint64_t from_map, from_cache, from_synth; /* byte accounting */
+};
+
+/* Collects [off, off+len) of a ready file (len clipped to the size). */
+int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
+		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
+void sf_readv_release(struct sf_readv *rv);
+/* Makes the answer at most `max` pieces (max >= 2), whatever it was
+ * gathered from: runs of short pieces are copied into one buffer the answer
+ * holds, long ones stay where they are. 0, or -ENOMEM, or -EIO when a
+ * mapped page could not be read (the answer is then only fit for release). */
+int sf_readv_fit(struct sf_readv *rv, size_t max);
+/* Copies the collected bytes into dst (rv->bytes long). */
+void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst);
+
+#endif

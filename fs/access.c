@@ -1,0 +1,45 @@
+#include "access.h"
+
+#include <unistd.h>
+
+#include "sf_map.h"
+
+/* What each class of a view's users (U its owner, members of group G,
+ * others) may at most do with file f. A class whose members may stand in
+ * several of f's classes gets only what all of those allow: U is in f's
+ * group or not (unknown here), a member of G may be f's owner, and so on. */
+static mode_t allowed(const struct stat *f, uid_t U, gid_t G)
+{
+	mode_t fu = (f->st_mode >> 6) & 7, fg = (f->st_mode >> 3) & 7, fo = f->st_mode & 7;
+	mode_t maybe_owner = f->st_uid != U ? fu : 7;
+	mode_t u = f->st_uid == U ? fu : fg & fo;
+	mode_t g = (f->st_gid == G ? fg : fg & fo) & maybe_owner;
+	mode_t o = (f->st_gid == G ? fo : fg & fo) & maybe_owner;
+	return u << 6 | g << 3 | o;
+}
+
+void access_narrow(struct stat *st, const struct sf_view *v)
+{
+	for (size_t i = 0; i < v->nmaps; i++)
+		st->st_mode &= ~(mode_t)0777 | allowed(&v->maps[i]->st, st->st_uid, st->st_gid);
+}
+
+void access_fill(const struct fnode *n, struct stat *st)
+{
+	mode_t m = n->st.st_mode & 0777, r = m & 0444;
+	mode_t perm;
+	st->st_uid = n->st.st_uid;
+	st->st_gid = n->st.st_gid;
+	if (S_ISLNK(st->st_mode))
+		perm = 0777; /* as every symlink */
+	else if (n->kind == FK_SRC_DIR || n->kind == FK_SRC_FILE || n->kind == FK_SRC_OTHER)
+		perm = m & 0555; /* no write, no set-id */
+	else if (n->kind == FK_META_FILE && n->meta == META_ERRORS) {
+		/* it names files anywhere in SRC: for the user who mounted */
+		st->st_uid = geteuid();
+		st->st_gid = getegid();
+		perm = 0400;
+	} else
+		perm = S_ISDIR(st->st_mode) ? r | r >> 2 : r;
+	st->st_mode = (st->st_mode & S_IFMT) | perm;
+}
