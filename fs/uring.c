@@ -137,11 +137,20 @@ int uring_probe(char *why, size_t n)
 	return 0;
 }
 
+/* A cleared 128-byte SQE. The ring has a slot per entry and one for the
+ * eventfd, so it is never full; were it, submitting frees the slots. */
+static struct io_uring_sqe *new_sqe(struct queue *q)
+{
+	struct io_uring_sqe *sqe;
+	while (!(sqe = io_uring_get_sqe(&q->ring)))
+		io_uring_submit(&q->ring);
+	memset(sqe, 0, 2 * sizeof *sqe);
+	return sqe;
+}
+
 static void prep_cmd(struct queue *q, struct entry *e, uint32_t op)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
-	/* never NULL: the ring has a slot per entry and one for the eventfd */
-	memset(sqe, 0, 2 * sizeof *sqe);
+	struct io_uring_sqe *sqe = new_sqe(q);
 	sqe->opcode = IORING_OP_URING_CMD;
 	sqe->fd = 0; /* /dev/fuse, registered */
 	sqe->flags = IOSQE_FIXED_FILE;
@@ -239,8 +248,7 @@ static void prepare_wait(struct queue *q)
 	q->pending = NULL;
 	q->pending_tail = &q->pending;
 	if (!q->ev_armed) {
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
-		memset(sqe, 0, 2 * sizeof *sqe);
+		struct io_uring_sqe *sqe = new_sqe(q);
 		io_uring_prep_read(sqe, q->evfd, &q->evbuf, sizeof q->evbuf, 0);
 		io_uring_sqe_set_data(sqe, NULL);
 		q->ev_armed = true;

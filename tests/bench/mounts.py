@@ -2,10 +2,15 @@
 filesystems), always taken down again."""
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+# the kernel's switch for FUSE over io_uring, as the mounted tests set it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from conftest import uring_switch  # noqa: E402,F401
 
 
 def is_mounted(mnt):
@@ -52,21 +57,6 @@ def mounted(cmd, mnt_base=None):
         os.rmdir(mnt)
         os.unlink(base / "stderr")
         os.rmdir(base)
-
-
-URING_SWITCH = Path("/sys/module/fuse/parameters/enable_uring")
-
-
-@contextmanager
-def uring_switch(on):
-    """The kernel's switch for FUSE over io_uring, set for a while (root)
-    and put back."""
-    old = URING_SWITCH.read_text().strip()
-    URING_SWITCH.write_text("Y" if on else "N")
-    try:
-        yield
-    finally:
-        URING_SWITCH.write_text(old)
 
 
 def shardfs(binary, src, *args):

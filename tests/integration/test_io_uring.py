@@ -6,12 +6,11 @@ requests. These tests turn the kernel's switch on and off themselves (root)
 and put it back."""
 import os
 import subprocess
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 from conftest import SHARDFS, is_mounted, mount_stats, unmount, uring_switch
-from test_request_loop import big_zstd_tet
+from test_request_loop import big_zstd_tet, reads_during_decode
 
 DISABLED = Path("/proc/sys/kernel/io_uring_disabled")
 
@@ -142,28 +141,8 @@ def test_a_decode_does_not_hold_up_its_cpus_other_requests(tmp_path, mount):
         mnt = mount(src, "--io-uring", "on")
         os.stat(mnt / "z" / "x" / "0.0")
     cpu = min(os.sched_getaffinity(0))
-    done = threading.Event()
-    got = {}
-
-    def big():
-        with on_cpu(cpu), open(mnt / "z" / "x" / "0.0", "rb", buffering=0) as f:
-            got["big"] = f.read(1 << 20)
-        done.set()
-
     before = mount_stats(mnt)["queues"][f"cpu{cpu}"]
-    t = threading.Thread(target=big)
-    answered = 0
-    with on_cpu(cpu):
-        t.start()
-        while not done.is_set():
-            fd = os.open(mnt / "small", os.O_RDONLY)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            assert os.read(fd, 200) == b"s" * 100
-            os.close(fd)
-            answered += 1
-    t.join()
-    assert got["big"] == want[: 1 << 20]
-    assert answered >= 3, f"only {answered} reads were answered during the decode"
+    answered = reads_during_decode(mnt, want, lambda: on_cpu(cpu))
     # they all went through that CPU's queue
     assert mount_stats(mnt)["queues"][f"cpu{cpu}"] - before >= answered
 
