@@ -36,7 +36,8 @@ static int fail(const char *fmt, const char *a, const char *b)
 /* A dead daemon leaves its mount answering ENOTCONN: say how to clear it. */
 static int mountpoint_error(const char *mnt)
 {
-	if (errno == ENOTCONN)
+	/* ECONNABORTED: one that served over io_uring */
+	if (errno == ENOTCONN || errno == ECONNABORTED)
 		return fail("%s is a stale mount left by a daemon that died; "
 			    "unmount it with 'fusermount3 -u %s' and try again", mnt, mnt);
 	return fail("mount point %s: %s", mnt, strerror(errno));

@@ -188,6 +188,11 @@ static void reap(struct queue *q)
 	io_uring_cq_advance(&q->ring, seen);
 }
 
+static bool gone(int err)
+{
+	return err == -ENOTCONN || err == -ECONNABORTED || err == -ENODEV;
+}
+
 /* Registers every entry. A refusal comes back as a completion by the time
  * the submission returns; success gives none until a request comes. */
 static int enter_queue(struct queue *q)
@@ -206,7 +211,8 @@ static int enter_queue(struct queue *q)
 		if (r < 0)
 			return r;
 		reap(q);
-		if (q->error)
+		/* gone: registered, and the mount went since (take sees it) */
+		if (q->error && !gone(q->error))
 			return q->error;
 		nanosleep(&(struct timespec){ 0, 2000000 }, NULL);
 	}
@@ -233,11 +239,6 @@ static void pin(int cpu)
 	/* an offline CPU cannot take the thread; it sends no requests either */
 	sched_setaffinity(0, sizeof one, &one);
 	pinned = cpu;
-}
-
-static bool gone(int err)
-{
-	return err == -ENOTCONN || err == -ECONNABORTED || err == -ENODEV;
 }
 
 /* Queues the commits of finished replies and the eventfd read (lock held). */

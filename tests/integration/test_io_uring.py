@@ -60,9 +60,9 @@ def test_each_cpus_requests_come_through_its_queue(tmp_path, mount):
         after = mount_stats(mnt)
         got = after["queues"][f"cpu{cpu}"] - before["queues"][f"cpu{cpu}"]
         # every LOOKUP and READ of each file (no OPEN: shardfs needs none)
+        # (the stats reads themselves run unpinned, on either queue)
         kinds = {k: after["requests"][k] - before["requests"][k] for k in after["requests"]}
-        assert got >= kinds["lookup"] + kinds["read"] >= 2 * len(names), \
-            (cpu, before["queues"], after["queues"], kinds)
+        assert got >= 2 * len(names), (cpu, before["queues"], after["queues"], kinds)
         # /dev/fuse carries only INIT, FORGET and INTERRUPT
         assert after["queues"]["dev_fuse"] - before["queues"]["dev_fuse"] <= 2
     assert set(after["queues"]) == {"dev_fuse"} | {f"cpu{i}" for i in range(os.cpu_count())}
