@@ -191,6 +191,7 @@ int transport_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
 {
 	int err = loop_run(se, threads, spin_us);
 	if (t.u) {
+		t.failed |= uring_failed(t.u);
 		stats_set_transport("dev_fuse", NULL, 0);
 		uring_free(t.u);
 		t.u = NULL;

@@ -88,6 +88,7 @@ struct uring {
 	pthread_cond_t reported; /* a queue registered or failed to */
 	unsigned nreported;
 	int reg_error;
+	atomic_bool failed;      /* a registered queue failed */
 };
 
 /* The entry whose request this thread serves, until it is answered: then
@@ -404,8 +405,10 @@ static void queue_ended(void *src, int err)
 	struct queue *q = src;
 	if (!q->registered)
 		return;
-	if (err)
+	if (err) {
 		fprintf(stderr, "shardfs: io_uring queue %u failed: %s\n", q->qid, strerror(-err));
+		atomic_store(&q->u->failed, true);
+	}
 	fuse_session_exit(q->u->se);
 }
 
@@ -525,6 +528,11 @@ int uring_start(struct uring *u)
 	int err = u->reg_error;
 	pthread_mutex_unlock(&u->lock);
 	return started ? err : -EAGAIN;
+}
+
+bool uring_failed(struct uring *u)
+{
+	return atomic_load(&u->failed);
 }
 
 void uring_free(struct uring *u)

@@ -31,6 +31,8 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
  * for io_uring must have been written). Returns 0 once all are registered,
  * or the negative errno the kernel refused a queue with. */
 int uring_start(struct uring *u);
+/* Whether a registered queue failed (the session was ended then). */
+bool uring_failed(struct uring *u);
 /* Stops the queues (waiting for requests being served) and frees them. */
 void uring_free(struct uring *u);
 /* When the calling thread serves a ring request and `iov` is its reply,
