@@ -9,6 +9,7 @@ PACKAGES=(
   libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libxxhash-dev libjansson-dev
   python3 python3-pytest python3-numpy python3-zarr python3-xxhash python3-zstandard zstd
   python3-torch
+  debhelper dpkg-dev lintian
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -54,6 +54,11 @@ fi
 echo "{\"name\": \"release build\", \"result\": \"$result\"}" > "$build/release.json"
 echo "release build: $result"
 
+# --- the Debian packages: built, checked by lintian, installed, used
+# through mount -t fuse.shardfs, and purged again
+rm -f "$build/deb.json"
+scripts/test_deb.sh "$build/deb.json"
+
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
   "mounted over io_uring=$build/pytest-io_uring.xml" \
-  "fuzz=$build/fuzz.json" "release=$build/release.json"
+  "fuzz=$build/fuzz.json" "release=$build/release.json" "packages=$build/deb.json"

@@ -158,6 +158,8 @@ struct tx_fold {
 	/* Guards building the index's lookup: lookups build it under the
 	 * view's lock, but info and verify are produced outside it. */
 	pthread_mutex_t lookup_lock;
+	/* .shardfs/samples.jsonl (tx_samples.c) */
+	struct tx_samples *samples;
 };
 
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks
@@ -178,6 +180,13 @@ int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, si
  * -ENAMETOOLONG when it is over cap bytes. */
 int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
 		    uint8_t *path, size_t cap, size_t *plen, struct tx_str *link);
+
+/* ---- .shardfs/samples.jsonl (tx_samples.c) ------------------------------ */
+
+/* Adds samples.jsonl to the fold's .shardfs/ (its size is counted on first
+ * use); -ENOMEM. */
+int tx_samples_add(struct tx_fold *f, struct sf_node *meta);
+void tx_samples_free(struct tx_samples *sm);
 
 /* ---- the view's metadata (tx_meta.c) ---------------------------------- */
 

@@ -1,6 +1,6 @@
 /* The fold view F/ (docs/design.md §3.7): opening F.taridx with its shards, the
  * flat-name lookup through the index, the lazy listing built from the tar
- * headers, and .shardfs/rows/. */
+ * headers, and .shardfs/rows/ (samples.jsonl is tx_samples.c's). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -410,6 +410,7 @@ static void fold_free(void *state)
 	tx_index_free(&f->ix);
 	pthread_mutex_destroy(&f->lookup_lock);
 	tx_shards_free(f->shards, f->nshards);
+	tx_samples_free(f->samples);
 	free(f->hooked_member);
 	free(f->hooked_row);
 	free(f->fold);
@@ -469,7 +470,8 @@ static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struc
 	if ((rc = sf_view_hold_map(v, a->map)) || (rc = map_shards(f, a, e)))
 		goto fail;
 	struct sf_node *meta = sf_view_add_meta(v, tx_info_txt, tx_info_json, tx_verify, f);
-	if (!meta || !(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows"))) {
+	if (!meta || !(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows")) ||
+	    tx_samples_add(f, meta)) {
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 		goto fail;
 	}

@@ -9,8 +9,12 @@ mounts it and measures:
   misses         names that do not exist (the first one lists the fold)
   listing        os.scandir of the whole fold, with and without stat
   memory         the lookup's bytes per row (info.json) and the daemon's RSS
+  samples.jsonl  (--samples) the first stat (the counting pass), a streaming
+                 read of the whole file, random reads, and the daemon's RSS;
+                 nothing else is measured then (a listing of 10,000,000
+                 members would need gigabytes)
 
-usage: bench_taridx.py [--members N] [--dir DIR] [--build BUILD] [--warm]
+usage: bench_taridx.py [--members N] [--dir DIR] [--build BUILD] [--warm] [--samples]
 """
 import argparse
 import json
@@ -36,17 +40,62 @@ def rss_kib(pid):
     return 0
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a process (all its threads)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
     return time.perf_counter() - t, out
 
 
+def bench_samples(view, pid):
+    path = view / ".shardfs" / "samples.jsonl"
+    rss0 = rss_kib(pid)
+    cpu0 = cpu_s(pid)
+    dt, size = timed(lambda: os.stat(path).st_size)
+    print(f"samples.jsonl: {size} bytes; first stat (counting pass) {dt:.2f} s "
+          f"(daemon CPU {cpu_s(pid) - cpu0:.2f} s), "
+          f"daemon anonymous RSS {rss0 / 1024:.0f} -> {rss_kib(pid) / 1024:.0f} MiB")
+    # before the whole file is in the page cache
+    with open(path, "rb", buffering=0) as f:
+        offs = [random.randrange(size) for _ in range(100)]
+        t = time.perf_counter()
+        for off in offs:
+            f.seek(off)
+            f.read(4096)
+        dt = time.perf_counter() - t
+    print(f"random 4 KiB reads: {dt / len(offs) * 1000:.1f} ms each")
+    cpu0 = cpu_s(pid)
+    peak = 0
+
+    def stream():
+        nonlocal peak
+        lines = got = 0
+        with open(path, "rb", buffering=0) as f:
+            while True:
+                b = f.read(1 << 20)
+                if not b:
+                    return lines, got
+                lines += b.count(b"\n")
+                got += len(b)
+                peak = max(peak, rss_kib(pid))
+    dt, (lines, got) = timed(stream)
+    assert got == size
+    cpu = cpu_s(pid) - cpu0
+    print(f"streaming read: {lines} lines in {dt:.2f} s, {got / dt / 1e6:.0f} MB/s; "
+          f"daemon CPU {cpu:.2f} s ({got / cpu / 1e6:.0f} MB per CPU second); "
+          f"daemon anonymous RSS at most {peak / 1024:.0f} MiB")
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--members", type=int, default=1_000_000)
     ap.add_argument("--dir", default="/tmp/shardfs-bench-taridx")
     ap.add_argument("--warm", action="store_true", help="keep the page cache")
+    ap.add_argument("--samples", action="store_true", help="measure .shardfs/samples.jsonl only")
     ap.add_argument("--build", default=os.environ.get("SHARDFS_BUILD", str(REPO / "build")))
     a = ap.parse_args()
     src = Path(a.dir)
@@ -69,6 +118,10 @@ def main():
         while not os.path.ismount(mnt):
             time.sleep(0.01)
         view = mnt / "big"
+        if a.samples:
+            print(f"rows: {n} ({cache})")
+            bench_samples(view, proc.pid)
+            return
         k = random.randrange(n)
         dt, data = timed(lambda: (view / f"{k:08d}.txt").read_bytes())
         assert data == tw.scale_payload(k)

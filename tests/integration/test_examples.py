@@ -22,10 +22,13 @@ def writer(name):
     return mod
 
 
-def run_example(*args, timeout=300):
+def run_example(*args, timeout=300, stderr=None):
+    """The program's output; its stderr goes into the list `stderr` if given."""
     r = subprocess.run([PYTHON, *map(str, args)], capture_output=True, text=True,
                        timeout=timeout)
     assert r.returncode == 0, r.stderr
+    if stderr is not None:
+        stderr.append(r.stderr)
     return r.stdout
 
 
@@ -72,6 +75,54 @@ def test_pytorch_dataloader_reads_every_sample_by_key(tmp_path, mount):
         assert key not in got, f"{key} delivered twice"
         got[key] = (label, shape, digest)
     assert got == expected
+
+
+def test_pytorch_map_dataset_over_samples_jsonl(tmp_path, mount):
+    """Samples of varying members (nested directories, a sample without a
+    label, upper-case extensions) written with tarfile and indexed by
+    shardfs-taridx; the map-style Dataset reads them in random order by
+    index through .shardfs/samples.jsonl with 4 workers."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(7)
+    expected = {}
+    n = 0
+    for shard in range(3):
+        with tarfile.open(src / f"train_{shard:04d}.tar", "w", format=tarfile.GNU_FORMAT) as tf:
+            for k in range(60):
+                key = f"{'sub/' if k % 5 == 0 else ''}s{shard}_{k:03d}"
+                arr = rng.standard_normal((int(rng.integers(1, 5)), 8)).astype("<f4")
+                buf = io.BytesIO()
+                np.save(buf, arr)
+                members = {"npy": (buf.getvalue(), arr.tobytes())}
+                if k % 7:
+                    label = str(int(rng.integers(0, 100))).encode()
+                    members["cls"] = (label, label)
+                if k % 11 == 0:
+                    members["TXT"] = (b"caption %d" % k, b"caption %d" % k)
+                for ext, (data, _) in members.items():
+                    add_member(tf, f"{key}.{ext}", data)
+                digests = " ".join(f"{e}={sha256(members[e][1])}" for e in sorted(members))
+                expected[n] = (key, digests)
+                n += 1
+    subprocess.run([str(TOOLS / "shardfs-taridx"), "--quiet", str(src), "train"],
+                   check=True, timeout=60)
+    mnt = mount(src)
+    err = []
+    out = run_example(EXAMPLES / "pytorch_taridx" / "map_dataset.py", mnt / "train",
+                      "--workers", "4", "--shuffle", stderr=err)
+    got = {}
+    order = []
+    for line in out.splitlines():
+        i, key, digests = line.split("\t")
+        assert int(i) not in got, f"sample {i} delivered twice"
+        got[int(i)] = (key, digests)
+        order.append(int(i))
+    assert got == expected
+    assert order != sorted(order)  # random access, not a scan
+    tput = [x for x in err[0].splitlines() if x.startswith("throughput: ")]
+    assert tput and f"throughput: {n} samples" in tput[0], err[0]
+    print(tput[0])
 
 
 def test_zarr_and_numpy_read_tet_datasets(tmp_path, mount):

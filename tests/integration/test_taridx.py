@@ -338,3 +338,130 @@ def test_concurrent_first_use(mount, tmp_path):
         assert mount.last.stop() == 0
         err = mount.last.stderr()
         assert "LeakSanitizer" not in err and "AddressSanitizer" not in err, err[-4000:]
+
+
+def expected_samples(src, rows):
+    """samples.jsonl computed from the tars with tarfile: `rows` lists, in
+    index row order, (tar, header offset) of every row whose key verifies.
+    A row is a member when tarfile reads a file, hard link or symlink whose
+    own header sits there; its sample key is its shown path up to the first
+    '.' of the file name, and samples come in the order of their first row."""
+    at = {}
+    for tar in {t for t, _ in rows}:
+        with tarfile.open(src / tar, encoding="utf-8", errors="surrogateescape") as t:
+            for m in t.getmembers():
+                if m.isreg() or m.islnk() or m.issym():
+                    path = os.fsencode(shown_path(m.name))
+                    if path == b".shardfs":
+                        path = b".shardfs#1"
+                    at[(tar, m.offset_data - 512)] = path
+    samples = {}
+    for key in rows:
+        path = at.get(key)
+        if not path:
+            continue
+        d, _, base = path.rpartition(b"/")
+        stem, dot, ext = base.partition(b".")
+        k = d + b"/" + stem if d else stem
+        samples.setdefault(k, {}).setdefault(ext, path)
+    txt = lambda b: b.decode("utf-8", "replace")  # noqa: E731
+    return "".join(json.dumps({"i": i, "key": txt(k), "members": {txt(e): txt(p) for e, p in m.items()}},
+                              ensure_ascii=False) + "\n"
+                   for i, (k, m) in enumerate(samples.items())).encode()
+
+
+def check_samples(view, want):
+    path = view / ".shardfs" / "samples.jsonl"
+    assert path.stat().st_size == len(want)
+    assert read_through(path) == want
+    assert read_through(path, chunk=97) == want
+    # every member a line names is the file the view shows there
+    for line in want.decode().splitlines():
+        for p in json.loads(line)["members"].values():
+            assert os.path.lexists(view / p), p
+
+
+@pytest.mark.parametrize("case,fold", FOLDS)
+def test_samples_of_fixtures(mount, case, fold):
+    f = EXPECTED["cases"][case]["folds"][fold]
+    rows = [(r["tar"], r["offset"]) for r in f["rows"]
+            if r["header_stem_hashes_to_keyhash"] and r["tar"] == f["tars_in_fid_order"][r["fid"]]]
+    want = expected_samples(TX / case, rows)
+    assert want or case == "emptyshard"
+    check_samples(mount(TX / case) / fold, want)
+
+
+def odd_fold(src, variant):
+    """A fold of awkward names: no extension, upper case, a trailing dot,
+    names that need escaping, '..' and '.shardfs', nested directories,
+    symlinks and hard links. "runs": every stem's rows contiguous (flag
+    bit 0 set); "renamed": the same plus one member whose GNU long name has
+    another stem than its name field; "scattered": directories with the
+    same file names (stems repeat across samples), pax-renamed members, and
+    each sample's members spread over the index."""
+    import io
+    names = []
+    for s in range(40):
+        names += [f"{s:06d}/{s:06d}.jpg", f"{s:06d}/{s:06d}.txt"]
+    names += ["PHOTO.JPG", "PHOTO.Cls", "README", "README.", "x.jpg", "other/x.jpg", "100%.jpg",
+              "100%.cls", "a\\b.txt", "tab\tname.jpg", "../up.jpg", ".shardfs", ".hidden",
+              "q\"uote.jpg", "deep/a/b/c/d.tar.gz"]
+    fmt = tarfile.GNU_FORMAT
+    if variant == "renamed":
+        names.append("l" * 120 + "/z.jpg")
+    if variant == "scattered":
+        names = [n.replace(f"/{n[:6]}.", "/image.") for n in names] + ["café.jpg", "café.cls"]
+        names = names[::2] + names[1::2]
+        fmt = tarfile.PAX_FORMAT
+    with tarfile.open(src / "o_0000.tar", "w", format=fmt) as t:
+        for i, name in enumerate(names):
+            ti = tarfile.TarInfo(name)
+            data = name.encode() * 3
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+            if name.startswith("000001/") and name.endswith(".txt"):
+                # links of sample 000001, right after its last member
+                base = name[:-4]
+                ln = tarfile.TarInfo(base + ".lnk")
+                ln.type, ln.linkname = tarfile.SYMTYPE, base.split("/")[1] + ".jpg"
+                t.addfile(ln)
+                hl = tarfile.TarInfo(base + ".hard")
+                hl.type, hl.linkname = tarfile.LNKTYPE, base + ".jpg"
+                t.addfile(hl)
+    index_tars(src, "o")
+    return [("o_0000.tar", off) for off in index_offsets(src / "o_0000.tar")]
+
+
+def index_offsets(tar):
+    data = tar.read_bytes()
+    pos, out = 0, []
+    while pos + 512 <= len(data) and data[pos:pos + 512] != bytes(512):
+        out.append(pos)
+        pos += 512 + -(-int(data[pos + 124:pos + 136].split(b"\0")[0].strip() or b"0", 8) // 512) * 512
+    return out
+
+
+@pytest.mark.parametrize("variant", ["runs", "renamed", "scattered"])
+def test_samples_of_odd_names(mount, tmp_path, variant):
+    src = tmp_path / "src"
+    src.mkdir()
+    rows = odd_fold(src, variant)
+    want = expected_samples(src, rows)
+    lines = [json.loads(x) for x in want.decode().splitlines()]
+    by_key = {x["key"]: x["members"] for x in lines}
+    stem = "image" if variant == "scattered" else "000001"
+    assert by_key["000001/" + stem] == {"jpg": f"000001/{stem}.jpg", "txt": f"000001/{stem}.txt",
+                                        "lnk": f"000001/{stem}.lnk", "hard": f"000001/{stem}.hard"}
+    assert by_key["PHOTO"] == {"JPG": "PHOTO.JPG", "Cls": "PHOTO.Cls"}
+    assert by_key["README"] == {"": "README"} and by_key["100%25"]["cls"] == "100%25.cls"
+    assert "..#1/up" in by_key and by_key[""] == {"shardfs#1": ".shardfs#1", "hidden": ".hidden"}
+    assert by_key["x"] == {"jpg": "x.jpg"} and by_key["other/x"] == {"jpg": "other/x.jpg"}
+    mnt = mount(src)
+    info = json.loads((mnt / "o" / ".shardfs" / "info.json").read_text())
+    assert info["contiguous_flag"] == (variant != "scattered")
+    check_samples(mnt / "o", want)
+    # read at random offsets (no cursor to resume from), as a loader's seek does
+    with open(mnt / "o" / ".shardfs" / "samples.jsonl", "rb") as f:
+        for off in (len(want) - 1, 5, len(want) // 2, 0, len(want) // 3):
+            f.seek(off)
+            assert f.read(200) == want[off:off + 200]

@@ -574,6 +574,127 @@ static void test_keys(void)
 	CHECK(tx_hdr_size(h, &size) != 0);
 }
 
+/* ---- .shardfs/samples.jsonl -------------------------------------------- */
+
+/* Reads samples.jsonl of DIR/<stem>.taridx whole, then in pieces of `piece`
+ * bytes from `from` on (a reader resuming each time), and checks both give
+ * `want`. */
+static void expect_samples(const char *dir, const char *stem, const char *want, size_t piece,
+			   size_t from)
+{
+	char name[64];
+	snprintf(name, sizeof name, "%s.taridx", stem);
+	struct sf_view *v;
+	CHECK(open_in(dir, name, &v) == 0);
+	if (!v)
+		return;
+	struct sf_node *n = walk(v, ".shardfs/samples.jsonl");
+	int rc = 0;
+	struct sf_buf *b = n ? read_all(n, &rc) : NULL;
+	size_t len = strlen(want);
+	CHECK(b && b->len == len && memcmp(b->data, want, len) == 0);
+	if (b && (b->len != len || memcmp(b->data, want, len)))
+		fprintf(stderr, "samples.jsonl of %s:\n%.*s\nwanted:\n%s", stem, (int)b->len,
+			(const char *)b->data, want);
+	sf_buf_unref(b);
+	uint8_t *got = malloc(piece);
+	for (size_t off = from; n && got && off < len; off += piece) {
+		struct sf_readv rv = { 0 };
+		struct sf_err e;
+		CHECK(sf_file_read(n, off, piece, &sf_nocache, &rv, &e) == 0);
+		size_t k = len - off < piece ? len - off : piece;
+		CHECK_EQ_U(rv.bytes, k);
+		sf_readv_copy(&rv, got);
+		CHECK(rv.bytes == k && memcmp(got, want + off, k) == 0);
+		sf_readv_release(&rv);
+	}
+	free(got);
+	sf_view_unref(v);
+}
+
+static void test_samples(const char *dir)
+{
+	/* odd names, links, a directory record */
+	struct sf_str t = { 0 };
+	tar_add(&t, "a.jpg", 5, '0', "A", 1);
+	tar_add(&t, "a.cls", 5, '0', "1", 1);
+	tar_add(&t, "sub/a.jpg", 9, '0', "SA", 2);
+	tar_add(&t, "sub/a.lnk", 9, '2', "", 0);
+	tar_add(&t, "sub/", 4, '5', "", 0);
+	tar_add(&t, "README", 6, '0', "R", 1);
+	tar_add(&t, "README.", 7, '0', "R.", 2);
+	tar_add(&t, "PHOTO.JPG", 9, '0', "P", 1);
+	tar_add(&t, "PHOTO.Tar.GZ", 12, '0', "P", 1);
+	tar_add(&t, "PHOTO.hard", 10, '1', "", 0);
+	tar_add(&t, "100%.jpg", 8, '0', "%", 1);
+	tar_add(&t, "q\"t.jpg", 7, '0', "Q", 1);
+	/* valid UTF-8 kept, an invalid byte shown as U+FFFD (docs/design.md §3.4) */
+	tar_add(&t, "x\xc3\xa9\xffy.jpg", 9, '0', "X", 1);
+	tar_add(&t, "a.jpg", 5, '0', "A2", 2);
+	sf_buf_unref(write_fold(dir, "sa", &t));
+	expect_samples(dir, "sa",
+		       "{\"i\": 0, \"key\": \"a\", \"members\": {\"jpg\": \"a.jpg\", \"cls\": \"a.cls\"}}\n"
+		       "{\"i\": 1, \"key\": \"sub/a\", \"members\": {\"jpg\": \"sub/a.jpg\", \"lnk\": \"sub/a.lnk\"}}\n"
+		       "{\"i\": 2, \"key\": \"README\", \"members\": {\"\": \"README\"}}\n"
+		       "{\"i\": 3, \"key\": \"PHOTO\", \"members\": {\"JPG\": \"PHOTO.JPG\", \"Tar.GZ\": \"PHOTO.Tar.GZ\", \"hard\": \"PHOTO.hard\"}}\n"
+		       "{\"i\": 4, \"key\": \"100%25\", \"members\": {\"jpg\": \"100%25.jpg\"}}\n"
+		       "{\"i\": 5, \"key\": \"q\\\"t\", \"members\": {\"jpg\": \"q\\\"t.jpg\"}}\n"
+		       "{\"i\": 6, \"key\": \"x\xc3\xa9\xef\xbf\xbdy\", \"members\": {\"jpg\": \"x\xc3\xa9\xef\xbf\xbdy.jpg\"}}\n",
+		       7, 0);
+	/* the second a.jpg comes last in the index: the rows of stem "a" are
+	 * not contiguous, so the sample gathers them from anywhere */
+	struct sf_view *v;
+	CHECK(open_in(dir, "sa.taridx", &v) == 0);
+	CHECK(v && !(((struct tx_fold *)v->state)->ix.flags & 1));
+	sf_view_unref(v);
+
+	/* one run of rows holding many samples, and a sample of many members:
+	 * grouping stays linear */
+	struct sf_str lines = { 0 };
+	enum { W = 3000 };
+	for (int k = 0; k < W; k++) {
+		char name[32];
+		int len = snprintf(name, sizeof name, "d%04d/x.jpg", k);
+		tar_add(&t, name, (size_t)len, '0', "", 0);
+		sf_str_addf(&lines, "{\"i\": %d, \"key\": \"d%04d/x\", \"members\": {\"jpg\": \"d%04d/x.jpg\"}}\n", k, k, k);
+	}
+	sf_str_addf(&lines, "{\"i\": %d, \"key\": \"y\", \"members\": {", W);
+	for (int k = 0; k < W; k++) {
+		char name[32];
+		int len = snprintf(name, sizeof name, "y.e%04d", k);
+		tar_add(&t, name, (size_t)len, '0', "", 0);
+		sf_str_addf(&lines, "%s\"e%04d\": \"y.e%04d\"", k ? ", " : "", k, k);
+	}
+	sf_str_add(&lines, "}}\n", 4);
+	struct sf_buf *wide = write_fold(dir, "sw", &t);
+	CHECK(wide && (wide->data[56] & 1));
+	sf_buf_unref(wide);
+	expect_samples(dir, "sw", (const char *)lines.p, 65536, 0);
+	sf_str_free(&lines);
+
+	/* more samples than one mark spans, both ways */
+	enum { N = 10000 };
+	for (int contiguous = 0; contiguous < 2; contiguous++) {
+		struct sf_str want = { 0 };
+		for (int i = 0; i < 2 * N; i++) {
+			int k = contiguous ? i / 2 : i % N;
+			char name[32];
+			int len = snprintf(name, sizeof name, "d/%05d.%s", k, (contiguous ? i % 2 : i >= N) ? "cls" : "jpg");
+			tar_add(&t, name, (size_t)len, '0', name, (size_t)len);
+		}
+		for (int k = 0; k < N; k++)
+			sf_str_addf(&want, "{\"i\": %d, \"key\": \"d/%05d\", \"members\": {\"jpg\": \"d/%05d.jpg\", \"cls\": \"d/%05d.cls\"}}\n",
+				    k, k, k, k);
+		sf_str_addc(&want, 0);
+		const char *stem = contiguous ? "sc" : "sn";
+		struct sf_buf *ix = write_fold(dir, stem, &t);
+		CHECK(ix && (ix->data[56] & 1) == contiguous);
+		sf_buf_unref(ix);
+		expect_samples(dir, stem, (const char *)want.p, 4093, want.len / 2);
+		sf_str_free(&want);
+	}
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_taridx.XXXXXX";
@@ -586,15 +707,15 @@ int main(void)
 	test_hostile_names(dir);
 	test_long_paths(dir);
 	test_broken(dir);
+	test_samples(dir);
 	char path[4096];
-	snprintf(path, sizeof path, "%s/l.taridx", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/l_0000.tar", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/h.taridx", dir);
-	unlink(path);
-	snprintf(path, sizeof path, "%s/h_0000.tar", dir);
-	unlink(path);
+	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn" };
+	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
+		snprintf(path, sizeof path, "%s/%s.taridx", dir, made[i]);
+		unlink(path);
+		snprintf(path, sizeof path, "%s/%s_0000.tar", dir, made[i]);
+		unlink(path);
+	}
 	rmdir(dir);
 	CHECK_DONE();
 }
