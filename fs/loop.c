@@ -5,23 +5,25 @@
  * thread on another CPU pays for a cross-CPU wake-up on top of the work. On
  * virtual machines that wake-up dominates (docs/performance.md: 20-25 us
  * per wake-up on a 2-vCPU VM, against a few for the work). So one thread at
- * a time, the leader, waits on the device: it polls it without sleeping for
- * a short while after its last request (shorter when polling keeps
- * missing), and sleeps in poll() only when nothing came. It serves the
- * requests it takes itself: most take a few microseconds, less than waking
- * another thread would. Before work that may take long or wait (a decode, a
- * first listing, a copy of mapped bytes not in memory) the handler calls
- * loop_hand_off(), which passes the lead to an idle thread (or starts one,
- * up to the limit), so slow requests never hold up the others. The other
- * threads wait for the lead on a condition variable, not on the device: a
- * request wakes no thread that would not take it.
+ * a time, the leader, waits on the source and serves the requests it takes
+ * itself: most take a few microseconds, less than waking another thread
+ * would. Before work that may take long or wait (a decode, a first listing,
+ * a copy of mapped bytes not in memory) the handler calls loop_hand_off(),
+ * which passes the lead to an idle thread (or starts one, up to the limit),
+ * so slow requests never hold up the others. The other threads wait for the
+ * lead on a condition variable, not on the source: a request wakes no
+ * thread that would not take it.
  *
  * A handler can still be held up where nobody called loop_hand_off(): a
  * fault mincore() did not foresee, or a store into the page cache that
  * waits for a READ queued behind it (which would never be served). So while
  * requests come, one waiting thread keeps watch: it wakes every WATCH_NS
  * and takes the lead if nobody has it. It sleeps untimed once requests stop
- * for IDLE_NS, and is woken by the first request after that. */
+ * for IDLE_NS, and is woken by the first request after that.
+ *
+ * The pool is the same for every source: the FUSE device (below, where the
+ * leader polls the device briefly before it sleeps) or one io_uring queue
+ * (fs/uring.c, one pool per CPU). */
 #include "loop.h"
 
 #include <errno.h>
@@ -38,15 +40,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "stats.h"
+
 #define WATCH_NS 10000000u   /* 10 ms */
 #define IDLE_NS 1000000000u  /* 1 s */
 
 struct loop {
-	struct fuse_session *se;
-	int fd, stop_fd;
-	/* how long the leader polls: adapted between spin_max_ns / 16 and
-	 * spin_max_ns (--spin-us), see next_request */
-	uint64_t spin_ns, spin_max_ns;
+	const struct loop_source *ops;
+	void *src;
 	unsigned max_threads;
 	pthread_mutex_t lock;
 	pthread_cond_t turn;   /* the lead is free, or the loop is done */
@@ -55,7 +56,6 @@ struct loop {
 	uint64_t last_take;    /* when the last request was taken */
 	unsigned threads, idle;
 	int error;
-	sem_t finished;        /* posted once the loop is done */
 	pthread_t *tids;
 };
 
@@ -66,58 +66,18 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Ends the loop (lock held): wakes every thread and the caller of loop_run. */
-static void finish(struct loop *l, int err)
+/* Ends the loop (lock held): wakes every thread; `by_itself` when the
+ * source ended it rather than loop_stop. */
+static void finish(struct loop *l, int err, bool by_itself)
 {
 	if (l->done)
 		return;
 	l->done = true;
 	l->error = err;
 	pthread_cond_broadcast(&l->turn);
-	eventfd_write(l->stop_fd, 1);
-	sem_post(&l->finished);
-}
-
-/* The poll doubles (up to --spin-us) each time a request came while
- * polling and halves each time none did, so a slow trickle of requests
- * (one every millisecond, say) does not keep a CPU busy polling in vain.
- * Only the leader calls this; the lead passes under the loop's lock. */
-static void adapt(struct loop *l, bool caught)
-{
-	uint64_t floor = l->spin_max_ns / 16;
-	if (caught)
-		l->spin_ns = l->spin_ns * 2 < l->spin_max_ns ? l->spin_ns * 2 : l->spin_max_ns;
-	else
-		l->spin_ns = l->spin_ns / 2 > floor ? l->spin_ns / 2 : floor;
-}
-
-/* The leader's wait: > 0 a request is in fb, 0 the session is over, < 0
- * the device failed. */
-static int next_request(struct loop *l, struct fuse_buf *fb)
-{
-	uint64_t until = now_ns() + l->spin_ns;
-	bool slept = false;
-	for (;;) {
-		int r = fuse_session_receive_buf(l->se, fb);
-		if (r != -EAGAIN && r != -EINTR) {
-			adapt(l, !slept);
-			return r;
-		}
-		if (fuse_session_exited(l->se))
-			return 0;
-		if (now_ns() < until) {
-			/* a reader of this CPU may run meanwhile */
-			sched_yield();
-			continue;
-		}
-		slept = true;
-		struct pollfd p[2] = { { l->fd, POLLIN, 0 }, { l->stop_fd, POLLIN, 0 } };
-		if (poll(p, 2, -1) < 0 && errno != EINTR)
-			return -errno;
-		if (p[1].revents)
-			return 0;
-		until = now_ns();
-	}
+	l->ops->wake(l->src);
+	if (by_itself && l->ops->ended)
+		l->ops->ended(l->src, err);
 }
 
 static void *worker(void *arg);
@@ -152,7 +112,7 @@ static void wait_turn(struct loop *l)
 static _Thread_local struct loop *serving;
 
 /* Starts a request thread (lock held) with every signal blocked: signals go
- * to the thread in loop_run. Failing is not fatal, the pool stays smaller. */
+ * to the main thread. Failing is not fatal, the pool stays smaller. */
 static void spawn(struct loop *l)
 {
 	sigset_t all, old;
@@ -166,7 +126,7 @@ static void spawn(struct loop *l)
 static void *worker(void *arg)
 {
 	struct loop *l = arg;
-	struct fuse_buf fb = { 0 };
+	struct loop_slot s = { .req = NULL };
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
 		while (l->leading && !l->done)
@@ -175,11 +135,11 @@ static void *worker(void *arg)
 			break;
 		l->leading = true;
 		pthread_mutex_unlock(&l->lock);
-		int r = next_request(l, &fb);
+		int r = l->ops->take(l->src, &s);
 		pthread_mutex_lock(&l->lock);
 		l->leading = false;
 		if (r <= 0) {
-			finish(l, r);
+			finish(l, r, true);
 			break;
 		}
 		uint64_t t = now_ns();
@@ -190,12 +150,12 @@ static void *worker(void *arg)
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
 		serving = l;
-		fuse_session_process_buf(l->se, &fb);
+		l->ops->serve(l->src, &s);
 		serving = NULL;
 		pthread_mutex_lock(&l->lock);
 	}
 	pthread_mutex_unlock(&l->lock);
-	free(fb.mem);
+	free(s.fb.mem);
 	return NULL;
 }
 
@@ -205,6 +165,8 @@ void loop_hand_off(void)
 	if (!l)
 		return;
 	serving = NULL;
+	if (l->ops->handed_off)
+		l->ops->handed_off(l->src);
 	pthread_mutex_lock(&l->lock);
 	if (!l->leading && !l->done) {
 		if (l->idle)
@@ -215,50 +177,151 @@ void loop_hand_off(void)
 	pthread_mutex_unlock(&l->lock);
 }
 
+struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threads)
+{
+	struct loop *l = calloc(1, sizeof *l);
+	if (!l)
+		return NULL;
+	l->ops = ops;
+	l->src = src;
+	l->max_threads = threads ? threads : 1;
+	l->tids = calloc(l->max_threads, sizeof *l->tids);
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->turn, NULL);
+	pthread_mutex_lock(&l->lock);
+	if (l->tids)
+		spawn(l);
+	pthread_mutex_unlock(&l->lock);
+	if (!l->threads) {
+		free(l->tids);
+		free(l);
+		return NULL;
+	}
+	return l;
+}
+
+int loop_stop(struct loop *l)
+{
+	pthread_mutex_lock(&l->lock);
+	finish(l, 0, false);
+	unsigned n = l->threads;
+	pthread_mutex_unlock(&l->lock);
+	for (unsigned i = 0; i < n; i++)
+		pthread_join(l->tids[i], NULL);
+	int err = l->error;
+	pthread_mutex_destroy(&l->lock);
+	pthread_cond_destroy(&l->turn);
+	free(l->tids);
+	free(l);
+	return err;
+}
+
+/* The FUSE device as a source. */
+struct device {
+	struct fuse_session *se;
+	int fd, stop_fd;
+	/* how long the leader polls: adapted between spin_max_ns / 16 and
+	 * spin_max_ns (--spin-us), see device_take */
+	uint64_t spin_ns, spin_max_ns;
+	sem_t finished;        /* posted once the loop ended by itself */
+};
+
+/* The poll doubles (up to --spin-us) each time a request came while
+ * polling and halves each time none did, so a slow trickle of requests
+ * (one every millisecond, say) does not keep a CPU busy polling in vain.
+ * Only the leader calls this. */
+static void adapt(struct device *d, bool caught)
+{
+	uint64_t floor = d->spin_max_ns / 16;
+	if (caught)
+		d->spin_ns = d->spin_ns * 2 < d->spin_max_ns ? d->spin_ns * 2 : d->spin_max_ns;
+	else
+		d->spin_ns = d->spin_ns / 2 > floor ? d->spin_ns / 2 : floor;
+}
+
+static int device_take(void *src, struct loop_slot *s)
+{
+	struct device *d = src;
+	uint64_t until = now_ns() + d->spin_ns;
+	bool slept = false;
+	for (;;) {
+		int r = fuse_session_receive_buf(d->se, &s->fb);
+		if (r != -EAGAIN && r != -EINTR) {
+			adapt(d, !slept);
+			return r;
+		}
+		if (fuse_session_exited(d->se))
+			return 0;
+		if (now_ns() < until) {
+			/* a reader of this CPU may run meanwhile */
+			sched_yield();
+			continue;
+		}
+		slept = true;
+		struct pollfd p[2] = { { d->fd, POLLIN, 0 }, { d->stop_fd, POLLIN, 0 } };
+		if (poll(p, 2, -1) < 0 && errno != EINTR)
+			return -errno;
+		if (p[1].revents)
+			return 0;
+		until = now_ns();
+	}
+}
+
+static void device_serve(void *src, struct loop_slot *s)
+{
+	struct device *d = src;
+	stat_add(&stats.device_requests, 1);
+	fuse_session_process_buf(d->se, &s->fb);
+}
+
+static void device_wake(void *src)
+{
+	struct device *d = src;
+	eventfd_write(d->stop_fd, 1);
+}
+
+static void device_ended(void *src, int err)
+{
+	struct device *d = src;
+	sem_post(&d->finished);
+}
+
+static const struct loop_source device_ops = {
+	.take = device_take,
+	.serve = device_serve,
+	.wake = device_wake,
+	.ended = device_ended,
+};
+
 int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
 {
-	struct loop l = {
+	struct device d = {
 		.se = se,
 		.fd = fuse_session_fd(se),
 		.spin_ns = (uint64_t)spin_us * 1000u,
 		.spin_max_ns = (uint64_t)spin_us * 1000u,
-		.max_threads = threads ? threads : 1,
-		.lock = PTHREAD_MUTEX_INITIALIZER,
-		.turn = PTHREAD_COND_INITIALIZER,
 	};
-	int fl = fcntl(l.fd, F_GETFL);
-	if (fl < 0 || fcntl(l.fd, F_SETFL, fl | O_NONBLOCK) < 0)
+	int fl = fcntl(d.fd, F_GETFL);
+	if (fl < 0 || fcntl(d.fd, F_SETFL, fl | O_NONBLOCK) < 0)
 		return -errno;
-	l.stop_fd = eventfd(0, EFD_CLOEXEC);
-	if (l.stop_fd < 0)
+	d.stop_fd = eventfd(0, EFD_CLOEXEC);
+	if (d.stop_fd < 0)
 		return -errno;
-	l.tids = calloc(l.max_threads, sizeof *l.tids);
-	if (!l.tids || sem_init(&l.finished, 0, 0)) {
-		int err = l.tids ? -errno : -ENOMEM;
-		close(l.stop_fd);
-		free(l.tids);
+	if (sem_init(&d.finished, 0, 0)) {
+		int err = -errno;
+		close(d.stop_fd);
 		return err;
 	}
-	pthread_mutex_lock(&l.lock);
-	spawn(&l);
-	if (!l.threads)
-		finish(&l, -EAGAIN);
-	pthread_mutex_unlock(&l.lock);
+	struct loop *l = loop_start(&device_ops, &d, threads);
 	/* libfuse's signal handlers end the session from this thread; the
 	 * timeout covers a signal that lands between the check and the wait */
-	while (!fuse_session_exited(se)) {
+	while (l && !fuse_session_exited(se)) {
 		struct timespec t = in_ns(1000000000u);
-		if (sem_timedwait(&l.finished, &t) == 0)
+		if (sem_timedwait(&d.finished, &t) == 0)
 			break;
 	}
-	pthread_mutex_lock(&l.lock);
-	finish(&l, 0);
-	unsigned n = l.threads;
-	pthread_mutex_unlock(&l.lock);
-	for (unsigned i = 0; i < n; i++)
-		pthread_join(l.tids[i], NULL);
-	free(l.tids);
-	close(l.stop_fd);
-	sem_destroy(&l.finished);
-	return l.error;
+	int err = l ? loop_stop(l) : -EAGAIN;
+	close(d.stop_fd);
+	sem_destroy(&d.finished);
+	return err;
 }

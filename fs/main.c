@@ -18,6 +18,7 @@
 #include "ops.h"
 #include "options.h"
 #include "stats.h"
+#include "transport.h"
 #include "watch.h"
 
 /* The readahead of the mount, in KiB: the largest read the kernel sends
@@ -35,7 +36,8 @@ static int fail(const char *fmt, const char *a, const char *b)
 /* A dead daemon leaves its mount answering ENOTCONN: say how to clear it. */
 static int mountpoint_error(const char *mnt)
 {
-	if (errno == ENOTCONN)
+	/* ECONNABORTED: one that served over io_uring */
+	if (errno == ENOTCONN || errno == ECONNABORTED)
 		return fail("%s is a stale mount left by a daemon that died; "
 			    "unmount it with 'fusermount3 -u %s' and try again", mnt, mnt);
 	return fail("mount point %s: %s", mnt, strerror(errno));
@@ -184,6 +186,11 @@ int main(int argc, char **argv)
 		     "container with --device /dev/fuse%s", strerror(errno), "");
 		goto out;
 	}
+	char why[512];
+	if (transport_check(o.io_uring, why, sizeof why)) {
+		fail("--io-uring on: %s%s", why, "");
+		goto out;
+	}
 	raise_fd_limit();
 	/* A fixed threshold: decoded parts get their own mappings, returned to
 	 * the system when evicted, instead of glibc raising the threshold and
@@ -225,6 +232,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
+	if (transport_attach(se, o.threads)) {
+		fail("cannot take over the FUSE device%s%s", "", "");
+		goto out;
+	}
 	/* a script waiting on --ready-fd may use MNT now */
 	if (o.ready_fd >= 0) {
 		if (write(o.ready_fd, "ready\n", 6) < 0)
@@ -241,10 +252,7 @@ int main(int argc, char **argv)
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
-	int lrc = loop_run(se, o.threads, o.spin_us);
-	if (lrc)
-		fprintf(stderr, "shardfs: serving requests failed: %s\n", strerror(-lrc));
-	rc = lrc ? 1 : 0;
+	rc = transport_run(se, o.threads, o.spin_us);
 out:
 	watch_stop();
 	if (mounted)

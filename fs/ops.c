@@ -24,6 +24,7 @@
 #include "sf_read.h"
 #include "sf_open.h"
 #include "stats.h"
+#include "uring.h"
 #include "watch.h"
 
 /* SRC may change under the mount: its entries are trusted for a second.
@@ -680,7 +681,9 @@ static bool small_content(struct fnode *n, struct sf_readv *rv)
 
 static void push_small(fuse_ino_t ino, struct fnode *n)
 {
-	if (!push_on_open || atomic_exchange(&n->pushed, true))
+	/* over io_uring a READ is cheap, and a store could wait for one
+	 * that no entry is left to take (fs/uring.h) */
+	if (!push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
 		return;
 	struct sf_readv rv = { 0 };
 	struct sf_err e;

@@ -30,6 +30,14 @@ void options_usage(FILE *to)
 	      "  --spin-us N         how long the thread waiting for the next request polls\n"
 	      "                      before it sleeps, in microseconds (default 200; 0 sleeps\n"
 	      "                      at once: no CPU spent waiting, slower round trips)\n"
+	      "  --io-uring MODE     auto (default): FUSE over io_uring when the kernel allows\n"
+	      "                      it, else /dev/fuse; on: io_uring or no mount; off:\n"
+	      "                      /dev/fuse. io_uring serves each CPU's requests on that\n"
+	      "                      CPU: several times faster small-file round trips on VMs.\n"
+	      "                      Root turns the kernel side on (Linux 6.14+) with\n"
+	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
+	      "                      or for good with 'options fuse enable_uring=1' in\n"
+	      "                      /etc/modprobe.d\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"
@@ -178,6 +186,15 @@ int options_parse(int argc, char **argv, struct options *o)
 			if (number(val, 0, 100000, &n))
 				return bad("--spin-us needs a number from 0 to 100000", val);
 			o->spin_us = (unsigned)n;
+		} else if ((val = long_value(argc, argv, &i, "--io-uring"))) {
+			if (strcmp(val, "auto") == 0)
+				o->io_uring = IO_URING_AUTO;
+			else if (strcmp(val, "on") == 0)
+				o->io_uring = IO_URING_ON;
+			else if (strcmp(val, "off") == 0)
+				o->io_uring = IO_URING_OFF;
+			else
+				return bad("--io-uring needs auto, on or off", val);
 		} else if ((val = long_value(argc, argv, &i, "--ready-fd"))) {
 			if (number(val, 0, INT_MAX, &n) || fcntl((int)n, F_GETFD) < 0)
 				return bad("--ready-fd needs an open file descriptor number", val);

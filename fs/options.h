@@ -6,6 +6,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* --io-uring: FUSE over io_uring when the kernel allows it, always, never */
+enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
+
 struct options {
 	const char *src, *mnt;
 	bool foreground, debug, help, version;
@@ -14,6 +17,7 @@ struct options {
 	unsigned spin_us;   /* --spin-us: polling before the waiting thread sleeps */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
+	enum io_uring_mode io_uring;
 };
 
 /* Parses argv; on a bad command line prints one line to stderr and returns

@@ -2,6 +2,7 @@
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
@@ -82,6 +83,20 @@ void errlog_fini(void)
 	sf_hash_free(&seen);
 }
 
+static pthread_mutex_t transport_lock = PTHREAD_MUTEX_INITIALIZER;
+static const char *transport = "dev_fuse";
+static atomic_uint_fast64_t *queues;
+static unsigned nqueues;
+
+void stats_set_transport(const char *name, atomic_uint_fast64_t *q, unsigned n)
+{
+	pthread_mutex_lock(&transport_lock);
+	transport = name;
+	queues = q;
+	nqueues = n;
+	pthread_mutex_unlock(&transport_lock);
+}
+
 static const char *const req_names[REQ_KINDS] = {
 	"lookup", "forget", "getattr", "readlink", "open", "read", "release",
 	"opendir", "readdir", "releasedir", "statfs", "getxattr", "listxattr",
@@ -113,6 +128,18 @@ struct sf_buf *stats_json(uint64_t cache_bytes, uint64_t cache_budget)
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();
 	json_object_set_new(root, "requests", req);
+	/* requests per queue: the device's, then one per CPU with io_uring */
+	json_t *perq = json_object();
+	json_object_set_new(perq, "dev_fuse", num(&stats.device_requests));
+	pthread_mutex_lock(&transport_lock);
+	json_object_set_new(root, "transport", json_string(transport));
+	for (unsigned i = 0; i < nqueues; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "cpu%u", i);
+		json_object_set_new(perq, name, num(&queues[i]));
+	}
+	pthread_mutex_unlock(&transport_lock);
+	json_object_set_new(root, "queues", perq);
 	json_object_set_new(root, "bytes_served", bytes);
 	json_object_set_new(root, "cache", cache);
 	json_object_set_new(root, "containers_opened", num(&stats.containers_opened));

@@ -23,6 +23,7 @@ struct stats {
 	atomic_uint_fast64_t bytes_decoded, parts_decoded;
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
+	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
 };
 
 extern struct stats stats;
@@ -31,6 +32,10 @@ static inline void stat_add(atomic_uint_fast64_t *c, uint64_t n)
 {
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
+
+/* The transport for stats.json: "dev_fuse" (the default) or "io_uring"
+ * with the `n` counters of requests its queues took (queue i: CPU i). */
+void stats_set_transport(const char *name, atomic_uint_fast64_t *queues, unsigned n);
 
 /* Records a problem once: the same (path, message) pair is logged only the
  * first time. `path` is relative to the mount root. */

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test under ASan+UBSan: the C unit tests,
-# then the mounted integration tests. The last line is "N passed, N failed".
+# then the mounted integration tests, once over /dev/fuse and once over FUSE
+# over io_uring (as root: the pass turns the kernel's switch on and back). The last line is "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-test
@@ -19,6 +20,21 @@ tail -n 12 "$build/unit.log"
 # Debian's python3 has the test libraries; another python3 may come first on PATH.
 /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
   --junitxml="$build/pytest.xml" "$@"
+
+# --- the mounted tests again over FUSE over io_uring (fs/uring.c): every
+# mount asks for it (--io-uring on), with the kernel's switch turned on for
+# the pass and put back.
+switch=/sys/module/fuse/parameters/enable_uring
+rm -f "$build/pytest-io_uring.xml"
+if old=$(cat "$switch" 2>/dev/null) && echo Y 2>/dev/null > "$switch"; then
+  trap 'echo "$old" > "$switch"' EXIT
+  SHARDFS_IO_URING=on /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
+    --junitxml="$build/pytest-io_uring.xml" "$@"
+  echo "$old" > "$switch"
+  trap - EXIT
+else
+  echo "io_uring pass: cannot turn on $switch (needs root and Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+fi
 
 # --- fuzzing: every libFuzzer target for a few seconds (clang, ASan+UBSan),
 # one result per target. Long runs: tests/fuzz/run.sh 600.
@@ -49,5 +65,6 @@ rm -f "$build/deb.json"
 scripts/test_deb.sh "$build/deb.json"
 
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
+  "mounted over io_uring=$build/pytest-io_uring.xml" \
   "fuzz=$build/fuzz.json" "release=$build/release.json" "scale=$build/scale.json" \
   "packages=$build/deb.json"

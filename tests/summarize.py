@@ -1,7 +1,8 @@
 """Prints the one closing line CI reads, 'N passed, N failed', from meson's
-test log, pytest's JUnit XML and any further LABEL=FILE results in meson's
+test log, pytest's JUnit XML and any further LABEL=FILE results: JUnit XML
+when FILE ends in .xml (another pass of the mounted tests), else meson's
 test log form (JSON lines: the fuzz run, the release build); exits non-zero
-when anything failed or nothing ran."""
+when anything failed or nothing ran (a missing file counts as a failure)."""
 import json
 import sys
 import xml.etree.ElementTree as ET
@@ -44,10 +45,10 @@ def main():
     p2, f2 = pytest_counts(sys.argv[2])
     parts = [f"unit: {p1} passed, {f1} failed", f"mounted: {p2} passed, {f2} failed"]
     passed, failed = p1 + p2, f1 + f2
-    # further results, LABEL=FILE, in meson's test log form (fuzzing, builds)
+    # further results, LABEL=FILE: JUnit XML, or meson's test log form
     for arg in sys.argv[3:]:
         label, path = arg.split("=", 1)
-        p, f = meson_counts(path)
+        p, f = pytest_counts(path) if path.endswith(".xml") else meson_counts(path)
         parts.append(f"{label}: {p} passed, {f} failed")
         passed, failed = passed + p, failed + f
     print("; ".join(parts))

@@ -427,6 +427,75 @@ def polling_cost(ctx):
     ]
 
 
+# --- the transport: FUSE over io_uring against /dev/fuse -----------------
+
+def transport_ab(ctx):
+    """Both transports on the same build, alternated run by run (the order
+    reversed every other run), medians: the small-file passes and four
+    readers, a large first read, and the idle daemon's CPU. io_uring needs
+    the kernel's switch, turned on for this group and put back (root)."""
+    n = ctx.size(10_000, 2_000)
+    src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
+    order = names[:]
+    random.Random(8).shuffle(order)
+    size = ctx.size(1 * GiB, 32 * MiB)
+    bsrc, member, _ = data.big_member(ctx.work, ctx.tools, size)
+    tars = sorted(src.glob("*"))
+    modes = {"io_uring": ["--io-uring", "on"], "dev_fuse": ["--io-uring", "off"],
+             "dev_fuse_nospin": ["--io-uring", "off", "--spin-us", "0"]}
+    fig = {k: {m: [] for m in modes} for k in ("first", "second", "par", "large", "idle")}
+    nat = []
+    with mounts.uring_switch(True):
+        for run in range(ctx.runs):
+            data.warm([native / x for x in names])
+            nat.append(two_passes(native, order)[1])
+            seq = list(modes) if run % 2 == 0 else list(reversed(modes))
+            for m in seq:
+                data.warm(tars)
+                with mounts.shardfs(ctx.shardfs, src, *modes[m]) as (mnt, proc, _):
+                    if stats(mnt)["transport"] != m.split("_nospin")[0]:
+                        raise RuntimeError(f"{m}: the mount runs {stats(mnt)['transport']}")
+                    first, second = two_passes(mnt / "f", order)
+                    fig["first"][m].append(first)
+                    fig["second"][m].append(second)
+                    time.sleep(1.5)  # past the loop's idle time
+                    c, t = cpu_seconds(proc.pid), time.perf_counter()
+                    time.sleep(4)
+                    fig["idle"][m].append((cpu_seconds(proc.pid) - c) / (time.perf_counter() - t))
+                data.warm(tars)
+                with mounts.shardfs(ctx.shardfs, src, *modes[m]) as (mnt, _, _):
+                    fig["par"][m].append(parallel_files_per_s(mnt / "f", order, 4))
+                data.warm([bsrc / "big_0000.tar"])
+                with mounts.shardfs(ctx.shardfs, bsrc, *modes[m]) as (mnt, _, _):
+                    path = mnt / "big" / member
+                    os.stat(path)
+                    fig["large"][m].append(size / dd(path))
+    med = {k: {m: median(v) for m, v in d.items()} for k, d in fig.items()}
+    u, mb = "files/s", 1e6
+    # CPU use is counted in clock ticks: one tick in the 4 s window
+    tick = 100 / os.sysconf("SC_CLK_TCK") / 4
+    return [
+        row("uring_small_first_pass", med["first"]["io_uring"], u, "/dev/fuse first pass",
+            med["first"]["dev_fuse"], 2.0),
+        row("uring_small_first_pass", med["first"]["io_uring"], u,
+            "/dev/fuse --spin-us 0 first pass", med["first"]["dev_fuse_nospin"]),
+        row("uring_small_first_pass", med["first"]["io_uring"], u, "native", median(nat), 0.40),
+        row("dev_small_first_pass", med["first"]["dev_fuse"], u, "native", median(nat)),
+        row("uring_small_second_pass", med["second"]["io_uring"], u, "native", median(nat), 0.80),
+        row("dev_small_second_pass", med["second"]["dev_fuse"], u, "native", median(nat)),
+        row("uring_parallel_4_readers", med["par"]["io_uring"], u, "io_uring 1 reader first pass",
+            med["first"]["io_uring"], 1.8),
+        row("dev_parallel_4_readers", med["par"]["dev_fuse"], u, "/dev/fuse 1 reader first pass",
+            med["first"]["dev_fuse"]),
+        row("uring_large_first_read", med["large"]["io_uring"] / mb, "MB/s",
+            "/dev/fuse large first read", med["large"]["dev_fuse"] / mb, 1.0),
+        row("uring_daemon_cpu_idle", med["idle"]["io_uring"] * 100, "% of CPU",
+            "limit (1 clock tick in 4 s)", tick, 1.0, "<="),
+        row("dev_daemon_cpu_idle", med["idle"]["dev_fuse"] * 100, "% of CPU",
+            "limit (1 clock tick in 4 s)", tick, 1.0, "<="),
+    ]
+
+
 GROUPS = {
     "small": small_members,
     "large": large_payload,
@@ -436,4 +505,5 @@ GROUPS = {
     "fold10m": fold_10m,
     "containers": containers_listing,
     "cpu": polling_cost,
+    "transport": transport_ab,
 }

@@ -2,10 +2,15 @@
 filesystems), always taken down again."""
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+
+# the kernel's switch for FUSE over io_uring, as the mounted tests set it
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+from conftest import uring_switch  # noqa: E402,F401
 
 
 def is_mounted(mnt):

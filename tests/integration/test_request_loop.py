@@ -1,6 +1,7 @@
 """The daemon's request loop (fs/loop.c): one thread waits for requests and
 serves fast ones itself; slow work hands the wait to another thread, and a
 watch takes it over from a handler stuck without doing so."""
+import contextlib
 import os
 import sys
 import threading
@@ -24,6 +25,35 @@ def big_zstd_tet(path):
     return a.tobytes()
 
 
+def reads_during_decode(mnt, want, pin=contextlib.nullcontext):
+    """Reads the first MiB of z/x/0.0 (a long decode) in a thread while
+    reading `small` again and again, both under `pin()` (one CPU, say);
+    checks the bytes and that several small reads were answered meanwhile.
+    Returns how many were."""
+    done = threading.Event()
+    got = {}
+
+    def big():
+        with pin(), open(mnt / "z" / "x" / "0.0", "rb", buffering=0) as f:
+            got["big"] = f.read(1 << 20)
+        done.set()
+
+    t = threading.Thread(target=big)
+    answered = 0
+    with pin():
+        t.start()
+        while not done.is_set():
+            fd = os.open(mnt / "small", os.O_RDONLY)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            assert os.read(fd, 200) == b"s" * 100
+            os.close(fd)
+            answered += 1
+    t.join()
+    assert got["big"] == want[: 1 << 20]
+    assert answered >= 3, f"only {answered} reads were answered during the decode"
+    return answered
+
+
 def test_a_slow_decode_does_not_hold_up_other_requests(tmp_path, mount):
     src = tmp_path / "src"
     src.mkdir()
@@ -31,27 +61,8 @@ def test_a_slow_decode_does_not_hold_up_other_requests(tmp_path, mount):
     (src / "small").write_bytes(b"s" * 100)
     mnt = mount(src)
     os.stat(mnt / "z" / "x" / "0.0")
-    done = threading.Event()
-    got = {}
-
-    def big():
-        with open(mnt / "z" / "x" / "0.0", "rb", buffering=0) as f:
-            got["big"] = f.read(1 << 20)
-        done.set()
-
-    t = threading.Thread(target=big)
-    t.start()
     # requests made while the chunk decodes are answered meanwhile
-    answered = 0
-    while not done.is_set():
-        fd = os.open(mnt / "small", os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        assert os.read(fd, 200) == b"s" * 100
-        os.close(fd)
-        answered += 1
-    t.join()
-    assert got["big"] == want[: 1 << 20]
-    assert answered >= 3, f"only {answered} reads were answered during the decode"
+    reads_during_decode(mnt, want)
 
 
 def test_a_store_waiting_for_a_queued_read_is_rescued(tmp_path, mount):
@@ -119,7 +130,7 @@ def test_fold_members_and_decoded_tiles_are_pushed_at_open(tmp_path, mount):
     xw.write_scale(src, n, per_shard=100)
     a = np.arange(64 * 64, dtype="<f4").reshape(64, 64)
     tw.write_tet(str(src / "t.tet"), [tw.Dataset(b"x", a, (32, 32), codec="zstd")])
-    mnt = mount(src)
+    mnt = mount(src, "--io-uring", "off")  # over io_uring no push is made
     members = ["%08d.txt" % i for i in range(0, n, 7)]
     tiles = ["0.0", "0.1", "1.0", "1.1"]
     for m in members:
