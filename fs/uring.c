@@ -35,6 +35,10 @@
 #include <unistd.h>
 
 #include "loop.h"
+#include "sf_err.h"
+#include "sf_fault.h"
+#include "sf_read.h"
+#include "stats.h"
 #include "uring_abi.h"
 
 /* Room in front of the payload for fuse_in_header and the op header, so a
@@ -366,10 +370,17 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 		reply_error(e, EIO);
 		return true;
 	}
-	char *p = e->block + SLACK;
-	for (int i = 1; i < count; i++) {
-		memcpy(p, iov[i].iov_base, iov[i].iov_len);
-		p += iov[i].iov_len;
+	/* The body may point into mapped source bytes, which this copy reads
+	 * in user space (over /dev/fuse the kernel does): a source whose
+	 * storage fails under the mapping must fail the request, not the
+	 * daemon. */
+	struct sf_readv rv = { .iov = (struct iovec *)&iov[1], .n = (size_t)count - 1,
+			       .bytes = body };
+	struct sf_err err = { { 0 } };
+	if (sf_guard_copy(&rv, e->block + SLACK, &err)) {
+		errlog_add(".", err.msg);
+		reply_error(e, EIO);
+		return true;
 	}
 	memcpy(e->hdr->in_out, &oh, sizeof oh);
 	e->hdr->ring_ent_in_out.payload_sz = (uint32_t)body;
