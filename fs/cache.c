@@ -151,6 +151,10 @@ static bool make_room(struct dcache *c, uint64_t need)
 /* Decodes running in this thread: a part's produce may fetch the parts it
  * is made of through the cache. */
 static _Thread_local unsigned depth;
+/* This thread's current read holds parts it got from the cache: waiting
+ * for room could then mean waiting for itself (the earlier parts of the
+ * same read fill the budget), so it does not wait. */
+static _Thread_local bool holding;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 #define ROOM_WAIT_NS 1000000000u  /* 1 s */
@@ -167,7 +171,7 @@ static void reserve(struct dcache *c, uint64_t size)
 	clock_gettime(CLOCK_REALTIME, &until);
 	uint64_t end = (uint64_t)until.tv_sec * 1000000000u + (uint64_t)until.tv_nsec + ROOM_WAIT_NS;
 	bool told = false;
-	while (!make_room(c, size) && !depth) {
+	while (!make_room(c, size) && !depth && !holding) {
 		clock_gettime(CLOCK_REALTIME, &now);
 		uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 		if (t >= end)
@@ -234,6 +238,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
+		holding = !depth || holding;
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
@@ -291,6 +296,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		c->bytes += buf->len;
 		make_room(c, 0);
 		*out = buf;
+		holding = !depth || holding;
 	} else {
 		abandon(c, e);
 	}
@@ -346,4 +352,9 @@ uint64_t dcache_bytes(struct dcache *c)
 uint64_t dcache_budget(struct dcache *c)
 {
 	return c->budget;
+}
+
+void dcache_read_done(void)
+{
+	holding = false;
 }

@@ -17,6 +17,9 @@ struct dcache *dcache_new(uint64_t budget);
 void dcache_free(struct dcache *c);
 /* The sf_cache interface the views read through. */
 struct sf_cache *dcache_iface(struct dcache *c);
+/* The calling thread has dropped every part its read got from the cache
+ * (after sf_readv_release): its next decodes may wait for room again. */
+void dcache_read_done(void);
 uint64_t dcache_bytes(struct dcache *c);
 uint64_t dcache_budget(struct dcache *c);
 /* `fn` is called before the cache decodes a part or waits for another

@@ -643,6 +643,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
+	dcache_read_done();
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
@@ -705,6 +706,7 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	}
 	free(copy);
 	sf_readv_release(&rv);
+	dcache_read_done();
 }
 
 static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
