@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import FIXTURES, WRITERS
-from relutil import TimedReader, copy_samples, read_fd, read_tree
+from relutil import TimedReader, copy_samples, read_fd, read_tree, within
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as xw  # noqa: E402
@@ -222,20 +222,9 @@ COLD_READS = [("big.bin", 12 << 20, 1 << 20), ("fold/000003.bin", 1 << 20, 1 << 
 def timed(fn, limit=READ_LIMIT):
     """(fn's result or the errno it raised, seconds); a call that takes
     longer than `limit` is a hang and fails the test."""
-    box = {}
-
-    def work():
-        try:
-            box["v"] = fn()
-        except OSError as e:
-            box["v"] = e.errno
-
-    t = threading.Thread(target=work, daemon=True)
     start = time.monotonic()
-    t.start()
-    t.join(limit)
-    assert not t.is_alive(), f"a call hung for {limit} s"
-    return box["v"], time.monotonic() - start
+    v = within(limit, "a call", fn)
+    return v, time.monotonic() - start
 
 
 def alive(daemon, result, what):
