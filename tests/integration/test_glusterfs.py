@@ -6,6 +6,7 @@ bytes the node does not hold fail within seconds, nothing hangs and the
 daemon keeps running; once the brick is started again the same daemon
 serves every file exactly, through the old handles and new opens alike.
 docs/distributed.md says how to run it and what the volume's options do."""
+import ctypes
 import errno
 import os
 import resource
@@ -65,6 +66,12 @@ def skip(reason):
     pytest.skip(reason)
 
 
+def subreaper(on):
+    """PR_SET_CHILD_SUBREAPER (36) for this process."""
+    if ctypes.CDLL(None, use_errno=True).prctl(36, int(on), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
 def start_glusterd(pidfile):
     """Starts glusterd; skips (with the reason printed) if it cannot start."""
     if not shutil.which("glusterd"):
@@ -93,6 +100,10 @@ def stop_glusterd(pidfile):
             # a daemon reparented to a PID 1 that does not reap stays a zombie
             try:
                 if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                    try:
+                        os.waitpid(pid, 0)  # ours when we are its subreaper
+                    except ChildProcessError:
+                        pass
                     return
             except OSError:
                 return
@@ -134,7 +145,15 @@ class Volume:
                        check=True, capture_output=True, timeout=60)
 
     def signal_brick(self, sig):
-        os.kill(brick_pid(self.name), sig)
+        pid = brick_pid(self.name)
+        os.kill(pid, sig)
+        if sig == signal.SIGKILL:
+            # glusterd takes a brick whose pid still exists for running and
+            # would not start it again: reap it (we are its subreaper)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
     def start_brick(self, probe):
         """Starts the brick again and waits until `probe` (a file in the
@@ -173,6 +192,9 @@ def volume(tmp_path_factory):
     base = tmp_path_factory.mktemp("gluster")
     pidfile = base / "glusterd.pid"
     started = False
+    # daemons started from here (glusterd, its bricks, the client) become
+    # our children instead of PID 1's, which may never reap them
+    subreaper(True)
     if not glusterd_answers():
         start_glusterd(pidfile)
         started = True
@@ -192,6 +214,7 @@ def volume(tmp_path_factory):
         v.remove()
         if started:
             stop_glusterd(pidfile)
+        subreaper(False)
 
 
 def write_tree(root, cache):
