@@ -33,7 +33,7 @@ void options_usage(FILE *to)
 	      "  --io-uring MODE     auto (default): FUSE over io_uring when the kernel allows\n"
 	      "                      it, else /dev/fuse; on: io_uring or no mount; off:\n"
 	      "                      /dev/fuse. io_uring serves each CPU's requests on that\n"
-	      "                      CPU: several times faster small-file round trips on VMs.\n"
+	      "                      CPU, with no cross-CPU wake-up (docs/performance.md).\n"
 	      "                      Root turns the kernel side on (Linux 6.14+) with\n"
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
