@@ -232,10 +232,12 @@ static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
 		struct iovec to = { dst, want };
 		ssize_t got = process_vm_readv(getpid(), &to, 1, iov, k, 0);
 		if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
-			/* a sandbox that forbids the call: copy here */
-			uint8_t *p = dst;
-			for (size_t i = 0; i < k; p += iov[i++].iov_len)
-				memcpy(p, iov[i].iov_base, iov[i].iov_len);
+			/* a sandbox that forbids the call: copy here, under the
+			 * fault guard (a source page that fails is then EIO too) */
+			struct sf_readv part = { .iov = (struct iovec *)iov, .n = k, .bytes = want };
+			struct sf_err e;
+			if (sf_guard_copy(&part, dst, &e))
+				return -EIO;
 		} else if (got < 0 || (size_t)got != want) {
 			return -EIO;
 		}
