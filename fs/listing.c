@@ -31,7 +31,7 @@ static void listing_free(struct listing *l)
 	for (size_t i = 0; i < l->n; i++) {
 		free(l->e[i].name);
 		free(l->e[i].file);
-		sf_view_unref(l->e[i].view);
+		openviews_drop(&l->e[i].open);
 	}
 	free(l->e);
 	free(l);
@@ -72,15 +72,18 @@ const struct lentry *listing_view_now(struct fnode *dir, const char *name, struc
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
 	/* a view not opened yet (only checked) has nothing to go stale */
-	if (!e || !e->view)
+	struct sf_view *v = e ? openviews_get(&e->open, false) : NULL;
+	if (!v)
 		return e;
 	/* the container itself is checked (one fstat); a change found by
 	 * reads (a fold's tar) is remembered. A check that fails without
 	 * finding a change (storage failing) keeps the view: its reads fail
 	 * until the source is back. */
-	if (e->view->source)
-		sf_map_check(e->view->source, &err);
-	if (!sf_view_refused(e->view, &err))
+	if (v->source)
+		sf_map_check(v->source, &err);
+	bool refused = sf_view_refused(v, &err);
+	sf_view_unref(v);
+	if (!refused)
 		return e;
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);
@@ -299,7 +302,17 @@ static int candidates(const char *rel, const char *name, char **file,
 	return found;
 }
 
-static int build(int dirfd, const char *rel, const struct listing *old, struct listing *l)
+/* Makes the views the entries of `l` hold closable, once the entries no
+ * longer move; `dir` is the directory's inode. */
+static void hold_views(struct listing *l, uint64_t dir)
+{
+	for (size_t i = 0; i < l->n; i++)
+		if (l->e[i].open)
+			openviews_link(&l->e[i].open, dir, l->e[i].name);
+}
+
+static int build(int dirfd, const char *rel, uint64_t dir, const struct listing *old,
+		 struct listing *l)
 {
 	int fd = dup(dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -362,8 +375,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		const struct lentry *was = reuse(old, src->name, f, &src->st);
 		struct sf_view *v = NULL;
 		if (was) {
-			if (was->view)
-				v = sf_view_ref(was->view);
+			v = openviews_get(&was->open, false);
 		} else if (f->check) {
 			if (!check_container(f, dirfd, rel, src->name))
 				continue;
@@ -380,15 +392,18 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 			continue;
 		}
 		struct lentry x = {
-			.name = vname, .fmt = f, .view = v, .st = src->st,
+			.name = vname, .fmt = f, .st = src->st,
 			.type = v && v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
 			.file = strdup(src->name),
 		};
+		/* out of memory for the holder: the view is opened again
+		 * when entered */
+		x.open = v ? openviews_new(v) : NULL;
 		/* push may move l->e: src is not used after this */
 		if (!x.file || (rc = push(l, &cap, x))) {
 			free(x.name);
 			free(x.file);
-			sf_view_unref(v);
+			openviews_drop(&x.open);
 			rc = rc ? rc : -ENOMEM;
 		} else {
 			nameset_add(&views, x.name);
@@ -398,6 +413,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 	free(views.slot);
 	if (rc == 0 && l->n)
 		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+	hold_views(l, dir);
 	return rc;
 }
 
@@ -461,7 +477,7 @@ static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct li
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	loop_hand_off();
-	int rc = build(dirfd, dir->rel, old, l);
+	int rc = build(dirfd, dir->rel, fnode_ino(dir), old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;
@@ -489,7 +505,7 @@ int listing_get(struct fnode *dir, struct listing **out)
 
 /* A copy of partial listing `old` (may be NULL) with `x` in place of any
  * entry of its name. */
-static struct listing *partial_with(const struct listing *old, struct lentry x)
+static struct listing *partial_with(const struct listing *old, struct lentry x, uint64_t dir)
 {
 	struct listing *l = calloc(1, sizeof *l);
 	size_t n = old ? old->n : 0;
@@ -506,7 +522,8 @@ static struct listing *partial_with(const struct listing *old, struct lentry x)
 		struct lentry c = *e;
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
-		c.view = e->view ? sf_view_ref(e->view) : NULL;
+		struct sf_view *v = openviews_get(&e->open, false);
+		c.open = v ? openviews_new(v) : NULL;
 		l->e[l->n++] = c;
 		if (!c.name || !c.file) {
 			listing_free(l);
@@ -515,6 +532,7 @@ static struct listing *partial_with(const struct listing *old, struct lentry x)
 	}
 	l->e[l->n++] = x;
 	qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+	hold_views(l, dir);
 	return l;
 }
 
@@ -556,13 +574,14 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 	if (!v)
 		goto done;
 	struct lentry x = {
-		.name = strdup(name), .fmt = f, .view = v, .st = fst, .file = file,
+		.name = strdup(name), .fmt = f, .st = fst, .file = file,
 		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
 	};
-	struct listing *l = x.name ? partial_with(old, x) : NULL;
+	x.open = openviews_new(v);
+	struct listing *l = x.name && x.open ? partial_with(old, x, fnode_ino(dir)) : NULL;
 	if (!l) {
 		free(x.name);
-		sf_view_unref(v);
+		openviews_drop(&x.open);
 		rc = -ENOMEM;
 		goto done;
 	}
@@ -576,16 +595,22 @@ done:
 	return rc;
 }
 
+struct sf_view *listing_opened(const struct lentry *e)
+{
+	return openviews_get(&e->open, true);
+}
+
 struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e)
 {
-	struct sf_view *v = __atomic_load_n(&e->view, __ATOMIC_ACQUIRE);
+	struct sf_view *v = listing_opened(e);
 	if (v)
 		return v;
 	int dirfd;
 	struct stat st;
 	if (lock_dir(dir, &dirfd, &st))
 		return NULL;
-	if (!(v = e->view)) {
+	/* opened by another thread meanwhile? */
+	if (!(v = listing_opened(e))) {
 		/* the SRC entries of the listing, sorted: the siblings of a
 		 * format that reads them */
 		bool sib = e->fmt->uses_siblings;
@@ -599,7 +624,7 @@ struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const s
 			v = open_container(e->fmt, dirfd, dir->rel, e->file, names, n, true);
 		free(names);
 		if (v)
-			__atomic_store_n(&((struct lentry *)e)->view, v, __ATOMIC_RELEASE);
+			v = openviews_put((struct vopen **)&e->open, v, fnode_ino(dir), e->name);
 	}
 	unlock_dir(dir, dirfd);
 	return v;

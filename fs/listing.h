@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "fnode.h"
+#include "openviews.h"
 #include "sf_view.h"
 
 struct lentry {
@@ -17,9 +18,11 @@ struct lentry {
 	unsigned char type;     /* DT_* */
 	/* A view's entry has its format; its view is opened when first
 	 * entered (listing_open), or when listed for a format without a
-	 * cheap check. */
+	 * cheap check, and closed again when unused past --max-open
+	 * (fs/openviews.h): read it only through listing_open and
+	 * listing_opened. */
 	const struct sf_format *fmt;
-	struct sf_view *view;
+	struct vopen *open;
 	char *file;             /* the view's container file name */
 	struct stat st;         /* SRC entry, or the view's container */
 };
@@ -60,11 +63,13 @@ const struct lentry *listing_view(const struct listing *l, const char *name);
  * view was opened, *l (a listing of `dir`) is replaced by the directory's
  * whole listing made anew, which opens the container again. */
 const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l);
-/* The view of a view entry of dir's listing `l`, opened now if it was only
- * checked: a container that fails to open gets a view holding only
- * .shardfs/, saying why. NULL when out of memory or the directory cannot
- * be opened any more. */
+/* The view of a view entry of dir's listing `l` (a new reference), opened
+ * now if it was only checked or has been closed since: a container that
+ * fails to open gets a view holding only .shardfs/, saying why. NULL when
+ * out of memory or the directory cannot be opened any more. */
 struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e);
+/* The same when the entry's view is open (a new reference), else NULL. */
+struct sf_view *listing_opened(const struct lentry *e);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC
  * directory `dir` (a new reference in *out). NULL when no file there could
  * place a view under the name (as `name` + a format's extension, or as

@@ -16,6 +16,7 @@
 #include "listing.h"
 #include "loop.h"
 #include "ops.h"
+#include "openviews.h"
 #include "options.h"
 #include "stats.h"
 #include "transport.h"
@@ -248,12 +249,16 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* after daemonizing: a thread would not survive the fork */
+	openviews_set_max(o.max_open);
+	if (openviews_start(se) && o.debug)
+		fprintf(stderr, "shardfs: no thread to close unused views: all stay open\n");
 	int wrc = watch_start(se, src);
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
 	rc = transport_run(se, o.threads, o.spin_us);
 out:
+	openviews_stop();
 	watch_stop();
 	if (mounted)
 		fuse_session_unmount(se);

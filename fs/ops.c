@@ -214,7 +214,7 @@ static struct fnode *view_root(struct fnode *dir, const struct lentry *le, struc
 		if (!n)
 			return NULL;
 		n->st = le->st;
-		access_narrow(&n->st, le->view);
+		access_narrow(&n->st, v);
 	}
 	fnode_attach(n);
 	return n;
@@ -290,16 +290,17 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 	 * listing (whole) does not stat every container it lists, nor open
 	 * one: the kernel looks a view up when it is used, and that opens it */
 	const struct lentry *le = whole ? listing_view(*l, name) : listing_view_now(dir, name, l);
-	if (!le || (whole && !__atomic_load_n(&le->view, __ATOMIC_ACQUIRE)))
+	if (!le)
 		return 0;
-	struct sf_view *v = listing_open(dir, *l, le);
+	struct sf_view *v = whole ? listing_opened(le) : listing_open(dir, *l, le);
 	if (!v)
-		return -ENOMEM;
+		return whole ? 0 : -ENOMEM;
 	pthread_mutex_lock(&ftree_lock);
 	struct fnode *n = view_root(dir, le, v);
 	if (n)
 		fnode_lookup_ref(n);
 	pthread_mutex_unlock(&ftree_lock);
+	sf_view_unref(v); /* its node holds it */
 	*out = n;
 	return n ? 0 : -ENOMEM;
 }
@@ -634,6 +635,9 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EIO);
 		return;
 	}
+	/* the pieces point into the view's buffers and mappings: it stays
+	 * alive until the reply is written, whatever forgets its node */
+	struct sf_view *hold = sf_view_ref(n->view);
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
 	if (rc) {
@@ -643,6 +647,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
+	sf_view_unref(hold);
 	dcache_read_done();
 }
 
@@ -689,6 +694,8 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
+	/* as for a read: the pieces may point into the view */
+	struct sf_view *hold = n->kind == FK_VIEW ? sf_view_ref(n->view) : NULL;
 	if (small_content(n, &rv))
 		copy = malloc(rv.bytes);
 	if (copy)
@@ -706,6 +713,7 @@ static void push_small(fuse_ino_t ino, struct fnode *n)
 	}
 	free(copy);
 	sf_readv_release(&rv);
+	sf_view_unref(hold);
 	dcache_read_done();
 }
 

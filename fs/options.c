@@ -8,6 +8,10 @@
 #include <string.h>
 
 #define DEFAULT_CACHE (256ull << 20)
+/* A walk over every view of 10,000 containers stays within 64 MiB, and
+ * each open view maps its container: far below vm.max_map_count (65,530)
+ * whatever the number of containers. */
+#define DEFAULT_MAX_OPEN 1024
 
 void options_usage(FILE *to)
 {
@@ -38,6 +42,10 @@ void options_usage(FILE *to)
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
+	      "  --max-open N        views of containers kept open while unused (default\n"
+	      "                      1024): past it the least recently entered are closed,\n"
+	      "                      and opened again when entered (each costs memory and\n"
+	      "                      a mapping of its container)\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"
@@ -156,6 +164,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	o->cache_size = DEFAULT_CACHE;
 	o->threads = 16;
 	o->spin_us = 200;
+	o->max_open = DEFAULT_MAX_OPEN;
 	o->ready_fd = -1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -186,6 +195,10 @@ int options_parse(int argc, char **argv, struct options *o)
 			if (number(val, 0, 100000, &n))
 				return bad("--spin-us needs a number from 0 to 100000", val);
 			o->spin_us = (unsigned)n;
+		} else if ((val = long_value(argc, argv, &i, "--max-open"))) {
+			if (number(val, 1, 1000000, &n))
+				return bad("--max-open needs a number from 1 to 1000000", val);
+			o->max_open = (unsigned)n;
 		} else if ((val = long_value(argc, argv, &i, "--io-uring"))) {
 			if (strcmp(val, "auto") == 0)
 				o->io_uring = IO_URING_AUTO;

@@ -15,6 +15,7 @@ struct options {
 	uint64_t cache_size;
 	unsigned threads;
 	unsigned spin_us;   /* --spin-us: polling before the waiting thread sleeps */
+	unsigned max_open;  /* --max-open: views kept open while unused */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 	enum io_uring_mode io_uring;

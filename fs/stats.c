@@ -144,6 +144,9 @@ struct sf_buf *stats_json(uint64_t cache_bytes, uint64_t cache_budget)
 	json_object_set_new(root, "cache", cache);
 	json_object_set_new(root, "containers_opened", num(&stats.containers_opened));
 	json_object_set_new(root, "containers_failed", num(&stats.containers_failed));
+	json_object_set_new(root, "views_open", num(&stats.views_open));
+	json_object_set_new(root, "views_open_peak", num(&stats.views_open_peak));
+	json_object_set_new(root, "views_closed", num(&stats.views_closed));
 	json_object_set_new(root, "errors", num(&stats.errors));
 	struct sf_buf *b = sf_json_pretty(root);
 	json_decref(root);

@@ -23,6 +23,9 @@ struct stats {
 	atomic_uint_fast64_t bytes_decoded, parts_decoded;
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
+	/* views listings hold open now, at most so far, and closed as unused
+	 * past --max-open (fs/openviews.h) */
+	atomic_uint_fast64_t views_open, views_open_peak, views_closed;
 	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
 };
 

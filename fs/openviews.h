@@ -1,0 +1,47 @@
+/* The views that listings hold open, bounded by --max-open. A view entered
+ * through a listing stays open while its entry holds it; past the bound,
+ * the least recently entered ones are closed: at once when nothing but the
+ * entry holds them, else after the kernel was told to drop the view's
+ * entry (its nodes are forgotten, and with them their references). A
+ * closed entry is opened again when next entered, as a new view: a reader
+ * holding a node of the old one keeps reading it (docs/architecture.md). */
+#ifndef FS_OPENVIEWS_H
+#define FS_OPENVIEWS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "sf_view.h"
+
+/* One open view held by one listing entry (the entry's slot points to it). */
+struct vopen;
+
+/* The bound (none until set). */
+void openviews_set_max(unsigned max);
+/* Starts the thread that closes views past the bound; 0 or -errno (the
+ * mount works without it, holding every view as before). */
+int openviews_start(struct fuse_session *se);
+void openviews_stop(void);
+
+/* Wraps view `v` (its reference taken over) for an entry being built; not
+ * yet counted or closable. NULL when out of memory (v is then unreffed). */
+struct vopen *openviews_new(struct sf_view *v);
+/* Makes the open view in `*slot` (the entry's field, which no longer
+ * moves) closable: the entry is `name` in the directory the kernel knows as
+ * inode `dir`. `name` must live as long as the slot holds it. */
+void openviews_link(struct vopen **slot, uint64_t dir, const char *name);
+/* The view the entry holds (a new reference), or NULL when it holds none.
+ * `use` marks it as just entered (least recently used goes first). */
+struct sf_view *openviews_get(struct vopen *const *slot, bool use);
+/* Holds `v` in an empty slot (linked as above; a reference taken over)
+ * and returns a new reference to what the slot holds then: another
+ * thread's view when it filled the slot first. NULL when out of memory. */
+struct sf_view *openviews_put(struct vopen **slot, struct sf_view *v, uint64_t dir,
+			      const char *name);
+/* Empties the slot, dropping its view (the entry is freed). */
+void openviews_drop(struct vopen **slot);
+
+#endif
