@@ -11,6 +11,7 @@
 #include <xxhash.h>
 
 #include "loop.h"
+#include "sf_hash.h"
 #include "sf_fault.h"
 #include "sf_format.h"
 #include "sf_map.h"
@@ -189,48 +190,32 @@ static int push(struct listing *l, size_t *cap, struct lentry x)
 	return 0;
 }
 
-/* The names views took so far while a listing is built, so that a clash
- * is found in constant time: a directory may hold many thousands of
- * containers. Sized for every SRC entry having a view; never grows. */
-struct nameset {
-	const char **slot;
-	size_t cap;
-};
-
-static size_t name_slot(const struct nameset *s, const char *name)
+/* The names views took so far while a listing is built (sf_hash of the
+ * names, not owned), so that a clash is found in constant time: a
+ * directory may hold many thousands of containers. */
+static uint64_t name_hash(const char *name)
 {
-	return XXH3_64bits(name, strlen(name)) & (s->cap - 1);
+	return XXH3_64bits(name, strlen(name));
 }
 
-static bool nameset_has(const struct nameset *s, const char *name)
+static bool named(const void *key, const void *val)
 {
-	for (size_t i = name_slot(s, name); s->slot[i]; i = (i + 1) & (s->cap - 1))
-		if (strcmp(s->slot[i], name) == 0)
-			return true;
-	return false;
-}
-
-static void nameset_add(struct nameset *s, const char *name)
-{
-	size_t i = name_slot(s, name);
-	while (s->slot[i])
-		i = (i + 1) & (s->cap - 1);
-	s->slot[i] = name;
+	return strcmp(key, val) == 0;
 }
 
 /* Whether `name` is a SRC entry (the first nsrc entries, sorted) or a view. */
-static bool taken(const struct listing *l, size_t nsrc, const struct nameset *views,
+static bool taken(const struct listing *l, size_t nsrc, const struct sf_hash *views,
 		  const char *name)
 {
 	struct lentry key = { .name = (char *)name };
 	return (nsrc && bsearch(&key, l->e, nsrc, sizeof *l->e, cmp_entry)) ||
-	       nameset_has(views, name);
+	       sf_hash_get(views, name_hash(name), named, name);
 }
 
 /* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash.
  * "." and ".." are taken in every directory ("..sidx" must not name its
  * view "."). */
-static char *view_name(const struct listing *l, size_t nsrc, const struct nameset *views,
+static char *view_name(const struct listing *l, size_t nsrc, const struct sf_hash *views,
 		       const char *file, const char *ext)
 {
 	size_t n = strlen(file) - strlen(ext);
@@ -349,16 +334,10 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
 
 	size_t nsrc = l->n;
-	struct nameset views = { .cap = 2 };
-	while (views.cap < 2 * nsrc + 2)
-		views.cap *= 2;
-	views.slot = calloc(views.cap, sizeof *views.slot);
+	struct sf_hash views = { 0 };
 	char **names = malloc((nsrc ? nsrc : 1) * sizeof *names);
-	if (!names || !views.slot) {
-		free(names);
-		free(views.slot);
+	if (!names)
 		return -ENOMEM;
-	}
 	for (size_t i = 0; i < nsrc; i++)
 		names[i] = l->e[i].name;
 	/* Views are placed in byte order of their files' names, so an earlier
@@ -406,11 +385,11 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 			openviews_drop(&x.open);
 			rc = rc ? rc : -ENOMEM;
 		} else {
-			nameset_add(&views, x.name);
+			rc = sf_hash_put(&views, name_hash(x.name), x.name);
 		}
 	}
 	free(names);
-	free(views.slot);
+	sf_hash_free(&views);
 	if (rc == 0 && l->n)
 		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
 	hold_views(l, dir);

@@ -106,7 +106,7 @@ def names_come_and_go(c, build, work, n):
 
 def containers(c, build, work, n):
     """ls of n containers: header checks only (25 MiB for 10,000: 2,560
-    bytes per container)."""
+    bytes per container); find of them: bounded by --max-open."""
     src = data.many_containers(work, n)
     with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
         os.stat(mnt / ".shardfs")
@@ -117,6 +117,18 @@ def containers(c, build, work, n):
             return
         after = kib(proc.pid, "VmRSS")
         c.add("containers_ls_per_container", (after - base) * 1024 / n, 2560, "bytes/container")
+        # find enters every view: the views open at a time are bounded
+        # (--max-open, default 1024), and so are memory and mappings,
+        # whatever n (185 MiB and a mapping per container before)
+        out = subprocess.run(f"find '{mnt}' | wc -l", shell=True, check=True,
+                             capture_output=True, text=True).stdout
+        if int(out) < 2 * n:
+            c.error("containers_find_count", f"find listed {int(out)} paths for {n} containers")
+            return
+        peak = kib(proc.pid, "VmHWM")
+        c.add("containers_find_peak", (peak - base) / 1024, 40, f"MiB ({n} containers)")
+        with open(f"/proc/{proc.pid}/maps") as f:
+            c.add("containers_find_mappings", sum(1 for _ in f), 2048, f"({n} containers)")
 
 
 def main():
