@@ -204,8 +204,8 @@ static int too_big(const struct dcache *c, const struct sf_part *part, uint64_t 
  * held when it opens, so they can be read here without its lock. */
 static void drop_source_pages(const struct sf_view *v)
 {
-	for (size_t i = 0; v && i < v->nmaps; i++)
-		sf_map_drop_pages(v->maps[i]);
+	for (size_t i = 0; v && i < sf_view_nmaps(v); i++)
+		sf_map_drop_pages(sf_view_map(v, i));
 }
 
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,

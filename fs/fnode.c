@@ -92,7 +92,7 @@ static void release(struct fnode *n)
 		all_head = n->all_next;
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
-	if (n->vn && n->vn->host == n)
+	if (n->vn && sf_node_host(n->vn) == n)
 		sf_node_set_host(n->vn, NULL);
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
@@ -129,6 +129,19 @@ void fnode_lookup_ref(struct fnode *n)
 	n->nlookup++;
 }
 
+void fnode_find(void)
+{
+	pthread_mutex_lock(&ftree_lock);
+}
+
+struct fnode *fnode_found(struct fnode *n)
+{
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&ftree_lock);
+	return n;
+}
+
 void fnode_forget(struct fnode *n, uint64_t k)
 {
 	pthread_mutex_lock(&ftree_lock);
@@ -150,15 +163,15 @@ void fnode_forget(struct fnode *n, uint64_t k)
 
 struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name)
 {
-	struct fnode *n = vn->host;
+	struct fnode *n = sf_node_host(vn);
 	if (n)
 		return n;
 	if (!name)
-		name = vn->name;
+		name = sf_node_name(vn);
 	n = fnode_new(FK_VIEW, parent, name);
 	if (!n)
 		return NULL;
-	n->view = sf_view_ref(vn->view);
+	n->view = sf_view_ref(sf_node_view(vn));
 	n->vn = vn;
 	n->st = parent->st;
 	const char *pp = parent->vpath ? parent->vpath : parent->rel;

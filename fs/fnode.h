@@ -79,6 +79,11 @@ void fnode_attach(struct fnode *n);
 
 /* The kernel learned of n once more / forgot n `k` times. */
 void fnode_lookup_ref(struct fnode *n);
+/* A lookup finds or makes its node with ftree_lock held (fnode_find), then
+ * ends with fnode_found, which takes the kernel's lookup reference on `n`
+ * (unless NULL: out of memory), releases the lock and returns `n`. */
+void fnode_find(void);
+struct fnode *fnode_found(struct fnode *n);
 void fnode_forget(struct fnode *n, uint64_t k);
 
 /* The fnode for a view node, creating it on first use (ftree_lock held;

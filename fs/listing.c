@@ -78,8 +78,8 @@ const struct lentry *listing_view_now(struct fnode *dir, const char *name, struc
 	 * reads (a fold's tar) is remembered. A check that fails without
 	 * finding a change (storage failing) keeps the view: its reads fail
 	 * until the source is back. */
-	if (e->view->source)
-		sf_map_check(e->view->source, &err);
+	if (sf_view_source(e->view))
+		sf_map_check(sf_view_source(e->view), &err);
 	if (!sf_view_refused(e->view, &err))
 		return e;
 	atomic_store(&(*l)->stale, true);
@@ -158,24 +158,24 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 		errlog_add(path, sf_err_msg(&e, rc));
 		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
-			v->cache = view_cache;
+			sf_view_set_cache(v, view_cache);
 	} else {
 		stat_add(&stats.containers_opened, 1);
-		v->cache = view_cache;
+		sf_view_set_cache(v, view_cache);
 		listing_report_warnings(v);
 	}
 	free(path);
 	return v;
 }
 
+static void log_warning(void *arg, const char *path, const char *msg)
+{
+	errlog_add(path, msg);
+}
+
 void listing_report_warnings(struct sf_view *v)
 {
-	if (v->nreported == v->nwarnings)
-		return;
-	pthread_mutex_lock(&v->lock);
-	for (; v->nreported < v->nwarnings; v->nreported++)
-		errlog_add(v->path, v->warnings[v->nreported]);
-	pthread_mutex_unlock(&v->lock);
+	sf_view_take_warnings(v, log_warning, NULL);
 }
 
 static int push(struct listing *l, size_t *cap, struct lentry x)
@@ -381,7 +381,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		}
 		struct lentry x = {
 			.name = vname, .fmt = f, .view = v, .st = src->st,
-			.type = v && v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+			.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 			.file = strdup(src->name),
 		};
 		/* push may move l->e: src is not used after this */
@@ -557,7 +557,7 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .view = v, .st = fst, .file = file,
-		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+		.type = sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 	};
 	struct listing *l = x.name ? partial_with(old, x) : NULL;
 	if (!l) {

@@ -113,24 +113,23 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		break;
 	case FK_VIEW:
 		st->st_nlink = 1;
-		if (n->vn->kind == SF_DIR) {
+		if (sf_node_kind(n->vn) == SF_DIR) {
 			st->st_mode = S_IFDIR;
 			st->st_nlink = 2;
-		} else if (n->vn->kind == SF_LINK) {
+		} else if (sf_node_kind(n->vn) == SF_LINK) {
 			st->st_mode = S_IFLNK;
-			st->st_size = (off_t)strlen(n->vn->u.target);
+			st->st_size = (off_t)strlen(sf_link_target(n->vn));
 		} else {
-			const struct sf_file *fl = &n->vn->u.file;
-			bool built = atomic_load(&fl->built);
-			st->st_mode = S_IFREG;
 			/* a file listed before its build shows the size its
 			 * format announced (readdirplus) */
-			st->st_size = (off_t)(!built && fl->size_known ? fl->known_size : fl->size);
+			struct sf_file_size fs = sf_file_size(n->vn);
+			st->st_mode = S_IFREG;
+			st->st_size = (off_t)fs.size;
 			/* The kernel answers a read of a 0-byte file itself, as an
 			 * empty success: a file whose content failed (broken, or
 			 * never built) claims one byte so that reads reach op_read
 			 * and fail with EIO (docs/design.md §3.4). */
-			if (st->st_size == 0 && (fl->broken || (!built && !fl->size_known)))
+			if (st->st_size == 0 && (fs.broken || !fs.known))
 				st->st_size = 1;
 		}
 		break;
@@ -143,11 +142,11 @@ static void fill_attr(struct fnode *n, struct stat *st)
  * file stays listed (see fill_attr) while reads fail with EIO. */
 static int ready(struct fnode *n)
 {
-	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE)
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE)
 		return 0;
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
-	if (!atomic_load(&n->vn->u.file.built) && !n->vn->u.file.size_known)
+	if (!sf_file_size(n->vn).known)
 		loop_hand_off();
 	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
 	if (rc)
@@ -208,9 +207,9 @@ static struct fnode *view_root(struct fnode *dir, const struct lentry *le, struc
 	struct fnode *n = fnode_child(dir, le->name);
 	if (n && n->kind == FK_VIEW && n->view == v)
 		return n;
-	n = v->root->host;
+	n = sf_node_host(sf_view_root(v));
 	if (!n) {
-		n = fnode_for_view(dir, v->root, le->name);
+		n = fnode_for_view(dir, sf_view_root(v), le->name);
 		if (!n)
 			return NULL;
 		n->st = le->st;
@@ -234,7 +233,7 @@ static void reply_node(fuse_req_t req, struct fnode *n, double timeout)
 static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind kind,
 			       enum meta_file which)
 {
-	pthread_mutex_lock(&ftree_lock);
+	fnode_find();
 	struct fnode *n = fnode_child(dir, name);
 	if (!n || n->kind != kind) {
 		n = fnode_new(kind, dir, name);
@@ -244,10 +243,7 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
 			fnode_attach(n);
 		}
 	}
-	if (n)
-		fnode_lookup_ref(n);
-	pthread_mutex_unlock(&ftree_lock);
-	return n;
+	return fnode_found(n);
 }
 
 /* What a lookup of `name` in SRC directory `dir` finds, with the kernel's
@@ -269,13 +265,9 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
 	free(rel);
 	if (src == 0) {
-		pthread_mutex_lock(&ftree_lock);
-		struct fnode *n = src_child(dir, name, &st);
-		if (n)
-			fnode_lookup_ref(n);
-		pthread_mutex_unlock(&ftree_lock);
-		*out = n;
-		return n ? 0 : -ENOMEM;
+		fnode_find();
+		*out = fnode_found(src_child(dir, name, &st));
+		return *out ? 0 : -ENOMEM;
 	}
 	if (src != -ENOENT)
 		return src;
@@ -295,13 +287,9 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 	struct sf_view *v = listing_open(dir, *l, le);
 	if (!v)
 		return -ENOMEM;
-	pthread_mutex_lock(&ftree_lock);
-	struct fnode *n = view_root(dir, le, v);
-	if (n)
-		fnode_lookup_ref(n);
-	pthread_mutex_unlock(&ftree_lock);
-	*out = n;
-	return n ? 0 : -ENOMEM;
+	fnode_find();
+	*out = fnode_found(view_root(dir, le, v));
+	return *out ? 0 : -ENOMEM;
 }
 
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
@@ -325,7 +313,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
-	if (dir->vn->kind != SF_DIR) {
+	if (sf_node_kind(dir->vn) != SF_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -333,7 +321,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	struct sf_node *kid = NULL;
 	/* a lookup hook answers quickly (but for its first call); a populate
 	 * lists the whole directory */
-	if (!atomic_load(&dir->vn->u.dir.populated) && !dir->vn->u.dir.lookup)
+	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
 		loop_hand_off();
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dir->view);
@@ -346,13 +334,11 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	pthread_mutex_lock(&ftree_lock);
+	fnode_find();
 	struct fnode *n = fnode_for_view(dir, kid, NULL);
-	if (n)
-		fnode_lookup_ref(n);
+	/* the fnode holds the node now (or, out of memory, nothing does) */
 	sf_node_unpin(kid);
-	pthread_mutex_unlock(&ftree_lock);
-	reply_node(req, n, VIEW_TIMEOUT);
+	reply_node(req, fnode_found(n), VIEW_TIMEOUT);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
@@ -421,8 +407,8 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	count(REQ_READLINK);
 	struct fnode *n = fn_of(ino);
-	if (n->kind == FK_VIEW && n->vn->kind == SF_LINK) {
-		fuse_reply_readlink(req, n->vn->u.target);
+	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
+		fuse_reply_readlink(req, sf_link_target(n->vn));
 		return;
 	}
 	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {
@@ -626,7 +612,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		sf_buf_unref(b);
 		return;
 	}
-	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE) {
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -672,9 +658,9 @@ static bool small_content(struct fnode *n, struct sf_readv *rv)
 	if (n->kind == FK_SRC_FILE)
 		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
 		       src_read(n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
-	if (n->kind != FK_VIEW || n->vn->kind != SF_FILE || ready(n))
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || ready(n))
 		return false;
-	uint64_t size = n->vn->u.file.size;
+	uint64_t size = sf_file_size(n->vn).size;
 	struct sf_err e = { { 0 } };
 	return size > 0 && size <= PUSH_MAX &&
 	       sf_file_read(n->vn, 0, size, dcache_iface(cache), rv, &e) == 0 && rv->n > 0;
@@ -776,7 +762,7 @@ static int snap_view(struct fnode *dir, struct dirsnap *s)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
-	if (!atomic_load(&vn->u.dir.populated))
+	if (!sf_dir_is_populated(vn))
 		loop_hand_off();
 	int rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dir->view);
@@ -830,7 +816,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
 			rc = snap_src(n, s, &cap);
-		else if (n->kind == FK_VIEW && n->vn->kind == SF_DIR)
+		else if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_DIR)
 			rc = snap_view(n, s);
 		else if (n->kind == FK_META_DIR)
 			rc = snap_meta(n, s, &cap);
@@ -877,15 +863,12 @@ static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct 
 		struct sf_node *vn = d->vn;
 		if (!vn && (sf_dir_find(dir->vn, d->name, &vn, &e) || !vn))
 			return NULL;
-		const struct sf_file *fl = &vn->u.file;
-		pthread_mutex_lock(&ftree_lock);
-		if (vn->kind != SF_FILE || atomic_load(&fl->built) || fl->size_known)
+		fnode_find();
+		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
 			n = fnode_for_view(dir, vn, NULL);
-		if (n)
-			fnode_lookup_ref(n);
 		if (!d->vn)
 			sf_node_unpin(vn);
-		pthread_mutex_unlock(&ftree_lock);
+		n = fnode_found(n);
 	}
 	if (!n)
 		return NULL;
