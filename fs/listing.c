@@ -16,9 +16,9 @@
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_report.h"
+#include "src.h"
 #include "stats.h"
 
-int src_fd = -1;
 static struct sf_cache *view_cache = &sf_nocache;
 
 void listing_use_cache(struct sf_cache *c)
@@ -58,13 +58,6 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 {
 	const struct lentry *e = find(l, name);
 	return e && e->fmt ? e : NULL;
-}
-
-bool same_version(const struct stat *a, const struct stat *b)
-{
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
-	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
 const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l)

@@ -40,17 +40,11 @@ struct listing {
 	struct lentry *e;        /* SRC entries and views, in byte order of names */
 };
 
-/* The SRC tree's root directory, opened once (every access is relative to it). */
-extern int src_fd;
-
 /* Logs the warnings a view raised since the last call (opening, or lazy
  * work such as populating a directory). */
 void listing_report_warnings(struct sf_view *v);
 /* The cache views placed from now on are read through. */
 void listing_use_cache(struct sf_cache *c);
-/* Whether two stats describe the same version of a file: a file replaced
- * or rewritten in SRC is a new version. */
-bool same_version(const struct stat *a, const struct stat *b);
 /* The current listing of SRC directory `dir` (a new reference). */
 int listing_get(struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);

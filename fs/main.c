@@ -17,6 +17,7 @@
 #include "loop.h"
 #include "ops.h"
 #include "options.h"
+#include "src.h"
 #include "stats.h"
 #include "transport.h"
 #include "watch.h"

@@ -22,7 +22,7 @@
 #include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_read.h"
-#include "sf_open.h"
+#include "src.h"
 #include "stats.h"
 #include "uring.h"
 #include "watch.h"
@@ -175,32 +175,6 @@ static void reply_negative(fuse_req_t req, double timeout)
 	fuse_reply_entry(req, &ep);
 }
 
-/* The fnode for SRC entry `name` of `dir` as it is now (ftree_lock held). */
-static struct fnode *src_child(struct fnode *dir, const char *name, const struct stat *st)
-{
-	struct fnode *n = fnode_child(dir, name);
-	if (n && n->kind != FK_VIEW && S_ISDIR(st->st_mode) && S_ISDIR(n->st.st_mode) &&
-	    n->st.st_dev == st->st_dev && n->st.st_ino == st->st_ino) {
-		/* a directory stays the same node as its entries change */
-		n->st = *st;
-		return n;
-	}
-	if (n && n->kind != FK_VIEW && same_version(&n->st, st))
-		return n;
-	enum fkind k = S_ISDIR(st->st_mode) ? FK_SRC_DIR :
-		       S_ISREG(st->st_mode) ? FK_SRC_FILE : FK_SRC_OTHER;
-	n = fnode_new(k, dir, name);
-	if (!n)
-		return NULL;
-	n->st = *st;
-	if (!(n->rel = sf_path_join(dir->rel, name))) {
-		fnode_forget(n, 0);
-		return NULL;
-	}
-	fnode_attach(n);
-	return n;
-}
-
 /* The fnode for view `v` placed under `le->name` (ftree_lock held). */
 static struct fnode *view_root(struct fnode *dir, const struct lentry *le, struct sf_view *v)
 {
@@ -255,20 +229,7 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
 static int find_src(struct fnode *dir, const char *name, bool whole, struct listing **l,
 		    struct fnode **out)
 {
-	*out = NULL;
-	char *rel = sf_path_join(dir->rel, name);
-	if (!rel)
-		return -ENOMEM;
-	struct stat st;
-	int src = sf_lstat_beneath(src_fd, rel, &st);
-	if (src == -ELOOP) /* a directory on the way swapped for a symlink */
-		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
-	free(rel);
-	if (src == 0) {
-		fnode_find();
-		*out = fnode_found(src_child(dir, name, &st));
-		return *out ? 0 : -ENOMEM;
-	}
+	int src = src_find(dir, name, out);
 	if (src != -ENOENT)
 		return src;
 	if (!*l) {
@@ -416,66 +377,11 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	struct sf_err e;
-	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
-	ssize_t k = fd < 0 ? fd : readlinkat(fd, "", buf, PATH_MAX);
-	if (k < 0) {
-		reply_src_err(req, fd < 0 ? -fd : errno);
-		if (fd >= 0)
-			close(fd);
-		return;
-	}
-	close(fd);
-	buf[k] = 0;
-	fuse_reply_readlink(req, buf);
-}
-
-static int map_src_file(struct fnode *n)
-{
-	int rc = 0;
-	pthread_mutex_lock(&n->map_lock);
-	if (!n->map) {
-		struct sf_err e = { { 0 } };
-		struct sf_map *m = NULL;
-		rc = sf_map_beneath(src_fd, n->rel, n->rel, &m, &e);
-		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
-			errlog_add(n->rel, e.msg); /* replaced by what is not served */
-		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced between lookup and open: the version
-			 * this inode stands for is gone */
-			sf_map_unref(m);
-			rc = -ESTALE;
-		} else if (rc == 0) {
-			n->map = m;
-		}
-	}
-	pthread_mutex_unlock(&n->map_lock);
-	return rc;
-}
-
-/* [off, off+size) of SRC file `n` (clipped to its size), as mapped bytes. */
-static int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_readv *rv)
-{
-	int rc = map_src_file(n);
+	int rc = src_readlink(n, buf);
 	if (rc)
-		return rc;
-	/* a page past a file's new end would be served as zeros */
-	struct sf_err e = { { 0 } };
-	if ((rc = sf_map_check(n->map, &e))) {
-		errlog_add(n->rel, e.msg);
-		return rc;
-	}
-	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
-	if (len > size)
-		len = size;
-	if (!len)
-		return 0;
-	if (!(rv->iov = malloc(sizeof *rv->iov)))
-		return -ENOMEM;
-	rv->iov[0] = (struct iovec){ (uint8_t *)n->map->data + off, len };
-	rv->n = rv->cap = 1;
-	rv->bytes = rv->from_map = len;
-	return 0;
+		reply_src_err(req, -rc);
+	else
+		fuse_reply_readlink(req, buf);
 }
 
 /* An open pins the version its inode stands for: a SRC file is mapped here
@@ -490,7 +396,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(REQ_OPEN);
 	struct fnode *n = fn_of(ino);
-	int rc = n->kind == FK_SRC_FILE ? map_src_file(n) : 0;
+	int rc = n->kind == FK_SRC_FILE ? src_map_file(n) : 0;
 	if (rc) {
 		reply_src_err(req, -rc);
 		return;
