@@ -28,6 +28,7 @@ struct dcache {
 	size_t hcap, count;
 	struct entry *head, *tail;
 	void (*on_slow)(void);
+	struct stats *stats;      /* counts hits, misses, evictions, decodes */
 };
 
 void dcache_on_slow(struct dcache *c, void (*fn)(void))
@@ -141,7 +142,7 @@ static bool make_room(struct dcache *c, uint64_t need)
 		struct entry *prev = e->prev;
 		if (!e->loading && !e->waiters && atomic_load(&e->buf->refs) == 1) {
 			drop(c, e);
-			stat_add(&stats.cache_evictions, 1);
+			stat_add(&c->stats->cache_evictions, 1);
 		}
 		e = prev;
 	}
@@ -234,7 +235,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		}
 	}
 	if (e) {
-		stat_add(&stats.cache_hits, 1);
+		stat_add(&c->stats->cache_hits, 1);
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
@@ -248,7 +249,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		pthread_mutex_unlock(&c->lock);
 		return too_big(c, part, size, err);
 	}
-	stat_add(&stats.cache_misses, 1);
+	stat_add(&c->stats->cache_misses, 1);
 	e = calloc(1, sizeof *e);
 	if (!e) {
 		pthread_mutex_unlock(&c->lock);
@@ -280,8 +281,8 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	e->loading = false;
 	c->reserved -= claim;
 	if (rc == 0) {
-		stat_add(&stats.parts_decoded, 1);
-		stat_add(&stats.bytes_decoded, buf->len);
+		stat_add(&c->stats->parts_decoded, 1);
+		stat_add(&c->stats->bytes_decoded, buf->len);
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
@@ -305,7 +306,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	return rc;
 }
 
-struct dcache *dcache_new(uint64_t budget)
+struct dcache *dcache_new(uint64_t budget, struct stats *stats)
 {
 	struct dcache *c = calloc(1, sizeof *c);
 	if (!c)
@@ -313,6 +314,7 @@ struct dcache *dcache_new(uint64_t budget)
 	c->iface.get = cache_get;
 	c->iface.limit = budget;
 	c->budget = budget;
+	c->stats = stats;
 	c->hcap = 1024;
 	c->hash = calloc(c->hcap, sizeof *c->hash);
 	if (!c->hash) {

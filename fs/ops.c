@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "daemon.h"
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
@@ -32,16 +33,14 @@
 #define SRC_TIMEOUT 1.0
 #define VIEW_TIMEOUT 86400.0
 
-static struct dcache *cache;
-
 static struct fnode *fn_of(fuse_ino_t ino)
 {
 	return ino == FUSE_ROOT_ID ? fnode_root() : (struct fnode *)(uintptr_t)ino;
 }
 
-static void count(enum req_kind k)
+static void count(fuse_req_t req, enum req_kind k)
 {
-	stat_add(&stats.requests[k], 1);
+	stat_add(&daemon_of(req)->stats.requests[k], 1);
 }
 
 /* Replies with an error met in SRC. A source on a network filesystem that
@@ -58,17 +57,18 @@ static bool in_view(const struct fnode *n)
 	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
 }
 
-static struct sf_buf *meta_content(enum meta_file m)
+static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
 {
-	return m == META_STATS ? stats_json(dcache_bytes(cache), dcache_budget(cache))
-			       : errlog_text();
+	return m == META_STATS ? stats_json(&dm->stats, dcache_bytes(dm->cache),
+					    dcache_budget(dm->cache))
+			       : errlog_text(&dm->stats);
 }
 
 /* Takes a new snapshot of a .shardfs/ file for the reads that follow this
  * lookup or stat; returns its length (0 when out of memory). */
-static uint64_t meta_snapshot(struct fnode *n)
+static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
 {
-	struct sf_buf *b = meta_content(n->meta);
+	struct sf_buf *b = meta_content(dm, n->meta);
 	pthread_mutex_lock(&n->map_lock);
 	sf_buf_unref(n->snap);
 	n->snap = b;
@@ -78,7 +78,7 @@ static uint64_t meta_snapshot(struct fnode *n)
 }
 
 /* Attributes of a node: owner and mode as access.h says, times of the source. */
-static void fill_attr(struct fnode *n, struct stat *st)
+static void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
@@ -108,7 +108,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 		 * its new mtime makes the kernel drop the pages of the old one */
 		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
-		st->st_size = (off_t)meta_snapshot(n);
+		st->st_size = (off_t)meta_snapshot(dm, n);
 		st->st_mtim = st->st_ctim = n->snap_at;
 		break;
 	case FK_VIEW:
@@ -140,7 +140,7 @@ static void fill_attr(struct fnode *n, struct stat *st)
 
 /* A view file's size is known once it is ready; a failure is logged and the
  * file stays listed (see fill_attr) while reads fail with EIO. */
-static int ready(struct fnode *n)
+static int ready(struct daemon *dm, struct fnode *n)
 {
 	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE)
 		return 0;
@@ -148,10 +148,10 @@ static int ready(struct fnode *n)
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
 	if (!sf_file_size(n->vn).known)
 		loop_hand_off();
-	int rc = sf_file_ready(n->vn, dcache_iface(cache), &e);
+	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
 	if (rc)
-		errlog_add(n->vpath, sf_err_msg(&e, rc));
-	listing_report_warnings(n->view);
+		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
+	listing_report_warnings(dm, n->view);
 	return rc;
 }
 
@@ -162,8 +162,8 @@ static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 	ep.generation = 1;
 	ep.attr_timeout = timeout;
 	ep.entry_timeout = timeout;
-	ready(n);
-	fill_attr(n, &ep.attr);
+	ready(daemon_of(req), n);
+	fill_attr(daemon_of(req), n, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
 		fnode_forget(n, 1);
 }
@@ -226,14 +226,14 @@ static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind k
  * directory's listing, got on first need (the caller unrefs it): the whole
  * one when `whole` (the caller looks up several names with it), else one
  * that answers for `name` alone (listing_for_name). */
-static int find_src(struct fnode *dir, const char *name, bool whole, struct listing **l,
-		    struct fnode **out)
+static int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
+		    struct listing **l, struct fnode **out)
 {
-	int src = src_find(dir, name, out);
+	int src = src_find(dm, dir, name, out);
 	if (src != -ENOENT)
 		return src;
 	if (!*l) {
-		int rc = whole ? listing_get(dir, l) : listing_for_name(dir, name, l);
+		int rc = whole ? listing_get(dm, dir, l) : listing_for_name(dm, dir, name, l);
 		if (rc)
 			return rc;
 		if (!*l)
@@ -242,10 +242,11 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 	/* a lookup checks that the view still stands for its container; a
 	 * listing (whole) does not stat every container it lists, nor open
 	 * one: the kernel looks a view up when it is used, and that opens it */
-	const struct lentry *le = whole ? listing_view(*l, name) : listing_view_now(dir, name, l);
+	const struct lentry *le = whole ? listing_view(*l, name)
+					: listing_view_now(dm, dir, name, l);
 	if (!le || (whole && !__atomic_load_n(&le->view, __ATOMIC_ACQUIRE)))
 		return 0;
-	struct sf_view *v = listing_open(dir, *l, le);
+	struct sf_view *v = listing_open(dm, dir, *l, le);
 	if (!v)
 		return -ENOMEM;
 	fnode_find();
@@ -255,6 +256,7 @@ static int find_src(struct fnode *dir, const char *name, bool whole, struct list
 
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
+	struct daemon *dm = daemon_of(req);
 	watch_dir(dir);
 	if (dir == fnode_root() && strcmp(name, ".shardfs") == 0) {
 		reply_node(req, meta_node(dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
@@ -262,7 +264,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	}
 	struct listing *l = NULL;
 	struct fnode *n = NULL;
-	int rc = find_src(dir, name, false, &l, &n);
+	int rc = find_src(dm, dir, name, false, &l, &n);
 	listing_unref(l);
 	if (rc)
 		reply_src_err(req, -rc);
@@ -285,9 +287,9 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
 		loop_hand_off();
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
-	listing_report_warnings(dir->view);
+	listing_report_warnings(daemon_of(req), dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, sf_err_msg(&e, rc));
+		errlog_add(&daemon_of(req)->stats, dir->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -318,7 +320,7 @@ static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	count(REQ_LOOKUP);
+	count(req, REQ_LOOKUP);
 	struct fnode *dir = fn_of(parent);
 	switch (dir->kind) {
 	case FK_SRC_DIR:
@@ -337,7 +339,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
-	count(REQ_FORGET);
+	count(req, REQ_FORGET);
 	if (ino != FUSE_ROOT_ID)
 		fnode_forget(fn_of(ino), nlookup);
 	fuse_reply_none(req);
@@ -346,7 +348,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
 {
 	for (size_t i = 0; i < n; i++) {
-		count(REQ_FORGET);
+		count(req, REQ_FORGET);
 		if (f[i].ino != FUSE_ROOT_ID)
 			fnode_forget(fn_of(f[i].ino), f[i].nlookup);
 	}
@@ -355,18 +357,18 @@ static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	count(REQ_GETATTR);
+	count(req, REQ_GETATTR);
 	struct fnode *n = fn_of(ino);
 	struct stat st;
-	ready(n);
-	fill_attr(n, &st);
+	ready(daemon_of(req), n);
+	fill_attr(daemon_of(req), n, &st);
 	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
-	count(REQ_READLINK);
+	count(req, REQ_READLINK);
 	struct fnode *n = fn_of(ino);
 	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
 		fuse_reply_readlink(req, sf_link_target(n->vn));
@@ -377,7 +379,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	int rc = src_readlink(n, buf);
+	int rc = src_readlink(daemon_of(req), n, buf);
 	if (rc)
 		reply_src_err(req, -rc);
 	else
@@ -394,9 +396,9 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
  * handler). Answering costs one round trip per open (docs/performance.md). */
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	count(REQ_OPEN);
+	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(ino);
-	int rc = n->kind == FK_SRC_FILE ? src_map_file(n) : 0;
+	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
 	if (rc) {
 		reply_src_err(req, -rc);
 		return;
@@ -413,21 +415,20 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * it has mapped, which would make every first read look cold and cost a
  * hand-off. So the check is made when the daemon runs as root or owns SRC,
  * and otherwise left to the loop's watch. */
-static bool residency_visible(void)
+static bool residency_visible(struct daemon *dm)
 {
-	static atomic_int known = -1;
-	int k = atomic_load(&known);
+	int k = atomic_load(&dm->residency_visible);
 	if (k < 0) {
 		struct stat st;
-		k = geteuid() == 0 || (fstat(src_fd, &st) == 0 && st.st_uid == geteuid());
-		atomic_store(&known, k);
+		k = geteuid() == 0 || (fstat(dm->src_fd, &st) == 0 && st.st_uid == geteuid());
+		atomic_store(&dm->residency_visible, k);
 	}
 	return k;
 }
 
-static void hand_off_unless_resident(const struct sf_readv *rv)
+static void hand_off_unless_resident(struct daemon *dm, const struct sf_readv *rv)
 {
-	if (!rv->from_map || !residency_visible())
+	if (!rv->from_map || !residency_visible(dm))
 		return;
 	const struct iovec *iov = rv->iov;
 	size_t n = rv->n;
@@ -454,11 +455,11 @@ static void hand_off_unless_resident(const struct sf_readv *rv)
 	}
 }
 
-static void account(const struct sf_readv *rv)
+static void account(struct stats *stats, const struct sf_readv *rv)
 {
-	stat_add(&stats.bytes_from_map, rv->from_map);
-	stat_add(&stats.bytes_from_cache, rv->from_cache);
-	stat_add(&stats.bytes_synthesized, rv->from_synth);
+	stat_add(&stats->bytes_from_map, rv->from_map);
+	stat_add(&stats->bytes_from_cache, rv->from_cache);
+	stat_add(&stats->bytes_synthesized, rv->from_synth);
 }
 
 /* Every READ gets an answer, whatever its pieces: writev takes at most
@@ -469,33 +470,37 @@ static void account(const struct sf_readv *rv)
  * reader EIO. */
 static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 {
-	hand_off_unless_resident(rv);
+	struct daemon *dm = daemon_of(req);
+	hand_off_unless_resident(dm, rv);
 	int rc = sf_readv_fit(rv, IOV_MAX - 1);
 	if (rc) {
-		errlog_add(path, rc == -EIO ? "a mapped page of the source could not be read"
-					    : strerror(-rc));
+		errlog_add(&dm->stats, path,
+			   rc == -EIO ? "a mapped page of the source could not be read"
+				      : strerror(-rc));
 		fuse_reply_err(req, -rc);
 		return;
 	}
-	account(rv);
+	account(&dm->stats, rv);
 	if (rv->n)
 		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
 	else
 		rc = fuse_reply_buf(req, NULL, 0);
 	if (rc == -EFAULT)
-		errlog_add(path, "reading the source failed (truncated or its storage fails)");
+		errlog_add(&dm->stats, path,
+			   "reading the source failed (truncated or its storage fails)");
 	else if (rc && rc != -ENOENT)
-		errlog_add(path, "the answer could not be written to /dev/fuse");
+		errlog_add(&dm->stats, path, "the answer could not be written to /dev/fuse");
 }
 
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	count(REQ_READ);
+	count(req, REQ_READ);
+	struct daemon *dm = daemon_of(req);
 	struct fnode *n = fn_of(ino);
 	struct sf_readv rv = { 0 };
 	if (n->kind == FK_SRC_FILE) {
-		int rc = src_read(n, (uint64_t)off, size, &rv);
+		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
 		if (rc)
 			reply_src_err(req, -rc);
 		else
@@ -522,14 +527,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if (ready(n)) {
+	if (ready(dm, n)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
 	struct sf_err e = { { 0 } };
-	int rc = sf_file_read(n->vn, (uint64_t)off, size, dcache_iface(cache), &rv, &e);
+	int rc = sf_file_read(n->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
 	if (rc) {
-		errlog_add(n->vpath, sf_err_msg(&e, rc));
+		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
 		reply_readv(req, &rv, n->vpath);
@@ -547,53 +552,44 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
  * is not done. */
 #define PUSH_MAX (128 * 1024)
 
-static struct fuse_session *session;
-static bool push_on_open;
-
-void ops_set_session(struct fuse_session *se, bool push)
-{
-	session = se;
-	push_on_open = push;
-}
-
 /* The whole content of a small file as pieces; false when the file is not
  * a small regular file or its content fails (the read that follows reports
  * the failure). */
-static bool small_content(struct fnode *n, struct sf_readv *rv)
+static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
 {
 	if (n->kind == FK_SRC_FILE)
 		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
-		       src_read(n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || ready(n))
+		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || ready(dm, n))
 		return false;
 	uint64_t size = sf_file_size(n->vn).size;
 	struct sf_err e = { { 0 } };
 	return size > 0 && size <= PUSH_MAX &&
-	       sf_file_read(n->vn, 0, size, dcache_iface(cache), rv, &e) == 0 && rv->n > 0;
+	       sf_file_read(n->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
 }
 
-static void push_small(fuse_ino_t ino, struct fnode *n)
+static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 {
 	/* over io_uring a READ is cheap, and a store could wait for one
 	 * that no entry is left to take (fs/uring.h) */
-	if (!push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
+	if (!dm->push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
 		return;
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
-	if (small_content(n, &rv))
+	if (small_content(dm, n, &rv))
 		copy = malloc(rv.bytes);
 	if (copy)
-		hand_off_unless_resident(&rv);
+		hand_off_unless_resident(dm, &rv);
 	/* libfuse copies the pieces in user space (a store is never spliced):
 	 * copied here instead, guarded, so that a failing source page fails
 	 * the push (the read that follows reports it), not the daemon */
 	if (copy && sf_guard_copy(&rv, copy, &e) == 0) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
 		bv.buf[0].mem = copy;
-		if (fuse_lowlevel_notify_store(session, ino, 0, &bv, 0) == 0) {
-			account(&rv);
-			stat_add(&stats.bytes_pushed, rv.bytes);
+		if (fuse_lowlevel_notify_store(dm->se, ino, 0, &bv, 0) == 0) {
+			account(&dm->stats, &rv);
+			stat_add(&dm->stats.bytes_pushed, rv.bytes);
 		}
 	}
 	free(copy);
@@ -605,8 +601,8 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		     size_t in_bufsz, size_t out_bufsz)
 {
-	count(REQ_IOCTL);
-	push_small(ino, fn_of(ino));
+	count(req, REQ_IOCTL);
+	push_small(daemon_of(req), ino, fn_of(ino));
 	fuse_reply_err(req, ENOTTY);
 }
 
@@ -648,11 +644,11 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 	return 0;
 }
 
-static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
+static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
 	watch_dir(dir);
 	struct listing *l = NULL;
-	int rc = listing_get(dir, &l);
+	int rc = listing_get(dm, dir, &l);
 	for (size_t i = 0; rc == 0 && i < l->n; i++) {
 		const struct lentry *e = &l->e[i];
 		/* a view has no inode of its own until looked up: any unique
@@ -664,16 +660,16 @@ static int snap_src(struct fnode *dir, struct dirsnap *s, size_t *cap)
 	return rc;
 }
 
-static int snap_view(struct fnode *dir, struct dirsnap *s)
+static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
 	if (!sf_dir_is_populated(vn))
 		loop_hand_off();
 	int rc = sf_dir_ready(vn, &e);
-	listing_report_warnings(dir->view);
+	listing_report_warnings(dm, dir->view);
 	if (rc) {
-		errlog_add(dir->vpath, sf_err_msg(&e, rc));
+		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
 		return -EIO;
 	}
 	s->vdir = vn;
@@ -710,7 +706,7 @@ static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	count(REQ_OPENDIR);
+	count(req, REQ_OPENDIR);
 	struct fnode *n = fn_of(ino);
 	struct dirsnap *s = calloc(1, sizeof *s);
 	size_t cap = 0;
@@ -721,9 +717,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
-			rc = snap_src(n, s, &cap);
+			rc = snap_src(daemon_of(req), n, s, &cap);
 		else if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_DIR)
-			rc = snap_view(n, s);
+			rc = snap_view(daemon_of(req), n, s);
 		else if (n->kind == FK_META_DIR)
 			rc = snap_meta(n, s, &cap);
 		else
@@ -752,15 +748,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
  * with sf_file_set_build_sized) goes that way too: listing a directory must
  * never decode. Files already built, and those whose format announced their
  * size (taridx members), get their attributes here. */
-static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct listing **l,
-				struct fuse_entry_param *ep)
+static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
+				struct listing **l, struct fuse_entry_param *ep)
 {
 	if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
 		return NULL;
 	struct fnode *n = NULL;
 	double t = VIEW_TIMEOUT;
 	if (dir->kind == FK_SRC_DIR) {
-		if (find_src(dir, d->name, true, l, &n))
+		if (find_src(dm, dir, d->name, true, l, &n))
 			return NULL;
 		t = SRC_TIMEOUT;
 	} else if (dir->kind == FK_VIEW) {
@@ -782,7 +778,7 @@ static struct fnode *plus_entry(struct fnode *dir, const struct dent *d, struct 
 	ep->generation = 1;
 	ep->attr_timeout = t;
 	ep->entry_timeout = t;
-	fill_attr(n, &ep->attr);
+	fill_attr(dm, n, &ep->attr);
 	return n;
 }
 
@@ -820,7 +816,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			struct fuse_entry_param ep = { 0 };
 			ep.attr.st_ino = d->ino;
 			ep.attr.st_mode = (mode_t)d->type << 12;
-			struct fnode *n = plus_entry(dir, d, &l, &ep);
+			struct fnode *n = plus_entry(daemon_of(req), dir, d, &l, &ep);
 			if (n)
 				held[nheld++] = n;
 			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
@@ -843,7 +839,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
-	count(REQ_READDIR);
+	count(req, REQ_READDIR);
 	reply_dir(req, ino, size, off, fi, false);
 }
 
@@ -854,22 +850,22 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	count(REQ_READDIR);
+	count(req, REQ_READDIR);
 	reply_dir(req, ino, size, off, fi, true);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	count(REQ_RELEASEDIR);
+	count(req, REQ_RELEASEDIR);
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
-	count(REQ_STATFS);
+	count(req, REQ_STATFS);
 	struct statvfs sv;
-	if (fstatvfs(src_fd, &sv) < 0) {
+	if (fstatvfs(daemon_of(req)->src_fd, &sv) < 0) {
 		reply_src_err(req, errno);
 		return;
 	}
@@ -879,21 +875,21 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
-	count(REQ_GETXATTR);
+	count(req, REQ_GETXATTR);
 	/* ENOSYS tells the kernel never to ask again */
 	fuse_reply_err(req, ENOSYS);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
-	count(REQ_LISTXATTR);
+	count(req, REQ_LISTXATTR);
 	fuse_reply_err(req, ENOSYS);
 }
 
 /* Every call that would change anything. */
 static void refuse(fuse_req_t req)
 {
-	count(REQ_WRITE_LIKE);
+	count(req, REQ_WRITE_LIKE);
 	fuse_reply_err(req, EROFS);
 }
 
@@ -1002,7 +998,3 @@ const struct fuse_lowlevel_ops shardfs_ops = {
 	.fallocate = op_fallocate,
 };
 
-void ops_set_cache(struct dcache *c)
-{
-	cache = c;
-}

@@ -5,11 +5,10 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "sf_map.h"
 #include "sf_open.h"
 #include "stats.h"
-
-int src_fd = -1;
 
 bool same_version(const struct stat *a, const struct stat *b)
 {
@@ -44,16 +43,17 @@ static struct fnode *src_child(struct fnode *dir, const char *name, const struct
 	return n;
 }
 
-int src_find(struct fnode *dir, const char *name, struct fnode **out)
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
 {
 	*out = NULL;
 	char *rel = sf_path_join(dir->rel, name);
 	if (!rel)
 		return -ENOMEM;
 	struct stat st;
-	int rc = sf_lstat_beneath(src_fd, rel, &st);
+	int rc = sf_lstat_beneath(dm->src_fd, rel, &st);
 	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
-		errlog_add(rel, "a symlink on its path: shardfs follows no symlink in SRC");
+		errlog_add(&dm->stats, rel,
+			   "a symlink on its path: shardfs follows no symlink in SRC");
 	free(rel);
 	if (rc)
 		return rc;
@@ -62,16 +62,16 @@ int src_find(struct fnode *dir, const char *name, struct fnode **out)
 	return *out ? 0 : -ENOMEM;
 }
 
-int src_map_file(struct fnode *n)
+int src_map_file(struct daemon *dm, struct fnode *n)
 {
 	int rc = 0;
 	pthread_mutex_lock(&n->map_lock);
 	if (!n->map) {
 		struct sf_err e = { { 0 } };
 		struct sf_map *m = NULL;
-		rc = sf_map_beneath(src_fd, n->rel, n->rel, &m, &e);
+		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
 		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
-			errlog_add(n->rel, e.msg); /* replaced by what is not served */
+			errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
 			/* replaced between lookup and open: the version
 			 * this inode stands for is gone */
@@ -85,15 +85,16 @@ int src_map_file(struct fnode *n)
 	return rc;
 }
 
-int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_readv *rv)
+int src_read(struct daemon *dm, struct fnode *n, uint64_t off, uint64_t size,
+	     struct sf_readv *rv)
 {
-	int rc = src_map_file(n);
+	int rc = src_map_file(dm, n);
 	if (rc)
 		return rc;
 	/* a page past a file's new end would be served as zeros */
 	struct sf_err e = { { 0 } };
 	if ((rc = sf_map_check(n->map, &e))) {
-		errlog_add(n->rel, e.msg);
+		errlog_add(&dm->stats, n->rel, e.msg);
 		return rc;
 	}
 	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
@@ -109,10 +110,10 @@ int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_readv *rv)
 	return 0;
 }
 
-int src_readlink(struct fnode *n, char *buf)
+int src_readlink(struct daemon *dm, struct fnode *n, char *buf)
 {
 	struct sf_err e;
-	int fd = sf_open_beneath(src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
+	int fd = sf_open_beneath(dm->src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
 	if (fd < 0)
 		return fd;
 	ssize_t k = readlinkat(fd, "", buf, PATH_MAX);

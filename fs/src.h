@@ -11,8 +11,7 @@
 #include "fnode.h"
 #include "sf_read.h"
 
-/* The SRC tree's root directory, opened once (every access is relative to it). */
-extern int src_fd;
+struct daemon;
 
 /* Whether two stats describe the same version of a file: a file replaced
  * or rewritten in SRC is a new version. */
@@ -20,14 +19,15 @@ bool same_version(const struct stat *a, const struct stat *b);
 /* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
  * kernel's lookup reference taken (*out); -ENOENT when SRC has no such
  * entry, another -errno on failure. */
-int src_find(struct fnode *dir, const char *name, struct fnode **out);
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out);
 /* Maps SRC file `n` once, pinning the version it stands for: -ESTALE when
  * the file was replaced since it was looked up. */
-int src_map_file(struct fnode *n);
+int src_map_file(struct daemon *dm, struct fnode *n);
 /* [off, off+size) of SRC file `n` (clipped to its size), as mapped bytes. */
-int src_read(struct fnode *n, uint64_t off, uint64_t size, struct sf_readv *rv);
+int src_read(struct daemon *dm, struct fnode *n, uint64_t off, uint64_t size,
+	     struct sf_readv *rv);
 /* The target of SRC symlink `n` into buf (PATH_MAX + 1 bytes, terminated);
  * 0 or -errno. */
-int src_readlink(struct fnode *n, char *buf);
+int src_readlink(struct daemon *dm, struct fnode *n, char *buf);
 
 #endif
