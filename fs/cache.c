@@ -149,7 +149,10 @@ static bool make_room(struct dcache *c, uint64_t need)
 	return c->bytes + c->reserved + need <= c->budget;
 }
 
-/* Decodes running in this thread: a part's produce may fetch the parts it
+/* Per thread rather than in the cache: what the calling thread is doing,
+ * which the sf_cache interface does not pass along.
+ *
+ * Decodes running in this thread: a part's produce may fetch the parts it
  * is made of through the cache. */
 static _Thread_local unsigned depth;
 /* This thread's current read holds parts it got from the cache: waiting

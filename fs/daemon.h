@@ -12,11 +12,15 @@
 #include <fuse_lowlevel.h>
 
 #include "cache.h"
+#include "fnode.h"
 #include "stats.h"
 #include "transport.h"
+#include "watch.h"
 
 struct daemon {
 	int src_fd;                   /* SRC's root: every access is beneath it */
+	struct ftree tree;            /* the inodes */
+	struct watch watch;           /* inotify on the SRC directories shown */
 	struct stats stats;           /* counters and the problem log */
 	struct dcache *cache;         /* decoded parts */
 	struct sf_cache *view_cache;  /* what views read through (the cache) */

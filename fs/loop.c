@@ -108,7 +108,9 @@ static void wait_turn(struct loop *l)
 }
 
 /* The loop whose lead this thread gave up to serve the request it took,
- * until it hands the lead on (or finishes the request). */
+ * until it hands the lead on (or finishes the request). Per thread: it is
+ * what the thread is doing, and loop_hand_off() is called from deep inside
+ * handlers (the cache, a view's populate) that are not handed the loop. */
 static _Thread_local struct loop *serving;
 
 /* Starts a request thread (lock held) with every signal blocked: signals go

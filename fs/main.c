@@ -174,6 +174,7 @@ int main(int argc, char **argv)
 	struct daemon dm = { .src_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
+	watch_init(&dm.watch);
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
@@ -206,7 +207,7 @@ int main(int argc, char **argv)
 		fail("source %s: %s", src, strerror(errno));
 		goto out;
 	}
-	if (fnode_init_root(src, &e)) {
+	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
 	}
@@ -254,13 +255,13 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* after daemonizing: a thread would not survive the fork */
-	int wrc = watch_start(se, src);
+	int wrc = watch_start(&dm.watch, se, src);
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
-	watch_stop();
+	watch_stop(&dm.watch);
 	if (mounted)
 		fuse_session_unmount(se);
 	if (handlers)
@@ -268,7 +269,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
-	fnode_fini();
+	fnode_fini(&dm.tree);
 	dcache_free(dm.cache);
 	stats_fini(&dm.stats);
 	if (dm.src_fd >= 0)

@@ -33,9 +33,9 @@
 #define SRC_TIMEOUT 1.0
 #define VIEW_TIMEOUT 86400.0
 
-static struct fnode *fn_of(fuse_ino_t ino)
+static struct fnode *fn_of(fuse_req_t req, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? fnode_root() : (struct fnode *)(uintptr_t)ino;
+	return ino == FUSE_ROOT_ID ? daemon_of(req)->tree.root : (struct fnode *)(uintptr_t)ino;
 }
 
 static void count(fuse_req_t req, enum req_kind k)
@@ -165,7 +165,7 @@ static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 	ready(daemon_of(req), n);
 	fill_attr(daemon_of(req), n, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
-		fnode_forget(n, 1);
+		fnode_forget(&daemon_of(req)->tree, n, 1);
 }
 
 static void reply_negative(fuse_req_t req, double timeout)
@@ -175,15 +175,15 @@ static void reply_negative(fuse_req_t req, double timeout)
 	fuse_reply_entry(req, &ep);
 }
 
-/* The fnode for view `v` placed under `le->name` (ftree_lock held). */
-static struct fnode *view_root(struct fnode *dir, const struct lentry *le, struct sf_view *v)
+/* The fnode for view `v` placed under `le->name` (the tree's lock held). */
+static struct fnode *view_root(struct ftree *t, struct fnode *dir, const struct lentry *le, struct sf_view *v)
 {
 	struct fnode *n = fnode_child(dir, le->name);
 	if (n && n->kind == FK_VIEW && n->view == v)
 		return n;
 	n = sf_node_host(sf_view_root(v));
 	if (!n) {
-		n = fnode_for_view(dir, sf_view_root(v), le->name);
+		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
 		if (!n)
 			return NULL;
 		n->st = le->st;
@@ -204,20 +204,20 @@ static void reply_node(fuse_req_t req, struct fnode *n, double timeout)
 
 /* The root's .shardfs/ and its files, made on first lookup; returns the node
  * with a lookup reference taken. */
-static struct fnode *meta_node(struct fnode *dir, const char *name, enum fkind kind,
+static struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, enum fkind kind,
 			       enum meta_file which)
 {
-	fnode_find();
+	fnode_find(t);
 	struct fnode *n = fnode_child(dir, name);
 	if (!n || n->kind != kind) {
-		n = fnode_new(kind, dir, name);
+		n = fnode_new(t, kind, dir, name);
 		if (n) {
 			n->meta = which;
 			n->st = dir->st;
 			fnode_attach(n);
 		}
 	}
-	return fnode_found(n);
+	return fnode_found(t, n);
 }
 
 /* What a lookup of `name` in SRC directory `dir` finds, with the kernel's
@@ -249,17 +249,17 @@ static int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool
 	struct sf_view *v = listing_open(dm, dir, *l, le);
 	if (!v)
 		return -ENOMEM;
-	fnode_find();
-	*out = fnode_found(view_root(dir, le, v));
+	fnode_find(&dm->tree);
+	*out = fnode_found(&dm->tree, view_root(&dm->tree, dir, le, v));
 	return *out ? 0 : -ENOMEM;
 }
 
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req);
-	watch_dir(dir);
-	if (dir == fnode_root() && strcmp(name, ".shardfs") == 0) {
-		reply_node(req, meta_node(dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
+	watch_dir(&dm->watch, dir);
+	if (dir == dm->tree.root && strcmp(name, ".shardfs") == 0) {
+		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
 		return;
 	}
 	struct listing *l = NULL;
@@ -297,11 +297,12 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	fnode_find();
-	struct fnode *n = fnode_for_view(dir, kid, NULL);
+	struct ftree *t = &daemon_of(req)->tree;
+	fnode_find(t);
+	struct fnode *n = fnode_for_view(t, dir, kid, NULL);
 	/* the fnode holds the node now (or, out of memory, nothing does) */
 	sf_node_unpin(kid);
-	reply_node(req, fnode_found(n), VIEW_TIMEOUT);
+	reply_node(req, fnode_found(t, n), VIEW_TIMEOUT);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
@@ -315,13 +316,13 @@ static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	reply_node(req, meta_node(dir, name, FK_META_FILE, which), 0);
+	reply_node(req, meta_node(&daemon_of(req)->tree, dir, name, FK_META_FILE, which), 0);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	count(req, REQ_LOOKUP);
-	struct fnode *dir = fn_of(parent);
+	struct fnode *dir = fn_of(req, parent);
 	switch (dir->kind) {
 	case FK_SRC_DIR:
 		lookup_src(req, dir, name);
@@ -341,7 +342,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	count(req, REQ_FORGET);
 	if (ino != FUSE_ROOT_ID)
-		fnode_forget(fn_of(ino), nlookup);
+		fnode_forget(&daemon_of(req)->tree, fn_of(req, ino), nlookup);
 	fuse_reply_none(req);
 }
 
@@ -350,7 +351,7 @@ static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f
 	for (size_t i = 0; i < n; i++) {
 		count(req, REQ_FORGET);
 		if (f[i].ino != FUSE_ROOT_ID)
-			fnode_forget(fn_of(f[i].ino), f[i].nlookup);
+			fnode_forget(&daemon_of(req)->tree, fn_of(req, f[i].ino), f[i].nlookup);
 	}
 	fuse_reply_none(req);
 }
@@ -358,7 +359,7 @@ static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_GETATTR);
-	struct fnode *n = fn_of(ino);
+	struct fnode *n = fn_of(req, ino);
 	struct stat st;
 	ready(daemon_of(req), n);
 	fill_attr(daemon_of(req), n, &st);
@@ -369,7 +370,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_READLINK);
-	struct fnode *n = fn_of(ino);
+	struct fnode *n = fn_of(req, ino);
 	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
 		fuse_reply_readlink(req, sf_link_target(n->vn));
 		return;
@@ -397,7 +398,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
-	struct fnode *n = fn_of(ino);
+	struct fnode *n = fn_of(req, ino);
 	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
 	if (rc) {
 		reply_src_err(req, -rc);
@@ -497,7 +498,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	count(req, REQ_READ);
 	struct daemon *dm = daemon_of(req);
-	struct fnode *n = fn_of(ino);
+	struct fnode *n = fn_of(req, ino);
 	struct sf_readv rv = { 0 };
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
@@ -602,7 +603,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		     size_t in_bufsz, size_t out_bufsz)
 {
 	count(req, REQ_IOCTL);
-	push_small(daemon_of(req), ino, fn_of(ino));
+	push_small(daemon_of(req), ino, fn_of(req, ino));
 	fuse_reply_err(req, ENOTTY);
 }
 
@@ -646,7 +647,7 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 
 static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
-	watch_dir(dir);
+	watch_dir(&dm->watch, dir);
 	struct listing *l = NULL;
 	int rc = listing_get(dm, dir, &l);
 	for (size_t i = 0; rc == 0 && i < l->n; i++) {
@@ -707,7 +708,7 @@ static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPENDIR);
-	struct fnode *n = fn_of(ino);
+	struct fnode *n = fn_of(req, ino);
 	struct dirsnap *s = calloc(1, sizeof *s);
 	size_t cap = 0;
 	int rc = s ? 0 : -ENOMEM;
@@ -765,12 +766,12 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 		struct sf_node *vn = d->vn;
 		if (!vn && (sf_dir_find(dir->vn, d->name, &vn, &e) || !vn))
 			return NULL;
-		fnode_find();
+		fnode_find(&dm->tree);
 		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
-			n = fnode_for_view(dir, vn, NULL);
+			n = fnode_for_view(&dm->tree, dir, vn, NULL);
 		if (!d->vn)
 			sf_node_unpin(vn);
-		n = fnode_found(n);
+		n = fnode_found(&dm->tree, n);
 	}
 	if (!n)
 		return NULL;
@@ -787,7 +788,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		      struct fuse_file_info *fi, bool plus)
 {
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
-	struct fnode *dir = fn_of(ino);
+	struct fnode *dir = fn_of(req, ino);
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
 	 * takes at least FUSE_NAME_OFFSET_DIRENTPLUS (152) bytes */
@@ -831,7 +832,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	listing_unref(l);
 	if (fuse_reply_buf(req, buf, used) != 0)
 		for (size_t i = 0; i < nheld; i++)
-			fnode_forget(held[i], 1);
+			fnode_forget(&daemon_of(req)->tree, held[i], 1);
 	free(buf);
 	free(held);
 }

@@ -17,8 +17,8 @@ bool same_version(const struct stat *a, const struct stat *b)
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* The fnode for SRC entry `name` of `dir` as it is now (ftree_lock held). */
-static struct fnode *src_child(struct fnode *dir, const char *name, const struct stat *st)
+/* The fnode for SRC entry `name` of `dir` as it is now (the tree's lock held). */
+static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *name, const struct stat *st)
 {
 	struct fnode *n = fnode_child(dir, name);
 	if (n && n->kind != FK_VIEW && S_ISDIR(st->st_mode) && S_ISDIR(n->st.st_mode) &&
@@ -31,12 +31,12 @@ static struct fnode *src_child(struct fnode *dir, const char *name, const struct
 		return n;
 	enum fkind k = S_ISDIR(st->st_mode) ? FK_SRC_DIR :
 		       S_ISREG(st->st_mode) ? FK_SRC_FILE : FK_SRC_OTHER;
-	n = fnode_new(k, dir, name);
+	n = fnode_new(t, k, dir, name);
 	if (!n)
 		return NULL;
 	n->st = *st;
 	if (!(n->rel = sf_path_join(dir->rel, name))) {
-		fnode_forget(n, 0);
+		fnode_forget(t, n, 0);
 		return NULL;
 	}
 	fnode_attach(n);
@@ -57,8 +57,8 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	free(rel);
 	if (rc)
 		return rc;
-	fnode_find();
-	*out = fnode_found(src_child(dir, name, &st));
+	fnode_find(&dm->tree);
+	*out = fnode_found(&dm->tree, src_child(&dm->tree, dir, name, &st));
 	return *out ? 0 : -ENOMEM;
 }
 

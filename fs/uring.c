@@ -97,7 +97,9 @@ struct uring {
 };
 
 /* The entry whose request this thread serves, until it is answered: then
- * the entry is the kernel's again (and may already carry a new request). */
+ * the entry is the kernel's again (and may already carry a new request).
+ * Per thread: libfuse's write of a reply (uring_reply) does not say which
+ * request it answers, only the thread that serves it knows. */
 static _Thread_local struct entry *current;
 /* The CPU this thread is pinned to, -1 none. */
 static _Thread_local int pinned = -1;
