@@ -15,6 +15,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "attr.h"
 #include "access.h"
 #include "daemon.h"
 #include "fnode.h"
@@ -27,133 +28,7 @@
 #include "stats.h"
 #include "uring.h"
 #include "watch.h"
-
-/* SRC may change under the mount: its entries are trusted for a second.
- * Views never change under an inode: the kernel may keep them. */
-#define SRC_TIMEOUT 1.0
-#define VIEW_TIMEOUT 86400.0
-
-static struct fnode *fn_of(fuse_req_t req, fuse_ino_t ino)
-{
-	return ino == FUSE_ROOT_ID ? daemon_of(req)->tree.root : (struct fnode *)(uintptr_t)ino;
-}
-
-static void count(fuse_req_t req, enum req_kind k)
-{
-	stat_add(&daemon_of(req)->stats.requests[k], 1);
-}
-
-/* Replies with an error met in SRC. A source on a network filesystem that
- * lost its server answers ENOTCONN, which the kernel also gives readers of
- * a mount whose daemon has died: it goes out as EIO, so that only a dead
- * daemon reads as one. */
-static void reply_src_err(fuse_req_t req, int err)
-{
-	fuse_reply_err(req, err == ENOTCONN ? EIO : err);
-}
-
-static bool in_view(const struct fnode *n)
-{
-	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
-}
-
-static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
-{
-	return m == META_STATS ? stats_json(&dm->stats, dcache_bytes(dm->cache),
-					    dcache_budget(dm->cache))
-			       : errlog_text(&dm->stats);
-}
-
-/* Takes a new snapshot of a .shardfs/ file for the reads that follow this
- * lookup or stat; returns its length (0 when out of memory). */
-static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
-{
-	struct sf_buf *b = meta_content(dm, n->meta);
-	pthread_mutex_lock(&n->map_lock);
-	sf_buf_unref(n->snap);
-	n->snap = b;
-	clock_gettime(CLOCK_REALTIME, &n->snap_at);
-	pthread_mutex_unlock(&n->map_lock);
-	return b ? b->len : 0;
-}
-
-/* Attributes of a node: owner and mode as access.h says, times of the source. */
-static void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
-{
-	memset(st, 0, sizeof *st);
-	st->st_ino = fnode_ino(n);
-	st->st_atim = n->st.st_atim;
-	st->st_mtim = n->st.st_mtim;
-	st->st_ctim = n->st.st_ctim;
-	st->st_blksize = 65536;
-	switch (n->kind) {
-	case FK_SRC_DIR:
-	case FK_META_DIR:
-		st->st_mode = S_IFDIR;
-		st->st_nlink = 2;
-		break;
-	case FK_SRC_FILE:
-		st->st_mode = S_IFREG;
-		st->st_nlink = 1;
-		st->st_size = n->st.st_size;
-		break;
-	case FK_SRC_OTHER:
-		st->st_mode = n->st.st_mode & S_IFMT;
-		st->st_nlink = 1;
-		st->st_size = n->st.st_size;
-		st->st_rdev = n->st.st_rdev;
-		break;
-	case FK_META_FILE:
-		/* live content: a new snapshot at every stat (attr timeout 0);
-		 * its new mtime makes the kernel drop the pages of the old one */
-		st->st_mode = S_IFREG;
-		st->st_nlink = 1;
-		st->st_size = (off_t)meta_snapshot(dm, n);
-		st->st_mtim = st->st_ctim = n->snap_at;
-		break;
-	case FK_VIEW:
-		st->st_nlink = 1;
-		if (sf_node_kind(n->vn) == SF_DIR) {
-			st->st_mode = S_IFDIR;
-			st->st_nlink = 2;
-		} else if (sf_node_kind(n->vn) == SF_LINK) {
-			st->st_mode = S_IFLNK;
-			st->st_size = (off_t)strlen(sf_link_target(n->vn));
-		} else {
-			/* a file listed before its build shows the size its
-			 * format announced (readdirplus) */
-			struct sf_file_size fs = sf_file_size(n->vn);
-			st->st_mode = S_IFREG;
-			st->st_size = (off_t)fs.size;
-			/* The kernel answers a read of a 0-byte file itself, as an
-			 * empty success: a file whose content failed (broken, or
-			 * never built) claims one byte so that reads reach op_read
-			 * and fail with EIO (docs/design.md §3.4). */
-			if (st->st_size == 0 && (fs.broken || !fs.known))
-				st->st_size = 1;
-		}
-		break;
-	}
-	access_fill(n, st);
-	st->st_blocks = (st->st_size + 511) / 512;
-}
-
-/* A view file's size is known once it is ready; a failure is logged and the
- * file stays listed (see fill_attr) while reads fail with EIO. */
-static int ready(struct daemon *dm, struct fnode *n)
-{
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE)
-		return 0;
-	struct sf_err e = { { 0 } };
-	/* a build that announced its size is cheap (sf_file_set_build_sized) */
-	if (!sf_file_size(n->vn).known)
-		loop_hand_off();
-	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
-	if (rc)
-		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
-	listing_report_warnings(dm, n->view);
-	return rc;
-}
+#include "request.h"
 
 static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 {
@@ -162,7 +37,7 @@ static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 	ep.generation = 1;
 	ep.attr_timeout = timeout;
 	ep.entry_timeout = timeout;
-	ready(daemon_of(req), n);
+	view_file_ready(daemon_of(req), n);
 	fill_attr(daemon_of(req), n, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
 		fnode_forget(&daemon_of(req)->tree, n, 1);
@@ -356,37 +231,6 @@ static void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f
 	fuse_reply_none(req);
 }
 
-static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	count(req, REQ_GETATTR);
-	struct fnode *n = fn_of(req, ino);
-	struct stat st;
-	ready(daemon_of(req), n);
-	fill_attr(daemon_of(req), n, &st);
-	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
-	fuse_reply_attr(req, &st, t);
-}
-
-static void op_readlink(fuse_req_t req, fuse_ino_t ino)
-{
-	count(req, REQ_READLINK);
-	struct fnode *n = fn_of(req, ino);
-	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
-		fuse_reply_readlink(req, sf_link_target(n->vn));
-		return;
-	}
-	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {
-		fuse_reply_err(req, EINVAL);
-		return;
-	}
-	char buf[PATH_MAX + 1];
-	int rc = src_readlink(daemon_of(req), n, buf);
-	if (rc)
-		reply_src_err(req, -rc);
-	else
-		fuse_reply_readlink(req, buf);
-}
-
 /* An open pins the version its inode stands for: a SRC file is mapped here
  * (a view holds its container's mapping already), so a handle keeps reading
  * the bytes it opened even when the file is replaced in SRC before its first
@@ -528,7 +372,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
-	if (ready(dm, n)) {
+	if (view_file_ready(dm, n)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -561,7 +405,7 @@ static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *r
 	if (n->kind == FK_SRC_FILE)
 		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
 		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || ready(dm, n))
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || view_file_ready(dm, n))
 		return false;
 	uint64_t size = sf_file_size(n->vn).size;
 	struct sf_err e = { { 0 } };
@@ -860,18 +704,6 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	count(req, REQ_RELEASEDIR);
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
-}
-
-static void op_statfs(fuse_req_t req, fuse_ino_t ino)
-{
-	count(req, REQ_STATFS);
-	struct statvfs sv;
-	if (fstatvfs(daemon_of(req)->src_fd, &sv) < 0) {
-		reply_src_err(req, errno);
-		return;
-	}
-	sv.f_flag |= ST_RDONLY;
-	fuse_reply_statfs(req, &sv);
 }
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
