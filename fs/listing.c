@@ -136,8 +136,8 @@ static struct sf_view *open_container(struct daemon *dm, const struct sf_format 
 	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
 	if (rc == 0) {
 		struct sf_open_args a = {
-			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name, .path = path,
-			.map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
+			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
+			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
 		rc = sf_format_open(f, &a, &v, &e);
 		sf_map_unref(map);

@@ -111,7 +111,8 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	struct daemon *dm = daemon_of(req);
 	watch_dir(&dm->watch, dir);
 	if (dir == dm->tree.root && strcmp(name, ".shardfs") == 0) {
-		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS), VIEW_TIMEOUT);
+		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS),
+			   VIEW_TIMEOUT);
 		return;
 	}
 	struct listing *l = NULL;

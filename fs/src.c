@@ -18,7 +18,8 @@ bool same_version(const struct stat *a, const struct stat *b)
 }
 
 /* The fnode for SRC entry `name` of `dir` as it is now (the tree's lock held). */
-static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *name, const struct stat *st)
+static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *name,
+			       const struct stat *st)
 {
 	struct fnode *n = fnode_child(dir, name);
 	if (n && n->kind != FK_VIEW && S_ISDIR(st->st_mode) && S_ISDIR(n->st.st_mode) &&
