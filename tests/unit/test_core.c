@@ -559,6 +559,12 @@ static int build_abc(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	return sf_file_set_text(f, "abc");
 }
 
+static void count_warning(void *arg, const char *path, const char *msg)
+{
+	(*(int *)arg)++;
+	CHECK(strcmp(path, "q") == 0 && strncmp(msg, "w", 1) == 0);
+}
+
 /* What a host may ask of a node without reading its fields: a directory's
  * state, a file's size before and after its build. */
 static void test_queries(void)
@@ -590,6 +596,17 @@ static void test_queries(void)
 	CHECK(!sf_dir_is_populated(root));
 	CHECK(sf_dir_set_lazy(root, make_text) == 0 && sf_dir_ready(root, &e) == 0);
 	CHECK(sf_dir_is_populated(root));
+	/* each warning is passed on once */
+	int seen = 0;
+	sf_view_warn(v, "w1");
+	sf_view_warn(v, "w2");
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 2);
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 2);
+	sf_view_warn(v, "w3");
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 3);
 	sf_view_unref(v);
 }
 
