@@ -14,15 +14,16 @@
 
 static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 {
+	struct daemon *dm = daemon_of(req);
 	struct fuse_entry_param ep = { 0 };
 	ep.ino = fnode_ino(n);
 	ep.generation = 1;
 	ep.attr_timeout = timeout;
 	ep.entry_timeout = timeout;
-	view_file_ready(daemon_of(req), n);
-	fill_attr(daemon_of(req), n, &ep.attr);
+	view_file_ready(dm, n);
+	fill_attr(dm, n, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
-		fnode_forget(&daemon_of(req)->tree, n, 1);
+		fnode_forget(&dm->tree, n, 1);
 }
 
 static void reply_negative(fuse_req_t req, double timeout)
@@ -129,6 +130,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
+	struct daemon *dm = daemon_of(req);
 	if (sf_node_kind(dir->vn) != SF_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
@@ -140,9 +142,9 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
 		loop_hand_off();
 	int rc = sf_dir_find(dir->vn, name, &kid, &e);
-	listing_report_warnings(daemon_of(req), dir->view);
+	listing_report_warnings(dm, dir->view);
 	if (rc) {
-		errlog_add(&daemon_of(req)->stats, dir->vpath, sf_err_msg(&e, rc));
+		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
 		return;
 	}
@@ -150,12 +152,11 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	struct ftree *t = &daemon_of(req)->tree;
-	fnode_find(t);
-	struct fnode *n = fnode_for_view(t, dir, kid, NULL);
+	fnode_find(&dm->tree);
+	struct fnode *n = fnode_for_view(&dm->tree, dir, kid, NULL);
 	/* the fnode holds the node now (or, out of memory, nothing does) */
 	sf_node_unpin(kid);
-	reply_node(req, fnode_found(t, n), VIEW_TIMEOUT);
+	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
