@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "daemon.h"
 #include "loop.h"
 #include "sf_hash.h"
 #include "sf_fault.h"
@@ -17,22 +18,15 @@
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_report.h"
+#include "src.h"
 #include "stats.h"
-
-int src_fd = -1;
-static struct sf_cache *view_cache = &sf_nocache;
-
-void listing_use_cache(struct sf_cache *c)
-{
-	view_cache = c;
-}
 
 static void listing_free(struct listing *l)
 {
 	for (size_t i = 0; i < l->n; i++) {
 		free(l->e[i].name);
 		free(l->e[i].file);
-		openviews_drop(&l->e[i].open);
+		openviews_drop(l->views, &l->e[i].open);
 	}
 	free(l->e);
 	free(l);
@@ -61,27 +55,21 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 	return e && e->fmt ? e : NULL;
 }
 
-bool same_version(const struct stat *a, const struct stat *b)
-{
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
-	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
-const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l)
+const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				      struct listing **l)
 {
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
 	/* a view not opened yet (only checked) has nothing to go stale */
-	struct sf_view *v = e ? openviews_get(&e->open, false) : NULL;
+	struct sf_view *v = e ? openviews_get(&dm->views, &e->open, false) : NULL;
 	if (!v)
 		return e;
 	/* the container itself is checked (one fstat); a change found by
 	 * reads (a fold's tar) is remembered. A check that fails without
 	 * finding a change (storage failing) keeps the view: its reads fail
 	 * until the source is back. */
-	if (v->source)
-		sf_map_check(v->source, &err);
+	if (sf_view_source(v))
+		sf_map_check(sf_view_source(v), &err);
 	bool refused = sf_view_refused(v, &err);
 	sf_view_unref(v);
 	if (!refused)
@@ -89,7 +77,7 @@ const struct lentry *listing_view_now(struct fnode *dir, const char *name, struc
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);
 	*l = NULL;
-	return listing_get(dir, l) ? NULL : listing_view(*l, name);
+	return listing_get(dm, dir, l) ? NULL : listing_view(*l, name);
 }
 
 static unsigned char dtype_of(mode_t m)
@@ -123,15 +111,15 @@ static const struct lentry *reuse(const struct listing *old, const char *file,
 
 /* The listing's cheap check of a container (docs/design.md §3.1); a
  * failure goes to the error log. */
-static bool check_container(const struct sf_format *f, int dirfd, const char *rel,
-			    const char *name)
+static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+			    const char *rel, const char *name)
 {
 	char *path = sf_path_join(rel, name);
 	struct sf_err e = { { 0 } };
 	int rc = path ? sf_format_check(f, dirfd, name, path, &e) : -ENOMEM;
 	if (rc) {
-		stat_add(&stats.containers_failed, 1);
-		errlog_add(path ? path : name, sf_err_msg(&e, rc));
+		stat_add(&dm->stats.containers_failed, 1);
+		errlog_add(&dm->stats, path ? path : name, sf_err_msg(&e, rc));
 	}
 	free(path);
 	return rc == 0;
@@ -139,8 +127,9 @@ static bool check_container(const struct sf_format *f, int dirfd, const char *re
 
 /* Opens one container; failures go to the error log. One that passed the
  * cheap check (`checked`) and fails now gets a view that says why. */
-static struct sf_view *open_container(const struct sf_format *f, int dirfd, const char *rel,
-				      const char *name, char **names, size_t nnames, bool checked)
+static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+				      const char *rel, const char *name, char **names,
+				      size_t nnames, bool checked)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
@@ -151,35 +140,35 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
 	if (rc == 0) {
 		struct sf_open_args a = {
-			.topfd = src_fd, .dirrel = rel, .dirpath = rel, .name = name, .path = path,
-			.map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
+			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
+			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
 		rc = sf_format_open(f, &a, &v, &e);
 		sf_map_unref(map);
 	}
 	if (rc) {
-		stat_add(&stats.containers_failed, 1);
-		errlog_add(path, sf_err_msg(&e, rc));
+		stat_add(&dm->stats.containers_failed, 1);
+		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
 		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
-			v->cache = view_cache;
+			sf_view_set_cache(v, dm->view_cache);
 	} else {
-		stat_add(&stats.containers_opened, 1);
-		v->cache = view_cache;
-		listing_report_warnings(v);
+		stat_add(&dm->stats.containers_opened, 1);
+		sf_view_set_cache(v, dm->view_cache);
+		listing_report_warnings(dm, v);
 	}
 	free(path);
 	return v;
 }
 
-void listing_report_warnings(struct sf_view *v)
+static void log_warning(void *stats, const char *path, const char *msg)
 {
-	if (v->nreported == v->nwarnings)
-		return;
-	pthread_mutex_lock(&v->lock);
-	for (; v->nreported < v->nwarnings; v->nreported++)
-		errlog_add(v->path, v->warnings[v->nreported]);
-	pthread_mutex_unlock(&v->lock);
+	errlog_add(stats, path, msg);
+}
+
+void listing_report_warnings(struct daemon *dm, struct sf_view *v)
+{
+	sf_view_take_warnings(v, log_warning, &dm->stats);
 }
 
 static int push(struct listing *l, size_t *cap, struct lentry x)
@@ -233,11 +222,11 @@ static char *view_name(const struct listing *l, size_t nsrc, const struct sf_has
 }
 
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
-static bool container_at(const char *rel, const char *file, const struct sf_format **fmt,
-			 struct stat *st)
+static bool container_at(struct daemon *dm, const char *rel, const char *file,
+			 const struct sf_format **fmt, struct stat *st)
 {
 	char *path = sf_path_join(rel, file);
-	bool yes = path && sf_lstat_beneath(src_fd, path, st) == 0 &&
+	bool yes = path && sf_lstat_beneath(dm->src_fd, path, st) == 0 &&
 		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
 	free(path);
 	return yes;
@@ -249,7 +238,7 @@ static bool container_at(const char *rel, const char *file, const struct sf_form
  * taking `name` as its own view name, *file, *fmt and *st describe it. A
  * view of a file ending in `.d` needs the file's own view name taken, which
  * only a full listing knows, so it counts as two. */
-static int candidates(const char *rel, const char *name, char **file,
+static int candidates(struct daemon *dm, const char *rel, const char *name, char **file,
 		      const struct sf_format **fmt, struct stat *st)
 {
 	int found = 0;
@@ -263,7 +252,7 @@ static int candidates(const char *rel, const char *name, char **file,
 			found = 2;
 			break;
 		}
-		if (container_at(rel, c, &g, &cst) && g == f && found++ == 0) {
+		if (container_at(dm, rel, c, &g, &cst) && g == f && found++ == 0) {
 			*file = c;
 			*fmt = g;
 			*st = cst;
@@ -277,7 +266,7 @@ static int candidates(const char *rel, const char *name, char **file,
 	struct stat dst;
 	const struct sf_format *g = NULL;
 	char *c = n > 2 && strcmp(name + n - 2, ".d") == 0 ? strndup(name, n - 2) : NULL;
-	if (c && container_at(rel, c, &g, &dst))
+	if (c && container_at(dm, rel, c, &g, &dst))
 		found = 2;
 	free(c);
 	if (found != 1) {
@@ -293,11 +282,11 @@ static void hold_views(struct listing *l, uint64_t dir)
 {
 	for (size_t i = 0; i < l->n; i++)
 		if (l->e[i].open)
-			openviews_link(&l->e[i].open, dir, l->e[i].name);
+			openviews_link(l->views, &l->e[i].open, dir, l->e[i].name);
 }
 
-static int build(int dirfd, const char *rel, uint64_t dir, const struct listing *old,
-		 struct listing *l)
+static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
+		 const struct listing *old, struct listing *l)
 {
 	int fd = dup(dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -354,17 +343,18 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 		const struct lentry *was = reuse(old, src->name, f, &src->st);
 		struct sf_view *v = NULL;
 		if (was) {
-			v = openviews_get(&was->open, false);
+			v = openviews_get(&dm->views, &was->open, false);
 		} else if (f->check) {
-			if (!check_container(f, dirfd, rel, src->name))
+			if (!check_container(dm, f, dirfd, rel, src->name))
 				continue;
-		} else if (!(v = open_container(f, dirfd, rel, src->name, names, nsrc, false))) {
+		} else if (!(v = open_container(dm, f, dirfd, rel, src->name, names, nsrc,
+						false))) {
 			continue;
 		}
 		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
 		if (!vname) {
 			char *path = sf_path_join(rel, src->name);
-			errlog_add(path ? path : src->name,
+			errlog_add(&dm->stats, path ? path : src->name,
 				   "no view: its name and the .d name are both taken");
 			free(path);
 			sf_view_unref(v);
@@ -372,7 +362,7 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 		}
 		struct lentry x = {
 			.name = vname, .fmt = f, .st = src->st,
-			.type = v && v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+			.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 			.file = strdup(src->name),
 		};
 		/* out of memory for the holder: the view is opened again
@@ -382,7 +372,7 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 		if (!x.file || (rc = push(l, &cap, x))) {
 			free(x.name);
 			free(x.file);
-			openviews_drop(&x.open);
+			openviews_drop(l->views, &x.open);
 			rc = rc ? rc : -ENOMEM;
 		} else {
 			rc = sf_hash_put(&views, name_hash(x.name), x.name);
@@ -398,12 +388,13 @@ static int build(int dirfd, const char *rel, uint64_t dir, const struct listing 
 
 /* Opens SRC directory `dir` and takes its listing lock (another thread may
  * be listing it: the request loop is handed on meanwhile). */
-static int lock_dir(struct fnode *dir, int *dirfd, struct stat *st)
+static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
 {
 	struct sf_err e = { { 0 } };
-	*dirfd = sf_open_beneath(src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
-		errlog_add(dir->rel, e.msg); /* swapped for a symlink since looked up */
+		/* swapped for a symlink since looked up */
+		errlog_add(&dm->stats, dir->rel, e.msg);
 	if (*dirfd < 0)
 		return *dirfd;
 	if (fstat(*dirfd, st) < 0) {
@@ -441,7 +432,8 @@ static struct listing *ref(struct listing *l)
 }
 
 /* The whole listing (lock held), reusing the views of the last one. */
-static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct listing **out)
+static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct stat *st,
+		  struct listing **out)
 {
 	struct listing *old = dir->listing;
 	if (fresh(old, st)) {
@@ -452,11 +444,12 @@ static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct li
 	if (!l)
 		return -ENOMEM;
 	atomic_init(&l->refs, 2); /* the directory's and the caller's */
+	l->views = &dm->views;
 	l->mtime = st->st_mtim;
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	loop_hand_off();
-	int rc = build(dirfd, dir->rel, fnode_ino(dir), old, l);
+	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;
@@ -467,14 +460,14 @@ static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct li
 	return 0;
 }
 
-int listing_get(struct fnode *dir, struct listing **out)
+int listing_get(struct daemon *dm, struct fnode *dir, struct listing **out)
 {
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dir, &dirfd, &st);
+	int rc = lock_dir(dm, dir, &dirfd, &st);
 	if (rc)
 		return rc;
-	rc = relist(dir, dirfd, &st, out);
+	rc = relist(dm, dir, dirfd, &st, out);
 	unlock_dir(dir, dirfd);
 	return rc;
 }
@@ -484,7 +477,8 @@ int listing_get(struct fnode *dir, struct listing **out)
 
 /* A copy of partial listing `old` (may be NULL) with `x` in place of any
  * entry of its name. */
-static struct listing *partial_with(const struct listing *old, struct lentry x, uint64_t dir)
+static struct listing *partial_with(struct daemon *dm, const struct listing *old,
+				    struct lentry x, uint64_t dir)
 {
 	struct listing *l = calloc(1, sizeof *l);
 	size_t n = old ? old->n : 0;
@@ -493,6 +487,7 @@ static struct listing *partial_with(const struct listing *old, struct lentry x, 
 		return NULL;
 	}
 	atomic_init(&l->refs, 2);
+	l->views = &dm->views;
 	l->partial = true;
 	for (size_t i = 0; i < n; i++) {
 		const struct lentry *e = &old->e[i];
@@ -501,7 +496,7 @@ static struct listing *partial_with(const struct listing *old, struct lentry x, 
 		struct lentry c = *e;
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
-		struct sf_view *v = openviews_get(&e->open, false);
+		struct sf_view *v = openviews_get(&dm->views, &e->open, false);
 		c.open = v ? openviews_new(v) : NULL;
 		l->e[l->n++] = c;
 		if (!c.name || !c.file) {
@@ -515,18 +510,19 @@ static struct listing *partial_with(const struct listing *old, struct lentry x, 
 	return l;
 }
 
-int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
+int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
+		     struct listing **out)
 {
 	*out = NULL;
 	char *file;
 	const struct sf_format *f = NULL;
 	struct stat fst;
-	int k = candidates(dir->rel, name, &file, &f, &fst);
+	int k = candidates(dm, dir->rel, name, &file, &f, &fst);
 	if (k == 0)
 		return 0;
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dir, &dirfd, &st);
+	int rc = lock_dir(dm, dir, &dirfd, &st);
 	if (rc) {
 		free(file);
 		return rc;
@@ -538,7 +534,7 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 	 * many views were placed one by one (each copies the partial listing) */
 	if (k > 1 || f->uses_siblings || fresh(old, &st) ||
 	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
-		rc = relist(dir, dirfd, &st, out);
+		rc = relist(dm, dir, dirfd, &st, out);
 		goto done;
 	}
 	const struct lentry *e = old ? find(old, name) : NULL;
@@ -547,20 +543,21 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && !check_container(f, dirfd, dir->rel, file))
+	if (f->check && !check_container(dm, f, dirfd, dir->rel, file))
 		goto done;
-	struct sf_view *v = open_container(f, dirfd, dir->rel, file, NULL, 0, f->check != NULL);
+	struct sf_view *v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0,
+					   f->check != NULL);
 	if (!v)
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .st = fst, .file = file,
-		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+		.type = sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 	};
 	x.open = openviews_new(v);
-	struct listing *l = x.name && x.open ? partial_with(old, x, fnode_ino(dir)) : NULL;
+	struct listing *l = x.name && x.open ? partial_with(dm, old, x, fnode_ino(dir)) : NULL;
 	if (!l) {
 		free(x.name);
-		openviews_drop(&x.open);
+		openviews_drop(&dm->views, &x.open);
 		rc = -ENOMEM;
 		goto done;
 	}
@@ -574,22 +571,23 @@ done:
 	return rc;
 }
 
-struct sf_view *listing_opened(const struct lentry *e)
+struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e)
 {
-	return openviews_get(&e->open, true);
+	return openviews_get(&dm->views, &e->open, true);
 }
 
-struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e)
+struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
+			     const struct lentry *e)
 {
-	struct sf_view *v = listing_opened(e);
+	struct sf_view *v = listing_opened(dm, e);
 	if (v)
 		return v;
 	int dirfd;
 	struct stat st;
-	if (lock_dir(dir, &dirfd, &st))
+	if (lock_dir(dm, dir, &dirfd, &st))
 		return NULL;
 	/* opened by another thread meanwhile? */
-	if (!(v = listing_opened(e))) {
+	if (!(v = listing_opened(dm, e))) {
 		/* the SRC entries of the listing, sorted: the siblings of a
 		 * format that reads them */
 		bool sib = e->fmt->uses_siblings;
@@ -600,10 +598,11 @@ struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const s
 				names[n++] = l->e[i].name;
 		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(e->fmt, dirfd, dir->rel, e->file, names, n, true);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true);
 		free(names);
 		if (v)
-			v = openviews_put((struct vopen **)&e->open, v, fnode_ino(dir), e->name);
+			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),
+					  e->name);
 	}
 	unlock_dir(dir, dirfd);
 	return v;

@@ -20,21 +20,6 @@ struct vopen {
 	time_t told_at;
 };
 
-static struct {
-	pthread_mutex_t lock;      /* the list, and every slot */
-	pthread_cond_t wake;
-	struct vopen *head, *tail; /* most and least recently entered */
-	size_t n;                  /* linked */
-	unsigned max;
-	struct fuse_session *se;
-	pthread_t thread;
-	bool running, stop;
-} ov = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.wake = PTHREAD_COND_INITIALIZER,
-	.max = UINT_MAX,
-};
-
 /* Views closed and told about in one pass, outside the lock. */
 #define BATCH 256
 /* How long the kernel's forgets of a told entry are waited for before its
@@ -42,52 +27,57 @@ static struct {
 #define TOLD_GRACE_S 2
 #define POLL_TOLD_NS 20000000L /* 20 ms */
 
-void openviews_set_max(unsigned max)
+void openviews_init(struct openviews *ov, struct stats *stats)
 {
-	ov.max = max;
+	memset(ov, 0, sizeof *ov);
+	pthread_mutex_init(&ov->lock, NULL);
+	pthread_cond_init(&ov->wake, NULL);
+	ov->max = UINT_MAX;
+	ov->stats = stats;
 }
 
-static void push_head(struct vopen *o)
+static void push_head(struct openviews *ov, struct vopen *o)
 {
 	o->prev = NULL;
-	o->next = ov.head;
-	if (ov.head)
-		ov.head->prev = o;
+	o->next = ov->head;
+	if (ov->head)
+		ov->head->prev = o;
 	else
-		ov.tail = o;
-	ov.head = o;
+		ov->tail = o;
+	ov->head = o;
 }
 
-static void unlink_one(struct vopen *o)
+static void unlink_one(struct openviews *ov, struct vopen *o)
 {
 	if (o->prev)
 		o->prev->next = o->next;
 	else
-		ov.head = o->next;
+		ov->head = o->next;
 	if (o->next)
 		o->next->prev = o->prev;
 	else
-		ov.tail = o->prev;
+		ov->tail = o->prev;
 }
 
-static void set_open(size_t n)
+static void set_open(struct openviews *ov, size_t n)
 {
-	ov.n = n;
-	atomic_store(&stats.views_open, n);
-	if (n > atomic_load(&stats.views_open_peak))
-		atomic_store(&stats.views_open_peak, n);
-	if (n > ov.max && ov.running)
-		pthread_cond_signal(&ov.wake);
+	ov->n = n;
+	atomic_store(&ov->stats->views_open, n);
+	if (n > atomic_load(&ov->stats->views_open_peak))
+		atomic_store(&ov->stats->views_open_peak, n);
+	if (n > ov->max && ov->running)
+		pthread_cond_signal(&ov->wake);
 }
 
 /* Lock held. */
-static void link_slot(struct vopen *o, struct vopen **slot, uint64_t dir, const char *name)
+static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot, uint64_t dir,
+		      const char *name)
 {
 	o->slot = slot;
 	o->dir = dir;
 	o->name = name;
-	push_head(o);
-	set_open(ov.n + 1);
+	push_head(ov, o);
+	set_open(ov, ov->n + 1);
 }
 
 struct vopen *openviews_new(struct sf_view *v)
@@ -100,68 +90,68 @@ struct vopen *openviews_new(struct sf_view *v)
 	return o;
 }
 
-void openviews_link(struct vopen **slot, uint64_t dir, const char *name)
+void openviews_link(struct openviews *ov, struct vopen **slot, uint64_t dir, const char *name)
 {
-	pthread_mutex_lock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
 	if (*slot && !(*slot)->slot)
-		link_slot(*slot, slot, dir, name);
-	pthread_mutex_unlock(&ov.lock);
+		link_slot(ov, *slot, slot, dir, name);
+	pthread_mutex_unlock(&ov->lock);
 }
 
 /* Lock held. */
-static void use(struct vopen *o)
+static void use(struct openviews *ov, struct vopen *o)
 {
-	if (!o->slot || o == ov.head)
+	if (!o->slot || o == ov->head)
 		return;
-	unlink_one(o);
-	push_head(o);
+	unlink_one(ov, o);
+	push_head(ov, o);
 	o->told_at = 0;
 }
 
-struct sf_view *openviews_get(struct vopen *const *slot, bool used)
+struct sf_view *openviews_get(struct openviews *ov, struct vopen *const *slot, bool used)
 {
-	pthread_mutex_lock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
 	struct vopen *o = *slot;
 	struct sf_view *v = o ? sf_view_ref(o->view) : NULL;
 	if (o && used)
-		use(o);
-	pthread_mutex_unlock(&ov.lock);
+		use(ov, o);
+	pthread_mutex_unlock(&ov->lock);
 	return v;
 }
 
-struct sf_view *openviews_put(struct vopen **slot, struct sf_view *v, uint64_t dir,
-			      const char *name)
+struct sf_view *openviews_put(struct openviews *ov, struct vopen **slot, struct sf_view *v,
+			      uint64_t dir, const char *name)
 {
 	struct vopen *o = calloc(1, sizeof *o);
-	pthread_mutex_lock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
 	struct vopen *had = *slot;
 	struct sf_view *r = had ? sf_view_ref(had->view) : v;
 	if (had) {
-		use(had);
+		use(ov, had);
 	} else if (o) {
 		/* the slot's reference, and the caller's */
 		o->view = sf_view_ref(v);
 		*slot = o;
-		link_slot(o, slot, dir, name);
+		link_slot(ov, o, slot, dir, name);
 		o = NULL;
 	}
-	pthread_mutex_unlock(&ov.lock);
+	pthread_mutex_unlock(&ov->lock);
 	free(o);
 	if (had)
 		sf_view_unref(v);
 	return r;
 }
 
-void openviews_drop(struct vopen **slot)
+void openviews_drop(struct openviews *ov, struct vopen **slot)
 {
-	pthread_mutex_lock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
 	struct vopen *o = *slot;
 	*slot = NULL;
 	if (o && o->slot) {
-		unlink_one(o);
-		set_open(ov.n - 1);
+		unlink_one(ov, o);
+		set_open(ov, ov->n - 1);
 	}
-	pthread_mutex_unlock(&ov.lock);
+	pthread_mutex_unlock(&ov->lock);
 	if (o) {
 		sf_view_unref(o->view);
 		free(o);
@@ -178,21 +168,22 @@ struct tell {
  * held by the kernel's nodes is told about (into `tell`), and closed by a
  * later pass once they are forgotten. Returns whether views told about
  * are still waited for. */
-static bool pass(struct sf_view **closed, size_t *nc, struct tell *tell, size_t *nt)
+static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, struct tell *tell,
+		 size_t *nt)
 {
 	time_t now = time(NULL);
 	bool waiting = false;
-	size_t need = ov.n > ov.max ? ov.n - ov.max : 0;
-	for (struct vopen *o = ov.tail, *prev; o && need && *nc < BATCH && *nt < BATCH; o = prev) {
+	size_t need = ov->n > ov->max ? ov->n - ov->max : 0;
+	for (struct vopen *o = ov->tail, *prev; o && need && *nc < BATCH && *nt < BATCH; o = prev) {
 		prev = o->prev;
 		/* refs go from 1 to 2 only under the lock (openviews_get):
 		 * any other holder got its reference from one that has one */
-		if (atomic_load(&o->view->refs) == 1) {
-			unlink_one(o);
+		if (sf_view_held_once(o->view)) {
+			unlink_one(ov, o);
 			*o->slot = NULL;
 			closed[(*nc)++] = o->view;
 			free(o);
-			set_open(ov.n - 1);
+			set_open(ov, ov->n - 1);
 			need--;
 		} else if (!o->told_at) {
 			char *name = strdup(o->name);
@@ -211,28 +202,29 @@ static bool pass(struct sf_view **closed, size_t *nc, struct tell *tell, size_t 
 
 static void *run(void *arg)
 {
-	static struct sf_view *closed[BATCH];
-	static struct tell tell[BATCH];
-	pthread_mutex_lock(&ov.lock);
-	while (!ov.stop) {
+	struct openviews *ov = arg;
+	struct sf_view *closed[BATCH];
+	struct tell tell[BATCH];
+	pthread_mutex_lock(&ov->lock);
+	while (!ov->stop) {
 		size_t nc = 0, nt = 0;
-		bool waiting = pass(closed, &nc, tell, &nt);
-		pthread_mutex_unlock(&ov.lock);
+		bool waiting = pass(ov, closed, &nc, tell, &nt);
+		pthread_mutex_unlock(&ov->lock);
 		for (size_t i = 0; i < nc; i++)
 			sf_view_unref(closed[i]);
-		stat_add(&stats.views_closed, nc);
+		stat_add(&ov->stats->views_closed, nc);
 		/* outside the lock: the kernel may call back into the daemon
 		 * while it drops the entries (ENOENT: it had none) */
 		for (size_t i = 0; i < nt; i++) {
-			fuse_lowlevel_notify_inval_entry(ov.se, tell[i].dir, tell[i].name,
+			fuse_lowlevel_notify_inval_entry(ov->se, tell[i].dir, tell[i].name,
 							 strlen(tell[i].name));
 			free(tell[i].name);
 		}
-		pthread_mutex_lock(&ov.lock);
-		if (ov.stop || nc == BATCH || nt == BATCH)
+		pthread_mutex_lock(&ov->lock);
+		if (ov->stop || nc == BATCH || nt == BATCH)
 			continue;
-		if (ov.n <= ov.max) {
-			pthread_cond_wait(&ov.wake, &ov.lock);
+		if (ov->n <= ov->max) {
+			pthread_cond_wait(&ov->wake, &ov->lock);
 			continue;
 		}
 		/* over the bound: soon when forgets are on their way, else
@@ -247,35 +239,36 @@ static void *run(void *arg)
 			t.tv_sec++;
 			t.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&ov.wake, &ov.lock, &t);
+		pthread_cond_timedwait(&ov->wake, &ov->lock, &t);
 	}
-	pthread_mutex_unlock(&ov.lock);
+	pthread_mutex_unlock(&ov->lock);
 	return NULL;
 }
 
-int openviews_start(struct fuse_session *se)
+int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max)
 {
-	ov.se = se;
-	ov.stop = false;
-	int rc = pthread_create(&ov.thread, NULL, run, NULL);
+	ov->se = se;
+	ov->max = max;
+	ov->stop = false;
+	int rc = pthread_create(&ov->thread, NULL, run, ov);
 	if (rc)
 		return -rc;
-	pthread_mutex_lock(&ov.lock);
-	ov.running = true;
-	if (ov.n > ov.max)
-		pthread_cond_signal(&ov.wake);
-	pthread_mutex_unlock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
+	ov->running = true;
+	if (ov->n > ov->max)
+		pthread_cond_signal(&ov->wake);
+	pthread_mutex_unlock(&ov->lock);
 	return 0;
 }
 
-void openviews_stop(void)
+void openviews_stop(struct openviews *ov)
 {
-	pthread_mutex_lock(&ov.lock);
-	bool running = ov.running;
-	ov.stop = true;
-	ov.running = false;
-	pthread_cond_signal(&ov.wake);
-	pthread_mutex_unlock(&ov.lock);
+	pthread_mutex_lock(&ov->lock);
+	bool running = ov->running;
+	ov->stop = true;
+	ov->running = false;
+	pthread_cond_signal(&ov->wake);
+	pthread_mutex_unlock(&ov->lock);
 	if (running)
-		pthread_join(ov.thread, NULL);
+		pthread_join(ov->thread, NULL);
 }

@@ -8,7 +8,9 @@
 #ifndef FS_OPENVIEWS_H
 #define FS_OPENVIEWS_H
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define FUSE_USE_VERSION 314
@@ -16,15 +18,30 @@
 
 #include "sf_view.h"
 
+struct stats;
+
 /* One open view held by one listing entry (the entry's slot points to it). */
 struct vopen;
 
-/* The bound (none until set). */
-void openviews_set_max(unsigned max);
-/* Starts the thread that closes views past the bound; 0 or -errno (the
- * mount works without it, holding every view as before). */
-int openviews_start(struct fuse_session *se);
-void openviews_stop(void);
+/* The open views of a mount: the daemon's (fs/daemon.h). */
+struct openviews {
+	pthread_mutex_t lock;      /* the list, and every slot */
+	pthread_cond_t wake;
+	struct vopen *head, *tail; /* most and least recently entered */
+	size_t n;                  /* linked */
+	unsigned max;
+	struct stats *stats;
+	struct fuse_session *se;
+	pthread_t thread;
+	bool running, stop;
+};
+
+/* No bound until openviews_start. */
+void openviews_init(struct openviews *ov, struct stats *stats);
+/* Starts the thread that closes views past `max`; 0 or -errno (the mount
+ * works without it, holding every view as before). */
+int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max);
+void openviews_stop(struct openviews *ov);
 
 /* Wraps view `v` (its reference taken over) for an entry being built; not
  * yet counted or closable. NULL when out of memory (v is then unreffed). */
@@ -32,16 +49,16 @@ struct vopen *openviews_new(struct sf_view *v);
 /* Makes the open view in `*slot` (the entry's field, which no longer
  * moves) closable: the entry is `name` in the directory the kernel knows as
  * inode `dir`. `name` must live as long as the slot holds it. */
-void openviews_link(struct vopen **slot, uint64_t dir, const char *name);
+void openviews_link(struct openviews *ov, struct vopen **slot, uint64_t dir, const char *name);
 /* The view the entry holds (a new reference), or NULL when it holds none.
- * `use` marks it as just entered (least recently used goes first). */
-struct sf_view *openviews_get(struct vopen *const *slot, bool use);
+ * `used` marks it as just entered (least recently used goes first). */
+struct sf_view *openviews_get(struct openviews *ov, struct vopen *const *slot, bool used);
 /* Holds `v` in an empty slot (linked as above; a reference taken over)
  * and returns a new reference to what the slot holds then: another
- * thread's view when it filled the slot first. NULL when out of memory. */
-struct sf_view *openviews_put(struct vopen **slot, struct sf_view *v, uint64_t dir,
-			      const char *name);
+ * thread's view when it filled the slot first. */
+struct sf_view *openviews_put(struct openviews *ov, struct vopen **slot, struct sf_view *v,
+			      uint64_t dir, const char *name);
 /* Empties the slot, dropping its view (the entry is freed). */
-void openviews_drop(struct vopen **slot);
+void openviews_drop(struct openviews *ov, struct vopen **slot);
 
 #endif
