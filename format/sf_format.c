@@ -136,6 +136,41 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	return 0;
 }
 
+int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e)
+{
+	*out = NULL;
+	if (f->open)
+		return f->open(a, out, e);
+	struct sf_view *v = sf_view_new(f, a->path);
+	if (!v)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	/* a link view reads nothing of the file once made: it holds no mapping */
+	if (!f->link && sf_view_hold_map(v, a->map)) {
+		sf_view_unref(v);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	}
+	void *state = NULL;
+	int rc = f->parse(a, v, &state, e);
+	v->state = state;
+	v->free_state = f->free_state;
+	if (rc == 0 && f->link) {
+		if (sf_view_set_link(v, f->link(state)))
+			rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	} else if (rc == 0) {
+		struct sf_node *meta = sf_view_add_meta(v, f->info_txt, f->info_json, f->verify,
+							state);
+		rc = meta ? f->build(v, state, meta, e)
+			  : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	}
+	if (rc) {
+		sf_view_unref(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
 struct open_call {
 	const struct sf_format *f;
 	const struct sf_open_args *a;
@@ -145,7 +180,7 @@ struct open_call {
 static int run_open(void *ctx, struct sf_err *e)
 {
 	struct open_call *o = ctx;
-	return o->f->open(o->a, o->out, e);
+	return sf_format_view(o->f, o->a, o->out, e);
 }
 
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,

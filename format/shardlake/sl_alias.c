@@ -26,7 +26,9 @@ static bool version_ok(const char *v)
 	return v[0] && !strchr(v, '/') && strcmp(v, ".") != 0 && strcmp(v, "..") != 0;
 }
 
-static int alias_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+/* The state is the link's target, "../indexes/<version>". */
+static int alias_parse(const struct sf_open_args *a, struct sf_view *view, void **state,
+		       struct sf_err *e)
 {
 	json_error_t je;
 	const struct sf_map *m = a->map;
@@ -43,10 +45,8 @@ static int alias_open(const struct sf_open_args *a, struct sf_view **out, struct
 	char *target = NULL;
 	if (!rc && asprintf(&target, "../indexes/%s", v) < 0)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	struct sf_view *view = rc ? NULL : sf_view_new_link(&sf_fmt_alias, a->path, target);
-	if (!rc && !view)
-		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	if (!rc) {
+		*state = target;
 		if (!sf_dir_beside(a, target))
 			sf_view_warn(view, "%s: alias points at index version \"%s\", which does not exist (dangling link)",
 				     a->path, v);
@@ -55,16 +55,21 @@ static int alias_open(const struct sf_open_args *a, struct sf_view **out, struct
 		if (named && (strlen(named) != stem || memcmp(named, a->name, stem) != 0))
 			sf_view_warn(view, "%s: the file names alias \"%.*s\" but its \"alias\" field says \"%s\"",
 				     a->path, (int)stem, a->name, named);
-		*out = view;
 	}
-	free(target);
 	json_decref(j);
 	return rc;
+}
+
+static const char *alias_link(const void *state)
+{
+	return state;
 }
 
 const struct sf_format sf_fmt_alias = {
 	.name = "alias",
 	.ext = ".json",
 	.match = alias_match,
-	.open = alias_open,
+	.parse = alias_parse,
+	.free_state = free,
+	.link = alias_link,
 };
