@@ -471,54 +471,37 @@ static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf
 	return 0;
 }
 
-static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
 {
 	size_t nlen = strlen(a->name);
 	struct tx_fold *f = calloc(1, sizeof *f);
-	if (!f || !(f->fold = strndup(a->name, nlen - strlen(".taridx")))) {
-		free(f);
+	if (!(*state = f))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
 	pthread_mutex_init(&f->lookup_lock, NULL);
-	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
-	if (rc) {
-		fold_free(f);
-		return rc;
-	}
-	struct sf_view *v = sf_view_new(&sf_fmt_taridx, a->path);
-	size_t nbits = f->ix.n_rows / 8 + 1;
-	f->hooked_member = calloc(nbits, 1);
-	if (!v || !f->hooked_member) {
-		sf_view_unref(v);
-		fold_free(f);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
 	f->unkeyed = -1;
-	v->state = f;
-	v->free_state = fold_free;
 	f->view = v;
-	if ((rc = sf_view_hold_map(v, a->map)) || (rc = map_shards(f, a, e)))
-		goto fail;
-	struct sf_node *meta = sf_view_add_meta(v, tx_info_txt, tx_info_json, tx_verify, f);
-	if (!meta || !(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows")) ||
-	    tx_samples_add(f, meta)) {
-		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-		goto fail;
-	}
-	if ((rc = sf_dir_set_lazy(f->rows_dir, make_row)) ||
-	    (rc = sf_dir_set_lazy(v->root, make_member)))
-		goto fail;
+	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
+	if (rc)
+		return rc;
+	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	return map_shards(f, a, e);
+}
+
+static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
+{
+	struct tx_fold *f = state;
+	if (!(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows")) || tx_samples_add(f, meta) ||
+	    sf_dir_set_lazy(f->rows_dir, make_row) || sf_dir_set_lazy(v->root, make_member))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
 	sf_dir_set_populate(f->rows_dir, rows_populate, f);
 	sf_dir_set_lookup(f->rows_dir, rows_lookup);
 	sf_dir_set_populate(v->root, populate_root, f);
 	sf_dir_set_lookup(v->root, root_lookup);
-	*out = v;
 	return 0;
-fail:
-	if (!e->msg[0])
-		sf_fail(e, rc, "%s: out of memory", a->path);
-	sf_view_unref(v);
-	return rc;
 }
 
 const struct sf_format sf_fmt_taridx = {
@@ -527,6 +510,11 @@ const struct sf_format sf_fmt_taridx = {
 	/* fids are ranks among the shards beside the index: a shard added or
 	 * removed changes what every later row points at */
 	.uses_siblings = true,
-	.open = taridx_open,
 	.check = tx_check,
+	.parse = parse,
+	.free_state = fold_free,
+	.info_txt = tx_info_txt,
+	.info_json = tx_info_json,
+	.verify = tx_verify,
+	.build = build,
 };
