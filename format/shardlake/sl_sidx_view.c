@@ -131,20 +131,16 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 	return 0;
 }
 
-static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int sidx_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		      struct sf_err *e)
 {
 	struct sl_shard h;
 	int rc = sl_shard_parse(a->map->data, a->map->size, a->path, &h, e);
 	if (rc)
 		return rc;
-	struct sf_view *v = sf_view_new(&sf_fmt_sidx, a->path);
-	struct sl_sidx *s = v ? calloc(1, sizeof *s) : NULL;
-	if (!s) {
-		sf_view_unref(v);
+	struct sl_sidx *s = calloc(1, sizeof *s);
+	if (!(*state = s))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	v->state = s;
-	v->free_state = sidx_free;
 	s->hdr = h;
 	s->map = a->map;
 	s->name = strdup(a->name);
@@ -152,28 +148,26 @@ static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct 
 	if (h.version == 2)
 		s->codebook = map_beside(v, a, "../pq_codebook.bin", &s->codebook_err);
 	/* the view holds every mapping; the state only borrows them */
-	rc = sf_view_hold_map(v, a->map);
-	if (!rc && s->manifest)
+	if (s->manifest)
 		rc = sf_view_hold_map(v, s->manifest);
 	if (!rc && s->codebook)
 		rc = sf_view_hold_map(v, s->codebook);
 	sf_map_unref(s->manifest);
 	sf_map_unref(s->codebook);
-	if (!rc && (!s->name || !sf_view_add_meta(v, sl_produce_info_txt, sl_produce_info_json,
-						  sl_produce_verify, s)))
-		rc = -ENOMEM;
-	if (rc) {
-		sf_view_unref(v);
-		return sf_fail(e, rc, "%s: out of memory", a->path);
-	}
+	if (rc || !s->name)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	struct sf_err me;
 	if (s->manifest && sl_manifest_check(s->manifest, &me))
 		sf_view_warn(v, "%s", me.msg);
 	if (h.trailing)
 		sf_view_warn(v, "%s: %llu trailing bytes after the records (upstream ignores them)",
 			     a->path, (unsigned long long)h.trailing);
-	sf_dir_set_populate(v->root, sidx_populate, s);
-	*out = v;
+	return 0;
+}
+
+static int sidx_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
+{
+	sf_dir_set_populate(v->root, sidx_populate, state);
 	return 0;
 }
 
@@ -187,6 +181,11 @@ static int sidx_check(const struct sf_probe *p, struct sf_err *e)
 const struct sf_format sf_fmt_sidx = {
 	.name = "sidx",
 	.ext = ".sidx",
-	.open = sidx_open,
 	.check = sidx_check,
+	.parse = sidx_parse,
+	.free_state = sidx_free,
+	.info_txt = sl_produce_info_txt,
+	.info_json = sl_produce_info_json,
+	.verify = sl_produce_verify,
+	.build = sidx_build,
 };
