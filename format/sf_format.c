@@ -140,8 +140,6 @@ int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e)
 {
 	*out = NULL;
-	if (f->open)
-		return f->open(a, out, e);
 	struct sf_view *v = sf_view_new(f, a->path);
 	if (!v)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);

@@ -99,8 +99,6 @@ struct sf_format {
 	/* Instead of build, for a view that is a symlink (aliases): its target,
 	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
 	const char *(*link)(const void *state);
-	/* Being replaced by the steps above: makes the whole view itself. */
-	int (*open)(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e);
 };
 
 /* Runs a check on the probe of a mapped file: a full open starts with the
