@@ -14,16 +14,16 @@
 #include "sf_open.h"
 #include "sf_view.h"
 
-/* Each format defines its descriptor in its own folder. */
-extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
-extern const struct sf_format sf_fmt_tatami __attribute__((weak));
-extern const struct sf_format sf_fmt_taridx __attribute__((weak));
-extern const struct sf_format sf_fmt_sidx __attribute__((weak));
-extern const struct sf_format sf_fmt_alias __attribute__((weak));
-extern const struct sf_format sf_fmt_tet __attribute__((weak));
+/* Each format defines its descriptors in its own folder; one left out of
+ * the build (-Dformats) is a null weak reference, skipped. */
+#define SF_FORMAT(folder, descriptor) extern const struct sf_format descriptor __attribute__((weak));
+#include "formats.h"
+#undef SF_FORMAT
 
 static const struct sf_format *all[] = {
-	&sf_fmt_tsumugi, &sf_fmt_tatami, &sf_fmt_taridx, &sf_fmt_sidx, &sf_fmt_alias, &sf_fmt_tet,
+#define SF_FORMAT(folder, descriptor) &descriptor,
+#include "formats.h"
+#undef SF_FORMAT
 };
 
 const struct sf_format *sf_format_for(const char *dirpath, const char *name)
