@@ -10,7 +10,7 @@
 
 #include "sf_bytes.h"
 #include "sl_codebook.h"
-#include "sl_sidx.h"
+#include "sl.h"
 
 /* Copies bytes [off, off + len) of the array made of the `width` bytes at
  * `skip` in every record. The daemon keeps the range inside N * width, and

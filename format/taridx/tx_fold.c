@@ -9,7 +9,7 @@
 
 #include "sf_fault.h"
 #include "sf_name.h"
-#include "taridx.h"
+#include "tx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
 {

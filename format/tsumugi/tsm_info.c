@@ -12,7 +12,7 @@
 #include "sf_crc32c.h"
 #include "sf_json.h"
 #include "sf_report.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 /* Go's %g: shortest round-trip digits, exponent form when the decimal
  * exponent is < -4 or >= 6 (at least two exponent digits). */

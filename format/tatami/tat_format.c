@@ -6,7 +6,7 @@
 
 #include "sf_format.h"
 #include "sf_map.h"
-#include "tatami.h"
+#include "tat.h"
 
 static void free_state(void *state)
 {

@@ -1,8 +1,8 @@
 /* The tsumugi (TSM1) search shard as the view sees it: the container facts
  * read at open, lazily checked regions, and the pieces each view file uses.
  * Internal to format/tsumugi/. */
-#ifndef TSM_SHARD_H
-#define TSM_SHARD_H
+#ifndef TSM_H
+#define TSM_H
 
 #include <stdatomic.h>
 #include <stdbool.h>

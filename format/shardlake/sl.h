@@ -1,7 +1,7 @@
 /* A shard's view state, shared by the view, the gathered arrays and the
  * .shardfs files. */
-#ifndef SL_SIDX_H
-#define SL_SIDX_H
+#ifndef SL_H
+#define SL_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -36,7 +36,7 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
  * sub-space *sub (left alone when there is none). */
 uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
 
-/* .shardfs/ files (sl_meta.c). */
+/* .shardfs/ files (sl_info.c). */
 int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

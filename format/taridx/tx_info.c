@@ -7,7 +7,7 @@
 
 #include "sf_json.h"
 #include "sf_report.h"
-#include "taridx.h"
+#include "tx.h"
 
 /* Counts that need a pass over the rows. */
 struct counts {

@@ -3,8 +3,8 @@
  *
  * This header is shared by the files of format/taridx/ and by the
  * shardfs-taridx tool; nothing outside them needs it. */
-#ifndef TARIDX_H
-#define TARIDX_H
+#ifndef TX_H
+#define TX_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -193,7 +193,7 @@ int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member 
 int tx_samples_add(struct tx_fold *f, struct sf_node *meta);
 void tx_samples_free(struct tx_samples *sm);
 
-/* ---- the view's metadata (tx_meta.c) ---------------------------------- */
+/* ---- the view's metadata (tx_info.c) ---------------------------------- */
 
 int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

@@ -11,7 +11,7 @@
 #include "sl_codebook.h"
 #include "sl_formats.h"
 #include "sl_manifest.h"
-#include "sl_sidx.h"
+#include "sl.h"
 
 /* Maps a file of the index directory (above the shard's), recording why
  * when it cannot: beneath the top only, so a shard lying directly in SRC

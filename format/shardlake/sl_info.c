@@ -12,7 +12,7 @@
 #include "sf_report.h"
 #include "sl_codebook.h"
 #include "sl_manifest.h"
-#include "sl_sidx.h"
+#include "sl.h"
 
 /* The shard's manifest and its entry there, loaded per use (these files are
  * read rarely, and a parsed manifest is not worth keeping per shard). */

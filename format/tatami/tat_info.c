@@ -9,7 +9,7 @@
 
 #include "sf_json.h"
 #include "sf_report.h"
-#include "tatami.h"
+#include "tat.h"
 
 /* Go's %-Ns pads by runes, not bytes. */
 static void add_padded(struct sf_str *s, const uint8_t *p, size_t len, size_t width)

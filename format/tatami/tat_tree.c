@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tatami.h"
+#include "tat.h"
 
 enum view_kind { V_VALID, V_VALUES, V_NPY, V_OFFSETS, V_DATA, V_JSONL, V_CHUNK };
 
