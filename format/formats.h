@@ -3,9 +3,9 @@
  * and a descriptor it defines, in the order sf_format_for tries them.
  * sf_format.c makes its list from these lines, and meson.build builds the
  * folders they name (-Dformats picks some). No other line belongs here. */
-SF_FORMAT(tsumugi, sf_fmt_tsumugi)
-SF_FORMAT(tatami, sf_fmt_tatami)
-SF_FORMAT(taridx, sf_fmt_taridx)
-SF_FORMAT(shardlake, sf_fmt_sidx)
-SF_FORMAT(shardlake, sf_fmt_alias)
-SF_FORMAT(tet, sf_fmt_tet)
+SF_FORMAT(tsumugi, tsm_format)
+SF_FORMAT(tatami, tat_format)
+SF_FORMAT(taridx, tx_format)
+SF_FORMAT(shardlake, sl_sidx_format)
+SF_FORMAT(shardlake, sl_alias_format)
+SF_FORMAT(tet, tet_format)

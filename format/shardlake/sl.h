@@ -28,7 +28,7 @@ struct sl_sidx {
 int sl_gen_ids(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
 int sl_gen_payload(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
 int sl_gen_reconstructed(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
-int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 struct sl_codebook;
 /* Parses the index's codebook and checks that it fits this shard. */
 int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_err *e);
@@ -37,8 +37,8 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
 uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
 
 /* .shardfs/ files (sl_info.c). */
-int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 #endif

@@ -65,7 +65,7 @@ static const char *alias_link(const void *state)
 	return state;
 }
 
-const struct sf_format sf_fmt_alias = {
+const struct sf_format sl_alias_format = {
 	.name = "alias",
 	.ext = ".json",
 	.match = alias_match,

@@ -112,7 +112,7 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 	if (!rc)
 		rc = add_gen_npy(dir, "ids.npy", "<u8", n, 1, sl_gen_ids, h->nrecords * 8);
 	if (!rc) {
-		struct sf_part *p = sf_view_part(dir->view, sl_produce_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
+		struct sf_part *p = sf_view_part(dir->view, sl_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
 		struct sf_node *f = p ? sf_dir_add_file(dir, "ids.txt", strlen("ids.txt")) : NULL;
 		if (f)
 			sf_file_set_whole(f, p);
@@ -178,14 +178,14 @@ static int sidx_check(const struct sf_probe *p, struct sf_err *e)
 	return sl_shard_parse(p->head, p->size, p->path, &h, e);
 }
 
-const struct sf_format sf_fmt_sidx = {
+const struct sf_format sl_sidx_format = {
 	.name = "sidx",
 	.ext = ".sidx",
 	.check = sidx_check,
 	.parse = sidx_parse,
 	.free_state = sidx_free,
-	.info_txt = sl_produce_info_txt,
-	.info_json = sl_produce_info_json,
-	.verify = sl_produce_verify,
+	.info_txt = sl_info_txt,
+	.info_json = sl_info_json,
+	.verify = sl_verify,
 	.build = sidx_build,
 };

@@ -4,7 +4,7 @@
 
 #include "sf_format.h"
 
-extern const struct sf_format sf_fmt_sidx;
-extern const struct sf_format sf_fmt_alias;
+extern const struct sf_format sl_sidx_format;
+extern const struct sf_format sl_alias_format;
 
 #endif

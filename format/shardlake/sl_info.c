@@ -62,7 +62,7 @@ static int take(struct sf_str *t, const struct sf_part *p, struct sf_buf **out, 
 	return 0;
 }
 
-int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -111,7 +111,7 @@ static json_t *span(uint64_t off, uint64_t size)
 			 "codec", "none");
 }
 
-int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
@@ -261,7 +261,7 @@ static void check_codes(struct sf_report *r, const struct sl_sidx *s)
 		sf_report_add(r, true, "codebook: %s", e.msg);
 }
 
-int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;

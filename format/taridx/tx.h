@@ -214,6 +214,6 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 
-extern const struct sf_format sf_fmt_taridx;
+extern const struct sf_format tx_format;
 
 #endif

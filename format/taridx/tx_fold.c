@@ -504,7 +504,7 @@ static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf
 	return 0;
 }
 
-const struct sf_format sf_fmt_taridx = {
+const struct sf_format tx_format = {
 	.name = "taridx",
 	.ext = ".taridx",
 	/* fids are ranks among the shards beside the index: a shard added or

@@ -44,7 +44,7 @@ static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf
 	return tat_build_tree(state, e);
 }
 
-const struct sf_format sf_fmt_tatami = {
+const struct sf_format tat_format = {
 	.name = "tatami",
 	.ext = ".tatami",
 	.check = tat_check,

@@ -173,14 +173,14 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	return 0;
 }
 
-const struct sf_format sf_fmt_tet = {
+const struct sf_format tet_format = {
 	.name = "tet",
 	.ext = ".tet",
 	.check = tet_check,
 	.parse = parse,
 	.free_state = free_state,
-	.info_txt = tet_produce_info_txt,
-	.info_json = tet_produce_info_json,
-	.verify = tet_produce_verify,
+	.info_txt = tet_info_txt,
+	.info_json = tet_info_json,
+	.verify = tet_verify,
 	.build = build,
 };

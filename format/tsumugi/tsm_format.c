@@ -42,7 +42,7 @@ static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf
 	return 0;
 }
 
-const struct sf_format sf_fmt_tsumugi = {
+const struct sf_format tsm_format = {
 	.name = "tsumugi",
 	.ext = ".tsumugi",
 	.check = tsm_check,
