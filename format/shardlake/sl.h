@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "sf_format.h"
 #include "sf_map.h"
 #include "sf_view.h"
 #include "sl_shard.h"
@@ -35,6 +36,10 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
 /* Counts the PQ codes not below `limit`; the first one is in record *rec,
  * sub-space *sub (left alone when there is none). */
 uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
+
+/* The descriptors (sl_format.c). */
+extern const struct sf_format sl_sidx_format;
+extern const struct sf_format sl_alias_format;
 
 /* .shardfs/ files (sl_info.c). */
 int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

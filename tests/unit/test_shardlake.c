@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
-#include "shardlake/sl_formats.h"
+#include "shardlake/sl.h"
 #include "views.h"
 
 /* ---- helpers ------------------------------------------------------------ */
