@@ -216,7 +216,7 @@ void tat_search_free(struct tat_search *s);
 /* Decodes every posting list; problems go to the verify report. */
 void tat_search_check(struct tat_file *tf, struct sf_report *r);
 
-/* tat_info.c: .shardfs/ */
+/* tat_info.c, tat_verify.c: .shardfs/info.txt, info.json and verify. */
 int tat_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tat_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tat_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
