@@ -2,7 +2,6 @@
  * (spec §18) and info.json with the same facts. */
 #include <errno.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "sf_json.h"
