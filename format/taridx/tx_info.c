@@ -1,22 +1,14 @@
-/* .shardfs/info.txt, info.json and verify of a fold view. */
+/* .shardfs/info.txt and info.json of a fold view, and the pass over the rows
+ * that they and verify (tx_verify.c) start with. */
 #include <errno.h>
 #include <jansson.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "sf_json.h"
-#include "sf_report.h"
 #include "tx.h"
 
-/* Counts that need a pass over the rows. */
-struct counts {
-	uint64_t samples, runs;
-	uint64_t *per_fid;   /* rows per shard, nshards entries */
-	uint64_t beyond;     /* rows whose fid names no shard */
-};
-
-static int count_rows(struct tx_fold *f, struct counts *c, struct sf_err *e)
+static int count_rows(struct tx_fold *f, struct tx_counts *c, struct sf_err *e)
 {
 	memset(c, 0, sizeof *c);
 	int rc = tx_fold_lookup(f, e);
@@ -39,7 +31,7 @@ static int count_rows(struct tx_fold *f, struct counts *c, struct sf_err *e)
 
 /* Whether upstream's own loader can read the index back: it splits the
  * blocks on any whitespace (spec §6.1). */
-static bool upstream_loadable(const struct tx_index *ix)
+bool tx_upstream_loadable(const struct tx_index *ix)
 {
 	for (uint32_t i = 0; i < ix->n_ext; i++) {
 		if (!ix->ext[i].len)
@@ -63,16 +55,12 @@ static void add_strs(struct sf_str *s, const struct tx_str *v, uint32_t n)
 	sf_str_addc(s, '\n');
 }
 
-/* Renders one of the fold's .shardfs files from the row counts; NULL when
- * out of memory. */
-typedef struct sf_buf *render_fn(struct tx_fold *f, const struct counts *c);
-
 /* info.txt, info.json and verify all need a pass over the rows first. */
-static int render_counted(const struct sf_part *p, render_fn *render, struct sf_buf **out,
-			  struct sf_err *e)
+int tx_render_counted(const struct sf_part *p, tx_render_fn *render, struct sf_buf **out,
+		      struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
-	struct counts c;
+	struct tx_counts c;
 	int rc = count_rows(f, &c, e);
 	if (rc)
 		return rc;
@@ -81,7 +69,7 @@ static int render_counted(const struct sf_part *p, render_fn *render, struct sf_
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
 }
 
-static struct sf_buf *info_txt(struct tx_fold *f, const struct counts *c)
+static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 {
 	const struct tx_index *ix = &f->ix;
 	struct sf_str s = { 0 };
@@ -96,7 +84,7 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct counts *c)
 	add_strs(&s, ix->ext, ix->n_ext);
 	sf_str_addf(&s, "crash stems (%u):", ix->n_crash);
 	add_strs(&s, ix->crash, ix->n_crash);
-	sf_str_addf(&s, "upstream loader can read it: %s\n", upstream_loadable(ix) ? "yes" : "no");
+	sf_str_addf(&s, "upstream loader can read it: %s\n", tx_upstream_loadable(ix) ? "yes" : "no");
 	sf_str_addf(&s, "shards (%zu):\n", f->nshards);
 	for (size_t i = 0; i < f->nshards; i++) {
 		const struct tx_shard *sh = &f->shards[i];
@@ -114,7 +102,7 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct counts *c)
 
 int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
-	return render_counted(p, info_txt, out, e);
+	return tx_render_counted(p, info_txt, out, e);
 }
 
 static json_t *strs_json(const struct tx_str *v, uint32_t n)
@@ -125,7 +113,7 @@ static json_t *strs_json(const struct tx_str *v, uint32_t n)
 	return a;
 }
 
-static struct sf_buf *info_json(struct tx_fold *f, const struct counts *c)
+static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
 {
 	const struct tx_index *ix = &f->ix;
 	json_t *j = json_object(), *h = json_object(), *shards = json_array();
@@ -155,7 +143,7 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct counts *c)
 	json_object_set_new(j, "contiguous_flag", json_boolean(ix->flags & 1));
 	json_object_set_new(j, "extensions", strs_json(ix->ext, ix->n_ext));
 	json_object_set_new(j, "crash_stems", strs_json(ix->crash, ix->n_crash));
-	json_object_set_new(j, "upstream_loadable", json_boolean(upstream_loadable(ix)));
+	json_object_set_new(j, "upstream_loadable", json_boolean(tx_upstream_loadable(ix)));
 	for (size_t i = 0; i < f->nshards; i++) {
 		const struct tx_shard *sh = &f->shards[i];
 		json_t *o = json_object();
@@ -180,114 +168,5 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct counts *c)
 
 int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
-	return render_counted(p, info_json, out, e);
-}
-
-/* Errors are listed up to this many; the rest are counted. */
-#define MAX_FINDINGS 200
-
-/* `path` has room for TX_PATH_MAX bytes. */
-static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint64_t *bad_per_fid,
-		      uint8_t *path)
-{
-	struct tx_member m;
-	tx_member_check(f, r, &m);
-	const struct tx_row *row = &m.row;
-	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
-	bool bad = false;
-	if (m.bad) {
-		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu, size %llu): %s", (unsigned long long)r,
-			      row->fid, shard, (unsigned long long)row->off, (unsigned long long)row->size, m.bad);
-		bad = true;
-	}
-	uint64_t hsize;
-	if (m.hdr && !m.bad && (tx_hdr_size(m.hdr, &hsize) || hsize != row->size)) {
-		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): tar header size differs from the row's %llu",
-			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off,
-			      (unsigned long long)row->size);
-		bad = true;
-	}
-	if (m.hdr && !m.bad && !tx_hdr_checksum_ok(m.hdr)) {
-		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): tar header checksum mismatch",
-			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
-		bad = true;
-	}
-	/* a member the view cannot show must not go unnoticed */
-	size_t plen;
-	struct tx_str link;
-	int rc = m.bad || m.kind == TX_OTHER ? 0 :
-		 tx_member_names(f, (uint32_t)r, &m, path, TX_PATH_MAX, &plen, &link);
-	if (rc == -ENAMETOOLONG)
-		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): member not shown: its full path is longer than %d bytes",
-			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off, TX_PATH_MAX);
-	else if (rc)
-		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): member not shown: its full path is empty",
-			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
-	if (bad && row->fid < f->nshards)
-		bad_per_fid[row->fid]++;
-}
-
-/* Explains failures that come from the shards beside the index no longer
- * being the ones it was built for: fids are ranks, so a shard added or
- * removed shifts every later one. */
-static void check_shards(struct tx_fold *f, const struct counts *c, const uint64_t *bad,
-			 struct sf_report *rep)
-{
-	if (c->beyond)
-		sf_report_add(rep, true, "%llu rows name fids beyond the %zu shards beside the index: a shard was removed or renamed since indexing",
-			      (unsigned long long)c->beyond, f->nshards);
-	bool shifted = false;
-	for (size_t i = 0; i < f->nshards; i++) {
-		const struct tx_shard *sh = &f->shards[i];
-		if (!sh->map) {
-			sf_report_add(rep, true, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
-			continue;
-		}
-		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
-		if (bad[i] && bad[i] == c->per_fid[i] && empty)
-			shifted = true;
-		if (bad[i] && bad[i] == c->per_fid[i])
-			sf_report_add(rep, true, "none of the %llu rows of fid %zu match %s: the shards beside the index are not the ones it was built for%s",
-				      (unsigned long long)c->per_fid[i], i, sh->name,
-				      empty ? " (this tar is empty: upstream's indexer skips empty tars without giving them a fid, so every later fid is one too low)" : "");
-		else if (!c->per_fid[i] && !empty)
-			sf_report_add(rep, true, "shard %zu (%s) has no rows: %s", i, sh->name,
-				      shifted ? "its rows name the fid of the shard before it" :
-				      "it was added after indexing, and every later fid is shifted");
-		else if (!c->per_fid[i])
-			sf_report_add(rep, false, "shard %zu (%s) is an empty tar with no rows", i, sh->name);
-	}
-}
-
-static struct sf_buf *verify(struct tx_fold *f, const struct counts *c)
-{
-	const struct tx_index *ix = &f->ix;
-	uint64_t *bad = calloc(f->nshards + 1, sizeof *bad);
-	uint8_t *path = malloc(TX_PATH_MAX);
-	if (!bad || !path) {
-		free(bad);
-		free(path);
-		return NULL;
-	}
-	struct sf_report rep = { .error_limit = MAX_FINDINGS };
-	for (uint64_t r = 0; r < ix->n_rows; r++)
-		check_row(f, r, &rep, bad, path);
-	check_shards(f, c, bad, &rep);
-	free(bad);
-	free(path);
-	sf_report_unlisted(&rep);
-	if (c->samples != ix->n_stems)
-		sf_report_add(&rep, false, "header n_stems is %llu, the rows hold %llu samples",
-			      (unsigned long long)ix->n_stems, (unsigned long long)c->samples);
-	if ((c->runs == c->samples) != (ix->flags & 1))
-		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
-			      ix->flags & 1 ? "set" : "clear", c->runs == c->samples ? "" : "not ");
-	if (!upstream_loadable(ix))
-		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
-	return sf_report_take(&rep);
-}
-
-int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
-{
-	return render_counted(p, verify, out, e);
+	return tx_render_counted(p, info_json, out, e);
 }
