@@ -6,6 +6,8 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include <jansson.h>
+
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_view.h"
@@ -41,9 +43,22 @@ uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, ui
 extern const struct sf_format sl_sidx_format;
 extern const struct sf_format sl_alias_format;
 
-/* .shardfs/ files (sl_info.c). */
+/* .shardfs/ files (sl_info.c, sl_verify.c). */
 int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+
+/* The shard's manifest and its entry there, loaded per use (these files are
+ * read rarely, and a parsed manifest is not worth keeping per shard). */
+struct sl_mf {
+	json_t *root;  /* NULL when absent or unparseable */
+	json_t *entry; /* NULL when the manifest has none for this shard */
+	bool absent;   /* no manifest file at all */
+	char err[sizeof(struct sf_err)];
+};
+/* Loads it; the caller drops m->root. */
+void sl_mf_load(const struct sl_sidx *s, struct sl_mf *m);
+/* The index's codec ("none" when the manifest names none). */
+const char *sl_mf_codec(const struct sl_mf *m);
 
 #endif
