@@ -170,6 +170,9 @@ struct tx_fold {
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks
  * first. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e);
+/* The descriptor's build: rows/ and samples.jsonl in .shardfs/, and the
+ * root's lazy listing and lookup. */
+int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
 
 /* Checks a row against its tar (everything but the header's size and
  * checksum, which only verify reports). */
