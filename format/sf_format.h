@@ -76,14 +76,14 @@ struct sf_format {
 	int (*check)(const struct sf_probe *p, struct sf_err *e);
 
 	/* ---- opening, in this order ---- */
-	/* Parses the container (a->map, already held by the view) only as far
-	 * as header and footer into the format's own state, set in *state as
-	 * soon as it is allocated: whatever it holds then is freed with
-	 * free_state, also when parse fails. `v` is the view being made, its
-	 * root still empty: for warnings (sf_view_warn), further mappings
-	 * (sf_view_hold_map) and the state's way back to the view. On failure
-	 * returns a negative errno with e->msg saying why; the daemon records
-	 * it in .shardfs/errors. */
+	/* Parses the container (a->map, which the view holds unless it is a
+	 * link) only as far as header and footer into the format's own state,
+	 * set in *state as soon as it is allocated: whatever it holds then is
+	 * freed with free_state, also when parse fails. `v` is the view being
+	 * made, its root still empty: for warnings (sf_view_warn), further
+	 * mappings (sf_view_hold_map) and the state's way back to the view. On
+	 * failure returns a negative errno with e->msg saying why; the daemon
+	 * records it in .shardfs/errors. */
 	int (*parse)(const struct sf_open_args *a, struct sf_view *v, void **state,
 		     struct sf_err *e);
 	void (*free_state)(void *state);
