@@ -14,16 +14,16 @@
 #include "sf_open.h"
 #include "sf_view.h"
 
-/* Each format defines its descriptor in its own folder. */
-extern const struct sf_format sf_fmt_tsumugi __attribute__((weak));
-extern const struct sf_format sf_fmt_tatami __attribute__((weak));
-extern const struct sf_format sf_fmt_taridx __attribute__((weak));
-extern const struct sf_format sf_fmt_sidx __attribute__((weak));
-extern const struct sf_format sf_fmt_alias __attribute__((weak));
-extern const struct sf_format sf_fmt_tet __attribute__((weak));
+/* Each format defines its descriptors in its own folder; one left out of
+ * the build (-Dformats) is a null weak reference, skipped. */
+#define SF_FORMAT(folder, descriptor) extern const struct sf_format descriptor __attribute__((weak));
+#include "formats.h"
+#undef SF_FORMAT
 
 static const struct sf_format *all[] = {
-	&sf_fmt_tsumugi, &sf_fmt_tatami, &sf_fmt_taridx, &sf_fmt_sidx, &sf_fmt_alias, &sf_fmt_tet,
+#define SF_FORMAT(folder, descriptor) &descriptor,
+#include "formats.h"
+#undef SF_FORMAT
 };
 
 const struct sf_format *sf_format_for(const char *dirpath, const char *name)
@@ -136,6 +136,39 @@ static int list_names(int dirfd, char ***out, size_t *n, struct sf_err *e, const
 	return 0;
 }
 
+int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e)
+{
+	*out = NULL;
+	struct sf_view *v = sf_view_new(f, a->path);
+	if (!v)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	/* a link view reads nothing of the file once made: it holds no mapping */
+	if (!f->link && sf_view_hold_map(v, a->map)) {
+		sf_view_unref(v);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	}
+	void *state = NULL;
+	int rc = f->parse(a, v, &state, e);
+	v->state = state;
+	v->free_state = f->free_state;
+	if (rc == 0 && f->link) {
+		if (sf_view_set_link(v, f->link(state)))
+			rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	} else if (rc == 0) {
+		struct sf_node *meta = sf_view_add_meta(v, f->info_txt, f->info_json, f->verify,
+							state);
+		rc = meta ? f->build(v, state, meta, e)
+			  : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	}
+	if (rc) {
+		sf_view_unref(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
 struct open_call {
 	const struct sf_format *f;
 	const struct sf_open_args *a;
@@ -145,7 +178,7 @@ struct open_call {
 static int run_open(void *ctx, struct sf_err *e)
 {
 	struct open_call *o = ctx;
-	return o->f->open(o->a, o->out, e);
+	return sf_format_view(o->f, o->a, o->out, e);
 }
 
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,

@@ -13,9 +13,9 @@
 #include <stdint.h>
 
 #include "sf_err.h"
+#include "sf_view.h"
 
 struct sf_map;
-struct sf_view;
 
 struct sf_open_args {
 	/* What may be read (the mount's SRC): a format opens the files beside
@@ -53,7 +53,13 @@ struct sf_probe {
 	const char *path;
 };
 
+/* A format, as one descriptor: how its files are recognised, and the steps
+ * sf_format_open takes to make a view of one. The steps every format shares
+ * (making the view, holding the container's mapping, placing .shardfs/,
+ * cleaning up after a failure) are sf_format_open's; a format fills in only
+ * what is its own. Adding a format: docs/architecture.md. */
 struct sf_format {
+	/* ---- recognising ---- */
 	const char *name;  /* "tsumugi" */
 	const char *ext;   /* ".tsumugi": claimed files end with it, and the view
 			    * is named without it */
@@ -62,15 +68,37 @@ struct sf_format {
 	/* The view depends on sibling files too (taridx shards): reopen it
 	 * whenever the directory changes, not only when the file does. */
 	bool uses_siblings;
-	/* Opens the container. On failure returns a negative errno with e->msg
-	 * saying why; the daemon records it in .shardfs/errors. */
-	int (*open)(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e);
 	/* The cheapest honest check (docs/design.md §3.1): magic, size and
 	 * header consistency, from the probe only. 0, or a negative errno with
 	 * e->msg. A listing places the view of a file that passes, and opens it
 	 * when the view is entered; a format without a check is opened when
 	 * listed. */
 	int (*check)(const struct sf_probe *p, struct sf_err *e);
+
+	/* ---- opening, in this order ---- */
+	/* Parses the container (a->map, which the view holds unless it is a
+	 * link) only as far as header and footer into the format's own state,
+	 * set in *state as soon as it is allocated: whatever it holds then is
+	 * freed with free_state, also when parse fails. `v` is the view being
+	 * made, its root still empty: for warnings (sf_view_warn), further
+	 * mappings (sf_view_hold_map) and the state's way back to the view. On
+	 * failure returns a negative errno with e->msg saying why; the daemon
+	 * records it in .shardfs/errors. */
+	int (*parse)(const struct sf_open_args *a, struct sf_view *v, void **state,
+		     struct sf_err *e);
+	void (*free_state)(void *state);
+	/* .shardfs/info.txt, info.json and verify (docs/design.md §3.2): each
+	 * produced when read, with the state as its part's arg. NULL: the
+	 * file is not shown. */
+	sf_produce_fn info_txt, info_json, verify;
+	/* Adds the view's entries to v->root (most of them lazily), after
+	 * .shardfs/ (`meta`) is placed, so that ".shardfs" counts as taken; a
+	 * format may add more to `meta` (rows/, tiles/). 0, or a negative errno
+	 * with e->msg. */
+	int (*build)(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
+	/* Instead of build, for a view that is a symlink (aliases): its target,
+	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
+	const char *(*link)(const void *state);
 };
 
 /* Runs a check on the probe of a mapped file: a full open starts with the
@@ -86,9 +114,14 @@ const struct sf_format *sf_format_for(const char *dirpath, const char *name);
 /* The formats built in, i = 0, 1, ... until it returns NULL. */
 const struct sf_format *sf_format_nth(size_t i);
 
-/* Opens a container with f->open, guarded against faults of its mappings
- * (sf_fault.h) and checked against a change in place while it was read. */
+/* Opens a container into a view with f's steps, guarded against faults of
+ * its mappings (sf_fault.h) and checked against a change in place while it
+ * was read. */
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
+		   struct sf_view **out, struct sf_err *e);
+/* The same steps unguarded and unchecked: for a map that has no file
+ * behind it (the fuzz harness). */
+int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e);
 /* Opens `path` (a file outside any mount, for the tools): maps it, lists its
  * directory for siblings and opens the view. The file is taken as named;

@@ -613,18 +613,16 @@ struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path)
 	return v;
 }
 
-struct sf_view *sf_view_new_link(const struct sf_format *fmt, const char *path,
-				 const char *target)
+int sf_view_set_link(struct sf_view *v, const char *target)
 {
-	struct sf_view *v = view_alloc(fmt, path);
-	if (!v)
-		return NULL;
-	v->root = node_new(v, SF_LINK, "");
-	if (!v->root || !(v->root->u.target = strdup(target))) {
-		sf_view_unref(v);
-		return NULL;
+	struct sf_node *n = node_new(v, SF_LINK, "");
+	if (!n || !(n->u.target = strdup(target))) {
+		node_free(n);
+		return -ENOMEM;
 	}
-	return v;
+	node_free(v->root);
+	v->root = n;
+	return 0;
 }
 
 struct sf_view *sf_view_ref(struct sf_view *v)

@@ -207,9 +207,8 @@ struct sf_view {
 /* Creates a view whose root is an empty directory. `path` names the
  * container in messages. */
 struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path);
-/* Creates a view whose root is a symlink to `target`. */
-struct sf_view *sf_view_new_link(const struct sf_format *fmt, const char *path,
-				 const char *target);
+/* Makes the root of a new view (with no entries yet) a symlink to `target`. */
+int sf_view_set_link(struct sf_view *v, const char *target);
 struct sf_view *sf_view_ref(struct sf_view *v);
 void sf_view_unref(struct sf_view *v);
 /* Whether a single reference holds v (a host closing views nobody uses). */

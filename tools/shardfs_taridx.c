@@ -10,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "taridx/taridx.h"
+#include "taridx/tx.h"
 
 static const char *prog = "shardfs-taridx";
 

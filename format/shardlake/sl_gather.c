@@ -10,7 +10,7 @@
 
 #include "sf_bytes.h"
 #include "sl_codebook.h"
-#include "sl_sidx.h"
+#include "sl.h"
 
 /* Copies bytes [off, off + len) of the array made of the `width` bytes at
  * `skip` in every record. The daemon keeps the range inside N * width, and
@@ -46,7 +46,7 @@ int sl_gen_payload(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_
 	return 0;
 }
 
-int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int sl_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;

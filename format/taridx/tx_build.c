@@ -8,7 +8,7 @@
 
 #include "sf_bytes.h"
 #include "sf_hash.h"
-#include "taridx.h"
+#include "tx.h"
 
 /* A string met while indexing (a stem, an extension) and the id it got. */
 struct name {

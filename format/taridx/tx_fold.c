@@ -1,6 +1,6 @@
-/* The fold view F/ (docs/design.md §3.7): opening F.taridx with its shards, the
- * flat-name lookup through the index, the lazy listing built from the tar
- * headers, and .shardfs/rows/ (samples.jsonl is tx_samples.c's). */
+/* The fold view F/ (docs/design.md §3.7): the flat-name lookup through the
+ * index, the lazy listing built from the tar headers, and .shardfs/rows/
+ * (samples.jsonl is tx_samples.c's; opening F.taridx is tx_format.c's). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 
 #include "sf_fault.h"
 #include "sf_name.h"
-#include "taridx.h"
+#include "tx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
 {
@@ -432,101 +432,17 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	return rc;
 }
 
-/* ---- opening ------------------------------------------------------------ */
+/* ---- the tree ----------------------------------------------------------- */
 
-static void fold_free(void *state)
+int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
 {
 	struct tx_fold *f = state;
-	if (!f)
-		return;
-	tx_index_free(&f->ix);
-	pthread_mutex_destroy(&f->lookup_lock);
-	tx_shards_free(f->shards, f->nshards);
-	tx_samples_free(f->samples);
-	free(f->hooked_member);
-	free(f->fold);
-	free(f);
-}
-
-static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
-{
-	int rc = tx_shards_find(f->fold, a->siblings, a->nsiblings, &f->shards, &f->nshards);
-	if (rc)
-		return sf_fail(e, rc, "%s: out of memory", a->path);
-	if (!f->nshards)
-		sf_view_warn(f->view, "%s: no shards %s_*.tar beside the index", a->path, f->fold);
-	for (size_t i = 0; i < f->nshards; i++) {
-		struct tx_shard *s = &f->shards[i];
-		struct sf_err me = { { 0 } };
-		if (sf_map_beside(a, s->name, &s->map, &me) == 0) {
-			if ((rc = sf_view_hold_map(f->view, s->map)))
-				return sf_fail(e, rc, "%s: out of memory", a->path);
-			continue;
-		}
-		s->map = NULL;
-		if (!(s->problem = strdup(me.msg)))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-		sf_view_warn(f->view, "%s: shard %zu (%s): %s", a->path, i, s->name, me.msg);
-	}
-	return 0;
-}
-
-static int taridx_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
-{
-	size_t nlen = strlen(a->name);
-	struct tx_fold *f = calloc(1, sizeof *f);
-	if (!f || !(f->fold = strndup(a->name, nlen - strlen(".taridx")))) {
-		free(f);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	pthread_mutex_init(&f->lookup_lock, NULL);
-	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
-	if (rc) {
-		fold_free(f);
-		return rc;
-	}
-	struct sf_view *v = sf_view_new(&sf_fmt_taridx, a->path);
-	size_t nbits = f->ix.n_rows / 8 + 1;
-	f->hooked_member = calloc(nbits, 1);
-	if (!v || !f->hooked_member) {
-		sf_view_unref(v);
-		fold_free(f);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	f->unkeyed = -1;
-	v->state = f;
-	v->free_state = fold_free;
-	f->view = v;
-	if ((rc = sf_view_hold_map(v, a->map)) || (rc = map_shards(f, a, e)))
-		goto fail;
-	struct sf_node *meta = sf_view_add_meta(v, tx_info_txt, tx_info_json, tx_verify, f);
-	if (!meta || !(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows")) ||
-	    tx_samples_add(f, meta)) {
-		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-		goto fail;
-	}
-	if ((rc = sf_dir_set_lazy(f->rows_dir, make_row)) ||
-	    (rc = sf_dir_set_lazy(v->root, make_member)))
-		goto fail;
+	if (!(f->rows_dir = sf_dir_add_exact(meta, SF_DIR, "rows")) || tx_samples_add(f, meta) ||
+	    sf_dir_set_lazy(f->rows_dir, make_row) || sf_dir_set_lazy(v->root, make_member))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
 	sf_dir_set_populate(f->rows_dir, rows_populate, f);
 	sf_dir_set_lookup(f->rows_dir, rows_lookup);
 	sf_dir_set_populate(v->root, populate_root, f);
 	sf_dir_set_lookup(v->root, root_lookup);
-	*out = v;
 	return 0;
-fail:
-	if (!e->msg[0])
-		sf_fail(e, rc, "%s: out of memory", a->path);
-	sf_view_unref(v);
-	return rc;
 }
-
-const struct sf_format sf_fmt_taridx = {
-	.name = "taridx",
-	.ext = ".taridx",
-	/* fids are ranks among the shards beside the index: a shard added or
-	 * removed changes what every later row points at */
-	.uses_siblings = true,
-	.open = taridx_open,
-	.check = tx_check,
-};

@@ -5,7 +5,7 @@
 #include <xxhash.h>
 
 #include "sf_bytes.h"
-#include "taridx.h"
+#include "tx.h"
 
 /* Splits a block on '\n' only (spec §3.2): `want` strings, where an empty
  * block is zero strings when want is 0 and one empty string when 1. */

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "sf_bytes.h"
-#include "taridx.h"
+#include "tx.h"
 
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row)
 {

@@ -23,7 +23,7 @@
 
 #include "sf_json.h"
 #include "sf_name.h"
-#include "taridx.h"
+#include "tx.h"
 
 #define STEP 4096u
 #define CURSORS 8

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "taridx.h"
+#include "tx.h"
 
 struct cand {
 	const char *name;

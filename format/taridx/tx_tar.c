@@ -6,7 +6,7 @@
 #include <wctype.h>
 #include <xxhash.h>
 
-#include "taridx.h"
+#include "tx.h"
 
 size_t tx_field_len(const uint8_t *p, size_t max)
 {

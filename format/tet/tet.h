@@ -134,9 +134,9 @@ int tet_produce_array_attrs(const struct sf_part *p, struct sf_cache *cache, str
 json_t *tet_json_u64s(const uint64_t *v, uint32_t n);
 
 /* .shardfs/info.txt, info.json and verify. */
-int tet_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int tet_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int tet_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int tet_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* Footer JSON (§9): fills history/metadata or footer_error. */
 void tet_footer_parse(struct tet_file *tf, uint64_t json_off);

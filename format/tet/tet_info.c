@@ -176,7 +176,7 @@ static void dataset_lines(struct sf_str *o, const struct tet_file *tf)
 	}
 }
 
-int tet_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int tet_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_file *tf = p->arg;
 	struct sf_str o = { 0 };
@@ -258,7 +258,7 @@ static json_t *chunk_json(const struct tet_entry *en)
 			 "raw_byte_len", sf_json_u64(en->raw), "stored_byte_len", (json_int_t)en->stored);
 }
 
-int tet_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int tet_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_file *tf = p->arg;
 	json_t *chunks = json_array(), *dss = json_array();

@@ -121,7 +121,7 @@ static const char *count_limits(const struct tet_file *tf)
 	return NULL;
 }
 
-int tet_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+int tet_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_file *tf = p->arg;
 	struct sf_report r = { 0 };

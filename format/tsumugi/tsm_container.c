@@ -9,7 +9,7 @@
 #include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "sf_format.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 static const char *const kind_names[] = {
 	NULL, "lexical", "forward", "feature", "graph", "vector", "dictionary",

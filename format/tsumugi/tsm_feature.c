@@ -10,7 +10,7 @@
 #include "sf_crc32c.h"
 #include "sf_json.h"
 #include "sf_report.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 #define NPY_HEADER 128
 

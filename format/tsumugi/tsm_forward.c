@@ -13,7 +13,7 @@
 #include "sf_fault.h"
 #include "sf_json.h"
 #include "sf_report.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 #define FWD_BLOCK 16384
 #define FWD_BLOCKED 3

@@ -1,18 +1,13 @@
 /* .shardfs/ of a tsumugi view: info.txt in the layout of `tsumugi inspect`
- * (spec Part C), info.json with the same facts, and verify (every CRC and
- * bound, every region decoded, every forward value decoded). */
+ * (spec Part C) and info.json with the same facts. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "sf_bytes.h"
-#include "sf_codec.h"
-#include "sf_crc32c.h"
 #include "sf_json.h"
-#include "sf_report.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 /* Go's %g: shortest round-trip digits, exponent form when the decimal
  * exponent is < -4 or >= 6 (at least two exponent digits). */
@@ -227,90 +222,4 @@ int tsm_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf
 	*out = j ? sf_json_pretty(j) : NULL;
 	json_decref(j);
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", s->view->path);
-}
-
-/* Inner headers whose CRC covers a fixed prefix (spec A10). */
-static void verify_inner_crc(const struct tsm_region *r, const uint8_t *p, struct sf_report *o,
-			     const char *path)
-{
-	static const struct {
-		char magic[5];
-		size_t len;
-	} fixed[] = { { "LEX1", 208 }, { "IMP1", 52 }, { "GRA1", 77 }, { "VEC1", 88 } };
-	if (r->raw_length < 4)
-		return;
-	for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-		if (memcmp(p, fixed[i].magic, 4) != 0)
-			continue;
-		if (r->raw_length < fixed[i].len + 4 ||
-		    sf_crc32c(0, p, fixed[i].len) != sf_le32(p + fixed[i].len))
-			sf_report_add(o, true, "%s: regions/%s: %s header CRC mismatch", path, r->name,
-				      fixed[i].magic);
-	}
-}
-
-static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_report *o)
-{
-	const char *path = s->view->path;
-	struct sf_err e = { { 0 } };
-	if (r->bad) {
-		sf_report_add(o, true, "%s: regions/%s: %s", path, r->name, r->bad);
-		return;
-	}
-	struct sf_buf *b = NULL;
-	const uint8_t *p;
-	int rc = r->codec == TSM_NONE ? tsm_region_stored(s, r, &p, &e) : tsm_region_decode(s, r, &b, &e);
-	if (rc) {
-		sf_report_add(o, true, "%s", e.msg);
-		return;
-	}
-	if (b)
-		p = b->data;
-	verify_inner_crc(r, p, o, path);
-	if (r->codec == TSM_ZSTD_DICT && r->length >= 5) {
-		uint32_t id = 0;
-		const uint8_t *src;
-		if (tsm_region_stored(s, r, &src, &e) == 0 &&
-		    sf_zstd_frame_dict_id(src, r->length, &id) == 0 && id != r->dict_id &&
-		    (id || r->raw_length))
-			sf_report_add(o, false, "%s: regions/%s: descriptor names dictionary %u, the "
-				      "frame %u (the frame's is used)", path, r->name, r->dict_id, id);
-	}
-	sf_buf_unref(b);
-}
-
-int tsm_verify(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
-{
-	struct tsm_shard *s = part->arg;
-	const char *path = s->view->path;
-	struct sf_report rep = { 0 };
-	int rc = 0;
-	if (s->h.region_count != s->nregions)
-		sf_report_add(&rep, false, "%s: header counts %u regions, the footer lists %zu",
-			      path, s->h.region_count, s->nregions);
-	for (size_t i = 0; i < s->nregions; i++) {
-		struct tsm_region *r = &s->regions[i];
-		verify_region(s, r, &rep);
-		if (!r->first_of_kind)
-			sf_report_add(&rep, false, "%s: regions/%s: a later region of the same kind, "
-				      "which upstream readers never reach", path, r->name);
-		for (size_t j = 0; j < i; j++) {
-			const struct tsm_region *q = &s->regions[j];
-			if (r->bad || q->bad || !r->length || !q->length)
-				continue;
-			if (r->offset < q->offset + q->length && q->offset < r->offset + r->length)
-				sf_report_add(&rep, false, "%s: regions/%s overlaps regions/%s", path,
-					      r->name, q->name);
-		}
-	}
-	if (tsm_first(s, TSM_FORWARD))
-		rc = tsm_forward_verify(s, &rep);
-	if (!rc && tsm_first(s, TSM_FEATURE))
-		rc = tsm_feature_verify(s, &rep);
-	if (rc) {
-		sf_str_free(&rep.body);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
-	}
-	*out = sf_report_take(&rep);
-	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", path);
 }

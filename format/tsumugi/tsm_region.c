@@ -8,7 +8,7 @@
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
 {

@@ -308,7 +308,7 @@ int fuzz_open_map_and_walk(const struct sf_format *fmt, const uint8_t *data, siz
 				  .path = file_name, .map = &m };
 	struct sf_view *v = NULL;
 	struct sf_err e;
-	int rc = fmt->open(&a, &v, &e);
+	int rc = sf_format_view(fmt, &a, &v, &e);
 	if (rc == 0) {
 		fuzz_walk_view(v, w);
 		sf_view_unref(v);

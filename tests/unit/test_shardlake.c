@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
-#include "shardlake/sl_formats.h"
+#include "shardlake/sl.h"
 #include "views.h"
 
 /* ---- helpers ------------------------------------------------------------ */
@@ -95,7 +95,7 @@ static void check_shard(const char *root, json_t *truth)
 		return;
 	}
 	raw_layout(&r);
-	CHECK(v->format == &sf_fmt_sidx);
+	CHECK(v->format == &sl_sidx_format);
 	CHECK_EQ_U(r.version, json_integer_value(json_object_get(truth, "format_version")));
 	CHECK_EQ_U(r.n, json_integer_value(json_object_get(truth, "vector_count")));
 	CHECK_EQ_U(r.rec_off, json_integer_value(json_object_get(truth, "records_offset")));
@@ -234,7 +234,7 @@ static void check_root(const char *name)
 		struct sf_view *v = open_ok(path);
 		if (!v)
 			continue;
-		CHECK(v->format == &sf_fmt_alias && v->root->kind == SF_LINK);
+		CHECK(v->format == &sl_alias_format && v->root->kind == SF_LINK);
 		CHECK_STR(v->root->u.target, target);
 		CHECK_EQ_U(v->nwarnings, json_is_true(json_object_get(al, "dangling")));
 		sf_view_unref(v);
@@ -431,11 +431,11 @@ static void test_aliases(void)
 {
 	char path[256];
 	struct sf_err e;
-	CHECK(sf_format_for("root/aliases", "a.json") == &sf_fmt_alias);
-	CHECK(sf_format_for("aliases", "a.json") == &sf_fmt_alias);
+	CHECK(sf_format_for("root/aliases", "a.json") == &sl_alias_format);
+	CHECK(sf_format_for("aliases", "a.json") == &sl_alias_format);
 	CHECK(sf_format_for("root/indexes/v", "manifest.json") == NULL);
 	CHECK(sf_format_for("root/my-aliases", "a.json") == NULL);
-	CHECK(sf_format_for("root/x/shards", "shard-0000.sidx") == &sf_fmt_sidx);
+	CHECK(sf_format_for("root/x/shards", "shard-0000.sidx") == &sl_sidx_format);
 	static const char *const bad[] = {
 		"{\"alias\": \"a\", \"index_version\": \"../etc\"}",
 		"{\"alias\": \"a\", \"index_version\": \"..\"}",

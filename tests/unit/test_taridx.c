@@ -13,7 +13,7 @@
 #include "check.h"
 #include "sf_bytes.h"
 #include "sf_format.h"
-#include "taridx/taridx.h"
+#include "taridx/tx.h"
 #include "sf_read.h"
 
 /* The whole content of a view file, or NULL when a read fails (*rc). */

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tatami.h"
+#include "tat.h"
 
 /* The decoded dictionary `idx` (1-based). Dictionaries are small (upstream
  * caps them at 64 KiB) and every run of a column needs one, so each is

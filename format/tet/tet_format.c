@@ -129,13 +129,12 @@ static int add_dataset(struct sf_node *root, struct tet_dataset *ds)
 	return 0;
 }
 
-static int build_root(struct sf_view *v, struct tet_file *tf)
+static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
 {
-	struct sf_node *meta = sf_view_add_meta(v, tet_produce_info_txt, tet_produce_info_json,
-						tet_produce_verify, tf);
-	struct sf_node *tiles = meta ? sf_dir_add_exact(meta, SF_DIR, "tiles") : NULL;
+	struct tet_file *tf = state;
+	struct sf_node *tiles = sf_dir_add_exact(meta, SF_DIR, "tiles");
 	if (!tiles)
-		return -ENOMEM;
+		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
 	sf_dir_set_populate(tiles, populate_tiles, tf);
 	int rc = add_doc(v->root, ".zgroup", tet_produce_zgroup, tf, ".zgroup");
 	if (rc == 0)
@@ -149,47 +148,39 @@ static int build_root(struct sf_view *v, struct tet_file *tf)
 		else
 			rc = add_dataset(v->root, ds);
 	}
-	return rc;
+	return rc ? sf_fail(e, rc, "%s: out of memory", v->path) : 0;
 }
-
-extern const struct sf_format sf_fmt_tet;
 
 static void free_state(void *state)
 {
 	tet_free(state);
 }
 
-static int tet_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
 {
 	struct tet_file *tf = NULL;
 	int rc = tet_parse(a->map->data, a->map->size, a->path, &tf, e);
 	if (rc)
 		return rc;
-	struct sf_view *v = sf_view_new(&sf_fmt_tet, a->path);
-	if (!v || sf_view_hold_map(v, a->map)) {
-		sf_view_unref(v);
-		tet_free(tf);
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	v->state = tf;
-	v->free_state = free_state;
+	*state = tf;
 	tf->path = v->path;
 	if (tf->footer_error)
 		sf_view_warn(v, "%s", tf->footer_error);
 	if (tf->orphans)
 		sf_view_warn(v, "%llu chunk index entries name no dataset",
 			     (unsigned long long)tf->orphans);
-	if ((rc = build_root(v, tf))) {
-		sf_view_unref(v);
-		return sf_fail(e, rc, "%s: out of memory", a->path);
-	}
-	*out = v;
 	return 0;
 }
 
-const struct sf_format sf_fmt_tet = {
+const struct sf_format tet_format = {
 	.name = "tet",
 	.ext = ".tet",
-	.open = tet_open,
 	.check = tet_check,
+	.parse = parse,
+	.free_state = free_state,
+	.info_txt = tet_info_txt,
+	.info_json = tet_info_json,
+	.verify = tet_verify,
+	.build = build,
 };

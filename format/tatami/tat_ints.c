@@ -3,7 +3,7 @@
  * -EIO when the bytes run short or a field is impossible. */
 #include <errno.h>
 
-#include "tatami.h"
+#include "tat.h"
 
 int tat_unpack(struct sf_cursor *c, unsigned width, size_t n, uint64_t *out)
 {

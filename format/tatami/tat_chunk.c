@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tatami.h"
+#include "tat.h"
 
 /* Far above upstream's 65536 rows per page, low enough that a hostile page
  * header cannot make a few bytes decode into gigabytes. */

@@ -10,7 +10,7 @@
 
 #include "sf_codec.h"
 #include "sf_report.h"
-#include "tatami.h"
+#include "tat.h"
 
 /* A term dictionary block decodes to at most this (upstream's are ~KiB). */
 #define MAX_BLOCK (64u << 20)

@@ -7,7 +7,7 @@
 
 #include "sf_crc32c.h"
 #include "sf_format.h"
-#include "tatami.h"
+#include "tat.h"
 
 enum { SEC_SCHEMA = 1, SEC_GROUPS, SEC_BLOB, SEC_DICT, SEC_INDEX, SEC_KV, SEC_STATS, SEC_INVERT, SEC_N };
 

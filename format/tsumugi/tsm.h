@@ -1,8 +1,8 @@
 /* The tsumugi (TSM1) search shard as the view sees it: the container facts
  * read at open, lazily checked regions, and the pieces each view file uses.
  * Internal to format/tsumugi/. */
-#ifndef TSM_SHARD_H
-#define TSM_SHARD_H
+#ifndef TSM_H
+#define TSM_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -141,7 +141,7 @@ int tsm_forward_verify(struct tsm_shard *s, struct sf_report *r);
 int tsm_add_features(struct tsm_shard *s, struct sf_node *root);
 int tsm_feature_verify(struct tsm_shard *s, struct sf_report *r);
 
-/* tsm_info.c: .shardfs/info.txt, info.json, verify. */
+/* tsm_info.c, tsm_verify.c: .shardfs/info.txt, info.json and verify. */
 int tsm_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tsm_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tsm_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

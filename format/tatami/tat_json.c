@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "sf_json.h"
-#include "tatami.h"
+#include "tat.h"
 
 void tat_json_string(struct sf_str *s, const uint8_t *p, size_t len)
 {
@@ -125,7 +125,7 @@ static void json_float(struct sf_str *s, double v, bool f32)
 	}
 }
 
-/* Row i of a decoded chunk (layout in tatami_chunk.c) as a JSON value. */
+/* Row i of a decoded chunk (layout in tat_chunk.c) as a JSON value. */
 static void json_value(struct sf_str *s, uint8_t type, const struct sf_buf *b, uint64_t R,
 		       uint64_t i)
 {

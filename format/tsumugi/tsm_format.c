@@ -6,36 +6,23 @@
 
 #include "sf_format.h"
 #include "sf_map.h"
-#include "tsm_shard.h"
+#include "tsm.h"
 
-extern const struct sf_format sf_fmt_tsumugi;
-
-static int tsm_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
 {
-	struct sf_view *v = sf_view_new(&sf_fmt_tsumugi, a->path);
 	struct tsm_shard *s = calloc(1, sizeof *s);
-	if (!v || !s || !(s->file_name = strdup(a->name))) {
-		sf_view_unref(v);
-		tsm_shard_free(s);
+	if (!(*state = s))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	v->state = s;
-	v->free_state = tsm_shard_free;
+	pthread_mutex_init(&s->fwd_lock, NULL);
+	if (!(s->file_name = strdup(a->name)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	s->view = v;
 	s->data = a->map->data;
 	s->size = a->map->size;
-	pthread_mutex_init(&s->fwd_lock, NULL);
 	int rc = tsm_parse(s, a->path, e);
 	if (rc)
-		goto fail;
-	rc = -ENOMEM;
-	if (sf_view_hold_map(v, a->map) ||
-	    !sf_view_add_meta(v, tsm_info_txt, tsm_info_json, tsm_verify, s) ||
-	    tsm_add_regions(s, v->root) || tsm_add_docs(s, v->root) ||
-	    tsm_add_features(s, v->root)) {
-		sf_fail(e, rc, "%s: out of memory", a->path);
-		goto fail;
-	}
+		return rc;
 	if (s->h.region_count != s->nregions)
 		sf_view_warn(v, "%s: header counts %u regions, the footer lists %zu", a->path,
 			     s->h.region_count, s->nregions);
@@ -43,16 +30,26 @@ static int tsm_open(const struct sf_open_args *a, struct sf_view **out, struct s
 		if (s->regions[i].bad)
 			sf_view_warn(v, "%s: regions/%s: %s", a->path, s->regions[i].name,
 				     s->regions[i].bad);
-	*out = v;
 	return 0;
-fail:
-	sf_view_unref(v);
-	return rc;
 }
 
-const struct sf_format sf_fmt_tsumugi = {
+static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
+{
+	struct tsm_shard *s = state;
+	if (tsm_add_regions(s, v->root) || tsm_add_docs(s, v->root) ||
+	    tsm_add_features(s, v->root))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
+	return 0;
+}
+
+const struct sf_format tsm_format = {
 	.name = "tsumugi",
 	.ext = ".tsumugi",
-	.open = tsm_open,
 	.check = tsm_check,
+	.parse = parse,
+	.free_state = tsm_shard_free,
+	.info_txt = tsm_info_txt,
+	.info_json = tsm_info_json,
+	.verify = tsm_verify,
+	.build = build,
 };

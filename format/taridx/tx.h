@@ -3,8 +3,8 @@
  *
  * This header is shared by the files of format/taridx/ and by the
  * shardfs-taridx tool; nothing outside them needs it. */
-#ifndef TARIDX_H
-#define TARIDX_H
+#ifndef TX_H
+#define TX_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -170,6 +170,9 @@ struct tx_fold {
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks
  * first. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e);
+/* The descriptor's build: rows/ and samples.jsonl in .shardfs/, and the
+ * root's lazy listing and lookup. */
+int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
 
 /* Checks a row against its tar (everything but the header's size and
  * checksum, which only verify reports). */
@@ -193,7 +196,24 @@ int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member 
 int tx_samples_add(struct tx_fold *f, struct sf_node *meta);
 void tx_samples_free(struct tx_samples *sm);
 
-/* ---- the view's metadata (tx_meta.c) ---------------------------------- */
+/* ---- the view's metadata (tx_info.c, tx_verify.c) ---------------------- */
+
+/* Counts that need a pass over the rows. */
+struct tx_counts {
+	uint64_t samples, runs;
+	uint64_t *per_fid;   /* rows per shard, nshards entries */
+	uint64_t beyond;     /* rows whose fid names no shard */
+};
+/* Renders one of the fold's .shardfs files from the row counts; NULL when
+ * out of memory. */
+typedef struct sf_buf *tx_render_fn(struct tx_fold *f, const struct tx_counts *c);
+/* info.txt, info.json and verify all need a pass over the rows first: makes
+ * it, then renders. */
+int tx_render_counted(const struct sf_part *p, tx_render_fn *render, struct sf_buf **out,
+		      struct sf_err *e);
+/* Whether upstream's own loader can read the index back: it splits the
+ * blocks on any whitespace (spec §6.1). */
+bool tx_upstream_loadable(const struct tx_index *ix);
 
 int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
@@ -214,6 +234,6 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 
-extern const struct sf_format sf_fmt_taridx;
+extern const struct sf_format tx_format;
 
 #endif

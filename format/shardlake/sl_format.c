@@ -1,17 +1,20 @@
-/* The view beside each .sidx shard (docs/design.md §3.8): the centroid and record
- * areas zero-copy, ids/vectors/codes gathered and PQ codes reconstructed per
- * read. */
+/* Shardlake's two descriptors (docs/design.md §3.8): the view beside each
+ * .sidx shard (the centroid and record areas zero-copy, ids/vectors/codes
+ * gathered and PQ codes reconstructed per read), and aliases/<alias>.json
+ * (spec shardlake §4.2) shown as a symlink aliases/<alias> ->
+ * ../indexes/<index_version>. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "sf_bytes.h"
 #include "sf_json.h"
 #include "sl_codebook.h"
-#include "sl_formats.h"
 #include "sl_manifest.h"
-#include "sl_sidx.h"
+#include "sl.h"
 
 /* Maps a file of the index directory (above the shard's), recording why
  * when it cannot: beneath the top only, so a shard lying directly in SRC
@@ -112,7 +115,7 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 	if (!rc)
 		rc = add_gen_npy(dir, "ids.npy", "<u8", n, 1, sl_gen_ids, h->nrecords * 8);
 	if (!rc) {
-		struct sf_part *p = sf_view_part(dir->view, sl_produce_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
+		struct sf_part *p = sf_view_part(dir->view, sl_ids_txt, s, SF_SIZE_UNKNOWN, "ids.txt");
 		struct sf_node *f = p ? sf_dir_add_file(dir, "ids.txt", strlen("ids.txt")) : NULL;
 		if (f)
 			sf_file_set_whole(f, p);
@@ -131,20 +134,16 @@ static int sidx_populate(struct sf_node *dir, struct sf_err *e)
 	return 0;
 }
 
-static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int sidx_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		      struct sf_err *e)
 {
 	struct sl_shard h;
 	int rc = sl_shard_parse(a->map->data, a->map->size, a->path, &h, e);
 	if (rc)
 		return rc;
-	struct sf_view *v = sf_view_new(&sf_fmt_sidx, a->path);
-	struct sl_sidx *s = v ? calloc(1, sizeof *s) : NULL;
-	if (!s) {
-		sf_view_unref(v);
+	struct sl_sidx *s = calloc(1, sizeof *s);
+	if (!(*state = s))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
-	v->state = s;
-	v->free_state = sidx_free;
 	s->hdr = h;
 	s->map = a->map;
 	s->name = strdup(a->name);
@@ -152,28 +151,26 @@ static int sidx_open(const struct sf_open_args *a, struct sf_view **out, struct 
 	if (h.version == 2)
 		s->codebook = map_beside(v, a, "../pq_codebook.bin", &s->codebook_err);
 	/* the view holds every mapping; the state only borrows them */
-	rc = sf_view_hold_map(v, a->map);
-	if (!rc && s->manifest)
+	if (s->manifest)
 		rc = sf_view_hold_map(v, s->manifest);
 	if (!rc && s->codebook)
 		rc = sf_view_hold_map(v, s->codebook);
 	sf_map_unref(s->manifest);
 	sf_map_unref(s->codebook);
-	if (!rc && (!s->name || !sf_view_add_meta(v, sl_produce_info_txt, sl_produce_info_json,
-						  sl_produce_verify, s)))
-		rc = -ENOMEM;
-	if (rc) {
-		sf_view_unref(v);
-		return sf_fail(e, rc, "%s: out of memory", a->path);
-	}
+	if (rc || !s->name)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	struct sf_err me;
 	if (s->manifest && sl_manifest_check(s->manifest, &me))
 		sf_view_warn(v, "%s", me.msg);
 	if (h.trailing)
 		sf_view_warn(v, "%s: %llu trailing bytes after the records (upstream ignores them)",
 			     a->path, (unsigned long long)h.trailing);
-	sf_dir_set_populate(v->root, sidx_populate, s);
-	*out = v;
+	return 0;
+}
+
+static int sidx_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
+{
+	sf_dir_set_populate(v->root, sidx_populate, state);
 	return 0;
 }
 
@@ -184,9 +181,79 @@ static int sidx_check(const struct sf_probe *p, struct sf_err *e)
 	return sl_shard_parse(p->head, p->size, p->path, &h, e);
 }
 
-const struct sf_format sf_fmt_sidx = {
+const struct sf_format sl_sidx_format = {
 	.name = "sidx",
 	.ext = ".sidx",
-	.open = sidx_open,
 	.check = sidx_check,
+	.parse = sidx_parse,
+	.free_state = sidx_free,
+	.info_txt = sl_info_txt,
+	.info_json = sl_info_json,
+	.verify = sl_verify,
+	.build = sidx_build,
+};
+
+/* ---- aliases ----------------------------------------------------------- */
+
+/* Only JSON files directly inside a directory named "aliases". */
+static bool alias_match(const char *dirpath, const char *name)
+{
+	(void)name;
+	const char *base = strrchr(dirpath, '/');
+	return strcmp(base ? base + 1 : dirpath, "aliases") == 0;
+}
+
+/* A version names one directory under indexes/: never a path, never empty,
+ * "." or "..", which would point the link elsewhere. */
+static bool version_ok(const char *v)
+{
+	return v[0] && !strchr(v, '/') && strcmp(v, ".") != 0 && strcmp(v, "..") != 0;
+}
+
+/* The state is the link's target, "../indexes/<version>". */
+static int alias_parse(const struct sf_open_args *a, struct sf_view *view, void **state,
+		       struct sf_err *e)
+{
+	json_error_t je;
+	const struct sf_map *m = a->map;
+	json_t *j = json_loadb(m->data ? (const char *)m->data : "", m->size, 0, &je);
+	if (!j)
+		return sf_fail(e, -EINVAL, "%s: alias is not JSON: line %d: %s", a->path, je.line, je.text);
+	const char *v = json_string_value(json_object_get(j, "index_version"));
+	int rc = 0;
+	if (!v)
+		rc = sf_fail(e, -EINVAL, "%s: alias has no \"index_version\" string", a->path);
+	else if (!version_ok(v))
+		rc = sf_fail(e, -EINVAL, "%s: alias index_version \"%s\" is not a version name",
+			     a->path, v);
+	char *target = NULL;
+	if (!rc && asprintf(&target, "../indexes/%s", v) < 0)
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	if (!rc) {
+		*state = target;
+		if (!sf_dir_beside(a, target))
+			sf_view_warn(view, "%s: alias points at index version \"%s\", which does not exist (dangling link)",
+				     a->path, v);
+		const char *named = json_string_value(json_object_get(j, "alias"));
+		size_t stem = strlen(a->name) - strlen(".json");
+		if (named && (strlen(named) != stem || memcmp(named, a->name, stem) != 0))
+			sf_view_warn(view, "%s: the file names alias \"%.*s\" but its \"alias\" field says \"%s\"",
+				     a->path, (int)stem, a->name, named);
+	}
+	json_decref(j);
+	return rc;
+}
+
+static const char *alias_link(const void *state)
+{
+	return state;
+}
+
+const struct sf_format sl_alias_format = {
+	.name = "alias",
+	.ext = ".json",
+	.match = alias_match,
+	.parse = alias_parse,
+	.free_state = free,
+	.link = alias_link,
 };

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tatami.h"
+#include "tat.h"
 
 enum view_kind { V_VALID, V_VALUES, V_NPY, V_OFFSETS, V_DATA, V_JSONL, V_CHUNK };
 
@@ -398,8 +398,6 @@ static int populate_blobs(struct sf_node *dir, struct sf_err *e)
 int tat_build_tree(struct tat_file *tf, struct sf_err *e)
 {
 	struct sf_view *v = tf->view;
-	if (!sf_view_add_meta(v, tat_info_txt, tat_info_json, tat_verify, tf))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
 	struct sf_node *cols = sf_dir_add_exact(v->root, SF_DIR, "columns");
 	struct sf_node *groups = sf_dir_add_exact(v->root, SF_DIR, "rowgroups");
 	struct sf_node *rows = sf_dir_add_exact(v->root, SF_FILE, "rows.jsonl");

@@ -1,7 +1,7 @@
 /* The tatami columnar container (docs/specs/tatami.md): what open() learns from
  * the header and footer, and the pieces that decode the rest on demand. */
-#ifndef TATAMI_H
-#define TATAMI_H
+#ifndef TAT_H
+#define TAT_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -103,7 +103,7 @@ struct tat_invert {
 	uint64_t num_terms, num_docs, live_off, live_len;
 };
 
-struct tat_search; /* parsed term dictionary and run indexes (tatami_search.c) */
+struct tat_search; /* parsed term dictionary and run indexes (tat_search.c) */
 
 struct tat_file {
 	struct sf_view *view;
@@ -138,7 +138,7 @@ struct tat_file {
 	char *name_copy;
 };
 
-/* tatami_footer.c: header, trailer and footer, checked as upstream does. */
+/* tat_footer.c: header, trailer and footer, checked as upstream does. */
 /* The listing's check (sf_format.check): end magic and footer length,
  * header magic, checksum and version. tat_parse starts with it. */
 int tat_check(const struct sf_probe *p, struct sf_err *e);
@@ -153,7 +153,7 @@ const char *tat_codec_name(uint8_t x, char buf[16]);
 unsigned tat_width(uint8_t type);
 bool tat_is_var(uint8_t type);
 
-/* tatami_record.c: the 32-byte record header and its payload. */
+/* tat_record.c: the 32-byte record header and its payload. */
 struct tat_rec {
 	uint8_t kind, encoding, codec, flags;
 	uint32_t num_values, usize, csize, null_count, first_row, crc;
@@ -168,7 +168,7 @@ int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t c
 		   const struct sf_buf *dict, const char *what, struct sf_buf **out,
 		   struct sf_err *e);
 
-/* tatami_ints.c: the integer encodings, into dense uint64 arrays. */
+/* tat_ints.c: the integer encodings, into dense uint64 arrays. */
 int tat_unpack(struct sf_cursor *c, unsigned width, size_t n, uint64_t *out);
 int tat_dec_bitpack(struct sf_cursor *c, size_t n, uint64_t *out);
 int tat_dec_delta(struct sf_cursor *c, size_t n, uint64_t *out);
@@ -176,7 +176,7 @@ int tat_dec_rle(struct sf_cursor *c, size_t n, uint64_t *out);
 int tat_dec_groupvarint(struct sf_cursor *c, size_t n, uint64_t *out);
 int tat_dec_pfordelta(struct sf_cursor *c, size_t n, uint64_t *out);
 
-/* tatami_chunk.c: decoding a column chunk. */
+/* tat_chunk.c: decoding a column chunk. */
 int tat_chunk_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 /* Byte size of the decoded chunk when it is fixed-width, else SF_SIZE_UNKNOWN. */
 uint64_t tat_chunk_size(const struct tat_chunk *ch, uint8_t type);
@@ -188,7 +188,7 @@ int tat_chunk_extent(const struct tat_chunk *ch, uint64_t *len, struct sf_err *e
 /* The chunk's validity (one byte per row), decoded from its pages. */
 int tat_chunk_validity(const struct tat_chunk *ch, uint8_t **valid, struct sf_err *e);
 
-/* tatami_blob.c: blob runs and dictionaries. */
+/* tat_blob.c: blob runs and dictionaries. */
 int tat_run_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 /* Decodes a run into the part layout (offsets table, then values). */
 int tat_run_decode(struct tat_file *tf, const struct tat_run *run, struct sf_buf **out,
@@ -199,24 +199,24 @@ struct tat_run *tat_run_of(struct tat_blobcol *bc, uint64_t ord);
 int tat_blob_values(struct tat_file *tf, struct tat_blobcol *bc, uint64_t first, uint64_t n,
 		    struct sf_str *data, uint64_t *len, struct sf_err *e);
 
-/* tatami_json.c: values as upstream's `tatami cat` prints them. */
+/* tat_json.c: values as upstream's `tatami cat` prints them. */
 void tat_json_string(struct sf_str *s, const uint8_t *p, size_t len);
 int tat_text_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tat_rows_produce(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
-/* tatami_tree.c: the view. */
+/* tat_tree.c: the view. */
 int tat_build_tree(struct tat_file *tf, struct sf_err *e);
 /* A file whose content is one part of unknown size: produced at stat, and
  * EIO (still listed) when producing fails. */
 int tat_build_whole(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 
-/* tatami_search.c: inverted/. */
+/* tat_search.c: inverted/. */
 int tat_search_add(struct tat_file *tf, struct sf_node *root);
 void tat_search_free(struct tat_search *s);
 /* Decodes every posting list; problems go to the verify report. */
 void tat_search_check(struct tat_file *tf, struct sf_report *r);
 
-/* tatami_info.c: .shardfs/ */
+/* tat_info.c, tat_verify.c: .shardfs/info.txt, info.json and verify. */
 int tat_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tat_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tat_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);

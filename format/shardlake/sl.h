@@ -1,11 +1,14 @@
 /* A shard's view state, shared by the view, the gathered arrays and the
  * .shardfs files. */
-#ifndef SL_SIDX_H
-#define SL_SIDX_H
+#ifndef SL_H
+#define SL_H
 
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include <jansson.h>
+
+#include "sf_format.h"
 #include "sf_map.h"
 #include "sf_view.h"
 #include "sl_shard.h"
@@ -28,7 +31,7 @@ struct sl_sidx {
 int sl_gen_ids(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
 int sl_gen_payload(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
 int sl_gen_reconstructed(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cache *c, struct sf_err *e);
-int sl_produce_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 struct sl_codebook;
 /* Parses the index's codebook and checks that it fits this shard. */
 int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_err *e);
@@ -36,9 +39,26 @@ int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_e
  * sub-space *sub (left alone when there is none). */
 uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
 
-/* .shardfs/ files (sl_meta.c). */
-int sl_produce_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int sl_produce_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int sl_produce_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+/* The descriptors (sl_format.c). */
+extern const struct sf_format sl_sidx_format;
+extern const struct sf_format sl_alias_format;
+
+/* .shardfs/ files (sl_info.c, sl_verify.c). */
+int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+
+/* The shard's manifest and its entry there, loaded per use (these files are
+ * read rarely, and a parsed manifest is not worth keeping per shard). */
+struct sl_mf {
+	json_t *root;  /* NULL when absent or unparseable */
+	json_t *entry; /* NULL when the manifest has none for this shard */
+	bool absent;   /* no manifest file at all */
+	char err[sizeof(struct sf_err)];
+};
+/* Loads it; the caller drops m->root. */
+void sl_mf_load(const struct sl_sidx *s, struct sl_mf *m);
+/* The index's codec ("none" when the manifest names none). */
+const char *sl_mf_codec(const struct sl_mf *m);
 
 #endif

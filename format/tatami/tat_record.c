@@ -8,7 +8,7 @@
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
-#include "tatami.h"
+#include "tat.h"
 
 int tat_rec_read(const struct tat_file *tf, uint64_t off, struct tat_rec *r,
 		 const char *what, struct sf_err *e)

@@ -6,13 +6,13 @@
 
 #include "sf_format.h"
 #include "sf_map.h"
-#include "tatami.h"
-
-extern const struct sf_format sf_fmt_tatami;
+#include "tat.h"
 
 static void free_state(void *state)
 {
 	struct tat_file *tf = state;
+	if (!tf)
+		return;
 	tat_search_free(tf->search);
 	tat_free(tf);
 	pthread_mutex_destroy(&tf->memo_lock);
@@ -20,39 +20,38 @@ static void free_state(void *state)
 	free(tf);
 }
 
-static int tat_open(const struct sf_open_args *a, struct sf_view **out, struct sf_err *e)
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
 {
-	struct sf_view *v = sf_view_new(&sf_fmt_tatami, a->path);
 	struct tat_file *tf = calloc(1, sizeof *tf);
-	if (!v || !tf || !(tf->name_copy = strdup(a->name))) {
-		free(tf);
-		sf_view_unref(v);
+	if (!(*state = tf))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	}
 	pthread_mutex_init(&tf->memo_lock, NULL);
+	if (!(tf->name_copy = strdup(a->name)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	tf->view = v;
 	tf->name = tf->name_copy;
 	tf->base = a->map->data;
 	tf->size = a->map->size;
-	v->state = tf;
-	v->free_state = free_state;
 	int rc = tat_parse(tf, e);
-	if (rc) {
+	if (rc)
 		sf_err_prefix(e, "%s", a->path);
-		sf_view_unref(v);
-		return rc;
-	}
-	if ((rc = sf_view_hold_map(v, a->map)) || (rc = tat_build_tree(tf, e))) {
-		sf_view_unref(v);
-		return rc;
-	}
-	*out = v;
-	return 0;
+	return rc;
 }
 
-const struct sf_format sf_fmt_tatami = {
+static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
+{
+	return tat_build_tree(state, e);
+}
+
+const struct sf_format tat_format = {
 	.name = "tatami",
 	.ext = ".tatami",
-	.open = tat_open,
 	.check = tat_check,
+	.parse = parse,
+	.free_state = free_state,
+	.info_txt = tat_info_txt,
+	.info_json = tat_info_json,
+	.verify = tat_verify,
+	.build = build,
 };
