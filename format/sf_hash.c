@@ -1,96 +1,180 @@
-/* The open-addressing hash map of sf_hash.h. */
+/* The maps of sf_hash.h: one open-addressing table whose slots hold either
+ * a hash and a pointer (sf_hash) or a hash's top 32 bits and an id
+ * (sf_ids). `ids` says which; the probing, growth and resizing are the
+ * same. */
 #include "sf_hash.h"
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
-static struct sf_hash_slot *find(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq,
-				 const void *key)
+struct wide {
+	uint64_t hash;
+	void *val; /* NULL: empty */
+};
+
+struct narrow {
+	uint32_t top, id; /* id EMPTY_ID: empty */
+};
+
+#define EMPTY_ID UINT32_MAX
+#define NONE SIZE_MAX
+
+/* What a slot keeps of a hash. */
+static uint64_t kept(bool ids, uint64_t hash)
 {
-	if (!h->n)
-		return NULL;
-	size_t mask = h->cap - 1;
-	for (size_t i = hash & mask; h->slot[i].val; i = (i + 1) & mask) {
-		struct sf_hash_slot *s = &h->slot[i];
-		if (s->hash == hash && (!eq || eq(key, s->val)))
-			return s;
-	}
-	return NULL;
+	return ids ? hash >> 32 << 32 : hash;
 }
 
-void *sf_hash_get(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void *key)
+/* Where a hash's probe starts: its top bits, which an id slot keeps (its
+ * table has at most 2^32 slots). */
+static size_t home(size_t cap, uint64_t hash)
 {
-	struct sf_hash_slot *s = find(h, hash, eq, key);
-	return s ? s->val : NULL;
+	return (size_t)(hash >> (64 - __builtin_ctzll(cap)));
 }
 
-static void place(struct sf_hash_slot *slot, size_t cap, uint64_t hash, void *val)
+static bool used(const struct sf_hash *h, bool ids, size_t i)
 {
-	size_t i = hash & (cap - 1);
-	while (slot[i].val)
-		i = (i + 1) & (cap - 1);
-	slot[i] = (struct sf_hash_slot){ hash, val };
+	return ids ? ((const struct narrow *)h->slot)[i].id != EMPTY_ID
+		   : ((const struct wide *)h->slot)[i].val != NULL;
 }
 
-static int resize(struct sf_hash *h, size_t cap)
+static uint64_t hash_at(const struct sf_hash *h, bool ids, size_t i)
 {
-	if (cap > SIZE_MAX / 2 / sizeof *h->slot)
-		return -ENOMEM;
-	struct sf_hash_slot *slot = calloc(cap, sizeof *slot);
+	return ids ? (uint64_t)((const struct narrow *)h->slot)[i].top << 32
+		   : ((const struct wide *)h->slot)[i].hash;
+}
+
+static uintptr_t val_at(const struct sf_hash *h, bool ids, size_t i)
+{
+	return ids ? ((const struct narrow *)h->slot)[i].id
+		   : (uintptr_t)((const struct wide *)h->slot)[i].val;
+}
+
+/* From slot i on, the next slot of the probe run that holds `hash`, or NONE
+ * at the run's end. */
+static size_t match(const struct sf_hash *h, bool ids, uint64_t hash, size_t i)
+{
+	uint64_t k = kept(ids, hash);
+	for (size_t mask = h->cap - 1; used(h, ids, i); i = (i + 1) & mask)
+		if (hash_at(h, ids, i) == k)
+			return i;
+	return NONE;
+}
+
+static void place(struct sf_hash *h, bool ids, uint64_t hash, uintptr_t val)
+{
+	size_t i = home(h->cap, hash);
+	while (used(h, ids, i))
+		i = (i + 1) & (h->cap - 1);
+	if (ids)
+		((struct narrow *)h->slot)[i] = (struct narrow){ (uint32_t)(hash >> 32), (uint32_t)val };
+	else
+		((struct wide *)h->slot)[i] = (struct wide){ hash, (void *)val };
+}
+
+/* Whether n values may share cap slots. */
+static bool fits(bool ids, size_t n, size_t cap)
+{
+	return ids ? n <= cap / 4 * 3 : n * 2 <= cap;
+}
+
+/* Empty slots, or NULL. */
+static void *empty_slots(bool ids, size_t cap)
+{
+	if (!ids)
+		return cap > SIZE_MAX / 2 / sizeof(struct wide) ? NULL : calloc(cap, sizeof(struct wide));
+	struct narrow *s = cap > (size_t)1 << 32 ? NULL : malloc(cap * sizeof *s);
+	if (s)
+		memset(s, 0xFF, cap * sizeof *s);
+	return s;
+}
+
+static int resize(struct sf_hash *h, bool ids, size_t cap)
+{
+	struct sf_hash old = *h;
+	void *slot = empty_slots(ids, cap);
 	if (!slot)
 		return -ENOMEM;
-	for (size_t i = 0; i < h->cap; i++)
-		if (h->slot[i].val)
-			place(slot, cap, h->slot[i].hash, h->slot[i].val);
-	free(h->slot);
 	h->slot = slot;
 	h->cap = cap;
+	for (size_t i = 0; i < old.cap; i++)
+		if (used(&old, ids, i))
+			place(h, ids, hash_at(&old, ids, i), val_at(&old, ids, i));
+	free(old.slot);
 	return 0;
 }
 
-int sf_hash_put(struct sf_hash *h, uint64_t hash, void *val)
+static int put(struct sf_hash *h, bool ids, uint64_t hash, uintptr_t val)
 {
-	if ((h->n + 1) * 2 > h->cap) {
-		int rc = resize(h, h->cap ? h->cap * 2 : 16);
+	if (!fits(ids, h->n + 1, h->cap)) {
+		int rc = resize(h, ids, h->cap ? h->cap * 2 : 16);
 		if (rc)
 			return rc;
 	}
-	place(h->slot, h->cap, hash, val);
+	place(h, ids, hash, val);
 	h->n++;
 	return 0;
 }
 
+/* ---- pointers ------------------------------------------------------------ */
+
+static size_t find(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void *key)
+{
+	if (!h->n)
+		return NONE;
+	const struct wide *s = h->slot;
+	for (size_t i = home(h->cap, hash); (i = match(h, false, hash, i)) != NONE;
+	     i = (i + 1) & (h->cap - 1))
+		if (!eq || eq(key, s[i].val))
+			return i;
+	return NONE;
+}
+
+void *sf_hash_get(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void *key)
+{
+	size_t i = find(h, hash, eq, key);
+	return i == NONE ? NULL : ((const struct wide *)h->slot)[i].val;
+}
+
+int sf_hash_put(struct sf_hash *h, uint64_t hash, void *val)
+{
+	return put(h, false, hash, (uintptr_t)val);
+}
+
 void *sf_hash_del(struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void *key)
 {
-	struct sf_hash_slot *s = find(h, hash, eq, key);
-	if (!s)
+	size_t hole = find(h, hash, eq, key);
+	if (hole == NONE)
 		return NULL;
-	void *val = s->val;
-	size_t mask = h->cap - 1, hole = (size_t)(s - h->slot);
+	struct wide *s = h->slot;
+	void *val = s[hole].val;
+	size_t mask = h->cap - 1;
 	/* Pull back each later entry of the run that may sit in the hole:
 	 * one whose home is not cyclically in (hole, j]. */
-	for (size_t j = (hole + 1) & mask; h->slot[j].val; j = (j + 1) & mask) {
-		size_t home = h->slot[j].hash & mask;
-		if (((j - home) & mask) >= ((j - hole) & mask)) {
-			h->slot[hole] = h->slot[j];
+	for (size_t j = (hole + 1) & mask; s[j].val; j = (j + 1) & mask) {
+		size_t at = home(h->cap, s[j].hash);
+		if (((j - at) & mask) >= ((j - hole) & mask)) {
+			s[hole] = s[j];
 			hole = j;
 		}
 	}
-	h->slot[hole] = (struct sf_hash_slot){ 0, NULL };
+	s[hole] = (struct wide){ 0, NULL };
 	h->n--;
 	/* a map that emptied gives its memory back (a million inodes the
 	 * kernel forgot); on failure it stays as it is, still correct */
 	if (!h->n)
 		sf_hash_free(h);
 	else if (h->cap > 16 && h->n * 8 < h->cap)
-		(void)resize(h, h->cap / 4);
+		(void)resize(h, false, h->cap / 4);
 	return val;
 }
 
 void *sf_hash_next(const struct sf_hash *h, size_t *pos)
 {
+	const struct wide *s = h->slot;
 	while (*pos < h->cap) {
-		void *val = h->slot[(*pos)++].val;
+		void *val = s[(*pos)++].val;
 		if (val)
 			return val;
 	}
@@ -101,4 +185,47 @@ void sf_hash_free(struct sf_hash *h)
 {
 	free(h->slot);
 	*h = (struct sf_hash){ 0 };
+}
+
+/* ---- ids ----------------------------------------------------------------- */
+
+uint32_t *sf_ids_find(struct sf_ids *m, uint64_t hash, sf_ids_eq_fn eq, const void *key)
+{
+	struct sf_hash *h = &m->map;
+	if (!h->n)
+		return NULL;
+	struct narrow *s = h->slot;
+	for (size_t i = home(h->cap, hash); (i = match(h, true, hash, i)) != NONE;
+	     i = (i + 1) & (h->cap - 1))
+		if (!eq || eq(key, s[i].id))
+			return &s[i].id;
+	return NULL;
+}
+
+int sf_ids_put(struct sf_ids *m, uint64_t hash, uint32_t id)
+{
+	return id == EMPTY_ID ? -EINVAL : put(&m->map, true, hash, id);
+}
+
+int sf_ids_reset(struct sf_ids *m, size_t n)
+{
+	struct sf_hash *h = &m->map;
+	size_t cap = 16;
+	while (!fits(true, n, cap) && cap <= (size_t)1 << 32)
+		cap *= 2;
+	h->n = 0;
+	if (h->cap >= cap && h->cap <= 4 * cap) {
+		memset(h->slot, 0xFF, h->cap * sizeof(struct narrow));
+		return 0;
+	}
+	sf_ids_free(m);
+	if (!(h->slot = empty_slots(true, cap)))
+		return -ENOMEM;
+	h->cap = cap;
+	return 0;
+}
+
+void sf_ids_free(struct sf_ids *m)
+{
+	sf_hash_free(&m->map);
 }
