@@ -1,7 +1,7 @@
-/* The maps of sf_hash.h: one open-addressing table whose slots hold either
- * a hash and a pointer (sf_hash) or a hash's top 32 bits and an id
- * (sf_ids). `ids` says which; the probing, growth and resizing are the
- * same. */
+/* The maps of sf_hash.h: one open-addressing table whose slots hold a hash
+ * and a pointer (sf_hash), a hash's top 32 bits and an id (sf_ids), or an
+ * id alone (sf_ids with hash_of). `x` says which: NULL for pointers, else
+ * the sf_ids; the probing, growth and resizing are the same. */
 #include "sf_hash.h"
 
 #include <errno.h>
@@ -20,99 +20,132 @@ struct narrow {
 #define EMPTY_ID UINT32_MAX
 #define NONE SIZE_MAX
 
-/* What a slot keeps of a hash. */
-static uint64_t kept(bool ids, uint64_t hash)
+enum layout { WIDE, NARROW, BARE };
+
+static enum layout layout(const struct sf_ids *x)
 {
-	return ids ? hash >> 32 << 32 : hash;
+	return !x ? WIDE : x->hash_of ? BARE : NARROW;
 }
 
-/* Where a hash's probe starts: its top bits, which an id slot keeps (its
- * table has at most 2^32 slots). */
+/* What a slot keeps of a hash. */
+static uint64_t kept(const struct sf_ids *x, uint64_t hash)
+{
+	return x ? hash >> 32 << 32 : hash;
+}
+
+/* Where a hash's probe starts: its top bits, which a NARROW slot keeps
+ * (an id table has at most 2^32 slots). */
 static size_t home(size_t cap, uint64_t hash)
 {
 	return (size_t)(hash >> (64 - __builtin_ctzll(cap)));
 }
 
-static bool used(const struct sf_hash *h, bool ids, size_t i)
+static size_t slot_size(const struct sf_ids *x)
 {
-	return ids ? ((const struct narrow *)h->slot)[i].id != EMPTY_ID
-		   : ((const struct wide *)h->slot)[i].val != NULL;
+	static const size_t size[] = { [WIDE] = sizeof(struct wide),
+				       [NARROW] = sizeof(struct narrow),
+				       [BARE] = sizeof(uint32_t) };
+	return size[layout(x)];
 }
 
-static uint64_t hash_at(const struct sf_hash *h, bool ids, size_t i)
+/* The id in an id slot (EMPTY_ID: none). */
+static uint32_t id_at(const struct sf_hash *h, const struct sf_ids *x, size_t i)
 {
-	return ids ? (uint64_t)((const struct narrow *)h->slot)[i].top << 32
-		   : ((const struct wide *)h->slot)[i].hash;
+	return layout(x) == BARE ? ((const uint32_t *)h->slot)[i]
+				 : ((const struct narrow *)h->slot)[i].id;
 }
 
-static uintptr_t val_at(const struct sf_hash *h, bool ids, size_t i)
+static bool used(const struct sf_hash *h, const struct sf_ids *x, size_t i)
 {
-	return ids ? ((const struct narrow *)h->slot)[i].id
-		   : (uintptr_t)((const struct wide *)h->slot)[i].val;
+	return x ? id_at(h, x, i) != EMPTY_ID : ((const struct wide *)h->slot)[i].val != NULL;
 }
 
-/* From slot i on, the next slot of the probe run that holds `hash`, or NONE
- * at the run's end. */
-static size_t match(const struct sf_hash *h, bool ids, uint64_t hash, size_t i)
+static uint64_t hash_at(const struct sf_hash *h, const struct sf_ids *x, size_t i)
 {
-	uint64_t k = kept(ids, hash);
-	for (size_t mask = h->cap - 1; used(h, ids, i); i = (i + 1) & mask)
-		if (hash_at(h, ids, i) == k)
+	switch (layout(x)) {
+	case WIDE:
+		return ((const struct wide *)h->slot)[i].hash;
+	case NARROW:
+		return (uint64_t)((const struct narrow *)h->slot)[i].top << 32;
+	default:
+		return x->hash_of(x->ctx, id_at(h, x, i));
+	}
+}
+
+static uintptr_t val_at(const struct sf_hash *h, const struct sf_ids *x, size_t i)
+{
+	return x ? id_at(h, x, i) : (uintptr_t)((const struct wide *)h->slot)[i].val;
+}
+
+/* From slot i on, the next slot of the probe run that may hold `hash` (any
+ * BARE slot may), or NONE at the run's end. */
+static size_t match(const struct sf_hash *h, const struct sf_ids *x, uint64_t hash, size_t i)
+{
+	uint64_t k = kept(x, hash);
+	for (size_t mask = h->cap - 1; used(h, x, i); i = (i + 1) & mask)
+		if (layout(x) == BARE || hash_at(h, x, i) == k)
 			return i;
 	return NONE;
 }
 
-static void place(struct sf_hash *h, bool ids, uint64_t hash, uintptr_t val)
+static void place(struct sf_hash *h, const struct sf_ids *x, uint64_t hash, uintptr_t val)
 {
 	size_t i = home(h->cap, hash);
-	while (used(h, ids, i))
+	while (used(h, x, i))
 		i = (i + 1) & (h->cap - 1);
-	if (ids)
-		((struct narrow *)h->slot)[i] = (struct narrow){ (uint32_t)(hash >> 32), (uint32_t)val };
-	else
+	switch (layout(x)) {
+	case WIDE:
 		((struct wide *)h->slot)[i] = (struct wide){ hash, (void *)val };
+		break;
+	case NARROW:
+		((struct narrow *)h->slot)[i] = (struct narrow){ (uint32_t)(hash >> 32), (uint32_t)val };
+		break;
+	default:
+		((uint32_t *)h->slot)[i] = (uint32_t)val;
+	}
 }
 
-/* Whether n values may share cap slots. */
-static bool fits(bool ids, size_t n, size_t cap)
+/* Whether n values may share cap slots: a NARROW table fills further, its
+ * slots telling most keys apart without eq. */
+static bool fits(const struct sf_ids *x, size_t n, size_t cap)
 {
-	return ids ? n <= cap / 4 * 3 : n * 2 <= cap;
+	return layout(x) == NARROW ? n <= cap / 4 * 3 : n * 2 <= cap;
 }
 
 /* Empty slots, or NULL. */
-static void *empty_slots(bool ids, size_t cap)
+static void *empty_slots(const struct sf_ids *x, size_t cap)
 {
-	if (!ids)
+	if (!x)
 		return cap > SIZE_MAX / 2 / sizeof(struct wide) ? NULL : calloc(cap, sizeof(struct wide));
-	struct narrow *s = cap > (size_t)1 << 32 ? NULL : malloc(cap * sizeof *s);
+	void *s = cap > (size_t)1 << 32 ? NULL : malloc(cap * slot_size(x));
 	if (s)
-		memset(s, 0xFF, cap * sizeof *s);
+		memset(s, 0xFF, cap * slot_size(x));
 	return s;
 }
 
-static int resize(struct sf_hash *h, bool ids, size_t cap)
+static int resize(struct sf_hash *h, const struct sf_ids *x, size_t cap)
 {
 	struct sf_hash old = *h;
-	void *slot = empty_slots(ids, cap);
+	void *slot = empty_slots(x, cap);
 	if (!slot)
 		return -ENOMEM;
 	h->slot = slot;
 	h->cap = cap;
 	for (size_t i = 0; i < old.cap; i++)
-		if (used(&old, ids, i))
-			place(h, ids, hash_at(&old, ids, i), val_at(&old, ids, i));
+		if (used(&old, x, i))
+			place(h, x, hash_at(&old, x, i), val_at(&old, x, i));
 	free(old.slot);
 	return 0;
 }
 
-static int put(struct sf_hash *h, bool ids, uint64_t hash, uintptr_t val)
+static int put(struct sf_hash *h, const struct sf_ids *x, uint64_t hash, uintptr_t val)
 {
-	if (!fits(ids, h->n + 1, h->cap)) {
-		int rc = resize(h, ids, h->cap ? h->cap * 2 : 16);
+	if (!fits(x, h->n + 1, h->cap)) {
+		int rc = resize(h, x, h->cap ? h->cap * 2 : 16);
 		if (rc)
 			return rc;
 	}
-	place(h, ids, hash, val);
+	place(h, x, hash, val);
 	h->n++;
 	return 0;
 }
@@ -124,7 +157,7 @@ static size_t find(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, con
 	if (!h->n)
 		return NONE;
 	const struct wide *s = h->slot;
-	for (size_t i = home(h->cap, hash); (i = match(h, false, hash, i)) != NONE;
+	for (size_t i = home(h->cap, hash); (i = match(h, NULL, hash, i)) != NONE;
 	     i = (i + 1) & (h->cap - 1))
 		if (!eq || eq(key, s[i].val))
 			return i;
@@ -139,7 +172,7 @@ void *sf_hash_get(const struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, cons
 
 int sf_hash_put(struct sf_hash *h, uint64_t hash, void *val)
 {
-	return put(h, false, hash, (uintptr_t)val);
+	return put(h, NULL, hash, (uintptr_t)val);
 }
 
 void *sf_hash_del(struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void *key)
@@ -166,7 +199,7 @@ void *sf_hash_del(struct sf_hash *h, uint64_t hash, sf_hash_eq_fn eq, const void
 	if (!h->n)
 		sf_hash_free(h);
 	else if (h->cap > 16 && h->n * 8 < h->cap)
-		(void)resize(h, false, h->cap / 4);
+		(void)resize(h, NULL, h->cap / 4);
 	return val;
 }
 
@@ -194,32 +227,34 @@ uint32_t *sf_ids_find(struct sf_ids *m, uint64_t hash, sf_ids_eq_fn eq, const vo
 	struct sf_hash *h = &m->map;
 	if (!h->n)
 		return NULL;
-	struct narrow *s = h->slot;
-	for (size_t i = home(h->cap, hash); (i = match(h, true, hash, i)) != NONE;
-	     i = (i + 1) & (h->cap - 1))
-		if (!eq || eq(key, s[i].id))
-			return &s[i].id;
+	for (size_t i = home(h->cap, hash); (i = match(h, m, hash, i)) != NONE;
+	     i = (i + 1) & (h->cap - 1)) {
+		uint32_t *id = layout(m) == BARE ? &((uint32_t *)h->slot)[i]
+						 : &((struct narrow *)h->slot)[i].id;
+		if (!eq || eq(key, *id))
+			return id;
+	}
 	return NULL;
 }
 
 int sf_ids_put(struct sf_ids *m, uint64_t hash, uint32_t id)
 {
-	return id == EMPTY_ID ? -EINVAL : put(&m->map, true, hash, id);
+	return id == EMPTY_ID ? -EINVAL : put(&m->map, m, hash, id);
 }
 
 int sf_ids_reset(struct sf_ids *m, size_t n)
 {
 	struct sf_hash *h = &m->map;
 	size_t cap = 16;
-	while (!fits(true, n, cap) && cap <= (size_t)1 << 32)
+	while (!fits(m, n, cap) && cap <= (size_t)1 << 32)
 		cap *= 2;
 	h->n = 0;
 	if (h->cap >= cap && h->cap <= 4 * cap) {
-		memset(h->slot, 0xFF, h->cap * sizeof(struct narrow));
+		memset(h->slot, 0xFF, h->cap * slot_size(m));
 		return 0;
 	}
 	sf_ids_free(m);
-	if (!(h->slot = empty_slots(true, cap)))
+	if (!(h->slot = empty_slots(m, cap)))
 		return -ENOMEM;
 	h->cap = cap;
 	return 0;

@@ -1,5 +1,6 @@
 /* Open-addressing hash maps from 64-bit hashes: sf_hash to pointers,
- * sf_ids to 32-bit ids in half the memory. One implementation serves both.
+ * sf_ids to 32-bit ids in half or a quarter of the memory. One
+ * implementation serves both.
  *
  * The caller hashes its keys (XXH3 of a name, an id, ...; the hash's top
  * bits choose the slot, so it must be well mixed) and, where two keys may
@@ -45,14 +46,22 @@ void *sf_hash_next(const struct sf_hash *h, size_t *pos);
 /* Frees the slots (not the values), leaving an empty map. */
 void sf_hash_free(struct sf_hash *h);
 
-/* ---- ids: 8 bytes a slot, up to three quarters full ---------------------
+/* ---- ids ------------------------------------------------------------------
  *
  * For tables of millions keyed by row numbers or indexes into the caller's
- * array. A slot keeps the hash's top 32 bits and the id (below
- * UINT32_MAX), so two keys whose hashes share their top 32 bits are told
- * apart by eq alone: give one wherever keys may differ. No deletion. */
+ * array (ids below UINT32_MAX). A slot keeps the hash's top 32 bits and
+ * the id, 8 bytes, and the table fills up to three quarters: two keys whose
+ * hashes share their top 32 bits are told apart by eq alone, so give one
+ * wherever keys may differ. A zeroed struct is an empty map of this kind.
+ *
+ * With hash_of, a slot keeps the id alone, 4 bytes, at most half full:
+ * every id of a key's probe run goes to eq (give one), and growing the
+ * table asks hash_of(ctx, id) for each id's hash again. For an index whose
+ * eq is cheap (names in an arena). No deletion in either kind. */
 struct sf_ids {
 	struct sf_hash map;
+	uint64_t (*hash_of)(const void *ctx, uint32_t id);
+	const void *ctx;
 };
 
 typedef bool (*sf_ids_eq_fn)(const void *key, uint32_t id);

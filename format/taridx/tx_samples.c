@@ -83,7 +83,7 @@ static struct scratch *scratch_new(struct tx_fold *f)
 		s->m = NULL;
 		s->n = s->cap = 0;
 		s->paths = (struct sf_str){ 0 };
-		s->group = (struct sf_ids){ { 0 } };
+		s->group = (struct sf_ids){ .map = { 0 } };
 	}
 	return s;
 }
@@ -370,7 +370,7 @@ static bool row_has_key(const void *key, uint32_t r)
 static int link_chains(struct tx_samples *sm, struct scratch *s)
 {
 	const struct tx_index *ix = &sm->f->ix;
-	struct sf_ids last = { { 0 } };
+	struct sf_ids last = { .map = { 0 } };
 	sm->next = calloc(ix->n_rows ? ix->n_rows : 1, sizeof *sm->next);
 	sm->first = calloc(ix->n_rows / 8 + 1, 1);
 	if (!sm->next || !sm->first)

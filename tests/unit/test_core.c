@@ -492,7 +492,7 @@ static void test_ids(void)
 	static uint64_t hash[N];
 	for (uint32_t i = 0; i < N; i++)
 		hash[i] = i % 3 ? (uint64_t)(i % 11) << 32 | i : UINT64_MAX - (i % 4);
-	struct sf_ids m = { { 0 } };
+	struct sf_ids m = { .map = { 0 } };
 	uint32_t key = 0;
 	CHECK(sf_ids_find(&m, hash[0], id_is, &key) == NULL);
 	CHECK(sf_ids_put(&m, 1, UINT32_MAX) == -EINVAL);
@@ -535,6 +535,46 @@ static void test_ids(void)
 		CHECK(sf_ids_find(&m, hash[key], id_is, &key) != NULL);
 	sf_ids_free(&m);
 	CHECK(m.map.slot == NULL && m.map.cap == 0 && m.map.n == 0);
+}
+
+/* A BARE sf_ids: ids of numbers whose hash the map asks for when it grows;
+ * a third of them share one hash. */
+struct num_key {
+	const uint64_t *num;
+	uint64_t want;
+};
+
+static uint64_t num_hash(const void *ctx, uint32_t id)
+{
+	const uint64_t *num = ctx;
+	return num[id] % 3 ? num[id] * 0x9E3779B97F4A7C15ull : 42;
+}
+
+static bool num_is(const void *key, uint32_t id)
+{
+	const struct num_key *k = key;
+	return k->num[id] == k->want;
+}
+
+static void test_ids_bare(void)
+{
+	enum { N = 2000 };
+	static uint64_t num[N];
+	for (uint32_t i = 0; i < N; i++)
+		num[i] = 1000 + 7 * (uint64_t)i;
+	struct sf_ids m = { .hash_of = num_hash, .ctx = num };
+	for (uint32_t i = 0; i < N; i++)
+		CHECK(sf_ids_put(&m, num_hash(num, i), i) == 0);
+	CHECK(m.map.cap >= 2 * N && m.map.cap < 4 * N);
+	for (uint32_t i = 0; i < N; i++) {
+		struct num_key k = { num, num[i] };
+		uint32_t *at = sf_ids_find(&m, num_hash(num, i), num_is, &k);
+		CHECK(at && *at == i);
+	}
+	struct num_key absent = { num, 3 };
+	CHECK(sf_ids_find(&m, 42, num_is, &absent) == NULL);
+	sf_ids_free(&m);
+	CHECK(m.map.slot == NULL && m.hash_of == num_hash);
 }
 
 static int made;
@@ -625,6 +665,7 @@ int main(void)
 	test_hash();
 	test_hash_rolling();
 	test_ids();
+	test_ids_bare();
 	test_lazy();
 	CHECK_DONE();
 }
