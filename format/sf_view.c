@@ -840,6 +840,90 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	return rc;
 }
 
+enum sf_kind sf_node_kind(const struct sf_node *n)
+{
+	return n->kind;
+}
+
+const char *sf_node_name(const struct sf_node *n)
+{
+	return n->name;
+}
+
+struct sf_view *sf_node_view(const struct sf_node *n)
+{
+	return n->view;
+}
+
+void *sf_node_host(const struct sf_node *n)
+{
+	return atomic_load(&((struct sf_node *)n)->host);
+}
+
+const char *sf_link_target(const struct sf_node *n)
+{
+	return n->u.target;
+}
+
+struct sf_node *sf_view_root(const struct sf_view *v)
+{
+	return v->root;
+}
+
+size_t sf_view_nmaps(const struct sf_view *v)
+{
+	return v->nmaps;
+}
+
+struct sf_map *sf_view_map(const struct sf_view *v, size_t i)
+{
+	return v->maps[i];
+}
+
+struct sf_map *sf_view_source(const struct sf_view *v)
+{
+	return v->source;
+}
+
+void sf_view_set_cache(struct sf_view *v, struct sf_cache *c)
+{
+	v->cache = c;
+}
+
+void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *path,
+							 const char *msg), void *arg)
+{
+	/* the common case, nothing new, takes no lock */
+	if (atomic_load(&v->nreported) == atomic_load(&v->nwarnings))
+		return;
+	pthread_mutex_lock(&v->lock);
+	for (; v->nreported < v->nwarnings; v->nreported++)
+		fn(arg, v->path, v->warnings[v->nreported]);
+	pthread_mutex_unlock(&v->lock);
+}
+
+bool sf_dir_is_populated(const struct sf_node *dir)
+{
+	return atomic_load(&((struct sf_node *)dir)->u.dir.populated);
+}
+
+bool sf_dir_has_lookup(const struct sf_node *dir)
+{
+	return dir->u.dir.lookup != NULL;
+}
+
+struct sf_file_size sf_file_size(const struct sf_node *f)
+{
+	const struct sf_file *fl = &f->u.file;
+	/* `built` is read once: another thread may be building the file */
+	bool built = atomic_load(&((struct sf_file *)fl)->built);
+	return (struct sf_file_size){
+		.size = !built && fl->size_known ? fl->known_size : fl->size,
+		.known = built || fl->size_known,
+		.broken = fl->broken != NULL,
+	};
+}
+
 int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
 		 struct sf_err *e)
 {

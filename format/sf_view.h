@@ -325,6 +325,48 @@ bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out);
 struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e);
 /* Makes sure a file's size and extents are known. */
 int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+/* ---- asking about trees -----------------------------------------------
+ *
+ * What a host may learn of a node without reading its fields, so that the
+ * model can change beneath it. */
+
+enum sf_kind sf_node_kind(const struct sf_node *n);
+const char *sf_node_name(const struct sf_node *n);
+struct sf_view *sf_node_view(const struct sf_node *n);
+/* The host's slot (sf_node_set_host); NULL when none. */
+void *sf_node_host(const struct sf_node *n);
+/* A symlink's target. */
+const char *sf_link_target(const struct sf_node *n);
+/* A view's root: a directory, or a symlink (alias views). */
+struct sf_node *sf_view_root(const struct sf_view *v);
+/* The mappings the view holds (sf_view_hold_map), i < sf_view_nmaps. */
+size_t sf_view_nmaps(const struct sf_view *v);
+struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
+/* The container's own mapping when the view holds it, else NULL. */
+struct sf_map *sf_view_source(const struct sf_view *v);
+/* The cache lazy work of the view reads through from now on. */
+void sf_view_set_cache(struct sf_view *v, struct sf_cache *c);
+/* Calls fn(arg, v's path, warning) for each warning raised since the last
+ * call (sf_view_warn), so that a host reports each once. */
+void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *path,
+							 const char *msg), void *arg);
+/* Whether a directory's entries are all known (never lazy, or populated):
+ * a find or a listing then does no work for the format. */
+bool sf_dir_is_populated(const struct sf_node *dir);
+/* Whether a lazy directory answers a find through a lookup hook instead of
+ * populating itself. */
+bool sf_dir_has_lookup(const struct sf_node *dir);
+/* What can be said of a file's size without building it, from one look at
+ * its state: `known` once built, or announced (sf_file_set_build_sized);
+ * `size` is then the size (before the build, the one announced);
+ * `broken` when every read fails (sf_file_set_broken). */
+struct sf_file_size {
+	uint64_t size;
+	bool known;
+	bool broken;
+};
+struct sf_file_size sf_file_size(const struct sf_node *f);
+
 /* Resolves a path relative to `from` ("a/b/c"; no "..", no links followed). */
 int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
 		 struct sf_err *e);

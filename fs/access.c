@@ -20,8 +20,9 @@ static mode_t allowed(const struct stat *f, uid_t U, gid_t G)
 
 void access_narrow(struct stat *st, const struct sf_view *v)
 {
-	for (size_t i = 0; i < v->nmaps; i++)
-		st->st_mode &= ~(mode_t)0777 | allowed(&v->maps[i]->st, st->st_uid, st->st_gid);
+	for (size_t i = 0; i < sf_view_nmaps(v); i++)
+		st->st_mode &= ~(mode_t)0777 |
+			       allowed(&sf_view_map(v, i)->st, st->st_uid, st->st_gid);
 }
 
 void access_fill(const struct fnode *n, struct stat *st)

@@ -27,6 +27,7 @@ struct dcache {
 	struct sf_hash entries;    /* by id_hash of the part id */
 	struct entry *head, *tail;
 	void (*on_slow)(void);
+	struct stats *stats;      /* counts hits, misses, evictions, decodes */
 };
 
 void dcache_on_slow(struct dcache *c, void (*fn)(void))
@@ -120,14 +121,17 @@ static bool make_room(struct dcache *c, uint64_t need)
 		struct entry *prev = e->prev;
 		if (!e->loading && !e->waiters && atomic_load(&e->buf->refs) == 1) {
 			drop(c, e);
-			stat_add(&stats.cache_evictions, 1);
+			stat_add(&c->stats->cache_evictions, 1);
 		}
 		e = prev;
 	}
 	return c->bytes + c->reserved + need <= c->budget;
 }
 
-/* Decodes running in this thread: a part's produce may fetch the parts it
+/* Per thread rather than in the cache: what the calling thread is doing,
+ * which the sf_cache interface does not pass along.
+ *
+ * Decodes running in this thread: a part's produce may fetch the parts it
  * is made of through the cache. */
 static _Thread_local unsigned depth;
 /* This thread's current read holds parts it got from the cache: waiting
@@ -183,8 +187,8 @@ static int too_big(const struct dcache *c, const struct sf_part *part, uint64_t 
  * held when it opens, so they can be read here without its lock. */
 static void drop_source_pages(const struct sf_view *v)
 {
-	for (size_t i = 0; v && i < v->nmaps; i++)
-		sf_map_drop_pages(v->maps[i]);
+	for (size_t i = 0; v && i < sf_view_nmaps(v); i++)
+		sf_map_drop_pages(sf_view_map(v, i));
 }
 
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
@@ -213,7 +217,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		}
 	}
 	if (e) {
-		stat_add(&stats.cache_hits, 1);
+		stat_add(&c->stats->cache_hits, 1);
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
@@ -227,7 +231,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		pthread_mutex_unlock(&c->lock);
 		return too_big(c, part, size, err);
 	}
-	stat_add(&stats.cache_misses, 1);
+	stat_add(&c->stats->cache_misses, 1);
 	e = calloc(1, sizeof *e);
 	if (!e) {
 		pthread_mutex_unlock(&c->lock);
@@ -258,8 +262,8 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	e->loading = false;
 	c->reserved -= claim;
 	if (rc == 0) {
-		stat_add(&stats.parts_decoded, 1);
-		stat_add(&stats.bytes_decoded, buf->len);
+		stat_add(&c->stats->parts_decoded, 1);
+		stat_add(&c->stats->bytes_decoded, buf->len);
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
@@ -283,7 +287,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	return rc;
 }
 
-struct dcache *dcache_new(uint64_t budget)
+struct dcache *dcache_new(uint64_t budget, struct stats *stats)
 {
 	struct dcache *c = calloc(1, sizeof *c);
 	if (!c)
@@ -291,6 +295,7 @@ struct dcache *dcache_new(uint64_t budget)
 	c->iface.get = cache_get;
 	c->iface.limit = budget;
 	c->budget = budget;
+	c->stats = stats;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
 	return c;

@@ -10,10 +10,12 @@
 #include <stdint.h>
 
 #include "sf_view.h"
+#include "stats.h"
 
 struct dcache;
 
-struct dcache *dcache_new(uint64_t budget);
+/* `stats`: where its counters go. */
+struct dcache *dcache_new(uint64_t budget, struct stats *stats);
 void dcache_free(struct dcache *c);
 /* The sf_cache interface the views read through. */
 struct sf_cache *dcache_iface(struct dcache *c);

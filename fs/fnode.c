@@ -10,16 +10,8 @@
 #include <string.h>
 #include <xxhash.h>
 
-pthread_mutex_t ftree_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
-static struct fnode *root;
-static struct fnode *all_head;
-
-struct fnode *fnode_root(void)
-{
-	return root;
-}
-
-struct fnode *fnode_new(enum fkind kind, struct fnode *parent, const char *name)
+struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
+			const char *name)
 {
 	struct fnode *n = calloc(1, sizeof *n);
 	if (!n)
@@ -31,12 +23,12 @@ struct fnode *fnode_new(enum fkind kind, struct fnode *parent, const char *name)
 		return NULL;
 	}
 	pthread_mutex_init(&n->map_lock, NULL);
-	pthread_mutex_lock(&ftree_lock);
-	n->all_next = all_head;
-	if (all_head)
-		all_head->all_prev = n;
-	all_head = n;
-	pthread_mutex_unlock(&ftree_lock);
+	pthread_mutex_lock(&t->lock);
+	n->all_next = t->all;
+	if (t->all)
+		t->all->all_prev = n;
+	t->all = n;
+	pthread_mutex_unlock(&t->lock);
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
@@ -44,9 +36,14 @@ struct fnode *fnode_new(enum fkind kind, struct fnode *parent, const char *name)
 	return n;
 }
 
-int fnode_init_root(const char *src, struct sf_err *e)
+int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e)
 {
-	root = fnode_new(FK_SRC_DIR, NULL, "");
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&t->lock, &a);
+	pthread_mutexattr_destroy(&a);
+	struct fnode *root = t->root = fnode_new(t, FK_SRC_DIR, NULL, "");
 	if (!root || !(root->rel = strdup(".")))
 		return sf_fail(e, -ENOMEM, "out of memory");
 	if (stat(src, &root->st) < 0)
@@ -84,15 +81,15 @@ void fnode_attach(struct fnode *n)
 	(void)sf_hash_put(k, h, n);
 }
 
-static void release(struct fnode *n)
+static void release(struct ftree *t, struct fnode *n)
 {
 	if (n->all_prev)
 		n->all_prev->all_next = n->all_next;
 	else
-		all_head = n->all_next;
+		t->all = n->all_next;
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
-	if (n->vn && n->vn->host == n)
+	if (n->vn && sf_node_host(n->vn) == n)
 		sf_node_set_host(n->vn, NULL);
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
@@ -106,18 +103,17 @@ static void release(struct fnode *n)
 	free(n);
 }
 
-/* Nodes freed since memory was last given back to the system. */
-static size_t freed_since_trim;
+/* Memory is given back to the system after so many nodes were freed. */
 #define TRIM_EVERY 16384
 
-static void fnode_free(struct fnode *n)
+static void fnode_free(struct ftree *t, struct fnode *n)
 {
-	while (n && n != root && n->nlookup == 0 && n->refs == 0) {
+	while (n && n != t->root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
 		if (p)
 			sf_hash_del(&p->kids, name_hash(n->name), is, n);
-		release(n);
-		freed_since_trim++;
+		release(t, n);
+		t->freed_since_trim++;
 		if (p)
 			p->refs--;
 		n = p;
@@ -129,18 +125,31 @@ void fnode_lookup_ref(struct fnode *n)
 	n->nlookup++;
 }
 
-void fnode_forget(struct fnode *n, uint64_t k)
+void fnode_find(struct ftree *t)
 {
-	pthread_mutex_lock(&ftree_lock);
+	pthread_mutex_lock(&t->lock);
+}
+
+struct fnode *fnode_found(struct ftree *t, struct fnode *n)
+{
+	if (n)
+		fnode_lookup_ref(n);
+	pthread_mutex_unlock(&t->lock);
+	return n;
+}
+
+void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
+{
+	pthread_mutex_lock(&t->lock);
 	if (k > n->nlookup) /* a reply that took no reference: a bug (tests look for this) */
 		fprintf(stderr, "shardfs: forget %llu of %s with %llu lookups\n",
 			(unsigned long long)k, n->name, (unsigned long long)n->nlookup);
 	n->nlookup = k > n->nlookup ? 0 : n->nlookup - k;
-	fnode_free(n);
-	bool trim = freed_since_trim >= TRIM_EVERY;
+	fnode_free(t, n);
+	bool trim = t->freed_since_trim >= TRIM_EVERY;
 	if (trim)
-		freed_since_trim = 0;
-	pthread_mutex_unlock(&ftree_lock);
+		t->freed_since_trim = 0;
+	pthread_mutex_unlock(&t->lock);
 	/* When the kernel forgets many inodes (memory pressure, drop_caches),
 	 * what they held is scattered over the heap: free() keeps it, and
 	 * only a trim returns the emptied pages. */
@@ -148,24 +157,25 @@ void fnode_forget(struct fnode *n, uint64_t k)
 		malloc_trim(0);
 }
 
-struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name)
+struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
+			     const char *name)
 {
-	struct fnode *n = vn->host;
+	struct fnode *n = sf_node_host(vn);
 	if (n)
 		return n;
 	if (!name)
-		name = vn->name;
-	n = fnode_new(FK_VIEW, parent, name);
+		name = sf_node_name(vn);
+	n = fnode_new(t, FK_VIEW, parent, name);
 	if (!n)
 		return NULL;
-	n->view = sf_view_ref(vn->view);
+	n->view = sf_view_ref(sf_node_view(vn));
 	n->vn = vn;
 	n->st = parent->st;
 	const char *pp = parent->vpath ? parent->vpath : parent->rel;
 	size_t len = strlen(pp) + strlen(name) + 2;
 	n->vpath = malloc(len);
 	if (!n->vpath) {
-		fnode_free(n);
+		fnode_free(t, n);
 		return NULL;
 	}
 	if (strcmp(pp, ".") == 0)
@@ -176,11 +186,14 @@ struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const cha
 	return n;
 }
 
-void fnode_fini(void)
+void fnode_fini(struct ftree *t)
 {
-	pthread_mutex_lock(&ftree_lock);
-	while (all_head)
-		release(all_head);
-	root = NULL;
-	pthread_mutex_unlock(&ftree_lock);
+	if (!t->root)
+		return; /* never made */
+	pthread_mutex_lock(&t->lock);
+	while (t->all)
+		release(t, t->all);
+	t->root = NULL;
+	pthread_mutex_unlock(&t->lock);
+	pthread_mutex_destroy(&t->lock);
 }

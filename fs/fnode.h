@@ -30,10 +30,10 @@ struct fnode;
 
 struct fnode {
 	enum fkind kind;
-	/* A node is freed when both counts reach zero (ftree_lock guards them). */
+	/* A node is freed when both counts reach zero (the tree's lock guards them). */
 	uint64_t nlookup;             /* the kernel's references */
 	uint64_t refs;                /* children whose parent this is */
-	struct fnode *parent;
+	struct fnode *parent;         /* NULL only for the root */
 	char *name;
 	char *rel;                    /* SRC nodes: path relative to SRC ("." for root) */
 	struct stat st;               /* SRC nodes: the version this node stands for */
@@ -63,33 +63,48 @@ struct fnode {
 	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };
 
-/* The global lock over every fnode's kids table and attachment. */
-extern pthread_mutex_t ftree_lock;
+/* The daemon's inodes (fs/daemon.h). */
+struct ftree {
+	/* over every fnode's counts, kids table and attachment; recursive:
+	 * a node is made (fnode_new) inside a lookup holding it */
+	pthread_mutex_t lock;
+	struct fnode *root;
+	struct fnode *all;        /* every live node, freed at unmount */
+	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
+};
 
-struct fnode *fnode_root(void);
-int fnode_init_root(const char *src, struct sf_err *e);
-void fnode_fini(void);
+/* Makes the tree with its root, SRC directory `src`. */
+int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e);
+/* Frees every node. */
+void fnode_fini(struct ftree *t);
 
-struct fnode *fnode_new(enum fkind kind, struct fnode *parent, const char *name);
-/* Looks a current child up by name (ftree_lock held). */
+struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
+			const char *name);
+/* Looks a current child up by name (the tree's lock held). */
 struct fnode *fnode_child(struct fnode *dir, const char *name);
 /* Makes `n` the current child of its parent under its name, detaching any
- * earlier one (ftree_lock held). */
+ * earlier one (the tree's lock held). */
 void fnode_attach(struct fnode *n);
 
 /* The kernel learned of n once more / forgot n `k` times. */
 void fnode_lookup_ref(struct fnode *n);
-void fnode_forget(struct fnode *n, uint64_t k);
+/* A lookup finds or makes its node with the tree's lock held (fnode_find),
+ * then ends with fnode_found, which takes the kernel's lookup reference on
+ * `n` (unless NULL: out of memory), releases the lock and returns `n`. */
+void fnode_find(struct ftree *t);
+struct fnode *fnode_found(struct ftree *t, struct fnode *n);
+void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k);
 
-/* The fnode for a view node, creating it on first use (ftree_lock held;
+/* The fnode for a view node, creating it on first use (the tree's lock held;
  * an on-demand node must be pinned by the caller until this returns).
  * `name` is what the node is called in `parent` (a view root's node has no
  * name of its own); NULL means vn->name. */
-struct fnode *fnode_for_view(struct fnode *parent, struct sf_node *vn, const char *name);
+struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
+			     const char *name);
 
 static inline uint64_t fnode_ino(const struct fnode *n)
 {
-	return n == fnode_root() ? 1 : (uint64_t)(uintptr_t)n;
+	return n->parent ? (uint64_t)(uintptr_t)n : 1;
 }
 
 #endif

@@ -10,21 +10,15 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "daemon.h"
 #include "loop.h"
 #include "sf_fault.h"
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_report.h"
+#include "src.h"
 #include "stats.h"
-
-int src_fd = -1;
-static struct sf_cache *view_cache = &sf_nocache;
-
-void listing_use_cache(struct sf_cache *c)
-{
-	view_cache = c;
-}
 
 static void listing_free(struct listing *l)
 {
@@ -60,14 +54,8 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 	return e && e->fmt ? e : NULL;
 }
 
-bool same_version(const struct stat *a, const struct stat *b)
-{
-	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
-	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
-	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
-}
-
-const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l)
+const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				      struct listing **l)
 {
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
@@ -78,14 +66,14 @@ const struct lentry *listing_view_now(struct fnode *dir, const char *name, struc
 	 * reads (a fold's tar) is remembered. A check that fails without
 	 * finding a change (storage failing) keeps the view: its reads fail
 	 * until the source is back. */
-	if (e->view->source)
-		sf_map_check(e->view->source, &err);
+	if (sf_view_source(e->view))
+		sf_map_check(sf_view_source(e->view), &err);
 	if (!sf_view_refused(e->view, &err))
 		return e;
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);
 	*l = NULL;
-	return listing_get(dir, l) ? NULL : listing_view(*l, name);
+	return listing_get(dm, dir, l) ? NULL : listing_view(*l, name);
 }
 
 static unsigned char dtype_of(mode_t m)
@@ -119,15 +107,15 @@ static const struct lentry *reuse(const struct listing *old, const char *file,
 
 /* The listing's cheap check of a container (docs/design.md §3.1); a
  * failure goes to the error log. */
-static bool check_container(const struct sf_format *f, int dirfd, const char *rel,
-			    const char *name)
+static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+			    const char *rel, const char *name)
 {
 	char *path = sf_path_join(rel, name);
 	struct sf_err e = { { 0 } };
 	int rc = path ? sf_format_check(f, dirfd, name, path, &e) : -ENOMEM;
 	if (rc) {
-		stat_add(&stats.containers_failed, 1);
-		errlog_add(path ? path : name, sf_err_msg(&e, rc));
+		stat_add(&dm->stats.containers_failed, 1);
+		errlog_add(&dm->stats, path ? path : name, sf_err_msg(&e, rc));
 	}
 	free(path);
 	return rc == 0;
@@ -135,8 +123,9 @@ static bool check_container(const struct sf_format *f, int dirfd, const char *re
 
 /* Opens one container; failures go to the error log. One that passed the
  * cheap check (`checked`) and fails now gets a view that says why. */
-static struct sf_view *open_container(const struct sf_format *f, int dirfd, const char *rel,
-				      const char *name, char **names, size_t nnames, bool checked)
+static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+				      const char *rel, const char *name, char **names,
+				      size_t nnames, bool checked)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
@@ -147,35 +136,35 @@ static struct sf_view *open_container(const struct sf_format *f, int dirfd, cons
 	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
 	if (rc == 0) {
 		struct sf_open_args a = {
-			.topfd = src_fd, .dirrel = rel, .dirpath = rel, .name = name, .path = path,
-			.map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
+			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
+			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
 		rc = sf_format_open(f, &a, &v, &e);
 		sf_map_unref(map);
 	}
 	if (rc) {
-		stat_add(&stats.containers_failed, 1);
-		errlog_add(path, sf_err_msg(&e, rc));
+		stat_add(&dm->stats.containers_failed, 1);
+		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
 		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
-			v->cache = view_cache;
+			sf_view_set_cache(v, dm->view_cache);
 	} else {
-		stat_add(&stats.containers_opened, 1);
-		v->cache = view_cache;
-		listing_report_warnings(v);
+		stat_add(&dm->stats.containers_opened, 1);
+		sf_view_set_cache(v, dm->view_cache);
+		listing_report_warnings(dm, v);
 	}
 	free(path);
 	return v;
 }
 
-void listing_report_warnings(struct sf_view *v)
+static void log_warning(void *stats, const char *path, const char *msg)
 {
-	if (v->nreported == v->nwarnings)
-		return;
-	pthread_mutex_lock(&v->lock);
-	for (; v->nreported < v->nwarnings; v->nreported++)
-		errlog_add(v->path, v->warnings[v->nreported]);
-	pthread_mutex_unlock(&v->lock);
+	errlog_add(stats, path, msg);
+}
+
+void listing_report_warnings(struct daemon *dm, struct sf_view *v)
+{
+	sf_view_take_warnings(v, log_warning, &dm->stats);
 }
 
 static int push(struct listing *l, size_t *cap, struct lentry x)
@@ -245,11 +234,11 @@ static char *view_name(const struct listing *l, size_t nsrc, const struct namese
 }
 
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
-static bool container_at(const char *rel, const char *file, const struct sf_format **fmt,
-			 struct stat *st)
+static bool container_at(struct daemon *dm, const char *rel, const char *file,
+			 const struct sf_format **fmt, struct stat *st)
 {
 	char *path = sf_path_join(rel, file);
-	bool yes = path && sf_lstat_beneath(src_fd, path, st) == 0 &&
+	bool yes = path && sf_lstat_beneath(dm->src_fd, path, st) == 0 &&
 		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
 	free(path);
 	return yes;
@@ -261,7 +250,7 @@ static bool container_at(const char *rel, const char *file, const struct sf_form
  * taking `name` as its own view name, *file, *fmt and *st describe it. A
  * view of a file ending in `.d` needs the file's own view name taken, which
  * only a full listing knows, so it counts as two. */
-static int candidates(const char *rel, const char *name, char **file,
+static int candidates(struct daemon *dm, const char *rel, const char *name, char **file,
 		      const struct sf_format **fmt, struct stat *st)
 {
 	int found = 0;
@@ -275,7 +264,7 @@ static int candidates(const char *rel, const char *name, char **file,
 			found = 2;
 			break;
 		}
-		if (container_at(rel, c, &g, &cst) && g == f && found++ == 0) {
+		if (container_at(dm, rel, c, &g, &cst) && g == f && found++ == 0) {
 			*file = c;
 			*fmt = g;
 			*st = cst;
@@ -289,7 +278,7 @@ static int candidates(const char *rel, const char *name, char **file,
 	struct stat dst;
 	const struct sf_format *g = NULL;
 	char *c = n > 2 && strcmp(name + n - 2, ".d") == 0 ? strndup(name, n - 2) : NULL;
-	if (c && container_at(rel, c, &g, &dst))
+	if (c && container_at(dm, rel, c, &g, &dst))
 		found = 2;
 	free(c);
 	if (found != 1) {
@@ -299,7 +288,8 @@ static int candidates(const char *rel, const char *name, char **file,
 	return found;
 }
 
-static int build(int dirfd, const char *rel, const struct listing *old, struct listing *l)
+static int build(struct daemon *dm, int dirfd, const char *rel, const struct listing *old,
+		 struct listing *l)
 {
 	int fd = dup(dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -365,15 +355,16 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 			if (was->view)
 				v = sf_view_ref(was->view);
 		} else if (f->check) {
-			if (!check_container(f, dirfd, rel, src->name))
+			if (!check_container(dm, f, dirfd, rel, src->name))
 				continue;
-		} else if (!(v = open_container(f, dirfd, rel, src->name, names, nsrc, false))) {
+		} else if (!(v = open_container(dm, f, dirfd, rel, src->name, names, nsrc,
+						false))) {
 			continue;
 		}
 		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
 		if (!vname) {
 			char *path = sf_path_join(rel, src->name);
-			errlog_add(path ? path : src->name,
+			errlog_add(&dm->stats, path ? path : src->name,
 				   "no view: its name and the .d name are both taken");
 			free(path);
 			sf_view_unref(v);
@@ -381,7 +372,7 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 		}
 		struct lentry x = {
 			.name = vname, .fmt = f, .view = v, .st = src->st,
-			.type = v && v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+			.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 			.file = strdup(src->name),
 		};
 		/* push may move l->e: src is not used after this */
@@ -403,12 +394,13 @@ static int build(int dirfd, const char *rel, const struct listing *old, struct l
 
 /* Opens SRC directory `dir` and takes its listing lock (another thread may
  * be listing it: the request loop is handed on meanwhile). */
-static int lock_dir(struct fnode *dir, int *dirfd, struct stat *st)
+static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
 {
 	struct sf_err e = { { 0 } };
-	*dirfd = sf_open_beneath(src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
-		errlog_add(dir->rel, e.msg); /* swapped for a symlink since looked up */
+		/* swapped for a symlink since looked up */
+		errlog_add(&dm->stats, dir->rel, e.msg);
 	if (*dirfd < 0)
 		return *dirfd;
 	if (fstat(*dirfd, st) < 0) {
@@ -446,7 +438,8 @@ static struct listing *ref(struct listing *l)
 }
 
 /* The whole listing (lock held), reusing the views of the last one. */
-static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct listing **out)
+static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct stat *st,
+		  struct listing **out)
 {
 	struct listing *old = dir->listing;
 	if (fresh(old, st)) {
@@ -461,7 +454,7 @@ static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct li
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	loop_hand_off();
-	int rc = build(dirfd, dir->rel, old, l);
+	int rc = build(dm, dirfd, dir->rel, old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;
@@ -472,14 +465,14 @@ static int relist(struct fnode *dir, int dirfd, const struct stat *st, struct li
 	return 0;
 }
 
-int listing_get(struct fnode *dir, struct listing **out)
+int listing_get(struct daemon *dm, struct fnode *dir, struct listing **out)
 {
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dir, &dirfd, &st);
+	int rc = lock_dir(dm, dir, &dirfd, &st);
 	if (rc)
 		return rc;
-	rc = relist(dir, dirfd, &st, out);
+	rc = relist(dm, dir, dirfd, &st, out);
 	unlock_dir(dir, dirfd);
 	return rc;
 }
@@ -518,18 +511,19 @@ static struct listing *partial_with(const struct listing *old, struct lentry x)
 	return l;
 }
 
-int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
+int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
+		     struct listing **out)
 {
 	*out = NULL;
 	char *file;
 	const struct sf_format *f = NULL;
 	struct stat fst;
-	int k = candidates(dir->rel, name, &file, &f, &fst);
+	int k = candidates(dm, dir->rel, name, &file, &f, &fst);
 	if (k == 0)
 		return 0;
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dir, &dirfd, &st);
+	int rc = lock_dir(dm, dir, &dirfd, &st);
 	if (rc) {
 		free(file);
 		return rc;
@@ -541,7 +535,7 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 	 * many views were placed one by one (each copies the partial listing) */
 	if (k > 1 || f->uses_siblings || fresh(old, &st) ||
 	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
-		rc = relist(dir, dirfd, &st, out);
+		rc = relist(dm, dir, dirfd, &st, out);
 		goto done;
 	}
 	const struct lentry *e = old ? find(old, name) : NULL;
@@ -550,14 +544,15 @@ int listing_for_name(struct fnode *dir, const char *name, struct listing **out)
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && !check_container(f, dirfd, dir->rel, file))
+	if (f->check && !check_container(dm, f, dirfd, dir->rel, file))
 		goto done;
-	struct sf_view *v = open_container(f, dirfd, dir->rel, file, NULL, 0, f->check != NULL);
+	struct sf_view *v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0,
+					   f->check != NULL);
 	if (!v)
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .view = v, .st = fst, .file = file,
-		.type = v->root->kind == SF_LINK ? DT_LNK : DT_DIR,
+		.type = sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 	};
 	struct listing *l = x.name ? partial_with(old, x) : NULL;
 	if (!l) {
@@ -576,14 +571,15 @@ done:
 	return rc;
 }
 
-struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e)
+struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
+			     const struct lentry *e)
 {
 	struct sf_view *v = __atomic_load_n(&e->view, __ATOMIC_ACQUIRE);
 	if (v)
 		return v;
 	int dirfd;
 	struct stat st;
-	if (lock_dir(dir, &dirfd, &st))
+	if (lock_dir(dm, dir, &dirfd, &st))
 		return NULL;
 	if (!(v = e->view)) {
 		/* the SRC entries of the listing, sorted: the siblings of a
@@ -596,7 +592,7 @@ struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const s
 				names[n++] = l->e[i].name;
 		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(e->fmt, dirfd, dir->rel, e->file, names, n, true);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true);
 		free(names);
 		if (v)
 			__atomic_store_n(&((struct lentry *)e)->view, v, __ATOMIC_RELEASE);

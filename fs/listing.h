@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 
 #include "fnode.h"
+
+struct daemon;
 #include "sf_view.h"
 
 struct lentry {
@@ -40,37 +42,32 @@ struct listing {
 	struct lentry *e;        /* SRC entries and views, in byte order of names */
 };
 
-/* The SRC tree's root directory, opened once (every access is relative to it). */
-extern int src_fd;
-
 /* Logs the warnings a view raised since the last call (opening, or lazy
  * work such as populating a directory). */
-void listing_report_warnings(struct sf_view *v);
-/* The cache views placed from now on are read through. */
-void listing_use_cache(struct sf_cache *c);
-/* Whether two stats describe the same version of a file: a file replaced
- * or rewritten in SRC is a new version. */
-bool same_version(const struct stat *a, const struct stat *b);
+void listing_report_warnings(struct daemon *dm, struct sf_view *v);
 /* The current listing of SRC directory `dir` (a new reference). */
-int listing_get(struct fnode *dir, struct listing **out);
+int listing_get(struct daemon *dm, struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
 const struct lentry *listing_view(const struct listing *l, const char *name);
 /* The same, as the container is now: when it changed in place since its
  * view was opened, *l (a listing of `dir`) is replaced by the directory's
  * whole listing made anew, which opens the container again. */
-const struct lentry *listing_view_now(struct fnode *dir, const char *name, struct listing **l);
+const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				      struct listing **l);
 /* The view of a view entry of dir's listing `l`, opened now if it was only
  * checked: a container that fails to open gets a view holding only
  * .shardfs/, saying why. NULL when out of memory or the directory cannot
  * be opened any more. */
-struct sf_view *listing_open(struct fnode *dir, const struct listing *l, const struct lentry *e);
+struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
+			     const struct lentry *e);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC
  * directory `dir` (a new reference in *out). NULL when no file there could
  * place a view under the name (as `name` + a format's extension, or as
  * `name` = "<file>.d"); a partial listing when exactly one file could and
  * it takes `name` as its own view name, so only that container is opened;
  * otherwise the whole listing. */
-int listing_for_name(struct fnode *dir, const char *name, struct listing **out);
+int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
+		     struct listing **out);
 
 #endif

@@ -108,7 +108,9 @@ static void wait_turn(struct loop *l)
 }
 
 /* The loop whose lead this thread gave up to serve the request it took,
- * until it hands the lead on (or finishes the request). */
+ * until it hands the lead on (or finishes the request). Per thread: it is
+ * what the thread is doing, and loop_hand_off() is called from deep inside
+ * handlers (the cache, a view's populate) that are not handed the loop. */
 static _Thread_local struct loop *serving;
 
 /* Starts a request thread (lock held) with every signal blocked: signals go
@@ -219,6 +221,7 @@ int loop_stop(struct loop *l)
 /* The FUSE device as a source. */
 struct device {
 	struct fuse_session *se;
+	atomic_uint_fast64_t *taken; /* counts the requests taken */
 	int fd, stop_fd;
 	/* how long the leader polls: adapted between spin_max_ns / 16 and
 	 * spin_max_ns (--spin-us), see device_take */
@@ -270,7 +273,7 @@ static int device_take(void *src, struct loop_slot *s)
 static void device_serve(void *src, struct loop_slot *s)
 {
 	struct device *d = src;
-	stat_add(&stats.device_requests, 1);
+	stat_add(d->taken, 1);
 	fuse_session_process_buf(d->se, &s->fb);
 }
 
@@ -293,10 +296,12 @@ static const struct loop_source device_ops = {
 	.ended = device_ended,
 };
 
-int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
+int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
+	     atomic_uint_fast64_t *taken)
 {
 	struct device d = {
 		.se = se,
+		.taken = taken,
 		.fd = fuse_session_fd(se),
 		.spin_ns = (uint64_t)spin_us * 1000u,
 		.spin_max_ns = (uint64_t)spin_us * 1000u,

@@ -4,6 +4,8 @@
 #ifndef FS_LOOP_H
 #define FS_LOOP_H
 
+#include <stdatomic.h>
+
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
@@ -39,9 +41,11 @@ int loop_stop(struct loop *l);
 
 /* Serves `se` from the FUSE device until it exits (unmount, or a signal
  * through libfuse's handlers) with at most `threads` request threads; the
- * waiting thread polls for `spin_us` microseconds before it sleeps.
- * Returns 0, or a negative errno when the device failed. */
-int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us);
+ * waiting thread polls for `spin_us` microseconds before it sleeps; each
+ * request taken is counted in `taken`. Returns 0, or a negative errno when
+ * the device failed. */
+int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
+	     atomic_uint_fast64_t *taken);
 
 /* Called by a request handler before work that may take long or wait for
  * other requests: another thread waits for the next request meanwhile.

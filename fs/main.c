@@ -12,11 +12,13 @@
 #include <unistd.h>
 
 #include "cache.h"
+#include "daemon.h"
 #include "fnode.h"
 #include "listing.h"
 #include "loop.h"
 #include "ops.h"
 #include "options.h"
+#include "src.h"
 #include "stats.h"
 #include "transport.h"
 #include "watch.h"
@@ -168,8 +170,11 @@ int main(int argc, char **argv)
 	int rc = 1;
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se = NULL;
-	struct dcache *cache = NULL;
 	bool mounted = false, handlers = false;
+	struct daemon dm = { .src_fd = -1, .view_cache = &sf_nocache };
+	atomic_init(&dm.residency_visible, -1);
+	stats_init(&dm.stats);
+	watch_init(&dm.watch);
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
@@ -187,7 +192,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	char why[512];
-	if (transport_check(o.io_uring, why, sizeof why)) {
+	if (transport_check(&dm.transport, o.io_uring, why, sizeof why)) {
 		fail("--io-uring on: %s%s", why, "");
 		goto out;
 	}
@@ -196,30 +201,32 @@ int main(int argc, char **argv)
 	 * the system when evicted, instead of glibc raising the threshold and
 	 * keeping freed parts in its arenas (resident memory over the budget). */
 	mallopt(M_MMAP_THRESHOLD, 256 << 10);
-	src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dm.src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct sf_err e = { { 0 } };
-	if (src_fd < 0) {
+	if (dm.src_fd < 0) {
 		fail("source %s: %s", src, strerror(errno));
 		goto out;
 	}
-	if (fnode_init_root(src, &e)) {
+	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
 	}
-	cache = dcache_new(o.cache_size);
-	if (!cache || fuse_argv(&o, src, &args)) {
+	dm.cache = dcache_new(o.cache_size, &dm.stats);
+	if (!dm.cache || fuse_argv(&o, src, &args)) {
 		fail("out of memory%s%s", "", "");
 		goto out;
 	}
-	ops_set_cache(cache);
-	dcache_on_slow(cache, loop_hand_off);
-	listing_use_cache(dcache_iface(cache));
-	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, NULL);
+	dcache_on_slow(dm.cache, loop_hand_off);
+	dm.view_cache = dcache_iface(dm.cache);
+	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {
 		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");
 		goto out;
 	}
-	ops_set_session(se, o.threads > 1);
+	dm.se = se;
+	/* a store waits for any READ of its pages: a single request thread
+	 * could be the one owing it */
+	dm.push_on_open = o.threads > 1;
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");
 		goto out;
@@ -232,7 +239,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
-	if (transport_attach(se, o.threads)) {
+	if (transport_attach(&dm.transport, se, o.threads, &dm.stats)) {
 		fail("cannot take over the FUSE device%s%s", "", "");
 		goto out;
 	}
@@ -248,13 +255,13 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* after daemonizing: a thread would not survive the fork */
-	int wrc = watch_start(se, src);
+	int wrc = watch_start(&dm.watch, se, src);
 	if (wrc && o.debug)
 		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
 			strerror(-wrc));
-	rc = transport_run(se, o.threads, o.spin_us);
+	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
-	watch_stop();
+	watch_stop(&dm.watch);
 	if (mounted)
 		fuse_session_unmount(se);
 	if (handlers)
@@ -262,11 +269,11 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
-	fnode_fini();
-	dcache_free(cache);
-	errlog_fini();
-	if (src_fd >= 0)
-		close(src_fd);
+	fnode_fini(&dm.tree);
+	dcache_free(dm.cache);
+	stats_fini(&dm.stats);
+	if (dm.src_fd >= 0)
+		close(dm.src_fd);
 	free(src);
 	free(mnt_abs);
 	free(o.fuse_opts);

@@ -5,12 +5,7 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-#include "cache.h"
-
+/* The session's userdata must be the daemon (fs/daemon.h). */
 extern const struct fuse_lowlevel_ops shardfs_ops;
-void ops_set_cache(struct dcache *c);
-/* The session, for notifications; `push` allows pushing small files'
- * content at open (needs more than one request thread). */
-void ops_set_session(struct fuse_session *se, bool push);
 
 #endif

@@ -3,10 +3,12 @@
 #ifndef FS_STATS_H
 #define FS_STATS_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
 #include "sf_buf.h"
+#include "sf_hash.h"
 
 enum req_kind {
 	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
@@ -24,9 +26,23 @@ struct stats {
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
 	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
+
+	/* the problem log: its text, and the hashes of the (path, message)
+	 * pairs logged, to log each problem once (log_lock) */
+	pthread_mutex_t log_lock;
+	struct sf_str log_text;
+	struct sf_hash seen;
+
+	/* the transport (transport_lock): its name, and with io_uring the
+	 * counters of its queues */
+	pthread_mutex_t transport_lock;
+	const char *transport;
+	atomic_uint_fast64_t *queues;
+	unsigned nqueues;
 };
 
-extern struct stats stats;
+void stats_init(struct stats *s);
+void stats_fini(struct stats *s);
 
 static inline void stat_add(atomic_uint_fast64_t *c, uint64_t n)
 {
@@ -35,14 +51,14 @@ static inline void stat_add(atomic_uint_fast64_t *c, uint64_t n)
 
 /* The transport for stats.json: "dev_fuse" (the default) or "io_uring"
  * with the `n` counters of requests its queues took (queue i: CPU i). */
-void stats_set_transport(const char *name, atomic_uint_fast64_t *queues, unsigned n);
+void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t *queues,
+			 unsigned n);
 
 /* Records a problem once: the same (path, message) pair is logged only the
  * first time. `path` is relative to the mount root. */
-void errlog_add(const char *path, const char *msg);
+void errlog_add(struct stats *s, const char *path, const char *msg);
 /* The log's text (one line per problem) and stats.json, as new buffers. */
-struct sf_buf *errlog_text(void);
-struct sf_buf *stats_json(uint64_t cache_bytes, uint64_t cache_budget);
-void errlog_fini(void);
+struct sf_buf *errlog_text(struct stats *s);
+struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget);
 
 #endif

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "loop.h"
 #include "stats.h"
 #include "uring.h"
@@ -30,17 +31,12 @@
 #define ENABLE_URING "/sys/module/fuse/parameters/enable_uring"
 #define HOW_TO_ENABLE "as root, echo Y > " ENABLE_URING ", or 'options fuse enable_uring=1' in /etc/modprobe.d"
 
-static struct {
-	enum io_uring_mode mode;
-	bool hooked;               /* we own the device's reads and writes */
-	struct fuse_session *se;
-	unsigned threads;
-	atomic_bool init_pending;  /* INIT read, its reply not yet written */
-	uint64_t init_unique;
-	bool offered;              /* the kernel offered io_uring at INIT */
-	struct uring *u;           /* the queues, once registered */
-	bool failed;               /* the mount ended: io_uring refused */
-} t;
+/* The transport the device's reads and writes serve: the session's
+ * userdata is the daemon. */
+static struct transport *of(void *userdata)
+{
+	return &((struct daemon *)userdata)->transport;
+}
 
 /* Why the kernel will not serve FUSE over io_uring; NULL when it may. */
 static const char *kernel_refusal(char *why, size_t n)
@@ -59,15 +55,16 @@ static const char *kernel_refusal(char *why, size_t n)
 	return why;
 }
 
-int transport_check(enum io_uring_mode mode, char *why, size_t n)
+int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n)
 {
-	t.mode = mode;
-	t.hooked = mode != IO_URING_OFF && !kernel_refusal(why, n);
-	return mode == IO_URING_ON && !t.hooked ? -1 : 0;
+	t->mode = mode;
+	t->hooked = mode != IO_URING_OFF && !kernel_refusal(why, n);
+	return mode == IO_URING_ON && !t->hooked ? -1 : 0;
 }
 
 static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
 {
+	struct transport *t = of(userdata);
 	ssize_t r = read(fd, buf, len);
 	struct fuse_in_header in;
 	struct fuse_init_in init;
@@ -75,9 +72,9 @@ static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
 		memcpy(&in, buf, sizeof in);
 		if (in.opcode == FUSE_INIT) {
 			memcpy(&init, (char *)buf + sizeof in, sizeof init);
-			t.offered = (init.flags & FUSE_INIT_EXT) && (init.flags2 & URING_INIT_FLAG2);
-			t.init_unique = in.unique;
-			atomic_store(&t.init_pending, true);
+			t->offered = (init.flags & FUSE_INIT_EXT) && (init.flags2 & URING_INIT_FLAG2);
+			t->init_unique = in.unique;
+			atomic_store(&t->init_pending, true);
 		}
 	}
 	return r;
@@ -97,16 +94,16 @@ static size_t payload_size(const struct fuse_init_out *o)
 }
 
 /* io_uring will not be used: with --io-uring on the mount ends. */
-static void refused(const char *why)
+static void refused(struct transport *t, const char *why)
 {
-	if (t.mode != IO_URING_ON)
+	if (t->mode != IO_URING_ON)
 		return;
 	fprintf(stderr, "shardfs: --io-uring on: %s\n", why);
-	t.failed = true;
-	fuse_session_exit(t.se);
+	t->failed = true;
+	fuse_session_exit(t->se);
 }
 
-static ssize_t init_reply(int fd, struct iovec *iov)
+static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 {
 	struct fuse_out_header oh;
 	struct fuse_init_out out = { 0 };
@@ -114,17 +111,18 @@ static ssize_t init_reply(int fd, struct iovec *iov)
 	char why[256];
 	memcpy(&oh, iov[0].iov_base, sizeof oh);
 	if (oh.error || n < offsetof(struct fuse_init_out, unused) || n > sizeof out) {
-		refused("libfuse's INIT reply cannot ask for it");
+		refused(t, "libfuse's INIT reply cannot ask for it");
 		return writev(fd, iov, 2);
 	}
 	memcpy(&out, iov[1].iov_base, n);
-	if (!t.offered || !(out.flags & FUSE_INIT_EXT)) {
-		refused("the kernel did not offer it at INIT");
+	if (!t->offered || !(out.flags & FUSE_INIT_EXT)) {
+		refused(t, "the kernel did not offer it at INIT");
 		return writev(fd, iov, 2);
 	}
-	struct uring *u = uring_new(t.se, fd, payload_size(&out), t.threads, why, sizeof why);
+	struct uring *u = uring_new(t->se, fd, payload_size(&out), t->threads, t->stats, why,
+				  sizeof why);
 	if (!u) {
-		refused(why);
+		refused(t, why);
 		return writev(fd, iov, 2);
 	}
 	out.flags2 |= URING_INIT_FLAG2;
@@ -139,64 +137,67 @@ static ssize_t init_reply(int fd, struct iovec *iov)
 	/* named first: requests may come as soon as the last queue registers */
 	unsigned nq;
 	atomic_uint_fast64_t *counts = uring_counts(u, &nq);
-	stats_set_transport("io_uring", counts, nq);
+	stats_set_transport(t->stats, "io_uring", counts, nq);
 	int err = uring_start(u);
 	if (!err) {
-		t.u = u;
+		t->u = u;
 		return r;
 	}
-	stats_set_transport("dev_fuse", NULL, 0);
+	stats_set_transport(t->stats, "dev_fuse", NULL, 0);
 	uring_free(u);
 	if (err == -EOPNOTSUPP) {
 		/* the switch went off after INIT: the kernel still waits for the
 		 * queues, so requests would hang */
 		fprintf(stderr, "shardfs: io_uring was switched off while mounting: "
 			"the mount ends\n");
-		t.failed = true;
-		fuse_session_exit(t.se);
+		t->failed = true;
+		fuse_session_exit(t->se);
 	} else {
 		snprintf(why, sizeof why, "the kernel refused a queue (%s)", strerror(-err));
-		refused(why);
+		refused(t, why);
 	}
 	return r;
 }
 
 static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
+	struct transport *t = of(userdata);
 	ssize_t res;
 	if (uring_reply(iov, count, &res))
 		return res;
 	struct fuse_out_header oh;
-	if (count == 2 && iov[0].iov_len == sizeof oh && atomic_load(&t.init_pending)) {
+	if (count == 2 && iov[0].iov_len == sizeof oh && atomic_load(&t->init_pending)) {
 		memcpy(&oh, iov[0].iov_base, sizeof oh);
-		if (oh.unique == t.init_unique) {
-			atomic_store(&t.init_pending, false);
-			return init_reply(fd, iov);
+		if (oh.unique == t->init_unique) {
+			atomic_store(&t->init_pending, false);
+			return init_reply(t, fd, iov);
 		}
 	}
 	return writev(fd, iov, count);
 }
 
-int transport_attach(struct fuse_session *se, unsigned threads)
+int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
+		     struct stats *stats)
 {
-	t.se = se;
-	t.threads = threads;
-	if (!t.hooked)
+	t->se = se;
+	t->stats = stats;
+	t->threads = threads;
+	if (!t->hooked)
 		return 0;
 	static const struct fuse_custom_io io = { .read = dev_read, .writev = dev_writev };
 	return fuse_session_custom_io(se, &io, fuse_session_fd(se)) ? -1 : 0;
 }
 
-int transport_run(struct fuse_session *se, unsigned threads, unsigned spin_us)
+int transport_run(struct transport *t, unsigned threads, unsigned spin_us)
 {
-	int err = loop_run(se, threads, spin_us);
-	if (t.u) {
-		t.failed |= uring_failed(t.u);
-		stats_set_transport("dev_fuse", NULL, 0);
-		uring_free(t.u);
-		t.u = NULL;
+	int err = loop_run(t->se, threads, spin_us, &t->stats->device_requests);
+	if (t->u) {
+		t->failed |= uring_failed(t->u);
+		stats_set_transport(t->stats, "dev_fuse", NULL, 0);
+		uring_free(t->u);
+		t->u = NULL;
 	}
 	if (err)
 		fprintf(stderr, "shardfs: serving requests failed: %s\n", strerror(-err));
-	return err || t.failed ? 1 : 0;
+	return err || t->failed ? 1 : 0;
 }

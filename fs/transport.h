@@ -4,23 +4,45 @@
 #ifndef FS_TRANSPORT_H
 #define FS_TRANSPORT_H
 
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
 #include "options.h"
 
+struct stats;
+struct uring;
+
+/* The daemon's (fs/daemon.h): the session's userdata, which libfuse hands
+ * to our device reads and writes, is the daemon. */
+struct transport {
+	enum io_uring_mode mode;
+	bool hooked;               /* we own the device's reads and writes */
+	struct fuse_session *se;
+	struct stats *stats;       /* names the transport, logs problems */
+	unsigned threads;
+	atomic_bool init_pending;  /* INIT read, its reply not yet written */
+	uint64_t init_unique;
+	bool offered;              /* the kernel offered io_uring at INIT */
+	struct uring *u;           /* the queues, once registered */
+	bool failed;               /* the mount ended: io_uring refused */
+};
+
 /* Before mounting: whether io_uring will be tried. With --io-uring on a
  * refusal (the kernel's switch is off, io_uring is disabled...) is an
  * error: returns -1 with the reason in `why`. */
-int transport_check(enum io_uring_mode mode, char *why, size_t n);
+int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n);
 /* Once mounted, before the session runs: takes over the device's reads and
  * writes when io_uring will be tried. Returns 0 or -1. */
-int transport_attach(struct fuse_session *se, unsigned threads);
+int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
+		     struct stats *stats);
 /* Serves the session until it ends (fs/loop.c on the device, and the
  * io_uring queues once the kernel accepted them), then stops the queues.
  * Prints what failed; returns 0 or 1. */
-int transport_run(struct fuse_session *se, unsigned threads, unsigned spin_us);
+int transport_run(struct transport *t, unsigned threads, unsigned spin_us);
 
 #endif

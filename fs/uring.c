@@ -93,10 +93,13 @@ struct uring {
 	unsigned nreported;
 	int reg_error;
 	atomic_bool failed;      /* a registered queue failed */
+	struct stats *stats;     /* the problem log */
 };
 
 /* The entry whose request this thread serves, until it is answered: then
- * the entry is the kernel's again (and may already carry a new request). */
+ * the entry is the kernel's again (and may already carry a new request).
+ * Per thread: libfuse's write of a reply (uring_reply) does not say which
+ * request it answers, only the thread that serves it knows. */
 static _Thread_local struct entry *current;
 /* The CPU this thread is pinned to, -1 none. */
 static _Thread_local int pinned = -1;
@@ -378,7 +381,7 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 			       .bytes = body };
 	struct sf_err err = { { 0 } };
 	if (sf_guard_copy(&rv, e->block + SLACK, &err)) {
-		errlog_add(".", err.msg);
+		errlog_add(e->q->u->stats, ".", err.msg);
 		reply_error(e, EIO);
 		return true;
 	}
@@ -478,7 +481,7 @@ static void queue_fini(struct queue *q)
 }
 
 struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
-			unsigned threads, char *why, size_t n)
+			unsigned threads, struct stats *stats, char *why, size_t n)
 {
 	unsigned nq;
 	if (possible_cpus(&nq)) {
@@ -491,6 +494,7 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
 		return NULL;
 	}
 	u->se = se;
+	u->stats = stats;
 	u->nq = nq;
 	u->payload = payload;
 	/* a thread serving slow work keeps its entry: one each, and at least

@@ -27,105 +27,100 @@ struct wdir {
 	char *rel;
 };
 
-static struct {
-	struct fuse_session *se;
-	char *src;
-	int fd;
-	int stop[2];
-	pthread_t thread;
-	bool running;
-	pthread_mutex_t lock;
-	struct wdir *dirs; /* indexed by watch descriptor */
-	size_t ndirs;
-} w = { .fd = -1, .stop = { -1, -1 }, .lock = PTHREAD_MUTEX_INITIALIZER };
-
-void watch_dir(struct fnode *dir)
+void watch_init(struct watch *w)
 {
-	if (w.fd < 0 || atomic_load(&dir->watched))
+	*w = (struct watch){ .fd = -1, .stop = { -1, -1 } };
+	pthread_mutex_init(&w->lock, NULL);
+}
+
+void watch_dir(struct watch *w, struct fnode *dir)
+{
+	if (w->fd < 0 || atomic_load(&dir->watched))
 		return;
 	char *path = NULL;
-	if (asprintf(&path, "%s/%s", w.src, dir->rel) < 0)
+	if (asprintf(&path, "%s/%s", w->src, dir->rel) < 0)
 		return;
-	int wd = inotify_add_watch(w.fd, path, EVENTS);
+	int wd = inotify_add_watch(w->fd, path, EVENTS);
 	free(path);
 	if (wd < 0)
 		return; /* over the watch limit: the timeout still applies */
-	pthread_mutex_lock(&w.lock);
-	if ((size_t)wd >= w.ndirs) {
+	pthread_mutex_lock(&w->lock);
+	if ((size_t)wd >= w->ndirs) {
 		size_t n = (size_t)wd * 2 + 16;
-		struct wdir *d = realloc(w.dirs, n * sizeof *d);
+		struct wdir *d = realloc(w->dirs, n * sizeof *d);
 		if (d) {
-			memset(d + w.ndirs, 0, (n - w.ndirs) * sizeof *d);
-			w.dirs = d;
-			w.ndirs = n;
+			memset(d + w->ndirs, 0, (n - w->ndirs) * sizeof *d);
+			w->dirs = d;
+			w->ndirs = n;
 		}
 	}
-	if ((size_t)wd < w.ndirs) {
+	if ((size_t)wd < w->ndirs) {
 		/* the same directory seen through a newer fnode takes it over */
 		char *rel = strdup(dir->rel);
 		if (rel) {
-			free(w.dirs[wd].rel);
-			w.dirs[wd].rel = rel;
-			w.dirs[wd].ino = fnode_ino(dir);
+			free(w->dirs[wd].rel);
+			w->dirs[wd].rel = rel;
+			w->dirs[wd].ino = fnode_ino(dir);
 			atomic_store(&dir->watched, true);
 		}
 	}
-	pthread_mutex_unlock(&w.lock);
+	pthread_mutex_unlock(&w->lock);
 }
 
-static void inval(fuse_ino_t dir, const char *name, size_t len)
+static void inval(struct watch *w, fuse_ino_t dir, const char *name, size_t len)
 {
 	/* ENOENT: the kernel has no such entry cached, nothing to drop */
-	fuse_lowlevel_notify_inval_entry(w.se, dir, name, len);
+	fuse_lowlevel_notify_inval_entry(w->se, dir, name, len);
 }
 
 /* Drops the kernel's entries for `name` and for the views a container of
  * that name would have beside it. */
-static void changed(const struct wdir *d, const char *name)
+static void changed(struct watch *w, const struct wdir *d, const char *name)
 {
-	inval(d->ino, name, strlen(name));
+	inval(w, d->ino, name, strlen(name));
 	const struct sf_format *f = sf_format_for(d->rel, name);
 	if (!f)
 		return;
 	size_t stem = strlen(name) - strlen(f->ext);
 	if (stem)
-		inval(d->ino, name, stem);
+		inval(w, d->ino, name, stem);
 	char dotd[NAME_MAX + 3];
 	if (snprintf(dotd, sizeof dotd, "%s.d", name) < (int)sizeof dotd)
-		inval(d->ino, dotd, strlen(dotd));
+		inval(w, d->ino, dotd, strlen(dotd));
 }
 
-static void handle(const struct inotify_event *ev)
+static void handle(struct watch *w, const struct inotify_event *ev)
 {
 	if (ev->mask & IN_IGNORED) {
-		pthread_mutex_lock(&w.lock);
-		if (ev->wd >= 0 && (size_t)ev->wd < w.ndirs) {
-			free(w.dirs[ev->wd].rel);
-			w.dirs[ev->wd].rel = NULL;
+		pthread_mutex_lock(&w->lock);
+		if (ev->wd >= 0 && (size_t)ev->wd < w->ndirs) {
+			free(w->dirs[ev->wd].rel);
+			w->dirs[ev->wd].rel = NULL;
 		}
-		pthread_mutex_unlock(&w.lock);
+		pthread_mutex_unlock(&w->lock);
 		return;
 	}
 	if (!ev->len || ev->wd < 0)
 		return;
 	struct wdir d = { 0 };
-	pthread_mutex_lock(&w.lock);
-	if ((size_t)ev->wd < w.ndirs && w.dirs[ev->wd].rel) {
-		d.ino = w.dirs[ev->wd].ino;
-		d.rel = strdup(w.dirs[ev->wd].rel);
+	pthread_mutex_lock(&w->lock);
+	if ((size_t)ev->wd < w->ndirs && w->dirs[ev->wd].rel) {
+		d.ino = w->dirs[ev->wd].ino;
+		d.rel = strdup(w->dirs[ev->wd].rel);
 	}
-	pthread_mutex_unlock(&w.lock);
+	pthread_mutex_unlock(&w->lock);
 	/* notified outside the lock: the kernel may call back into the
 	 * daemon while it drops the entries */
 	if (d.rel)
-		changed(&d, ev->name);
+		changed(w, &d, ev->name);
 	free(d.rel);
 }
 
 static void *run(void *arg)
 {
+	struct watch *w = arg;
 	char buf[64 * 1024] __attribute__((aligned(__alignof__(struct inotify_event))));
-	struct pollfd p[2] = { { w.fd, POLLIN, 0 }, { w.stop[0], POLLIN, 0 } };
+	struct pollfd p[2] = { { w->fd, POLLIN, 0 }, { w->stop[0], POLLIN, 0 } };
 	for (;;) {
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
@@ -134,7 +129,7 @@ static void *run(void *arg)
 		}
 		if (p[1].revents)
 			break;
-		ssize_t n = read(w.fd, buf, sizeof buf);
+		ssize_t n = read(w->fd, buf, sizeof buf);
 		if (n <= 0) {
 			if (n < 0 && (errno == EINTR || errno == EAGAIN))
 				continue;
@@ -142,53 +137,53 @@ static void *run(void *arg)
 		}
 		for (char *q = buf; q < buf + n;) {
 			const struct inotify_event *ev = (const struct inotify_event *)q;
-			handle(ev);
+			handle(w, ev);
 			q += sizeof *ev + ev->len;
 		}
 	}
 	return NULL;
 }
 
-int watch_start(struct fuse_session *se, const char *src)
+int watch_start(struct watch *w, struct fuse_session *se, const char *src)
 {
-	w.se = se;
-	w.src = strdup(src);
-	w.fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-	if (!w.src || w.fd < 0 || pipe2(w.stop, O_CLOEXEC) < 0) {
+	w->se = se;
+	w->src = strdup(src);
+	w->fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+	if (!w->src || w->fd < 0 || pipe2(w->stop, O_CLOEXEC) < 0) {
 		int rc = -errno;
-		watch_stop();
+		watch_stop(w);
 		return rc ? rc : -ENOMEM;
 	}
-	if (pthread_create(&w.thread, NULL, run, NULL) != 0) {
-		watch_stop();
+	if (pthread_create(&w->thread, NULL, run, w) != 0) {
+		watch_stop(w);
 		return -EAGAIN;
 	}
-	w.running = true;
+	w->running = true;
 	return 0;
 }
 
-void watch_stop(void)
+void watch_stop(struct watch *w)
 {
-	if (w.running) {
-		if (write(w.stop[1], "x", 1) < 0)
-			pthread_cancel(w.thread);
-		pthread_join(w.thread, NULL);
-		w.running = false;
+	if (w->running) {
+		if (write(w->stop[1], "x", 1) < 0)
+			pthread_cancel(w->thread);
+		pthread_join(w->thread, NULL);
+		w->running = false;
 	}
 	for (int i = 0; i < 2; i++)
-		if (w.stop[i] >= 0) {
-			close(w.stop[i]);
-			w.stop[i] = -1;
+		if (w->stop[i] >= 0) {
+			close(w->stop[i]);
+			w->stop[i] = -1;
 		}
-	if (w.fd >= 0) {
-		close(w.fd);
-		w.fd = -1;
+	if (w->fd >= 0) {
+		close(w->fd);
+		w->fd = -1;
 	}
-	for (size_t i = 0; i < w.ndirs; i++)
-		free(w.dirs[i].rel);
-	free(w.dirs);
-	w.dirs = NULL;
-	w.ndirs = 0;
-	free(w.src);
-	w.src = NULL;
+	for (size_t i = 0; i < w->ndirs; i++)
+		free(w->dirs[i].rel);
+	free(w->dirs);
+	w->dirs = NULL;
+	w->ndirs = 0;
+	free(w->src);
+	w->src = NULL;
 }

@@ -10,13 +10,33 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
+#include <pthread.h>
+#include <stdbool.h>
+
 #include "fnode.h"
 
+struct wdir;
+
+/* The daemon's (fs/daemon.h). */
+struct watch {
+	struct fuse_session *se;
+	char *src;
+	int fd;
+	int stop[2];
+	pthread_t thread;
+	bool running;
+	pthread_mutex_t lock;
+	struct wdir *dirs; /* indexed by watch descriptor */
+	size_t ndirs;
+};
+
+/* Before any other call: nothing watched yet. */
+void watch_init(struct watch *w);
 /* Starts the watcher thread for SRC at `src` (absolute). Returns 0, or a
  * negative errno when inotify is unavailable (the mount works without it). */
-int watch_start(struct fuse_session *se, const char *src);
+int watch_start(struct watch *w, struct fuse_session *se, const char *src);
 /* Watches SRC directory `dir` (once; cheap when already watched). */
-void watch_dir(struct fnode *dir);
-void watch_stop(void);
+void watch_dir(struct watch *w, struct fnode *dir);
+void watch_stop(struct watch *w);
 
 #endif

@@ -98,8 +98,10 @@ static void race_on(struct dcache *c, struct sf_part *p, int nthreads, int want_
 
 int main(void)
 {
+	struct stats stats;
+	stats_init(&stats);
 	struct sf_view *v = sf_view_new(NULL, "t");
-	struct dcache *c = dcache_new(1000);
+	struct dcache *c = dcache_new(1000, &stats);
 
 	/* 16 readers of one part: one decode */
 	struct sf_part *p = sf_view_part(v, produce_slow, NULL, 300, "p");
@@ -146,7 +148,7 @@ int main(void)
 	/* decodes running count against the budget: four readers of four
 	 * parts of 400 bytes never have more than 1000 bytes decoded or
 	 * being decoded */
-	struct dcache *small = dcache_new(1000);
+	struct dcache *small = dcache_new(1000, &stats);
 	budget_cache = small;
 	for (int round = 0; round < 3; round++) {
 		pthread_t t[4];
@@ -186,6 +188,6 @@ int main(void)
 	CHECK(atomic_load(&stats.cache_evictions) > 0);
 	dcache_free(c);
 	sf_view_unref(v);
-	errlog_fini();
+	stats_fini(&stats);
 	CHECK_DONE();
 }

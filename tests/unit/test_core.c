@@ -650,6 +650,64 @@ static void test_lazy(void)
 	sf_view_unref(v);
 }
 
+static int build_abc(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
+	(void)c;
+	(void)e;
+	return sf_file_set_text(f, "abc");
+}
+
+static void count_warning(void *arg, const char *path, const char *msg)
+{
+	(*(int *)arg)++;
+	CHECK(strcmp(path, "q") == 0 && strncmp(msg, "w", 1) == 0);
+}
+
+/* What a host may ask of a node without reading its fields: a directory's
+ * state, a file's size before and after its build. */
+static void test_queries(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "q");
+	struct sf_err e = { { 0 } };
+	struct sf_node *root = v ? sf_view_root(v) : NULL;
+	CHECK(root && sf_node_kind(root) == SF_DIR && sf_node_view(root) == v);
+	CHECK(sf_dir_is_populated(root) && !sf_dir_has_lookup(root));
+	struct sf_node *sized = sf_dir_add_file(root, "sized", 5);
+	struct sf_node *later = sf_dir_add_file(root, "later", 5);
+	struct sf_node *bad = sf_dir_add_file(root, "bad", 3);
+	struct sf_node *link = sf_dir_add_link(root, "l", 1, "sized");
+	CHECK(sized && later && bad && link);
+	CHECK(strcmp(sf_node_name(sized), "sized") == 0 && sf_node_host(sized) == NULL);
+	CHECK(sf_node_kind(link) == SF_LINK && strcmp(sf_link_target(link), "sized") == 0);
+	sf_file_set_build_sized(sized, build_abc, NULL, 3);
+	sf_file_set_build(later, build_abc, NULL);
+	CHECK(sf_file_set_broken(bad, 0, "damaged") == 0);
+	struct sf_file_size s = sf_file_size(sized);
+	CHECK(s.known && s.size == 3 && !s.broken);
+	s = sf_file_size(later);
+	CHECK(!s.known && s.size == 0 && !s.broken);
+	CHECK(sf_file_size(bad).broken);
+	CHECK(sf_file_ready(later, &sf_nocache, &e) == 0);
+	s = sf_file_size(later);
+	CHECK(s.known && s.size == 3);
+	sf_dir_set_populate(root, lazy_populate, NULL);
+	CHECK(!sf_dir_is_populated(root));
+	CHECK(sf_dir_set_lazy(root, make_text) == 0 && sf_dir_ready(root, &e) == 0);
+	CHECK(sf_dir_is_populated(root));
+	/* each warning is passed on once */
+	int seen = 0;
+	sf_view_warn(v, "w1");
+	sf_view_warn(v, "w2");
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 2);
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 2);
+	sf_view_warn(v, "w3");
+	sf_view_take_warnings(v, count_warning, &seen);
+	CHECK_EQ_U(seen, 3);
+	sf_view_unref(v);
+}
+
 int main(void)
 {
 	test_crc();
@@ -667,5 +725,6 @@ int main(void)
 	test_ids();
 	test_ids_bare();
 	test_lazy();
+	test_queries();
 	CHECK_DONE();
 }

@@ -1,0 +1,153 @@
+/* Attributes: what a node shows to stat (GETATTR), a symlink's target
+ * (READLINK) and the filesystem's figures (STATFS). The .shardfs/ files
+ * take a new snapshot of their content at each stat. */
+#include "attr.h"
+
+#include <limits.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
+
+#include "access.h"
+#include "listing.h"
+#include "loop.h"
+#include "request.h"
+#include "src.h"
+
+static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
+{
+	return m == META_STATS ? stats_json(&dm->stats, dcache_bytes(dm->cache),
+					    dcache_budget(dm->cache))
+			       : errlog_text(&dm->stats);
+}
+
+/* Takes a new snapshot of a .shardfs/ file for the reads that follow this
+ * lookup or stat; returns its length (0 when out of memory). */
+static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
+{
+	struct sf_buf *b = meta_content(dm, n->meta);
+	pthread_mutex_lock(&n->map_lock);
+	sf_buf_unref(n->snap);
+	n->snap = b;
+	clock_gettime(CLOCK_REALTIME, &n->snap_at);
+	pthread_mutex_unlock(&n->map_lock);
+	return b ? b->len : 0;
+}
+
+void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_ino = fnode_ino(n);
+	st->st_atim = n->st.st_atim;
+	st->st_mtim = n->st.st_mtim;
+	st->st_ctim = n->st.st_ctim;
+	st->st_blksize = 65536;
+	switch (n->kind) {
+	case FK_SRC_DIR:
+	case FK_META_DIR:
+		st->st_mode = S_IFDIR;
+		st->st_nlink = 2;
+		break;
+	case FK_SRC_FILE:
+		st->st_mode = S_IFREG;
+		st->st_nlink = 1;
+		st->st_size = n->st.st_size;
+		break;
+	case FK_SRC_OTHER:
+		st->st_mode = n->st.st_mode & S_IFMT;
+		st->st_nlink = 1;
+		st->st_size = n->st.st_size;
+		st->st_rdev = n->st.st_rdev;
+		break;
+	case FK_META_FILE:
+		/* live content: a new snapshot at every stat (attr timeout 0);
+		 * its new mtime makes the kernel drop the pages of the old one */
+		st->st_mode = S_IFREG;
+		st->st_nlink = 1;
+		st->st_size = (off_t)meta_snapshot(dm, n);
+		st->st_mtim = st->st_ctim = n->snap_at;
+		break;
+	case FK_VIEW:
+		st->st_nlink = 1;
+		if (sf_node_kind(n->vn) == SF_DIR) {
+			st->st_mode = S_IFDIR;
+			st->st_nlink = 2;
+		} else if (sf_node_kind(n->vn) == SF_LINK) {
+			st->st_mode = S_IFLNK;
+			st->st_size = (off_t)strlen(sf_link_target(n->vn));
+		} else {
+			/* a file listed before its build shows the size its
+			 * format announced (readdirplus) */
+			struct sf_file_size fs = sf_file_size(n->vn);
+			st->st_mode = S_IFREG;
+			st->st_size = (off_t)fs.size;
+			/* The kernel answers a read of a 0-byte file itself, as an
+			 * empty success: a file whose content failed (broken, or
+			 * never built) claims one byte so that reads reach op_read
+			 * and fail with EIO (docs/design.md §3.4). */
+			if (st->st_size == 0 && (fs.broken || !fs.known))
+				st->st_size = 1;
+		}
+		break;
+	}
+	access_fill(n, st);
+	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+int view_file_ready(struct daemon *dm, struct fnode *n)
+{
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE)
+		return 0;
+	struct sf_err e = { { 0 } };
+	/* a build that announced its size is cheap (sf_file_set_build_sized) */
+	if (!sf_file_size(n->vn).known)
+		loop_hand_off();
+	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
+	if (rc)
+		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
+	listing_report_warnings(dm, n->view);
+	return rc;
+}
+
+void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_GETATTR);
+	struct fnode *n = fn_of(req, ino);
+	struct stat st;
+	view_file_ready(daemon_of(req), n);
+	fill_attr(daemon_of(req), n, &st);
+	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
+	fuse_reply_attr(req, &st, t);
+}
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	count(req, REQ_READLINK);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
+		fuse_reply_readlink(req, sf_link_target(n->vn));
+		return;
+	}
+	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	char buf[PATH_MAX + 1];
+	int rc = src_readlink(daemon_of(req), n, buf);
+	if (rc)
+		reply_src_err(req, -rc);
+	else
+		fuse_reply_readlink(req, buf);
+}
+
+void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	count(req, REQ_STATFS);
+	struct statvfs sv;
+	if (fstatvfs(daemon_of(req)->src_fd, &sv) < 0) {
+		reply_src_err(req, errno);
+		return;
+	}
+	sv.f_flag |= ST_RDONLY;
+	fuse_reply_statfs(req, &sv);
+}

@@ -1,0 +1,41 @@
+/* The daemon's state: everything one mount holds, made in main() and given
+ * to the session as its userdata. Each request reaches it through
+ * fuse_req_userdata() and hands it down to what serves it; no file of fs/
+ * keeps state of its own beyond per-thread scratch. */
+#ifndef FS_DAEMON_H
+#define FS_DAEMON_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "cache.h"
+#include "fnode.h"
+#include "stats.h"
+#include "transport.h"
+#include "watch.h"
+
+struct daemon {
+	int src_fd;                   /* SRC's root: every access is beneath it */
+	struct ftree tree;            /* the inodes */
+	struct watch watch;           /* inotify on the SRC directories shown */
+	struct stats stats;           /* counters and the problem log */
+	struct dcache *cache;         /* decoded parts */
+	struct sf_cache *view_cache;  /* what views read through (the cache) */
+	struct fuse_session *se;      /* for notifications */
+	bool push_on_open;            /* small files are pushed at open */
+	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
+	 * first asked */
+	atomic_int residency_visible;
+	struct transport transport;   /* /dev/fuse, or FUSE over io_uring */
+};
+
+/* The daemon a request is served for. */
+static inline struct daemon *daemon_of(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+#endif

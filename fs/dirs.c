@@ -1,0 +1,271 @@
+/* Directory snapshots: OPENDIR takes the names a handle lists (a SRC
+ * directory's listing, or a view directory itself), READDIR and
+ * READDIRPLUS answer from them, RELEASEDIR drops them. */
+#include "dirs.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attr.h"
+#include "listing.h"
+#include "loop.h"
+#include "names.h"
+#include "request.h"
+#include "watch.h"
+
+/* A directory handle: the names it lists, taken when opened. A view
+ * directory's entries do not change once it is populated, so its handle
+ * lists them from the directory itself (`vdir`, after the n entries here):
+ * a fold of millions of members costs no copy of its names. */
+struct dirsnap {
+	size_t n;
+	struct dent {
+		char *name;
+		unsigned char type;
+		ino_t ino;
+		struct sf_node *vn; /* in a view: the node listed, if made */
+	} *e;
+	struct sf_node *vdir;
+	struct sf_view *view; /* holds vdir */
+};
+
+static void snap_free(struct dirsnap *s)
+{
+	for (size_t i = 0; i < s->n; i++)
+		free(s->e[i].name);
+	free(s->e);
+	sf_view_unref(s->view);
+	free(s);
+}
+
+static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned char type,
+		    ino_t ino)
+{
+	if (sf_grow(&s->e, cap, s->n, sizeof *s->e, 16))
+		return -ENOMEM;
+	if (!(s->e[s->n].name = strdup(name)))
+		return -ENOMEM;
+	s->e[s->n].type = type;
+	s->e[s->n].ino = ino;
+	s->e[s->n].vn = NULL;
+	s->n++;
+	return 0;
+}
+
+static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	watch_dir(&dm->watch, dir);
+	struct listing *l = NULL;
+	int rc = listing_get(dm, dir, &l);
+	for (size_t i = 0; rc == 0 && i < l->n; i++) {
+		const struct lentry *e = &l->e[i];
+		/* a view has no inode of its own until looked up: any unique
+		 * non-zero number will do for readdir */
+		ino_t ino = e->fmt ? (ino_t)(uintptr_t)e : e->st.st_ino;
+		rc = snap_add(s, cap, e->name, e->type, ino ? ino : 1);
+	}
+	listing_unref(l);
+	return rc;
+}
+
+static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
+{
+	struct sf_err e = { { 0 } };
+	struct sf_node *vn = dir->vn;
+	if (!sf_dir_is_populated(vn))
+		loop_hand_off();
+	int rc = sf_dir_ready(vn, &e);
+	listing_report_warnings(dm, dir->view);
+	if (rc) {
+		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
+		return -EIO;
+	}
+	s->vdir = vn;
+	s->view = sf_view_ref(dir->view);
+	return 0;
+}
+
+/* Entry i of a handle (0 <= i < dent_count), its name borrowed; a hidden
+ * view entry has a NULL name, to be skipped. A populated directory's
+ * entries never change, so they are read without the view's lock. */
+static size_t dent_count(const struct dirsnap *s)
+{
+	return s->n + (s->vdir ? sf_dir_count(s->vdir) : 0);
+}
+
+static struct dent dent_at(const struct dirsnap *s, size_t i)
+{
+	if (i < s->n)
+		return s->e[i];
+	struct sf_dirent d;
+	sf_dir_entry(s->vdir, i - s->n, &d);
+	unsigned char t = d.kind == SF_DIR ? DT_DIR : d.kind == SF_LINK ? DT_LNK : DT_REG;
+	return (struct dent){ .name = d.hidden ? NULL : (char *)d.name, .type = t,
+			      .ino = (ino_t)(uintptr_t)d.id, .vn = d.node };
+}
+
+/* The root's .shardfs/ lists its two files by name only, readdirplus too:
+ * their lookup takes the snapshot that reads serve. */
+static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
+{
+	int rc = snap_add(s, cap, "errors", DT_REG, fnode_ino(dir) + 1);
+	return rc ? rc : snap_add(s, cap, "stats.json", DT_REG, fnode_ino(dir) + 2);
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_OPENDIR);
+	struct fnode *n = fn_of(req, ino);
+	struct dirsnap *s = calloc(1, sizeof *s);
+	size_t cap = 0;
+	int rc = s ? 0 : -ENOMEM;
+	if (rc == 0)
+		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
+	if (rc == 0)
+		rc = snap_add(s, &cap, "..", DT_DIR, 1);
+	if (rc == 0) {
+		if (n->kind == FK_SRC_DIR)
+			rc = snap_src(daemon_of(req), n, s, &cap);
+		else if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_DIR)
+			rc = snap_view(daemon_of(req), n, s);
+		else if (n->kind == FK_META_DIR)
+			rc = snap_meta(n, s, &cap);
+		else
+			rc = -ENOTDIR;
+	}
+	if (rc) {
+		if (s)
+			snap_free(s);
+		reply_src_err(req, -rc);
+		return;
+	}
+	fi->fh = (uint64_t)(uintptr_t)s;
+	fi->cache_readdir = in_view(n);
+	fi->keep_cache = in_view(n);
+	fuse_reply_open(req, fi);
+}
+
+/* A readdirplus entry as a lookup of its name would answer it, with the
+ * lookup reference a LOOKUP reply takes (the kernel counts every entry but
+ * "." and ".." of a readdirplus reply). NULL leaves ep->ino 0: the kernel
+ * then only lists the name and sends a LOOKUP when the entry is used, as
+ * after a plain readdir (fuse_direntplus_link ignores a zero nodeid).
+ *
+ * A view file whose size is not known before its content is built (a text
+ * rendering, a part of unknown size, any build that is not declared cheap
+ * with sf_file_set_build_sized) goes that way too: listing a directory must
+ * never decode. Files already built, and those whose format announced their
+ * size (taridx members), get their attributes here. */
+static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
+				struct listing **l, struct fuse_entry_param *ep)
+{
+	if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
+		return NULL;
+	struct fnode *n = NULL;
+	double t = VIEW_TIMEOUT;
+	if (dir->kind == FK_SRC_DIR) {
+		if (find_src(dm, dir, d->name, true, l, &n))
+			return NULL;
+		t = SRC_TIMEOUT;
+	} else if (dir->kind == FK_VIEW) {
+		/* an on-demand entry's node is made (and pinned) by the lookup */
+		struct sf_err e = { { 0 } };
+		struct sf_node *vn = d->vn;
+		if (!vn && (sf_dir_find(dir->vn, d->name, &vn, &e) || !vn))
+			return NULL;
+		fnode_find(&dm->tree);
+		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
+			n = fnode_for_view(&dm->tree, dir, vn, NULL);
+		if (!d->vn)
+			sf_node_unpin(vn);
+		n = fnode_found(&dm->tree, n);
+	}
+	if (!n)
+		return NULL;
+	ep->ino = fnode_ino(n);
+	ep->generation = 1;
+	ep->attr_timeout = t;
+	ep->entry_timeout = t;
+	fill_attr(dm, n, &ep->attr);
+	return n;
+}
+
+/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool plus)
+{
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	struct fnode *dir = fn_of(req, ino);
+	char *buf = malloc(size);
+	/* the nodes this reply gives the kernel a reference on; an entry
+	 * takes at least FUSE_NAME_OFFSET_DIRENTPLUS (152) bytes */
+	struct fnode **held = plus ? malloc((size / 128 + 1) * sizeof *held) : NULL;
+	if (!buf || (plus && !held)) {
+		free(buf);
+		free(held);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	size_t used = 0, nheld = 0;
+	struct listing *l = NULL;
+	size_t total = dent_count(s);
+	for (size_t i = (size_t)off; i < total; i++) {
+		struct dent dd = dent_at(s, i);
+		const struct dent *d = &dd;
+		if (!d->name)
+			continue;
+		/* sized first: an entry that does not fit is left for the
+		 * next request, without a reference */
+		size_t k = plus ? fuse_add_direntry_plus(req, NULL, 0, d->name, NULL, 0)
+				: fuse_add_direntry(req, NULL, 0, d->name, NULL, 0);
+		if (k > size - used)
+			break;
+		if (plus) {
+			struct fuse_entry_param ep = { 0 };
+			ep.attr.st_ino = d->ino;
+			ep.attr.st_mode = (mode_t)d->type << 12;
+			struct fnode *n = plus_entry(daemon_of(req), dir, d, &l, &ep);
+			if (n)
+				held[nheld++] = n;
+			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
+					       (off_t)(i + 1));
+		} else {
+			struct stat st = { .st_ino = d->ino, .st_mode = (mode_t)d->type << 12 };
+			fuse_add_direntry(req, buf + used, size - used, d->name, &st,
+					  (off_t)(i + 1));
+		}
+		used += k;
+	}
+	listing_unref(l);
+	if (fuse_reply_buf(req, buf, used) != 0)
+		for (size_t i = 0; i < nheld; i++)
+			fnode_forget(&daemon_of(req)->tree, held[i], 1);
+	free(buf);
+	free(held);
+}
+
+void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	count(req, REQ_READDIR);
+	reply_dir(req, ino, size, off, fi, false);
+}
+
+/* libfuse 3.14 asks for READDIRPLUS and READDIRPLUS_AUTO when this is set:
+ * the kernel uses it for the first request of a listing and for later ones
+ * only when names of the directory were looked up in between (`ls -l`,
+ * `du`), and plain READDIR otherwise (names-only walks). */
+void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	count(req, REQ_READDIR);
+	reply_dir(req, ino, size, off, fi, true);
+}
+
+void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_RELEASEDIR);
+	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}

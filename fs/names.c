@@ -1,0 +1,211 @@
+/* Resolving names: LOOKUP in SRC directories (SRC's own entries first,
+ * then the views placed beside containers), in views, and in .shardfs/;
+ * FORGET. Each answer takes the kernel's lookup reference on its node. */
+#include "names.h"
+
+#include <string.h>
+
+#include "access.h"
+#include "attr.h"
+#include "loop.h"
+#include "request.h"
+#include "src.h"
+#include "watch.h"
+
+static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
+{
+	struct daemon *dm = daemon_of(req);
+	struct fuse_entry_param ep = { 0 };
+	ep.ino = fnode_ino(n);
+	ep.generation = 1;
+	ep.attr_timeout = timeout;
+	ep.entry_timeout = timeout;
+	view_file_ready(dm, n);
+	fill_attr(dm, n, &ep.attr);
+	if (fuse_reply_entry(req, &ep) != 0)
+		fnode_forget(&dm->tree, n, 1);
+}
+
+static void reply_negative(fuse_req_t req, double timeout)
+{
+	struct fuse_entry_param ep = { 0 };
+	ep.entry_timeout = timeout;
+	fuse_reply_entry(req, &ep);
+}
+
+/* The fnode for view `v` placed under `le->name` (the tree's lock held). */
+static struct fnode *view_root(struct ftree *t, struct fnode *dir, const struct lentry *le,
+			       struct sf_view *v)
+{
+	struct fnode *n = fnode_child(dir, le->name);
+	if (n && n->kind == FK_VIEW && n->view == v)
+		return n;
+	n = sf_node_host(sf_view_root(v));
+	if (!n) {
+		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
+		if (!n)
+			return NULL;
+		n->st = le->st;
+		access_narrow(&n->st, le->view);
+	}
+	fnode_attach(n);
+	return n;
+}
+
+/* Replies with a node the lookup took a reference on (NULL: out of memory). */
+static void reply_node(fuse_req_t req, struct fnode *n, double timeout)
+{
+	if (!n)
+		fuse_reply_err(req, ENOMEM);
+	else
+		reply_entry(req, n, timeout);
+}
+
+/* The root's .shardfs/ and its files, made on first lookup; returns the node
+ * with a lookup reference taken. */
+static struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name,
+			       enum fkind kind, enum meta_file which)
+{
+	fnode_find(t);
+	struct fnode *n = fnode_child(dir, name);
+	if (!n || n->kind != kind) {
+		n = fnode_new(t, kind, dir, name);
+		if (n) {
+			n->meta = which;
+			n->st = dir->st;
+			fnode_attach(n);
+		}
+	}
+	return fnode_found(t, n);
+}
+
+int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
+	     struct listing **l, struct fnode **out)
+{
+	int src = src_find(dm, dir, name, out);
+	if (src != -ENOENT)
+		return src;
+	if (!*l) {
+		int rc = whole ? listing_get(dm, dir, l) : listing_for_name(dm, dir, name, l);
+		if (rc)
+			return rc;
+		if (!*l)
+			return 0;
+	}
+	/* a lookup checks that the view still stands for its container; a
+	 * listing (whole) does not stat every container it lists, nor open
+	 * one: the kernel looks a view up when it is used, and that opens it */
+	const struct lentry *le = whole ? listing_view(*l, name)
+					: listing_view_now(dm, dir, name, l);
+	if (!le || (whole && !__atomic_load_n(&le->view, __ATOMIC_ACQUIRE)))
+		return 0;
+	struct sf_view *v = listing_open(dm, dir, *l, le);
+	if (!v)
+		return -ENOMEM;
+	fnode_find(&dm->tree);
+	*out = fnode_found(&dm->tree, view_root(&dm->tree, dir, le, v));
+	return *out ? 0 : -ENOMEM;
+}
+
+static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	struct daemon *dm = daemon_of(req);
+	watch_dir(&dm->watch, dir);
+	if (dir == dm->tree.root && strcmp(name, ".shardfs") == 0) {
+		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS),
+			   VIEW_TIMEOUT);
+		return;
+	}
+	struct listing *l = NULL;
+	struct fnode *n = NULL;
+	int rc = find_src(dm, dir, name, false, &l, &n);
+	listing_unref(l);
+	if (rc)
+		reply_src_err(req, -rc);
+	else if (!n)
+		reply_negative(req, SRC_TIMEOUT);
+	else
+		reply_entry(req, n, SRC_TIMEOUT);
+}
+
+static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	struct daemon *dm = daemon_of(req);
+	if (sf_node_kind(dir->vn) != SF_DIR) {
+		fuse_reply_err(req, ENOTDIR);
+		return;
+	}
+	struct sf_err e = { { 0 } };
+	struct sf_node *kid = NULL;
+	/* a lookup hook answers quickly (but for its first call); a populate
+	 * lists the whole directory */
+	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
+		loop_hand_off();
+	int rc = sf_dir_find(dir->vn, name, &kid, &e);
+	listing_report_warnings(dm, dir->view);
+	if (rc) {
+		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	if (!kid) {
+		reply_negative(req, VIEW_TIMEOUT);
+		return;
+	}
+	fnode_find(&dm->tree);
+	struct fnode *n = fnode_for_view(&dm->tree, dir, kid, NULL);
+	/* the fnode holds the node now (or, out of memory, nothing does) */
+	sf_node_unpin(kid);
+	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
+}
+
+static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	enum meta_file which;
+	if (strcmp(name, "stats.json") == 0)
+		which = META_STATS;
+	else if (strcmp(name, "errors") == 0)
+		which = META_ERRORS;
+	else {
+		reply_negative(req, VIEW_TIMEOUT);
+		return;
+	}
+	reply_node(req, meta_node(&daemon_of(req)->tree, dir, name, FK_META_FILE, which), 0);
+}
+
+void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	count(req, REQ_LOOKUP);
+	struct fnode *dir = fn_of(req, parent);
+	switch (dir->kind) {
+	case FK_SRC_DIR:
+		lookup_src(req, dir, name);
+		break;
+	case FK_VIEW:
+		lookup_view(req, dir, name);
+		break;
+	case FK_META_DIR:
+		lookup_meta(req, dir, name);
+		break;
+	default:
+		fuse_reply_err(req, ENOTDIR);
+	}
+}
+
+void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	count(req, REQ_FORGET);
+	if (ino != FUSE_ROOT_ID)
+		fnode_forget(&daemon_of(req)->tree, fn_of(req, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
+{
+	for (size_t i = 0; i < n; i++) {
+		count(req, REQ_FORGET);
+		if (f[i].ino != FUSE_ROOT_ID)
+			fnode_forget(&daemon_of(req)->tree, fn_of(req, f[i].ino), f[i].nlookup);
+	}
+	fuse_reply_none(req);
+}

@@ -1,0 +1,238 @@
+/* Reading: OPEN pins the version a handle reads, READ answers from
+ * mappings and the views' extents (handing the request loop on first when
+ * the bytes are not in memory), and the small-file push at IOCTL. */
+#include "reading.h"
+
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "attr.h"
+#include "loop.h"
+#include "request.h"
+#include "sf_fault.h"
+#include "sf_read.h"
+#include "src.h"
+#include "uring.h"
+
+/* An open pins the version its inode stands for: a SRC file is mapped here
+ * (a view holds its container's mapping already), so a handle keeps reading
+ * the bytes it opened even when the file is replaced in SRC before its first
+ * read. When the version is already gone, ESTALE makes the kernel look the
+ * name up again and retry the open once, which then finds the new version.
+ * Content never changes under an inode, so the kernel keeps its page cache
+ * across opens; files keep no per-open state (RELEASE and FLUSH have no
+ * handler). Answering costs one round trip per open (docs/performance.md). */
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_OPEN);
+	struct fnode *n = fn_of(req, ino);
+	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
+	if (rc) {
+		reply_src_err(req, -rc);
+		return;
+	}
+	fi->keep_cache = 1;
+	fuse_reply_open(req, fi);
+}
+
+/* Copying mapped bytes that are not in memory waits for the disk: before
+ * that, the request loop hands the wait for requests to another thread
+ * (otherwise cold reads from several readers would be served one at a
+ * time). mincore() tells about the page cache only to root and to the
+ * owner (or a writer) of a file; anyone else learns only about the pages
+ * it has mapped, which would make every first read look cold and cost a
+ * hand-off. So the check is made when the daemon runs as root or owns SRC,
+ * and otherwise left to the loop's watch. */
+static bool residency_visible(struct daemon *dm)
+{
+	int k = atomic_load(&dm->residency_visible);
+	if (k < 0) {
+		struct stat st;
+		k = geteuid() == 0 || (fstat(dm->src_fd, &st) == 0 && st.st_uid == geteuid());
+		atomic_store(&dm->residency_visible, k);
+	}
+	return k;
+}
+
+static void hand_off_unless_resident(struct daemon *dm, const struct sf_readv *rv)
+{
+	if (!rv->from_map || !residency_visible(dm))
+		return;
+	const struct iovec *iov = rv->iov;
+	size_t n = rv->n;
+	const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	unsigned char vec[256];
+	for (size_t i = 0; i < n; i++) {
+		uintptr_t a = (uintptr_t)iov[i].iov_base & ~(uintptr_t)(page - 1);
+		uintptr_t end = (uintptr_t)iov[i].iov_base + iov[i].iov_len;
+		while (a < end) {
+			size_t len = end - a;
+			if (len > sizeof vec * page)
+				len = sizeof vec * page;
+			if (mincore((void *)a, len, vec) != 0) {
+				loop_hand_off();
+				return;
+			}
+			for (size_t k = 0; k < (len + page - 1) / page; k++)
+				if (!(vec[k] & 1)) {
+					loop_hand_off();
+					return;
+				}
+			a += len;
+		}
+	}
+}
+
+static void account(struct stats *stats, const struct sf_readv *rv)
+{
+	stat_add(&stats->bytes_from_map, rv->from_map);
+	stat_add(&stats->bytes_from_cache, rv->from_cache);
+	stat_add(&stats->bytes_synthesized, rv->from_synth);
+}
+
+/* Every READ gets an answer, whatever its pieces: writev takes at most
+ * IOV_MAX of them (the reply's header is one), and a reply that fails to be
+ * written is lost, its reader left waiting. The kernel copies the reply
+ * from the mappings: a page of the source that fails there (truncated,
+ * storage failing) fails the reply with EFAULT, and the kernel answers the
+ * reader EIO. */
+static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
+{
+	struct daemon *dm = daemon_of(req);
+	hand_off_unless_resident(dm, rv);
+	int rc = sf_readv_fit(rv, IOV_MAX - 1);
+	if (rc) {
+		errlog_add(&dm->stats, path,
+			   rc == -EIO ? "a mapped page of the source could not be read"
+				      : strerror(-rc));
+		fuse_reply_err(req, -rc);
+		return;
+	}
+	account(&dm->stats, rv);
+	if (rv->n)
+		rc = fuse_reply_iov(req, rv->iov, (int)rv->n);
+	else
+		rc = fuse_reply_buf(req, NULL, 0);
+	if (rc == -EFAULT)
+		errlog_add(&dm->stats, path,
+			   "reading the source failed (truncated or its storage fails)");
+	else if (rc && rc != -ENOENT)
+		errlog_add(&dm->stats, path, "the answer could not be written to /dev/fuse");
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	count(req, REQ_READ);
+	struct daemon *dm = daemon_of(req);
+	struct fnode *n = fn_of(req, ino);
+	struct sf_readv rv = { 0 };
+	if (n->kind == FK_SRC_FILE) {
+		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
+		if (rc)
+			reply_src_err(req, -rc);
+		else
+			reply_readv(req, &rv, n->rel);
+		sf_readv_release(&rv);
+		return;
+	}
+	if (n->kind == FK_META_FILE) {
+		pthread_mutex_lock(&n->map_lock);
+		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
+		pthread_mutex_unlock(&n->map_lock);
+		if (!b) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
+		if (len > size)
+			len = size;
+		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+		sf_buf_unref(b);
+		return;
+	}
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE) {
+		fuse_reply_err(req, EISDIR);
+		return;
+	}
+	if (view_file_ready(dm, n)) {
+		fuse_reply_err(req, EIO);
+		return;
+	}
+	struct sf_err e = { { 0 } };
+	int rc = sf_file_read(n->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
+	if (rc) {
+		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
+		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
+	} else {
+		reply_readv(req, &rv, n->vpath);
+	}
+	sf_readv_release(&rv);
+	dcache_read_done();
+}
+
+/* Python's open() asks isatty() of every file it opens, and the kernel sends
+ * that to us as an IOCTL, right after the OPEN. The content of a small file
+ * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
+ * read that follows needs no READ round trip. Once per node: pages the
+ * kernel drops later come back through READ. The store waits for any page a READ of the same file has locked, so
+ * with a single request thread (which could be the one owing that READ) it
+ * is not done. */
+#define PUSH_MAX (128 * 1024)
+
+/* The whole content of a small file as pieces; false when the file is not
+ * a small regular file or its content fails (the read that follows reports
+ * the failure). */
+static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
+{
+	if (n->kind == FK_SRC_FILE)
+		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
+		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
+	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || view_file_ready(dm, n))
+		return false;
+	uint64_t size = sf_file_size(n->vn).size;
+	struct sf_err e = { { 0 } };
+	return size > 0 && size <= PUSH_MAX &&
+	       sf_file_read(n->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
+}
+
+static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
+{
+	/* over io_uring a READ is cheap, and a store could wait for one
+	 * that no entry is left to take (fs/uring.h) */
+	if (!dm->push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
+		return;
+	struct sf_readv rv = { 0 };
+	struct sf_err e;
+	uint8_t *copy = NULL;
+	if (small_content(dm, n, &rv))
+		copy = malloc(rv.bytes);
+	if (copy)
+		hand_off_unless_resident(dm, &rv);
+	/* libfuse copies the pieces in user space (a store is never spliced):
+	 * copied here instead, guarded, so that a failing source page fails
+	 * the push (the read that follows reports it), not the daemon */
+	if (copy && sf_guard_copy(&rv, copy, &e) == 0) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
+		bv.buf[0].mem = copy;
+		if (fuse_lowlevel_notify_store(dm->se, ino, 0, &bv, 0) == 0) {
+			account(&dm->stats, &rv);
+			stat_add(&dm->stats.bytes_pushed, rv.bytes);
+		}
+	}
+	free(copy);
+	sf_readv_release(&rv);
+	dcache_read_done();
+}
+
+void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	count(req, REQ_IOCTL);
+	push_small(daemon_of(req), ino, fn_of(req, ino));
+	fuse_reply_err(req, ENOTTY);
+}

@@ -1,0 +1,126 @@
+#include "src.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "sf_map.h"
+#include "sf_open.h"
+#include "stats.h"
+
+bool same_version(const struct stat *a, const struct stat *b)
+{
+	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
+	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
+	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
+}
+
+/* The fnode for SRC entry `name` of `dir` as it is now (the tree's lock held). */
+static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *name,
+			       const struct stat *st)
+{
+	struct fnode *n = fnode_child(dir, name);
+	if (n && n->kind != FK_VIEW && S_ISDIR(st->st_mode) && S_ISDIR(n->st.st_mode) &&
+	    n->st.st_dev == st->st_dev && n->st.st_ino == st->st_ino) {
+		/* a directory stays the same node as its entries change */
+		n->st = *st;
+		return n;
+	}
+	if (n && n->kind != FK_VIEW && same_version(&n->st, st))
+		return n;
+	enum fkind k = S_ISDIR(st->st_mode) ? FK_SRC_DIR :
+		       S_ISREG(st->st_mode) ? FK_SRC_FILE : FK_SRC_OTHER;
+	n = fnode_new(t, k, dir, name);
+	if (!n)
+		return NULL;
+	n->st = *st;
+	if (!(n->rel = sf_path_join(dir->rel, name))) {
+		fnode_forget(t, n, 0);
+		return NULL;
+	}
+	fnode_attach(n);
+	return n;
+}
+
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
+{
+	*out = NULL;
+	char *rel = sf_path_join(dir->rel, name);
+	if (!rel)
+		return -ENOMEM;
+	struct stat st;
+	int rc = sf_lstat_beneath(dm->src_fd, rel, &st);
+	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
+		errlog_add(&dm->stats, rel,
+			   "a symlink on its path: shardfs follows no symlink in SRC");
+	free(rel);
+	if (rc)
+		return rc;
+	fnode_find(&dm->tree);
+	*out = fnode_found(&dm->tree, src_child(&dm->tree, dir, name, &st));
+	return *out ? 0 : -ENOMEM;
+}
+
+int src_map_file(struct daemon *dm, struct fnode *n)
+{
+	int rc = 0;
+	pthread_mutex_lock(&n->map_lock);
+	if (!n->map) {
+		struct sf_err e = { { 0 } };
+		struct sf_map *m = NULL;
+		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
+		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
+			errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
+		if (rc == 0 && !same_version(&m->st, &n->st)) {
+			/* replaced between lookup and open: the version
+			 * this inode stands for is gone */
+			sf_map_unref(m);
+			rc = -ESTALE;
+		} else if (rc == 0) {
+			n->map = m;
+		}
+	}
+	pthread_mutex_unlock(&n->map_lock);
+	return rc;
+}
+
+int src_read(struct daemon *dm, struct fnode *n, uint64_t off, uint64_t size,
+	     struct sf_readv *rv)
+{
+	int rc = src_map_file(dm, n);
+	if (rc)
+		return rc;
+	/* a page past a file's new end would be served as zeros */
+	struct sf_err e = { { 0 } };
+	if ((rc = sf_map_check(n->map, &e))) {
+		errlog_add(&dm->stats, n->rel, e.msg);
+		return rc;
+	}
+	uint64_t len = off >= n->map->size ? 0 : n->map->size - off;
+	if (len > size)
+		len = size;
+	if (!len)
+		return 0;
+	if (!(rv->iov = malloc(sizeof *rv->iov)))
+		return -ENOMEM;
+	rv->iov[0] = (struct iovec){ (uint8_t *)n->map->data + off, len };
+	rv->n = rv->cap = 1;
+	rv->bytes = rv->from_map = len;
+	return 0;
+}
+
+int src_readlink(struct daemon *dm, struct fnode *n, char *buf)
+{
+	struct sf_err e;
+	int fd = sf_open_beneath(dm->src_fd, n->rel, SF_WANT_ENTRY, n->rel, &e);
+	if (fd < 0)
+		return fd;
+	ssize_t k = readlinkat(fd, "", buf, PATH_MAX);
+	int rc = k < 0 ? -errno : 0;
+	close(fd);
+	if (k >= 0)
+		buf[k] = 0;
+	return rc;
+}

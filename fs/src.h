@@ -1,0 +1,33 @@
+/* The SRC side: the tree the mount shows, reached only beneath its root
+ * (no symlink followed, docs/security.md), and the fnodes that stand for
+ * its entries, one per version of a file. */
+#ifndef FS_SRC_H
+#define FS_SRC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "fnode.h"
+#include "sf_read.h"
+
+struct daemon;
+
+/* Whether two stats describe the same version of a file: a file replaced
+ * or rewritten in SRC is a new version. */
+bool same_version(const struct stat *a, const struct stat *b);
+/* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
+ * kernel's lookup reference taken (*out); -ENOENT when SRC has no such
+ * entry, another -errno on failure. */
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out);
+/* Maps SRC file `n` once, pinning the version it stands for: -ESTALE when
+ * the file was replaced since it was looked up. */
+int src_map_file(struct daemon *dm, struct fnode *n);
+/* [off, off+size) of SRC file `n` (clipped to its size), as mapped bytes. */
+int src_read(struct daemon *dm, struct fnode *n, uint64_t off, uint64_t size,
+	     struct sf_readv *rv);
+/* The target of SRC symlink `n` into buf (PATH_MAX + 1 bytes, terminated);
+ * 0 or -errno. */
+int src_readlink(struct daemon *dm, struct fnode *n, char *buf);
+
+#endif
