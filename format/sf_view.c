@@ -130,9 +130,8 @@ struct sf_lazy {
 	size_t n, cap;
 	char *names;
 	size_t nlen, ncap;
-	/* entry + 1 by name, at most half full */
-	uint32_t *index;
-	size_t index_cap;
+	/* entries by name (4 bytes a slot: the names are at hand to compare) */
+	struct sf_ids index;
 	/* the nodes alive, by key */
 	struct sf_hash live;
 };
@@ -153,7 +152,7 @@ static void lazy_free(struct sf_lazy *z)
 	sf_hash_free(&z->live);
 	free(z->ent);
 	free(z->names);
-	free(z->index);
+	sf_ids_free(&z->index);
 	free(z);
 }
 
@@ -172,35 +171,41 @@ static bool key_is(const void *key, const void *node)
 	return ((const struct sf_node *)node)->key == *(const uint32_t *)key;
 }
 
+static uint64_t ent_hash(const void *z, uint32_t i)
+{
+	return name_hash(ent_name(z, i));
+}
+
+struct ent_key {
+	const struct sf_lazy *z;
+	const char *name;
+};
+
+static bool ent_named(const void *key, uint32_t i)
+{
+	const struct ent_key *k = key;
+	return strcmp(ent_name(k->z, i), k->name) == 0;
+}
+
 int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
 {
 	struct sf_lazy *z = calloc(1, sizeof *z);
 	if (!z)
 		return -ENOMEM;
 	z->make = make;
+	z->index = (struct sf_ids){ .hash_of = ent_hash, .ctx = z };
 	dir->u.dir.lazy = z;
 	return 0;
 }
 
 /* The entry named `name`, or -1. */
-static long lazy_find(const struct sf_lazy *z, const char *name)
+static long lazy_find(struct sf_lazy *z, const char *name)
 {
-	if (!z || !z->index_cap)
+	if (!z)
 		return -1;
-	size_t mask = z->index_cap - 1;
-	for (size_t i = name_hash(name) & mask; z->index[i]; i = (i + 1) & mask)
-		if (strcmp(ent_name(z, z->index[i] - 1), name) == 0)
-			return (long)(z->index[i] - 1);
-	return -1;
-}
-
-static void lazy_index_put(struct sf_lazy *z, size_t k)
-{
-	size_t mask = z->index_cap - 1;
-	size_t i = name_hash(ent_name(z, k)) & mask;
-	while (z->index[i])
-		i = (i + 1) & mask;
-	z->index[i] = (uint32_t)(k + 1);
+	struct ent_key k = { z, name };
+	uint32_t *i = sf_ids_find(&z->index, name_hash(name), ent_named, &k);
+	return i ? (long)*i : -1;
 }
 
 static int lazy_append(struct sf_lazy *z, const char *name, enum sf_kind kind, uint32_t key,
@@ -209,32 +214,17 @@ static int lazy_append(struct sf_lazy *z, const char *name, enum sf_kind kind, u
 	size_t len = strlen(name) + 1;
 	if (z->n >= UINT32_MAX - 1 || z->nlen + len > UINT32_MAX)
 		return -EOVERFLOW;
-	if (sf_grow(&z->ent, &z->cap, z->n, sizeof *z->ent, 64))
+	/* the index may grow (asking the entries' hashes) before the entry is
+	 * in: it is added last, when nothing else can fail */
+	if (sf_grow(&z->ent, &z->cap, z->n, sizeof *z->ent, 64) ||
+	    sf_grow(&z->names, &z->ncap, z->nlen + len - 1, 1, 1024) ||
+	    sf_ids_put(&z->index, name_hash(name), (uint32_t)z->n))
 		return -ENOMEM;
-	while (z->nlen + len > z->ncap) {
-		size_t cap = z->ncap ? z->ncap * 2 : 1024;
-		char *p = realloc(z->names, cap);
-		if (!p)
-			return -ENOMEM;
-		z->names = p;
-		z->ncap = cap;
-	}
-	if ((z->n + 1) * 2 > z->index_cap) {
-		size_t cap = z->index_cap ? z->index_cap * 2 : 64;
-		uint32_t *idx = calloc(cap, sizeof *idx);
-		if (!idx)
-			return -ENOMEM;
-		free(z->index);
-		z->index = idx;
-		z->index_cap = cap;
-		for (size_t i = 0; i < z->n; i++)
-			lazy_index_put(z, i);
-	}
 	memcpy(z->names + z->nlen, name, len);
 	z->ent[z->n] = (struct lazy_ent){ .key = key, .aux = aux, .name = (uint32_t)z->nlen,
 					  .kind = (uint8_t)kind };
 	z->nlen += len;
-	lazy_index_put(z, z->n++);
+	z->n++;
 	return 0;
 }
 

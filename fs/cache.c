@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sf_hash.h"
 #include "sf_map.h"
 #include "stats.h"
 
@@ -15,7 +16,6 @@ struct entry {
 	bool loading;
 	int waiters;
 	struct entry *prev, *next; /* LRU list, most recent first */
-	struct entry *hnext;       /* hash chain */
 };
 
 struct dcache {
@@ -24,8 +24,7 @@ struct dcache {
 	pthread_cond_t loaded;
 	uint64_t budget, bytes;
 	uint64_t reserved;        /* the declared sizes of the decodes running */
-	struct entry **hash;
-	size_t hcap, count;
+	struct sf_hash entries;    /* by id_hash of the part id */
 	struct entry *head, *tail;
 	void (*on_slow)(void);
 	struct stats *stats;      /* counts hits, misses, evictions, decodes */
@@ -42,17 +41,16 @@ static void slow(const struct dcache *c)
 		c->on_slow();
 }
 
-static size_t bucket(const struct dcache *c, uint64_t id)
+/* Odd-multiplier hashing: one id per hash, so the hash alone finds an
+ * entry, and its top bits (where sf_hash looks) are well mixed. */
+static uint64_t id_hash(uint64_t id)
 {
-	return (size_t)((id * 0x9E3779B97F4A7C15ull) >> 20) & (c->hcap - 1);
+	return id * 0x9E3779B97F4A7C15ull;
 }
 
 static struct entry *find(struct dcache *c, uint64_t id)
 {
-	for (struct entry *e = c->hash[bucket(c, id)]; e; e = e->hnext)
-		if (e->id == id)
-			return e;
-	return NULL;
+	return sf_hash_get(&c->entries, id_hash(id), NULL, NULL);
 }
 
 static void lru_unlink(struct dcache *c, struct entry *e)
@@ -79,33 +77,14 @@ static void lru_front(struct dcache *c, struct entry *e)
 		c->tail = e;
 }
 
-static void rehash(struct dcache *c)
+static bool same_entry(const void *key, const void *val)
 {
-	size_t cap = c->hcap * 2;
-	struct entry **h = calloc(cap, sizeof *h);
-	if (!h)
-		return;
-	struct entry **old = c->hash;
-	size_t oldcap = c->hcap;
-	c->hash = h;
-	c->hcap = cap;
-	for (size_t i = 0; i < oldcap; i++)
-		for (struct entry *e = old[i], *nx; e; e = nx) {
-			nx = e->hnext;
-			size_t b = bucket(c, e->id);
-			e->hnext = h[b];
-			h[b] = e;
-		}
-	free(old);
+	return key == val;
 }
 
 static void hash_remove(struct dcache *c, struct entry *e)
 {
-	struct entry **pp = &c->hash[bucket(c, e->id)];
-	while (*pp != e)
-		pp = &(*pp)->hnext;
-	*pp = e->hnext;
-	c->count--;
+	sf_hash_del(&c->entries, id_hash(e->id), same_entry, e);
 }
 
 static void drop(struct dcache *c, struct entry *e)
@@ -260,12 +239,11 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	}
 	e->id = part->id;
 	e->loading = true;
-	if (c->count * 2 >= c->hcap)
-		rehash(c);
-	size_t b = bucket(c, e->id);
-	e->hnext = c->hash[b];
-	c->hash[b] = e;
-	c->count++;
+	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
+		free(e);
+		pthread_mutex_unlock(&c->lock);
+		return sf_fail(err, -ENOMEM, "out of memory");
+	}
 	lru_front(c, e);
 	/* a part of unknown size reserves nothing: it is counted once made */
 	uint64_t claim = size == SF_SIZE_UNKNOWN ? 0 : size;
@@ -318,12 +296,6 @@ struct dcache *dcache_new(uint64_t budget, struct stats *stats)
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->stats = stats;
-	c->hcap = 1024;
-	c->hash = calloc(c->hcap, sizeof *c->hash);
-	if (!c->hash) {
-		free(c);
-		return NULL;
-	}
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
 	return c;
@@ -335,7 +307,7 @@ void dcache_free(struct dcache *c)
 		return;
 	while (c->head)
 		drop(c, c->head);
-	free(c->hash);
+	sf_hash_free(&c->entries);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->loaded);
 	free(c);

@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "sf_fault.h"
+#include "sf_hash.h"
 #include "sf_name.h"
 #include "tx.h"
 
@@ -19,6 +20,11 @@ static bool bit_get(const uint8_t *bits, uint64_t i)
 static void bit_set(uint8_t *bits, uint64_t i)
 {
 	bits[i / 8] |= (uint8_t)(1u << (i % 8));
+}
+
+static void bit_clear(uint8_t *bits, uint64_t i)
+{
+	bits[i / 8] &= (uint8_t)~(1u << (i % 8));
 }
 
 /* The listing reads every header, and lookups the index rows: pages read
@@ -270,45 +276,42 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 
 /* ---- listing ------------------------------------------------------------ */
 
-/* Full paths of members mapped to the row that shows each (the last one in
- * fid, offset order), built for one listing and dropped after it. */
-struct winners {
-	struct slot {
-		uint64_t hash;
-		uint32_t row1; /* row + 1; 0 = free */
-	} *slot;
-	size_t mask;
-};
-
+/* One listing's walk. Full paths of members map to the row that shows each
+ * (the last one in fid, offset order) in 8 bytes a slot, and a bit per row
+ * says whether the row is that one; both are dropped after the listing. */
 struct walk {
 	struct tx_fold *f;
-	struct winners w;
-	/* the path being listed, the path of a slot it is compared with, and
+	struct sf_ids winner;
+	uint8_t *won;
+	/* the path being listed, the path of a row it is compared with, and
 	 * the path a hard link names */
 	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
 };
 
-static bool same_path(struct walk *k, uint32_t r, const uint8_t *path, size_t len)
+struct path_key {
+	struct walk *k;
+	const uint8_t *path;
+	size_t len;
+};
+
+static bool same_path(const void *key, uint32_t r)
 {
+	const struct path_key *p = key;
+	struct walk *k = p->k;
 	struct tx_member m;
 	struct tx_str link;
 	size_t olen;
 	tx_member_check(k->f, r, &m);
-	return !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) && olen == len &&
-	       memcmp(k->other, path, len) == 0;
+	return !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) &&
+	       olen == p->len && memcmp(k->other, p->path, olen) == 0;
 }
 
-/* The slot of `path`, or the free slot where it would go. */
-static struct slot *winner_slot(struct walk *k, const uint8_t *path, size_t len)
+/* Where the row that shows `path` is kept, or NULL; *hash is the path's. */
+static uint32_t *winner_of(struct walk *k, const uint8_t *path, size_t len, uint64_t *hash)
 {
-	uint64_t h = XXH64(path, len, 0);
-	for (size_t i = h & k->w.mask;; i = (i + 1) & k->w.mask) {
-		struct slot *s = &k->w.slot[i];
-		if (!s->row1 || (s->hash == h && same_path(k, s->row1 - 1, path, len))) {
-			s->hash = h;
-			return s;
-		}
-	}
+	struct path_key key = { k, path, len };
+	*hash = XXH64(path, len, 0);
+	return sf_ids_find(&k->winner, *hash, same_path, &key);
 }
 
 /* True when member m (row r) is a file, link or symlink with a path. */
@@ -350,15 +353,17 @@ static long link_target(struct walk *k, struct tx_str link)
 		size_t tlen = 0;
 		if (tx_path_append(k->target, TX_PATH_MAX, &tlen, link.p, link.len) || !tlen)
 			return -1;
-		struct slot *s = winner_slot(k, k->target, tlen);
-		if (!s->row1)
+		uint64_t h;
+		uint32_t *w = winner_of(k, k->target, tlen, &h);
+		if (!w)
 			return -1;
+		uint32_t r = *w;
 		struct tx_member m;
 		size_t plen;
-		if (!member_at(k, s->row1 - 1, &m, &plen, &link))
+		if (!member_at(k, r, &m, &plen, &link))
 			return -1;
 		if (m.kind == TX_FILE)
-			return (long)(s->row1 - 1);
+			return (long)r;
 		if (m.kind != TX_HARDLINK)
 			return -1;
 	}
@@ -371,17 +376,15 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	/* entries can now be searched without coming back to the lookup hook */
 	root->u.dir.populated = true;
 	struct walk *k = calloc(1, sizeof *k);
-	size_t cap = 16;
-	while (cap < 2 * f->ix.n_rows)
-		cap *= 2;
-	if (k)
-		k->w.slot = calloc(cap, sizeof *k->w.slot);
-	if (!k || !k->w.slot) {
+	/* room for every row, so that no put below fails */
+	if (!k || !(k->won = calloc(f->ix.n_rows / 8 + 1, 1)) ||
+	    sf_ids_reset(&k->winner, f->ix.n_rows)) {
+		if (k)
+			free(k->won);
 		free(k);
 		return sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 	}
 	k->f = f;
-	k->w.mask = cap - 1;
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
@@ -389,20 +392,28 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 		read_rows(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
-		struct slot *s = winner_slot(k, k->path, plen);
+		uint64_t h;
+		uint32_t *w = winner_of(k, k->path, plen, &h);
+		if (!w) {
+			(void)sf_ids_put(&k->winner, h, r);
+			bit_set(k->won, r);
+			continue;
+		}
 		struct tx_row prev;
-		if (s->row1)
-			tx_row_get(&f->ix, s->row1 - 1, &prev);
-		if (!s->row1 || m.row.fid > prev.fid || (m.row.fid == prev.fid && m.row.off >= prev.off))
-			s->row1 = r + 1;
+		tx_row_get(&f->ix, *w, &prev);
+		if (m.row.fid > prev.fid || (m.row.fid == prev.fid && m.row.off >= prev.off)) {
+			bit_clear(k->won, *w);
+			bit_set(k->won, r);
+			*w = r;
+		}
 	}
 	int rc = 0;
 	/* the names the lookup hook gave out come first, as they were given */
 	for (int hooked = 1; hooked >= 0; hooked--) {
 		for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 			read_rows(f);
-			if (bit_get(f->hooked_member, r) != hooked || !member_at(k, r, &m, &plen, &link) ||
-			    winner_slot(k, k->path, plen)->row1 != r + 1)
+			if (bit_get(f->hooked_member, r) != hooked || !bit_get(k->won, r) ||
+			    !member_at(k, r, &m, &plen, &link))
 				continue;
 			uint32_t aux = r;
 			if (m.kind == TX_HARDLINK) {
@@ -427,7 +438,8 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
 	}
-	free(k->w.slot);
+	sf_ids_free(&k->winner);
+	free(k->won);
 	free(k);
 	return rc;
 }

@@ -13,7 +13,7 @@
  *   members of a sample all lie in one run of rows sharing a (keyhash,
  *   crashid) pair, so a run at a time is grouped and nothing is kept;
  * - chains: otherwise the counting pass links each member row to the next
- *   member of its sample (4 bytes per row, plus a table of 16 bytes per
+ *   member of its sample (4 bytes per row, plus a table of 8 bytes per
  *   slot dropped after the pass), and a sample is produced at its first
  *   row by following the links. */
 #include <errno.h>
@@ -21,6 +21,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_hash.h"
 #include "sf_json.h"
 #include "sf_name.h"
 #include "tx.h"
@@ -69,8 +70,7 @@ struct scratch {
 	size_t n, cap;
 	struct sf_str paths;
 	uint8_t raw[TX_PATH_MAX];
-	uint32_t *slot; /* grouping table over the window: member index + 1 */
-	size_t slotcap;
+	struct sf_ids group; /* grouping table over the window: member indexes */
 };
 
 /* A scratch on the heap (its path buffer is 64 KiB: not for a daemon
@@ -81,9 +81,9 @@ static struct scratch *scratch_new(struct tx_fold *f)
 	if (s) {
 		s->f = f;
 		s->m = NULL;
-		s->n = s->cap = s->slotcap = 0;
+		s->n = s->cap = 0;
 		s->paths = (struct sf_str){ 0 };
-		s->slot = NULL;
+		s->group = (struct sf_ids){ .map = { 0 } };
 	}
 	return s;
 }
@@ -91,7 +91,7 @@ static struct scratch *scratch_new(struct tx_fold *f)
 static void scratch_free(struct scratch *s)
 {
 	free(s->m);
-	free(s->slot);
+	sf_ids_free(&s->group);
 	sf_str_free(&s->paths);
 	free(s);
 }
@@ -210,21 +210,25 @@ static const uint8_t *ext_of(const struct scratch *s, const struct smember *m)
 	return s->paths.p + m->at + m->len - ext_len(m);
 }
 
-/* An empty table of at least twice the window's members. */
-static int clear_slots(struct scratch *s, size_t *cap)
+/* A window's member looked for in s->group: by key, or by extension
+ * within its sample. */
+struct probe {
+	const struct scratch *s;
+	const struct smember *m;
+};
+
+static bool key_is(const void *key, uint32_t k)
 {
-	*cap = 16;
-	while (*cap < 2 * s->n)
-		*cap *= 2;
-	if (*cap > s->slotcap) {
-		uint32_t *t = realloc(s->slot, *cap * sizeof *t);
-		if (!t)
-			return -ENOMEM;
-		s->slot = t;
-		s->slotcap = *cap;
-	}
-	memset(s->slot, 0, *cap * sizeof *s->slot);
-	return 0;
+	const struct probe *p = key;
+	return same_key(p->s, &p->s->m[k], p->m);
+}
+
+static bool ext_is(const void *key, uint32_t k)
+{
+	const struct probe *p = key;
+	const struct smember *o = &p->s->m[k], *m = p->m;
+	return o->group == m->group && ext_len(o) == ext_len(m) &&
+	       memcmp(ext_of(p->s, o), ext_of(p->s, m), ext_len(m)) == 0;
 }
 
 /* Groups the window's members by key, links each sample's members in row
@@ -232,41 +236,32 @@ static int clear_slots(struct scratch *s, size_t *cap)
  * window of many samples or a sample of many members stays linear. */
 static int group_window(struct scratch *s)
 {
-	size_t cap;
-	if (clear_slots(s, &cap))
+	/* each reset makes room for the window, so no put below fails */
+	if (sf_ids_reset(&s->group, s->n))
 		return -ENOMEM;
 	for (size_t k = 0; k < s->n; k++) {
 		struct smember *m = &s->m[k];
-		size_t h = m->khash & (cap - 1);
-		while (s->slot[h] && !same_key(s, &s->m[s->slot[h] - 1], m))
-			h = (h + 1) & (cap - 1);
+		struct probe p = { s, m };
+		uint32_t *first = sf_ids_find(&s->group, m->khash, key_is, &p);
 		m->next = SIZE_MAX;
-		if (!s->slot[h]) {
-			s->slot[h] = (uint32_t)k + 1;
+		if (!first) {
+			(void)sf_ids_put(&s->group, m->khash, (uint32_t)k);
 			m->group = m->last = k;
 			continue;
 		}
-		struct smember *g = &s->m[m->group = s->slot[h] - 1];
+		struct smember *g = &s->m[m->group = *first];
 		s->m[g->last].next = k;
 		g->last = k;
 	}
-	if (clear_slots(s, &cap))
+	if (sf_ids_reset(&s->group, s->n))
 		return -ENOMEM;
 	for (size_t k = 0; k < s->n; k++) {
 		struct smember *m = &s->m[k];
-		size_t elen = ext_len(m);
-		const uint8_t *ext = ext_of(s, m);
-		size_t h = (XXH64(ext, elen, 0) ^ m->group * 0x9E3779B97F4A7C15ull) & (cap - 1);
-		m->dup = false;
-		for (; s->slot[h]; h = (h + 1) & (cap - 1)) {
-			const struct smember *o = &s->m[s->slot[h] - 1];
-			if (o->group == m->group && ext_len(o) == elen && memcmp(ext_of(s, o), ext, elen) == 0) {
-				m->dup = true;
-				break;
-			}
-		}
+		struct probe p = { s, m };
+		uint64_t h = XXH64(ext_of(s, m), ext_len(m), 0) ^ m->group * 0x9E3779B97F4A7C15ull;
+		m->dup = sf_ids_find(&s->group, h, ext_is, &p) != NULL;
 		if (!m->dup)
-			s->slot[h] = (uint32_t)k + 1;
+			(void)sf_ids_put(&s->group, h, (uint32_t)k);
 	}
 	return 0;
 }
@@ -357,70 +352,45 @@ static int step(struct tx_samples *sm, struct scratch *s, struct pos *p, struct 
 
 /* ---- the counting pass ------------------------------------------------ */
 
+/* Whether row r's member has the key of the window's only member (its
+ * path is read into the scratch and dropped again). */
+static bool row_has_key(const void *key, uint32_t r)
+{
+	struct scratch *s = (struct scratch *)key;
+	struct smember other;
+	size_t mark = s->paths.len;
+	bool hit = member_path(s, r, &other, NULL) && same_key(s, &other, &s->m[0]);
+	s->paths.len = mark;
+	return hit;
+}
+
 /* Links each member row to the next member of its sample, through a table
- * of keys to (first row, last row) that is dropped afterwards. A key's
- * hash alone never joins two rows: the paths are compared. */
+ * of keys to the last row seen with each, dropped afterwards. A key's hash
+ * alone never joins two rows: the paths are compared. */
 static int link_chains(struct tx_samples *sm, struct scratch *s)
 {
 	const struct tx_index *ix = &sm->f->ix;
-	struct link {
-		uint32_t head1, tail; /* head1 = first row + 1; 0 = free */
-		uint64_t khash;
-	} *t = NULL;
-	size_t cap = 1024, used = 0;
+	struct sf_ids last = { .map = { 0 } };
 	sm->next = calloc(ix->n_rows ? ix->n_rows : 1, sizeof *sm->next);
 	sm->first = calloc(ix->n_rows / 8 + 1, 1);
-	t = calloc(cap, sizeof *t);
-	if (!sm->next || !sm->first || !t) {
-		free(t);
+	if (!sm->next || !sm->first)
 		return -ENOMEM;
-	}
 	int rc = 0;
-	struct smember other;
 	for (uint64_t r = 0; !rc && r < ix->n_rows; r++) {
 		s->n = 0;
 		s->paths.len = 0;
 		if ((rc = add_member(s, (uint32_t)r, NULL)) || !s->n)
 			continue;
-		struct smember *m = &s->m[0];
-		size_t h = m->khash & (cap - 1);
-		for (; t[h].head1; h = (h + 1) & (cap - 1)) {
-			if (t[h].khash != m->khash)
-				continue;
-			size_t mark = s->paths.len;
-			bool hit = member_path(s, t[h].head1 - 1, &other, NULL) && same_key(s, &other, m);
-			s->paths.len = mark;
-			if (hit)
-				break;
+		uint64_t h = s->m[0].khash;
+		uint32_t *tail = sf_ids_find(&last, h, row_has_key, s);
+		if (tail) {
+			sm->next[*tail] = (uint32_t)r + 1;
+			*tail = (uint32_t)r;
+		} else if (!(rc = sf_ids_put(&last, h, (uint32_t)r))) {
+			sm->first[r / 8] |= (uint8_t)(1u << (r % 8));
 		}
-		if (t[h].head1) {
-			sm->next[t[h].tail] = (uint32_t)r + 1;
-			t[h].tail = (uint32_t)r;
-			continue;
-		}
-		t[h] = (struct link){ (uint32_t)r + 1, (uint32_t)r, m->khash };
-		sm->first[r / 8] |= (uint8_t)(1u << (r % 8));
-		if (++used * 2 <= cap)
-			continue;
-		/* double the table and place every entry again */
-		struct link *nt = calloc(2 * cap, sizeof *nt);
-		if (!nt) {
-			rc = -ENOMEM;
-			break;
-		}
-		for (size_t k = 0; k < cap; k++) {
-			if (!t[k].head1)
-				continue;
-			size_t g = t[k].khash & (2 * cap - 1);
-			while (nt[g].head1)
-				g = (g + 1) & (2 * cap - 1);
-			nt[g] = t[k];
-		}
-		free(t);
-		t = nt;
-		cap *= 2;
 	}
-	free(t);
+	sf_ids_free(&last);
 	return rc;
 }
 

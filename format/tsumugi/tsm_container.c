@@ -5,10 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "sf_bytes.h"
 #include "sf_crc32c.h"
 #include "sf_format.h"
+#include "sf_hash.h"
 #include "tsm.h"
 
 static const char *const kind_names[] = {
@@ -127,21 +129,38 @@ static int parse_schema(struct tsm_shard *s, const uint8_t *p, size_t len)
 	return 0;
 }
 
-static int stat_set(struct tsm_shard *s, const uint8_t *key, size_t klen, uint64_t bits)
+/* The stats seen so far, by key: a section of many keys stays linear. */
+struct stat_key {
+	const struct tsm_shard *s;
+	const uint8_t *key;
+	size_t len;
+};
+
+static bool stat_is(const void *key, uint32_t i)
 {
-	for (size_t i = 0; i < s->nstats; i++)
-		if (s->stats[i].key_len == klen && memcmp(s->stats[i].key, key, klen) == 0) {
-			s->stats[i].bits = bits;
-			return 0;
-		}
-	struct tsm_stat *st = realloc(s->stats, (s->nstats + 1) * sizeof *st);
-	if (!st)
+	const struct stat_key *k = key;
+	const struct tsm_stat *st = &k->s->stats[i];
+	return st->key_len == k->len && memcmp(st->key, k->key, k->len) == 0;
+}
+
+static int stat_set(struct tsm_shard *s, struct sf_ids *seen, size_t *cap, const uint8_t *key,
+		    size_t klen, uint64_t bits)
+{
+	struct stat_key k = { s, key, klen };
+	uint64_t h = XXH3_64bits(key, klen);
+	uint32_t *i = sf_ids_find(seen, h, stat_is, &k);
+	if (i) {
+		s->stats[*i].bits = bits;
+		return 0;
+	}
+	if (sf_grow(&s->stats, cap, s->nstats, sizeof *s->stats, 8))
 		return -ENOMEM;
-	s->stats = st;
-	uint8_t *k = dup_bytes(key, klen);
-	if (!k)
+	uint8_t *d = dup_bytes(key, klen);
+	if (!d || sf_ids_put(seen, h, (uint32_t)s->nstats)) {
+		free(d);
 		return -ENOMEM;
-	st[s->nstats++] = (struct tsm_stat){ k, klen, bits };
+	}
+	s->stats[s->nstats++] = (struct tsm_stat){ d, klen, bits };
 	return 0;
 }
 
@@ -153,17 +172,19 @@ static int parse_stats(struct tsm_shard *s, const uint8_t *p, size_t len)
 	uint64_t n = sf_cur_uvarint(&c);
 	if (c.bad || n > sf_cur_left(&c) / 9)
 		return -EINVAL;
-	for (uint64_t i = 0; i < n; i++) {
+	struct sf_ids seen = { .map = { 0 } };
+	size_t cap = s->nstats;
+	int rc = 0;
+	for (size_t i = 0; !rc && i < s->nstats; i++)
+		rc = sf_ids_put(&seen, XXH3_64bits(s->stats[i].key, s->stats[i].key_len), (uint32_t)i);
+	for (uint64_t i = 0; !rc && i < n; i++) {
 		uint64_t kl = sf_cur_uvarint(&c);
 		const uint8_t *key = kl <= sf_cur_left(&c) ? sf_cur_take(&c, kl) : NULL;
 		uint64_t bits = sf_cur_u64(&c);
-		if (c.bad || !key)
-			return -EINVAL;
-		int rc = stat_set(s, key, kl, bits);
-		if (rc)
-			return rc;
+		rc = c.bad || !key ? -EINVAL : stat_set(s, &seen, &cap, key, kl, bits);
 	}
-	return 0;
+	sf_ids_free(&seen);
+	return rc;
 }
 
 static int parse_regions(struct tsm_shard *s, const uint8_t *p, size_t len)

@@ -479,6 +479,104 @@ static void test_hash_rolling(void)
 	sf_hash_free(&h);
 }
 
+static bool id_is(const void *key, uint32_t id)
+{
+	return id == *(const uint32_t *)key;
+}
+
+static void test_ids(void)
+{
+	/* Hashes that share their top 32 bits (only eq tells them apart), and
+	 * runs that start at the last slots and wrap round. */
+	enum { N = 3000 };
+	static uint64_t hash[N];
+	for (uint32_t i = 0; i < N; i++)
+		hash[i] = i % 3 ? (uint64_t)(i % 11) << 32 | i : UINT64_MAX - (i % 4);
+	struct sf_ids m = { .map = { 0 } };
+	uint32_t key = 0;
+	CHECK(sf_ids_find(&m, hash[0], id_is, &key) == NULL);
+	CHECK(sf_ids_put(&m, 1, UINT32_MAX) == -EINVAL);
+	for (uint32_t i = 0; i < N; i++)
+		CHECK(sf_ids_put(&m, hash[i], i) == 0);
+	CHECK_EQ_U(m.map.n, N);
+	CHECK(m.map.cap / 4 * 3 >= N && (m.map.cap & (m.map.cap - 1)) == 0);
+	for (key = 0; key < N; key++) {
+		uint32_t *at = sf_ids_find(&m, hash[key], id_is, &key);
+		CHECK(at && *at == key);
+	}
+	key = N;
+	CHECK(sf_ids_find(&m, hash[1], id_is, &key) == NULL);
+	/* without eq the kept top 32 bits alone decide */
+	uint32_t *any = sf_ids_find(&m, (uint64_t)5 << 32 | 77, NULL, NULL);
+	CHECK(any && hash[*any] >> 32 == 5);
+	/* an id is overwritten in place */
+	key = 4;
+	*sf_ids_find(&m, hash[4], id_is, &key) = 7;
+	key = 7;
+	uint32_t *at = sf_ids_find(&m, hash[4], id_is, &key);
+	CHECK(at && *at == 7);
+
+	/* a reset for as many keeps the memory, and its room takes n puts
+	 * without moving */
+	void *slot = m.map.slot;
+	size_t cap = m.map.cap;
+	CHECK(sf_ids_reset(&m, N) == 0 && m.map.slot == slot && m.map.cap == cap && m.map.n == 0);
+	key = 1;
+	CHECK(sf_ids_find(&m, hash[1], id_is, &key) == NULL);
+	for (uint32_t i = 0; i < N; i++)
+		CHECK(sf_ids_put(&m, hash[i], i) == 0);
+	CHECK(m.map.slot == slot && m.map.cap == cap);
+	/* a reset for far fewer gives most back */
+	CHECK(sf_ids_reset(&m, 10) == 0 && m.map.cap == 16 && m.map.n == 0);
+	for (uint32_t i = 0; i < 12; i++)
+		CHECK(sf_ids_put(&m, hash[i], i) == 0);
+	CHECK_EQ_U(m.map.cap, 16);
+	for (key = 0; key < 12; key++)
+		CHECK(sf_ids_find(&m, hash[key], id_is, &key) != NULL);
+	sf_ids_free(&m);
+	CHECK(m.map.slot == NULL && m.map.cap == 0 && m.map.n == 0);
+}
+
+/* A BARE sf_ids: ids of numbers whose hash the map asks for when it grows;
+ * a third of them share one hash. */
+struct num_key {
+	const uint64_t *num;
+	uint64_t want;
+};
+
+static uint64_t num_hash(const void *ctx, uint32_t id)
+{
+	const uint64_t *num = ctx;
+	return num[id] % 3 ? num[id] * 0x9E3779B97F4A7C15ull : 42;
+}
+
+static bool num_is(const void *key, uint32_t id)
+{
+	const struct num_key *k = key;
+	return k->num[id] == k->want;
+}
+
+static void test_ids_bare(void)
+{
+	enum { N = 2000 };
+	static uint64_t num[N];
+	for (uint32_t i = 0; i < N; i++)
+		num[i] = 1000 + 7 * (uint64_t)i;
+	struct sf_ids m = { .hash_of = num_hash, .ctx = num };
+	for (uint32_t i = 0; i < N; i++)
+		CHECK(sf_ids_put(&m, num_hash(num, i), i) == 0);
+	CHECK(m.map.cap >= 2 * N && m.map.cap < 4 * N);
+	for (uint32_t i = 0; i < N; i++) {
+		struct num_key k = { num, num[i] };
+		uint32_t *at = sf_ids_find(&m, num_hash(num, i), num_is, &k);
+		CHECK(at && *at == i);
+	}
+	struct num_key absent = { num, 3 };
+	CHECK(sf_ids_find(&m, 42, num_is, &absent) == NULL);
+	sf_ids_free(&m);
+	CHECK(m.map.slot == NULL && m.hash_of == num_hash);
+}
+
 static int made;
 
 static void expect_text(struct sf_node *f, const char *want)
@@ -624,6 +722,8 @@ int main(void)
 	test_grow();
 	test_hash();
 	test_hash_rolling();
+	test_ids();
+	test_ids_bare();
 	test_lazy();
 	test_queries();
 	CHECK_DONE();
