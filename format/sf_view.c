@@ -649,10 +649,8 @@ void sf_view_unref(struct sf_view *v)
 
 int sf_view_hold_map(struct sf_view *v, struct sf_map *m)
 {
-	struct sf_map **p = realloc(v->maps, (v->nmaps + 1) * sizeof *p);
-	if (!p)
+	if (sf_grow(&v->maps, &v->capmaps, v->nmaps, sizeof *v->maps, 4))
 		return -ENOMEM;
-	v->maps = p;
 	/* in address order, for sf_view_map_at */
 	size_t i = v->nmaps;
 	while (i && (uintptr_t)v->maps[i - 1]->data > (uintptr_t)m->data) {
@@ -671,11 +669,9 @@ void sf_view_warn(struct sf_view *v, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	char **w = realloc(v->warnings, (v->nwarnings + 1) * sizeof *w);
-	if (!w)
+	if (sf_grow(&v->warnings, &v->capwarnings, v->nwarnings, sizeof *v->warnings, 4))
 		return;
-	v->warnings = w;
-	if ((w[v->nwarnings] = strdup(buf)))
+	if ((v->warnings[v->nwarnings] = strdup(buf)))
 		v->nwarnings++;
 }
 

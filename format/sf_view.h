@@ -184,7 +184,7 @@ struct sf_view {
 	struct sf_cache *cache;
 	char *path;               /* the container's path, for messages */
 	struct sf_map **maps;     /* mappings the extents point into, by address */
-	size_t nmaps;
+	size_t nmaps, capmaps;
 	/* The container's own mapping when the view holds it (set by
 	 * sf_format_open): what guarded code checks in a view of many
 	 * mappings (sf_fault.c). */
@@ -197,6 +197,7 @@ struct sf_view {
 	 * damaged), found while opening or later under the view lock while
 	 * populating or building: the daemon reports each once. */
 	char **warnings;
+	size_t capwarnings;
 	atomic_size_t nwarnings;
 	atomic_size_t nreported;  /* the host's: warnings it has passed on */
 	/* sf_map_changes() when no mapping of the view had changed

@@ -11,6 +11,7 @@
 #include <sys/inotify.h>
 #include <unistd.h>
 
+#include "sf_buf.h"
 #include "sf_format.h"
 
 /* IN_MODIFY: a file truncated or written in place (truncate(2) raises
@@ -45,15 +46,10 @@ void watch_dir(struct watch *w, struct fnode *dir)
 	if (wd < 0)
 		return; /* over the watch limit: the timeout still applies */
 	pthread_mutex_lock(&w->lock);
-	if ((size_t)wd >= w->ndirs) {
-		size_t n = (size_t)wd * 2 + 16;
-		struct wdir *d = realloc(w->dirs, n * sizeof *d);
-		if (d) {
-			memset(d + w->ndirs, 0, (n - w->ndirs) * sizeof *d);
-			w->dirs = d;
-			w->ndirs = n;
-		}
-	}
+	size_t had = w->ndirs;
+	/* indexed by watch number: the slots grown are empty */
+	if (sf_grow(&w->dirs, &w->ndirs, (size_t)wd, sizeof *w->dirs, 16) == 0)
+		memset(w->dirs + had, 0, (w->ndirs - had) * sizeof *w->dirs);
 	if ((size_t)wd < w->ndirs) {
 		/* the same directory seen through a newer fnode takes it over */
 		char *rel = strdup(dir->rel);
