@@ -24,9 +24,10 @@
 static void listing_free(struct listing *l)
 {
 	for (size_t i = 0; i < l->n; i++) {
+		/* first: the closing thread reads a linked entry's name */
+		openviews_drop(l->views, &l->e[i].open);
 		free(l->e[i].name);
 		free(l->e[i].file);
-		openviews_drop(l->views, &l->e[i].open);
 	}
 	free(l->e);
 	free(l);
