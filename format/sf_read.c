@@ -168,6 +168,8 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		return refused;
 	if (off >= fl->size)
 		return 0;
+	if (!rv->view)
+		rv->view = sf_view_ref(f->view);
 	if (len > fl->size - off)
 		len = fl->size - off;
 	/* first extent whose range contains off */
@@ -207,6 +209,7 @@ void sf_readv_release(struct sf_readv *rv)
 {
 	for (size_t i = 0; i < rv->nhold; i++)
 		sf_buf_unref(rv->hold[i]);
+	sf_view_unref(rv->view);
 	free(rv->hold);
 	free(rv->iov);
 	memset(rv, 0, sizeof *rv);

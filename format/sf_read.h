@@ -11,6 +11,7 @@ struct sf_buf;
 struct sf_cache;
 struct sf_err;
 struct sf_node;
+struct sf_view;
 
 /* A read's answer: iovecs pointing into mappings and buffers, plus the
  * references that keep them valid until sf_readv_release. */
@@ -19,6 +20,10 @@ struct sf_readv {
 	size_t n, cap;
 	struct sf_buf **hold;
 	size_t nhold, caphold;
+	/* The view of the file read: its buffers and mappings back the
+	 * pieces, whatever lets go of the view meanwhile (a FORGET, a view
+	 * closed past --max-open). An answer gathers from one file. */
+	struct sf_view *view;
 	uint64_t bytes;
 	uint64_t from_map, from_cache, from_synth; /* byte accounting */
 };

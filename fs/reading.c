@@ -162,9 +162,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	/* the pieces point into the view's buffers and mappings: it stays
-	 * alive until the reply is written, whatever forgets its node */
-	struct sf_view *hold = sf_view_ref(n->view);
+	/* the answer holds the view until the reply is written (sf_read.h) */
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
 	if (rc) {
@@ -174,7 +172,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		reply_readv(req, &rv, n->vpath);
 	}
 	sf_readv_release(&rv);
-	sf_view_unref(hold);
 	dcache_read_done();
 }
 
@@ -212,8 +209,6 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
-	/* as for a read: the pieces may point into the view */
-	struct sf_view *hold = n->kind == FK_VIEW ? sf_view_ref(n->view) : NULL;
 	if (small_content(dm, n, &rv))
 		copy = malloc(rv.bytes);
 	if (copy)
@@ -231,7 +226,6 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	}
 	free(copy);
 	sf_readv_release(&rv);
-	sf_view_unref(hold);
 	dcache_read_done();
 }
 
