@@ -61,34 +61,6 @@ int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const
 	return check(&p, e);
 }
 
-int sf_format_check(const struct sf_format *f, int dirfd, const char *name, const char *path,
-		    struct sf_err *e)
-{
-	uint8_t head[SF_PROBE_BYTES], tail[SF_PROBE_BYTES];
-	/* a regular file, no symlink followed (sf_open.h) */
-	int fd = sf_open_beneath(dirfd, name, SF_WANT_FILE, path, e);
-	if (fd < 0)
-		return fd;
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int rc = -errno;
-		close(fd);
-		return sf_fail(e, rc, "%s: %s", path, strerror(-rc));
-	}
-	uint64_t size = (uint64_t)st.st_size;
-	size_t nhead = size < sizeof head ? (size_t)size : sizeof head;
-	size_t ntail = size < sizeof tail ? (size_t)size : sizeof tail;
-	ssize_t a = pread(fd, head, nhead, 0);
-	ssize_t b = a == (ssize_t)nhead ? pread(fd, tail, ntail, (off_t)(size - ntail)) : -1;
-	int err = errno;
-	close(fd);
-	if (a != (ssize_t)nhead || b != (ssize_t)ntail)
-		return sf_fail(e, a < 0 || b < 0 ? -err : -EIO, "%s: short read of its header", path);
-	struct sf_probe p = { .head = head, .tail = tail, .nhead = nhead, .ntail = ntail,
-			      .size = size, .path = path };
-	return f->check(&p, e);
-}
-
 static int cmp_names(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "sf_err.h"
 #include "sf_view.h"
@@ -105,9 +106,25 @@ struct sf_format {
  * same check the listing made. */
 int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
 		 uint64_t size, const char *path, struct sf_err *e);
-/* Reads the probe of `name` in dirfd and runs the format's check. */
+/* Reads the probe of `name` in dirfd and runs the format's check; *st (if
+ * not NULL) is the opened file's. */
 int sf_format_check(const struct sf_format *f, int dirfd, const char *name, const char *path,
-		    struct sf_err *e);
+		    struct stat *st, struct sf_err *e);
+/* One container for sf_format_check_many. */
+struct sf_check {
+	const struct sf_format *f;  /* its format (with a check) */
+	const char *name;           /* an entry of the directory, looked at as a
+				     * regular file (readdir's type, or lstat) */
+	struct stat *st;            /* out: the opened file's, when rc is 0 */
+	int rc;                     /* out: 0, or the negative errno of a failure */
+};
+/* Told of each container that fails, with the message that says why. */
+typedef void (*sf_check_failed)(void *arg, const char *path, const char *msg);
+/* Checks the `n` containers of directory dirfd (named `dir` in messages) as
+ * sf_format_check checks each, batched through io_uring where the kernel
+ * allows it (format/sf_probe.c). */
+void sf_format_check_many(int dirfd, const char *dir, struct sf_check *c, size_t n,
+			  sf_check_failed failed, void *arg);
 
 /* The format claiming `name` in `dirpath`, or NULL. */
 const struct sf_format *sf_format_for(const char *dirpath, const char *name);

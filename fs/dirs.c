@@ -14,10 +14,12 @@
 #include "request.h"
 #include "watch.h"
 
-/* A directory handle: the names it lists, taken when opened. A view
- * directory's entries do not change once it is populated, so its handle
- * lists them from the directory itself (`vdir`, after the n entries here):
- * a fold of millions of members costs no copy of its names. */
+/* A directory handle: the names it lists, taken when opened. Neither a
+ * SRC directory's listing nor a populated view directory changes, so a
+ * handle lists their entries in place, after the n entries here (".",
+ * ".." and .shardfs/'s files): a listing (`l`, held), or the view directory
+ * itself (`vdir`). A fold of millions of members, or a directory of
+ * 100,000 containers, costs no copy of its names. */
 struct dirsnap {
 	size_t n;
 	struct dent {
@@ -26,6 +28,7 @@ struct dirsnap {
 		ino_t ino;
 		struct sf_node *vn; /* in a view: the node listed, if made */
 	} *e;
+	struct listing *l;
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
 };
@@ -35,6 +38,7 @@ static void snap_free(struct dirsnap *s)
 	for (size_t i = 0; i < s->n; i++)
 		free(s->e[i].name);
 	free(s->e);
+	listing_unref(s->l);
 	sf_view_unref(s->view);
 	free(s);
 }
@@ -53,20 +57,10 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 	return 0;
 }
 
-static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
+static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 {
 	watch_dir(&dm->watch, dir);
-	struct listing *l = NULL;
-	int rc = listing_get(dm, dir, &l);
-	for (size_t i = 0; rc == 0 && i < l->n; i++) {
-		const struct lentry *e = &l->e[i];
-		/* a view has no inode of its own until looked up: any unique
-		 * non-zero number will do for readdir */
-		ino_t ino = e->fmt ? (ino_t)(uintptr_t)e : e->st.st_ino;
-		rc = snap_add(s, cap, e->name, e->type, ino ? ino : 1);
-	}
-	listing_unref(l);
-	return rc;
+	return listing_get(dm, dir, &s->l);
 }
 
 static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
@@ -91,13 +85,20 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
  * entries never change, so they are read without the view's lock. */
 static size_t dent_count(const struct dirsnap *s)
 {
-	return s->n + (s->vdir ? sf_dir_count(s->vdir) : 0);
+	return s->n + (s->l ? s->l->n : 0) + (s->vdir ? sf_dir_count(s->vdir) : 0);
 }
 
 static struct dent dent_at(const struct dirsnap *s, size_t i)
 {
 	if (i < s->n)
 		return s->e[i];
+	if (s->l) {
+		const struct lentry *e = &s->l->e[i - s->n];
+		/* a view has no inode of its own until looked up: any unique
+		 * non-zero number will do for readdir */
+		ino_t ino = e->fmt ? (ino_t)(uintptr_t)e : e->ino;
+		return (struct dent){ .name = e->name, .type = e->type, .ino = ino ? ino : 1 };
+	}
 	struct sf_dirent d;
 	sf_dir_entry(s->vdir, i - s->n, &d);
 	unsigned char t = d.kind == SF_DIR ? DT_DIR : d.kind == SF_LINK ? DT_LNK : DT_REG;
@@ -126,7 +127,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
-			rc = snap_src(daemon_of(req), n, s, &cap);
+			rc = snap_src(daemon_of(req), n, s);
 		else if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_DIR)
 			rc = snap_view(daemon_of(req), n, s);
 		else if (n->kind == FK_META_DIR)

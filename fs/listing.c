@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,8 +28,12 @@ static void listing_free(struct listing *l)
 		/* first: the closing thread reads a linked entry's name */
 		openviews_drop(l->views, &l->e[i].open);
 		free(l->e[i].name);
-		free(l->e[i].file);
+		if (l->partial) {
+			free(l->e[i].file);
+			free(l->e[i].st);
+		}
 	}
+	free(l->stats);
 	free(l->e);
 	free(l);
 }
@@ -44,10 +49,23 @@ static int cmp_entry(const void *a, const void *b)
 	return strcmp(((const struct lentry *)a)->name, ((const struct lentry *)b)->name);
 }
 
+static bool in_order(const struct lentry *e, size_t n)
+{
+	for (size_t i = 1; i < n; i++)
+		if (strcmp(e[i - 1].name, e[i].name) >= 0)
+			return false;
+	return true;
+}
+
 static const struct lentry *find(const struct listing *l, const char *name)
 {
 	struct lentry key = { .name = (char *)name };
-	return l->n ? bsearch(&key, l->e, l->n, sizeof *l->e, cmp_entry) : NULL;
+	const struct lentry *e = NULL;
+	if (l->nsrc)
+		e = bsearch(&key, l->e, l->nsrc, sizeof *l->e, cmp_entry);
+	if (!e && l->n > l->nsrc)
+		e = bsearch(&key, l->e + l->nsrc, l->n - l->nsrc, sizeof *l->e, cmp_entry);
+	return e;
 }
 
 const struct lentry *listing_view(const struct listing *l, const char *name)
@@ -90,9 +108,10 @@ static unsigned char dtype_of(mode_t m)
 
 /* The view entry of the old listing that still stands for the same file
  * (checked, or opened): it was named after the file, with its extension
- * stripped or ".d" added. */
-static const struct lentry *reuse(const struct listing *old, const char *file,
-				  const struct sf_format *f, const struct stat *st)
+ * stripped or ".d" added. The file is looked at only when the old listing
+ * has such an entry. */
+static const struct lentry *reuse(const struct listing *old, int dirfd, const char *file,
+				  const struct sf_format *f)
 {
 	if (!old || f->uses_siblings)
 		return NULL;
@@ -100,9 +119,16 @@ static const struct lentry *reuse(const struct listing *old, const char *file,
 	if (asprintf(&names[1], "%s.d", file) < 0)
 		names[1] = NULL;
 	const struct lentry *hit = NULL;
+	struct stat st;
+	bool looked = false;
 	for (int i = 0; i < 2 && !hit; i++) {
 		const struct lentry *e = names[i] ? find(old, names[i]) : NULL;
-		if (e && e->fmt == f && strcmp(e->file, file) == 0 && same_version(&e->st, st))
+		if (!e || e->fmt != f || strcmp(e->file, file) != 0)
+			continue;
+		if (!looked && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			break;
+		looked = true;
+		if (same_version(e->st, &st))
 			hit = e;
 	}
 	free(names[0]);
@@ -110,20 +136,22 @@ static const struct lentry *reuse(const struct listing *old, const char *file,
 	return hit;
 }
 
-/* The listing's cheap check of a container (docs/design.md §3.1); a
- * failure goes to the error log. */
-static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
-			    const char *rel, const char *name)
+/* A container that failed its check, for the error log. */
+static void check_failed(void *arg, const char *path, const char *msg)
 {
-	char *path = sf_path_join(rel, name);
-	struct sf_err e = { { 0 } };
-	int rc = path ? sf_format_check(f, dirfd, name, path, &e) : -ENOMEM;
-	if (rc) {
-		stat_add(&dm->stats.containers_failed, 1);
-		errlog_add(&dm->stats, path ? path : name, sf_err_msg(&e, rc));
-	}
-	free(path);
-	return rc == 0;
+	struct daemon *dm = arg;
+	stat_add(&dm->stats.containers_failed, 1);
+	errlog_add(&dm->stats, path, msg);
+}
+
+/* The listing's cheap check of one container (docs/design.md §3.1); *st
+ * is the file's. */
+static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+			    const char *name, const char *rel, struct stat *st)
+{
+	struct sf_check c = { .f = f, .name = name, .st = st };
+	sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
+	return c.rc == 0;
 }
 
 /* Opens one container; failures go to the error log. One that passed the
@@ -180,46 +208,52 @@ static int push(struct listing *l, size_t *cap, struct lentry x)
 	return 0;
 }
 
-/* The names views took so far while a listing is built (sf_hash of the
- * names, not owned), so that a clash is found in constant time: a
- * directory may hold many thousands of containers. */
+/* The names taken while a listing is built, its SRC entries' and its
+ * views' so far, as indexes into l->e: a directory may hold many thousands
+ * of containers, and a clash is found in constant time. */
 static uint64_t name_hash(const char *name)
 {
 	return XXH3_64bits(name, strlen(name));
 }
 
-static bool named(const void *key, const void *val)
+static uint64_t entry_hash(const void *l, uint32_t id)
 {
-	return strcmp(key, val) == 0;
+	return name_hash(((const struct listing *)l)->e[id].name);
 }
 
-/* Whether `name` is a SRC entry (the first nsrc entries, sorted) or a view. */
-static bool taken(const struct listing *l, size_t nsrc, const struct sf_hash *views,
-		  const char *name)
+struct name_key {
+	const struct listing *l;
+	const char *name;
+};
+
+static bool names_entry(const void *key, uint32_t id)
 {
-	struct lentry key = { .name = (char *)name };
-	return (nsrc && bsearch(&key, l->e, nsrc, sizeof *l->e, cmp_entry)) ||
-	       sf_hash_get(views, name_hash(name), named, name);
+	const struct name_key *k = key;
+	return strcmp(k->name, k->l->e[id].name) == 0;
+}
+
+static bool taken(struct sf_ids *names, const struct listing *l, const char *name)
+{
+	struct name_key k = { l, name };
+	return sf_ids_find(names, name_hash(name), names_entry, &k) != NULL;
 }
 
 /* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash.
  * "." and ".." are taken in every directory ("..sidx" must not name its
  * view "."). */
-static char *view_name(const struct listing *l, size_t nsrc, const struct sf_hash *views,
-		       const char *file, const char *ext)
+static char *view_name(struct sf_ids *names, const struct listing *l, const char *file,
+		       const char *ext)
 {
+	char name[NAME_MAX + 3];
 	size_t n = strlen(file) - strlen(ext);
-	char *a = strndup(file, n);
-	if (a && n && strcmp(a, ".") != 0 && strcmp(a, "..") != 0 && !taken(l, nsrc, views, a))
-		return a;
-	free(a);
-	char *b = NULL;
-	if (asprintf(&b, "%s.d", file) < 0)
+	if (n + 3 > sizeof name)
 		return NULL;
-	if (!taken(l, nsrc, views, b))
-		return b;
-	free(b);
-	return NULL;
+	memcpy(name, file, n);
+	name[n] = 0;
+	if (n && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !taken(names, l, name))
+		return strdup(name);
+	snprintf(name, sizeof name, "%s.d", file);
+	return taken(names, l, name) ? NULL : strdup(name);
 }
 
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
@@ -286,8 +320,10 @@ static void hold_views(struct listing *l, uint64_t dir)
 			openviews_link(l->views, &l->e[i].open, dir, l->e[i].name);
 }
 
-static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
-		 const struct listing *old, struct listing *l)
+/* The SRC entries of directory dirfd, sorted. An entry's type and inode
+ * (for readdir) come from the directory itself where the filesystem gives
+ * them: a container is looked at when it is checked. */
+static int list_src(int dirfd, struct listing *l, size_t *cap)
 {
 	int fd = dup(dirfd);
 	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -296,93 +332,155 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
 			close(fd);
 		return -errno;
 	}
-	size_t cap = 0;
 	int rc = 0;
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		struct lentry x = { .name = strdup(de->d_name) };
+		struct lentry x = { .name = strdup(de->d_name), .type = de->d_type, .ino = de->d_ino };
 		if (!x.name) {
 			rc = -ENOMEM;
 			break;
 		}
-		if (fstatat(dirfd, x.name, &x.st, AT_SYMLINK_NOFOLLOW) < 0) {
-			free(x.name); /* vanished while listing */
-			continue;
+		struct stat st;
+		if (de->d_type == DT_UNKNOWN) {
+			if (fstatat(dirfd, x.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+				free(x.name); /* vanished while listing */
+				continue;
+			}
+			x.type = dtype_of(st.st_mode);
+			x.ino = st.st_ino;
 		}
-		x.type = dtype_of(x.st.st_mode);
-		if ((rc = push(l, &cap, x))) {
+		if ((rc = push(l, cap, x))) {
 			free(x.name);
 			break;
 		}
 	}
 	closedir(d);
+	if (rc == 0 && l->n)
+		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+	return rc;
+}
+
+/* A SRC file some format claims, on its way to a view. */
+struct claim {
+	const struct sf_format *f;  /* NULL once it is known to get none */
+	const struct lentry *was;   /* the old listing's view, still standing */
+	struct stat *st;            /* the container's, in l->stats */
+};
+
+/* Finds the containers among the SRC entries of `l` and looks at them:
+ * those the old listing has a view for are taken as they were, the rest
+ * are checked, all together (sf_format_check_many). */
+static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
+			    const struct listing *old, struct listing *l, struct claim *cl)
+{
+	/* pages are touched only as far as containers fill them */
+	size_t nsrc = l->nsrc;
+	struct sf_check *checks = malloc((nsrc ? nsrc : 1) * sizeof *checks);
+	l->stats = malloc((nsrc ? nsrc : 1) * sizeof *l->stats);
+	if (!checks || !l->stats) {
+		free(checks);
+		return -ENOMEM;
+	}
+	size_t n = 0, k = 0;
+	for (size_t i = 0; i < nsrc; i++) {
+		const struct lentry *src = &l->e[i];
+		struct claim *c = &cl[i];
+		if (src->type != DT_REG || !(c->f = sf_format_for(rel, src->name)))
+			continue;
+		c->st = &l->stats[k++];
+		if ((c->was = reuse(old, dirfd, src->name, c->f)))
+			*c->st = *c->was->st;
+		else if (c->f->check)
+			checks[n++] = (struct sf_check){ .f = c->f, .name = src->name, .st = c->st };
+		else if (fstatat(dirfd, src->name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
+			c->f = NULL; /* vanished (a format without a check opens when placed) */
+	}
+	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
+	/* the checks are in the order of the claims */
+	for (size_t i = 0, j = 0; j < n; i++)
+		if (cl[i].st == checks[j].st && checks[j++].rc)
+			cl[i].f = NULL;
+	free(checks);
+	return 0;
+}
+
+/* The SRC entries' names, sorted: what a format that reads its siblings
+ * gets when it is opened as it is listed (NULL when out of memory). */
+static char **siblings(const struct listing *l, char ***names)
+{
+	if (!*names && (*names = malloc((l->nsrc ? l->nsrc : 1) * sizeof **names)))
+		for (size_t i = 0; i < l->nsrc; i++)
+			(*names)[i] = l->e[i].name;
+	return *names;
+}
+
+static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
+		 const struct listing *old, struct listing *l)
+{
+	size_t cap = 0;
+	int rc = list_src(dirfd, l, &cap);
 	if (rc)
 		return rc;
-	if (l->n)
-		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
-
-	size_t nsrc = l->n;
-	struct sf_hash views = { 0 };
-	char **names = malloc((nsrc ? nsrc : 1) * sizeof *names);
-	if (!names)
-		return -ENOMEM;
-	for (size_t i = 0; i < nsrc; i++)
-		names[i] = l->e[i].name;
+	size_t nsrc = l->nsrc = l->n;
+	/* room for every SRC name and a view each */
+	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
+	struct claim *cl = calloc(nsrc ? nsrc : 1, sizeof *cl);
+	char **names = NULL;
+	if (!cl || sf_ids_reset(&taken_names, 2 * nsrc))
+		rc = -ENOMEM;
+	for (size_t i = 0; rc == 0 && i < nsrc; i++)
+		rc = sf_ids_put(&taken_names, name_hash(l->e[i].name), (uint32_t)i);
+	if (rc == 0)
+		rc = claim_containers(dm, dirfd, rel, old, l, cl);
 	/* Views are placed in byte order of their files' names, so an earlier
-	 * file's view wins a clash (docs/design.md §3.1). */
+	 * file's view wins a clash (docs/design.md §3.1). A view names its file
+	 * by the SRC entry's name, and its container's stat is in l->stats. */
 	for (size_t i = 0; i < nsrc && rc == 0; i++) {
-		const struct lentry *src = &l->e[i];
-		if (!S_ISREG(src->st.st_mode))
-			continue;
-		const struct sf_format *f = sf_format_for(rel, src->name);
+		char *file = l->e[i].name;
+		const struct sf_format *f = cl[i].f;
 		if (!f)
 			continue;
 		/* a container is checked now and opened when its view is entered
 		 * (listing_open); a format without a check is opened now */
-		const struct lentry *was = reuse(old, src->name, f, &src->st);
 		struct sf_view *v = NULL;
-		if (was) {
-			v = openviews_get(&dm->views, &was->open, false);
-		} else if (f->check) {
-			if (!check_container(dm, f, dirfd, rel, src->name))
-				continue;
-		} else if (!(v = open_container(dm, f, dirfd, rel, src->name, names, nsrc,
-						false))) {
+		if (cl[i].was)
+			v = openviews_get(&dm->views, &cl[i].was->open, false);
+		else if (!f->check &&
+			 (!siblings(l, &names) ||
+			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false))))
 			continue;
-		}
-		char *vname = view_name(l, nsrc, &views, src->name, f->ext);
+		char *vname = view_name(&taken_names, l, file, f->ext);
 		if (!vname) {
-			char *path = sf_path_join(rel, src->name);
-			errlog_add(&dm->stats, path ? path : src->name,
+			char *path = sf_path_join(rel, file);
+			errlog_add(&dm->stats, path ? path : file,
 				   "no view: its name and the .d name are both taken");
 			free(path);
 			sf_view_unref(v);
 			continue;
 		}
 		struct lentry x = {
-			.name = vname, .fmt = f, .st = src->st,
+			.name = vname, .fmt = f, .st = cl[i].st, .file = file,
 			.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
-			.file = strdup(src->name),
 		};
 		/* out of memory for the holder: the view is opened again
 		 * when entered */
 		x.open = v ? openviews_new(v) : NULL;
-		/* push may move l->e: src is not used after this */
-		if (!x.file || (rc = push(l, &cap, x))) {
+		if ((rc = push(l, &cap, x))) {
 			free(x.name);
-			free(x.file);
 			openviews_drop(l->views, &x.open);
-			rc = rc ? rc : -ENOMEM;
 		} else {
-			rc = sf_hash_put(&views, name_hash(x.name), x.name);
+			rc = sf_ids_put(&taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
 		}
 	}
 	free(names);
-	sf_hash_free(&views);
-	if (rc == 0 && l->n)
-		qsort(l->e, l->n, sizeof *l->e, cmp_entry);
+	free(cl);
+	sf_ids_free(&taken_names);
+	/* the views follow the SRC entries, sorted apart: named after their
+	 * files, they mostly come in order already */
+	if (rc == 0 && !in_order(l->e + nsrc, l->n - nsrc))
+		qsort(l->e + nsrc, l->n - nsrc, sizeof *l->e, cmp_entry);
 	hold_views(l, dir);
 	return rc;
 }
@@ -497,10 +595,12 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 		struct lentry c = *e;
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
+		if ((c.st = malloc(sizeof *c.st)))
+			*c.st = *e->st;
 		struct sf_view *v = openviews_get(&dm->views, &e->open, false);
 		c.open = v ? openviews_new(v) : NULL;
 		l->e[l->n++] = c;
-		if (!c.name || !c.file) {
+		if (!c.name || !c.file || !c.st) {
 			listing_free(l);
 			return NULL;
 		}
@@ -539,25 +639,29 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		goto done;
 	}
 	const struct lentry *e = old ? find(old, name) : NULL;
-	if (e && e->fmt && strcmp(e->file, file) == 0 && same_version(&e->st, &fst)) {
+	if (e && e->fmt && strcmp(e->file, file) == 0 && same_version(e->st, &fst)) {
 		*out = ref(old);
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && !check_container(dm, f, dirfd, dir->rel, file))
+	if (f->check && !check_container(dm, f, dirfd, file, dir->rel, &fst))
 		goto done;
 	struct sf_view *v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0,
 					   f->check != NULL);
 	if (!v)
 		goto done;
 	struct lentry x = {
-		.name = strdup(name), .fmt = f, .st = fst, .file = file,
+		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
 		.type = sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 	};
 	x.open = openviews_new(v);
-	struct listing *l = x.name && x.open ? partial_with(dm, old, x, fnode_ino(dir)) : NULL;
+	if (x.st)
+		*x.st = fst;
+	struct listing *l = x.name && x.open && x.st ? partial_with(dm, old, x, fnode_ino(dir))
+						     : NULL;
 	if (!l) {
 		free(x.name);
+		free(x.st);
 		openviews_drop(&dm->views, &x.open);
 		rc = -ENOMEM;
 		goto done;
@@ -592,11 +696,10 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 		/* the SRC entries of the listing, sorted: the siblings of a
 		 * format that reads them */
 		bool sib = e->fmt->uses_siblings;
-		char **names = malloc((sib && l->n ? l->n : 1) * sizeof *names);
+		char **names = malloc((sib && l->nsrc ? l->nsrc : 1) * sizeof *names);
 		size_t n = 0;
-		for (size_t i = 0; sib && names && i < l->n; i++)
-			if (!l->e[i].fmt)
-				names[n++] = l->e[i].name;
+		for (size_t i = 0; sib && names && i < l->nsrc; i++)
+			names[n++] = l->e[i].name;
 		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
 			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true);

@@ -25,8 +25,12 @@ struct lentry {
 	 * listing_opened. */
 	const struct sf_format *fmt;
 	struct vopen *open;
-	char *file;             /* the view's container file name */
-	struct stat st;         /* SRC entry, or the view's container */
+	/* A view's container: its file name and its stat, as checked or
+	 * opened. A whole listing's view shares its file's SRC entry's name
+	 * and keeps the stat in l->stats; a partial listing's owns both. */
+	char *file;
+	struct stat *st;
+	ino_t ino;              /* a SRC entry's, as its directory gives it */
 };
 
 struct listing {
@@ -42,8 +46,11 @@ struct listing {
 	time_t listed_at;
 	ino_t ino;
 	struct openviews *views;  /* the mount's, which holds the entries' views */
-	size_t n;
-	struct lentry *e;        /* SRC entries and views, in byte order of names */
+	/* The SRC entries (the first nsrc), then the views, each run in byte
+	 * order of names. */
+	size_t n, nsrc;
+	struct lentry *e;
+	struct stat *stats;      /* a whole listing's views' containers */
 };
 
 /* Logs the warnings a view raised since the last call (opening, or lazy

@@ -45,7 +45,7 @@ static struct fnode *view_root(struct ftree *t, struct fnode *dir, const struct 
 		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
 		if (!n)
 			return NULL;
-		n->st = le->st;
+		n->st = *le->st;
 		access_narrow(&n->st, v);
 	}
 	fnode_attach(n);
