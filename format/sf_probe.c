@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "sf_big.h"
 #include "sf_open.h"
 
 /* Files a batch holds: its buffers take 2 * SF_PROBE_BYTES each. */
@@ -257,7 +258,7 @@ static void *check_share(void *p)
 	struct share *w = p;
 	struct batch b = { .s = NULL };
 	/* no io_uring here (too old, or turned off): one at a time */
-	bool have = w->n >= BATCH_MIN && (b.s = malloc(BATCH * sizeof *b.s)) &&
+	bool have = w->n >= BATCH_MIN && (b.s = sf_big_alloc(BATCH, sizeof *b.s)) &&
 		    io_uring_queue_init(4 * BATCH, &b.ring, 0) == 0;
 	bool ring = have;
 	for (take(w, &b); b.n; take(w, &b)) {
@@ -271,7 +272,7 @@ static void *check_share(void *p)
 	}
 	if (have)
 		io_uring_queue_exit(&b.ring);
-	free(b.s);
+	sf_big_free(b.s);
 	return NULL;
 }
 

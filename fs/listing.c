@@ -13,6 +13,7 @@
 
 #include "daemon.h"
 #include "loop.h"
+#include "sf_big.h"
 #include "sf_hash.h"
 #include "sf_fault.h"
 #include "sf_format.h"
@@ -33,8 +34,8 @@ static void listing_free(struct listing *l)
 			free(l->e[i].st);
 		}
 	}
-	free(l->stats);
-	free(l->e);
+	sf_big_free(l->stats);
+	sf_big_free(l->e);
 	free(l);
 }
 
@@ -202,7 +203,7 @@ void listing_report_warnings(struct daemon *dm, struct sf_view *v)
 
 static int push(struct listing *l, size_t *cap, struct lentry x)
 {
-	if (sf_grow(&l->e, cap, l->n, sizeof *l->e, 32))
+	if (sf_big_grow(&l->e, cap, l->n, sizeof *l->e, 32))
 		return -ENOMEM;
 	l->e[l->n++] = x;
 	return 0;
@@ -377,10 +378,10 @@ static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
 {
 	/* pages are touched only as far as containers fill them */
 	size_t nsrc = l->nsrc;
-	struct sf_check *checks = malloc((nsrc ? nsrc : 1) * sizeof *checks);
-	l->stats = malloc((nsrc ? nsrc : 1) * sizeof *l->stats);
+	struct sf_check *checks = sf_big_alloc(nsrc, sizeof *checks);
+	l->stats = sf_big_alloc(nsrc, sizeof *l->stats);
 	if (!checks || !l->stats) {
-		free(checks);
+		sf_big_free(checks);
 		return -ENOMEM;
 	}
 	size_t n = 0, k = 0;
@@ -402,7 +403,7 @@ static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
 	for (size_t i = 0, j = 0; j < n; i++)
 		if (cl[i].st == checks[j].st && checks[j++].rc)
 			cl[i].f = NULL;
-	free(checks);
+	sf_big_free(checks);
 	return 0;
 }
 
@@ -426,7 +427,7 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
 	size_t nsrc = l->nsrc = l->n;
 	/* room for every SRC name and a view each */
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
-	struct claim *cl = calloc(nsrc ? nsrc : 1, sizeof *cl);
+	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
 	if (!cl || sf_ids_reset(&taken_names, 2 * nsrc))
 		rc = -ENOMEM;
@@ -475,7 +476,7 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
 		}
 	}
 	free(names);
-	free(cl);
+	sf_big_free(cl);
 	sf_ids_free(&taken_names);
 	/* the views follow the SRC entries, sorted apart: named after their
 	 * files, they mostly come in order already */
@@ -581,7 +582,7 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 {
 	struct listing *l = calloc(1, sizeof *l);
 	size_t n = old ? old->n : 0;
-	if (!l || !(l->e = calloc(n + 1, sizeof *l->e))) {
+	if (!l || !(l->e = sf_big_alloc(n + 1, sizeof *l->e))) {
 		free(l);
 		return NULL;
 	}

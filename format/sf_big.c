@@ -1,0 +1,75 @@
+#include "sf_big.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define HUGE ((size_t)2 << 20)
+/* Before each array: how it was allocated. 64 bytes keep any element type
+ * aligned. */
+#define HEAD 64
+struct head {
+	size_t map_len; /* the mapping's length, or 0 for malloc */
+};
+
+void *sf_big_alloc(size_t n, size_t size)
+{
+	if (size && n > (SIZE_MAX - HUGE - HEAD) / size)
+		return NULL;
+	size_t bytes = HEAD + n * size;
+	if (bytes < SF_BIG_MIN) {
+		struct head *h = calloc(1, bytes);
+		return h ? (char *)h + HEAD : NULL;
+	}
+	size_t len = (bytes + HUGE - 1) & ~(HUGE - 1);
+	/* a 2 MiB boundary inside: what lies before it and after the array's
+	 * last huge page is given back */
+	char *raw = mmap(NULL, len + HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+			 -1, 0);
+	if (raw == MAP_FAILED)
+		return NULL;
+	char *at = (char *)(((uintptr_t)raw + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+	if (at > raw)
+		munmap(raw, (size_t)(at - raw));
+	if (raw + HUGE > at)
+		munmap(at + len, (size_t)(raw + HUGE - at));
+	madvise(at, len, MADV_HUGEPAGE); /* advice: refused, it changes nothing */
+	((struct head *)at)->map_len = len;
+	return at + HEAD;
+}
+
+void sf_big_free(void *p)
+{
+	if (!p)
+		return;
+	struct head *h = (struct head *)((char *)p - HEAD);
+	if (h->map_len)
+		munmap(h, h->map_len);
+	else
+		free(h);
+}
+
+int sf_big_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
+{
+	if (n < *cap)
+		return 0;
+	size_t c = *cap ? *cap : first;
+	while (c <= n) {
+		if (c > SIZE_MAX / 2)
+			return -ENOMEM;
+		c *= 2;
+	}
+	void *old;
+	memcpy(&old, pp, sizeof old);
+	void *p = sf_big_alloc(c, size);
+	if (!p)
+		return -ENOMEM;
+	if (old)
+		memcpy(p, old, *cap * size);
+	sf_big_free(old);
+	memcpy(pp, &p, sizeof p);
+	*cap = c;
+	return 0;
+}
