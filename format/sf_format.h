@@ -69,6 +69,11 @@ struct sf_format {
 	/* The view depends on sibling files too (taridx shards): reopen it
 	 * whenever the directory changes, not only when the file does. */
 	bool uses_siblings;
+	/* The view maps files beside the container too (sf_map_beside: a
+	 * fold's shards, a shard's manifest), and its permissions narrow by
+	 * theirs (fs/access.h): known only once it is opened, so the daemon
+	 * opens it when its name is looked up, not when it is entered. */
+	bool maps_beside;
 	/* The cheapest honest check (docs/design.md §3.1): magic, size and
 	 * header consistency, from the probe only. 0, or a negative errno with
 	 * e->msg. A listing places the view of a file that passes, and opens it

@@ -67,18 +67,20 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 		st->st_size = (off_t)meta_snapshot(dm, n);
 		st->st_mtim = st->st_ctim = n->snap_at;
 		break;
-	case FK_VIEW:
+	case FK_VIEW: {
+		/* a root not entered yet is a directory (fs/roots.h) */
+		struct sf_node *vn = fnode_vn(n);
 		st->st_nlink = 1;
-		if (sf_node_kind(n->vn) == SF_DIR) {
+		if (!vn || sf_node_kind(vn) == SF_DIR) {
 			st->st_mode = S_IFDIR;
 			st->st_nlink = 2;
-		} else if (sf_node_kind(n->vn) == SF_LINK) {
+		} else if (sf_node_kind(vn) == SF_LINK) {
 			st->st_mode = S_IFLNK;
-			st->st_size = (off_t)strlen(sf_link_target(n->vn));
+			st->st_size = (off_t)strlen(sf_link_target(vn));
 		} else {
 			/* a file listed before its build shows the size its
 			 * format announced (readdirplus) */
-			struct sf_file_size fs = sf_file_size(n->vn);
+			struct sf_file_size fs = sf_file_size(vn);
 			st->st_mode = S_IFREG;
 			st->st_size = (off_t)fs.size;
 			/* The kernel answers a read of a 0-byte file itself, as an
@@ -90,13 +92,14 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 		}
 		break;
 	}
+	}
 	access_fill(n, st);
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
 int view_file_ready(struct daemon *dm, struct fnode *n)
 {
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE)
+	if (!fnode_view_is(n, SF_FILE))
 		return 0;
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
@@ -124,7 +127,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_READLINK);
 	struct fnode *n = fn_of(req, ino);
-	if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_LINK) {
+	if (fnode_view_is(n, SF_LINK)) {
 		fuse_reply_readlink(req, sf_link_target(n->vn));
 		return;
 	}

@@ -12,6 +12,7 @@
 #include "loop.h"
 #include "names.h"
 #include "request.h"
+#include "roots.h"
 #include "watch.h"
 
 /* A directory handle: the names it lists, taken when opened. Neither a
@@ -65,11 +66,14 @@ static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 
 static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 {
+	int rc = root_enter(dm, dir);
+	if (rc)
+		return rc;
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
 	if (!sf_dir_is_populated(vn))
 		loop_hand_off();
-	int rc = sf_dir_ready(vn, &e);
+	rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
 		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
@@ -128,7 +132,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
 			rc = snap_src(daemon_of(req), n, s);
-		else if (n->kind == FK_VIEW && sf_node_kind(n->vn) == SF_DIR)
+		else if (fnode_view_is(n, SF_DIR))
 			rc = snap_view(daemon_of(req), n, s);
 		else if (n->kind == FK_META_DIR)
 			rc = snap_meta(n, s, &cap);
@@ -173,7 +177,7 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 		/* an on-demand entry's node is made (and pinned) by the lookup */
 		struct sf_err e = { { 0 } };
 		struct sf_node *vn = d->vn;
-		if (!vn && (sf_dir_find(dir->vn, d->name, &vn, &e) || !vn))
+		if (!vn && (sf_dir_find(fnode_vn(dir), d->name, &vn, &e) || !vn))
 			return NULL;
 		fnode_find(&dm->tree);
 		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)

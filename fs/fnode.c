@@ -100,6 +100,7 @@ static void release(struct ftree *t, struct fnode *n)
 	free(n->name);
 	free(n->rel);
 	free(n->vpath);
+	free(n->file);
 	free(n);
 }
 
@@ -157,20 +158,12 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 		malloc_trim(0);
 }
 
-struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
-			     const char *name)
+/* A view node named `name` in `parent`, with its path for error lines. */
+static struct fnode *view_node(struct ftree *t, struct fnode *parent, const char *name)
 {
-	struct fnode *n = sf_node_host(vn);
-	if (n)
-		return n;
-	if (!name)
-		name = sf_node_name(vn);
-	n = fnode_new(t, FK_VIEW, parent, name);
+	struct fnode *n = fnode_new(t, FK_VIEW, parent, name);
 	if (!n)
 		return NULL;
-	n->view = sf_view_ref(sf_node_view(vn));
-	n->vn = vn;
-	n->st = parent->st;
 	const char *pp = parent->vpath ? parent->vpath : parent->rel;
 	size_t len = strlen(pp) + strlen(name) + 2;
 	n->vpath = malloc(len);
@@ -182,7 +175,45 @@ struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_no
 		snprintf(n->vpath, len, "%s", name);
 	else
 		snprintf(n->vpath, len, "%s/%s", pp, name);
-	sf_node_set_host(vn, n);
+	return n;
+}
+
+void fnode_enter(struct fnode *n, struct sf_node *vn)
+{
+	n->view = sf_view_ref(sf_node_view(vn));
+	n->vn = vn;
+	/* a root placed unopened may find its view's root hosted already */
+	if (!sf_node_host(vn))
+		sf_node_set_host(vn, n);
+	atomic_store_explicit(&n->entered, true, memory_order_release);
+}
+
+struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
+			     const char *name)
+{
+	struct fnode *n = sf_node_host(vn);
+	if (n)
+		return n;
+	n = view_node(t, parent, name ? name : sf_node_name(vn));
+	if (!n)
+		return NULL;
+	n->st = parent->st;
+	fnode_enter(n, vn);
+	return n;
+}
+
+struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
+			     const char *file, const struct sf_format *fmt, const struct stat *st)
+{
+	struct fnode *n = view_node(t, dir, name);
+	if (!n)
+		return NULL;
+	if (!(n->file = strdup(file))) {
+		fnode_free(t, n);
+		return NULL;
+	}
+	n->fmt = fmt;
+	n->st = *st;
 	return n;
 }
 

@@ -15,6 +15,8 @@
 #include "sf_hash.h"
 #include "sf_view.h"
 
+struct sf_format;
+
 enum fkind {
 	FK_SRC_DIR,   /* a directory of SRC (the root too) */
 	FK_SRC_FILE,  /* a regular file of SRC, served from its mapping */
@@ -53,6 +55,14 @@ struct fnode {
 	struct sf_view *view;
 	struct sf_node *vn;
 	char *vpath;                  /* mount-relative path, for error lines */
+	/* A view root placed from its listing entry, its container not opened
+	 * (fs/roots.h): the container's file name and format, to find the
+	 * entry again when the view is entered; NULL for other view nodes.
+	 * `entered` is set once view and vn are (every other view node is
+	 * made entered): read vn through fnode_vn from request threads. */
+	char *file;
+	const struct sf_format *fmt;
+	atomic_bool entered;
 
 	enum meta_file meta;          /* FK_META_FILE */
 	/* FK_META_FILE: the content the last lookup or stat saw, served to
@@ -101,6 +111,31 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k);
  * name of its own); NULL means vn->name. */
 struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
 			     const char *name);
+/* A view root named `name` in SRC directory `dir` whose container (`file`
+ * of format `fmt`, as `st` says) is not opened yet (the tree's lock held;
+ * fs/roots.h). */
+struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
+			     const char *file, const struct sf_format *fmt, const struct stat *st);
+/* Gives view node `n` (a root placed unopened) its view's root `vn`, taking
+ * a reference on the view (the tree's lock held). */
+void fnode_enter(struct fnode *n, struct sf_node *vn);
+
+/* The view node FK_VIEW node `n` stands for; NULL while `n` is a view root
+ * not entered yet. */
+static inline struct sf_node *fnode_vn(const struct fnode *n)
+{
+	return atomic_load_explicit(&n->entered, memory_order_acquire) ? n->vn : NULL;
+}
+
+/* Whether `n` is a view node of kind `k` (a root not entered yet is a
+ * directory). */
+static inline bool fnode_view_is(const struct fnode *n, enum sf_kind k)
+{
+	if (n->kind != FK_VIEW)
+		return false;
+	struct sf_node *vn = fnode_vn(n);
+	return (vn ? sf_node_kind(vn) : SF_DIR) == k;
+}
 
 static inline uint64_t fnode_ino(const struct fnode *n)
 {

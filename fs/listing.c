@@ -647,19 +647,19 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	/* one file alone could take the name: no earlier view can have it */
 	if (f->check && !check_container(dm, f, dirfd, file, dir->rel, &fst))
 		goto done;
-	struct sf_view *v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0,
-					   f->check != NULL);
-	if (!v)
+	struct sf_view *v = NULL;
+	if (!listing_places_unopened(f) &&
+	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL)))
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
-		.type = sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
+		.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
 	};
-	x.open = openviews_new(v);
+	x.open = v ? openviews_new(v) : NULL;
 	if (x.st)
 		*x.st = fst;
-	struct listing *l = x.name && x.open && x.st ? partial_with(dm, old, x, fnode_ino(dir))
-						     : NULL;
+	struct listing *l = x.name && (x.open || !v) && x.st ?
+			    partial_with(dm, old, x, fnode_ino(dir)) : NULL;
 	if (!l) {
 		free(x.name);
 		free(x.st);
@@ -675,6 +675,11 @@ done:
 	unlock_dir(dir, dirfd);
 	free(file);
 	return rc;
+}
+
+bool listing_places_unopened(const struct sf_format *f)
+{
+	return f->check && !f->uses_siblings && !f->maps_beside && !f->link;
 }
 
 struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e)

@@ -19,7 +19,8 @@ struct lentry {
 	char *name;
 	unsigned char type;     /* DT_* */
 	/* A view's entry has its format; its view is opened when first
-	 * entered (listing_open), or when listed for a format without a
+	 * entered (listing_open: when its name is looked up, for a format
+	 * not listing_places_unopened), or when listed for a format without a
 	 * cheap check, and closed again when unused past --max-open
 	 * (fs/openviews.h): read it only through listing_open and
 	 * listing_opened. */
@@ -66,6 +67,13 @@ const struct lentry *listing_view(const struct listing *l, const char *name);
  * whole listing made anew, which opens the container again. */
 const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
 				      struct listing **l);
+/* Whether the view of a container of format `f` is placed from its entry
+ * alone, opened only when entered (fs/roots.h): one the listing checks,
+ * whose view maps no other file (its permissions are then its container's)
+ * and is no symlink (a link view's type is known once opened). The others
+ * (taridx: its permissions narrow by the tar shards) are opened when their
+ * name is looked up, so their attributes never change when entered. */
+bool listing_places_unopened(const struct sf_format *f);
 /* The view of a view entry of dir's listing `l` (a new reference), opened
  * now if it was only checked or has been closed since: a container that
  * fails to open gets a view holding only .shardfs/, saying why. NULL when
@@ -78,8 +86,9 @@ struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e);
  * directory `dir` (a new reference in *out). NULL when no file there could
  * place a view under the name (as `name` + a format's extension, or as
  * `name` = "<file>.d"); a partial listing when exactly one file could and
- * it takes `name` as its own view name, so only that container is opened;
- * otherwise the whole listing. */
+ * it takes `name` as its own view name, so only that container is checked
+ * (and opened, unless listing_places_unopened); otherwise the whole
+ * listing. */
 int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		     struct listing **out);
 

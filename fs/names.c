@@ -5,10 +5,10 @@
 
 #include <string.h>
 
-#include "access.h"
 #include "attr.h"
 #include "loop.h"
 #include "request.h"
+#include "roots.h"
 #include "src.h"
 #include "watch.h"
 
@@ -31,25 +31,6 @@ static void reply_negative(fuse_req_t req, double timeout)
 	struct fuse_entry_param ep = { 0 };
 	ep.entry_timeout = timeout;
 	fuse_reply_entry(req, &ep);
-}
-
-/* The fnode for view `v` placed under `le->name` (the tree's lock held). */
-static struct fnode *view_root(struct ftree *t, struct fnode *dir, const struct lentry *le,
-			       struct sf_view *v)
-{
-	struct fnode *n = fnode_child(dir, le->name);
-	if (n && n->kind == FK_VIEW && n->view == v)
-		return n;
-	n = sf_node_host(sf_view_root(v));
-	if (!n) {
-		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
-		if (!n)
-			return NULL;
-		n->st = *le->st;
-		access_narrow(&n->st, v);
-	}
-	fnode_attach(n);
-	return n;
 }
 
 /* Replies with a node the lookup took a reference on (NULL: out of memory). */
@@ -94,16 +75,19 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 	}
 	/* a lookup checks that the view still stands for its container; a
 	 * listing (whole) does not stat every container it lists, nor open
-	 * one: the kernel looks a view up when it is used, and that opens it */
+	 * one: the kernel looks a view up when it is used. A lookup opens
+	 * none it can place unopened either (fs/roots.h): entering does. */
 	const struct lentry *le = whole ? listing_view(*l, name)
 					: listing_view_now(dm, dir, name, l);
 	if (!le)
 		return 0;
-	struct sf_view *v = whole ? listing_opened(dm, le) : listing_open(dm, dir, *l, le);
-	if (!v)
+	bool unopened = !whole && listing_places_unopened(le->fmt);
+	struct sf_view *v = whole || unopened ? listing_opened(dm, le)
+					      : listing_open(dm, dir, *l, le);
+	if (!v && !unopened)
 		return whole ? 0 : -ENOMEM;
 	fnode_find(&dm->tree);
-	*out = fnode_found(&dm->tree, view_root(&dm->tree, dir, le, v));
+	*out = fnode_found(&dm->tree, root_place(&dm->tree, dir, le, v));
 	sf_view_unref(v); /* its node holds it */
 	return *out ? 0 : -ENOMEM;
 }
@@ -132,6 +116,11 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req);
+	int rc = root_enter(dm, dir);
+	if (rc) {
+		reply_src_err(req, -rc);
+		return;
+	}
 	if (sf_node_kind(dir->vn) != SF_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
@@ -142,7 +131,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	 * lists the whole directory */
 	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
 		loop_hand_off();
-	int rc = sf_dir_find(dir->vn, name, &kid, &e);
+	rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
 		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));

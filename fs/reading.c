@@ -154,7 +154,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		sf_buf_unref(b);
 		return;
 	}
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE) {
+	if (!fnode_view_is(n, SF_FILE)) {
 		fuse_reply_err(req, EISDIR);
 		return;
 	}
@@ -192,7 +192,7 @@ static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *r
 	if (n->kind == FK_SRC_FILE)
 		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
 		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
-	if (n->kind != FK_VIEW || sf_node_kind(n->vn) != SF_FILE || view_file_ready(dm, n))
+	if (!fnode_view_is(n, SF_FILE) || view_file_ready(dm, n))
 		return false;
 	uint64_t size = sf_file_size(n->vn).size;
 	struct sf_err e = { { 0 } };

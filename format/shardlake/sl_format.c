@@ -184,6 +184,7 @@ static int sidx_check(const struct sf_probe *p, struct sf_err *e)
 const struct sf_format sl_sidx_format = {
 	.name = "sidx",
 	.ext = ".sidx",
+	.maps_beside = true, /* ../manifest.json, ../pq_codebook.bin */
 	.check = sidx_check,
 	.parse = sidx_parse,
 	.free_state = sidx_free,

@@ -71,6 +71,7 @@ const struct sf_format tx_format = {
 	/* fids are ranks among the shards beside the index: a shard added or
 	 * removed changes what every later row points at */
 	.uses_siblings = true,
+	.maps_beside = true, /* the shards */
 	.check = tx_check,
 	.parse = parse,
 	.free_state = fold_free,
