@@ -50,6 +50,12 @@ def expected(src_file):
             s.st_ctime_ns)
 
 
+def pin(paths):
+    """Keeps the kernel from forgetting the nodes (dropped caches make it
+    look names up again, as new inodes); O_PATH opens nothing."""
+    return [os.open(p, os.O_PATH | os.O_NOFOLLOW) for p in paths]
+
+
 def wait_past_timeout():
     """The kernel keeps a SRC directory's entries for a second: past it, a
     stat asks the daemon again."""
@@ -63,6 +69,7 @@ def test_stat_of_every_view_root_opens_none(tmp_path, mount):
     assert out.returncode == 0, out.stderr
     assert sum(1 for line in out.stdout.splitlines() if line.startswith("d")) == COUNT
     roots = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(COUNT)}
+    pinned = pin(mnt / n for n in ("c001", "c002", "c003"))
     assert opened(mnt) == 0
     for name, a in roots.items():
         assert a[1:] == expected(src / f"{name}.tet"), name
@@ -77,6 +84,8 @@ def test_stat_of_every_view_root_opens_none(tmp_path, mount):
     for name in ("c001", "c002", "c003"):
         assert attrs(mnt / name) == roots[name], name
     assert opened(mnt) == 2
+    for fd in pinned:
+        os.close(fd)
     assert mount_stats(mnt)["errors"] == 0
 
 
@@ -86,6 +95,7 @@ def test_stat_before_any_listing_opens_none(tmp_path, mount):
     src = containers(tmp_path)
     mnt = mount(src)
     first = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(COUNT)}
+    pinned = pin(mnt / n for n in first)
     assert opened(mnt) == 0
     assert len(os.listdir(mnt)) == 2 * COUNT
     wait_past_timeout()
@@ -93,6 +103,8 @@ def test_stat_before_any_listing_opens_none(tmp_path, mount):
     assert opened(mnt) == 0
     assert os.listdir(mnt / "c299") and opened(mnt) == 1
     assert attrs(mnt / "c299") == first["c299"]
+    for fd in pinned:
+        os.close(fd)
 
 
 def test_racing_entries_open_each_container_once(tmp_path, mount):
@@ -101,6 +113,7 @@ def test_racing_entries_open_each_container_once(tmp_path, mount):
     src = containers(tmp_path, 40)
     mnt = mount(src)
     before = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(40)}
+    pinned = pin(mnt / n for n in before)
     assert opened(mnt) == 0
     seen, errors = [], []
     start = threading.Barrier(8)
@@ -123,6 +136,8 @@ def test_racing_entries_open_each_container_once(tmp_path, mount):
     assert set(c for _, c in seen) == {tuple(SHOWN)}
     assert opened(mnt) == 40
     assert {n: attrs(mnt / n) for n in before} == before
+    for fd in pinned:
+        os.close(fd)
 
 
 def test_container_failing_its_open_shows_its_failed_view_when_entered(tmp_path, mount):
