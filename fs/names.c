@@ -74,14 +74,15 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 			return 0;
 	}
 	/* a lookup checks that the view still stands for its container; a
-	 * listing (whole) does not stat every container it lists, nor open
-	 * one: the kernel looks a view up when it is used. A lookup opens
-	 * none it can place unopened either (fs/roots.h): entering does. */
+	 * listing (whole) does not stat every container it lists. Neither
+	 * opens a view it can place unopened (fs/roots.h): entering does. A
+	 * listing gives no node for another view not opened yet: the kernel
+	 * looks it up when it is used, and that opens it. */
 	const struct lentry *le = whole ? listing_view(*l, name)
 					: listing_view_now(dm, dir, name, l);
 	if (!le)
 		return 0;
-	bool unopened = !whole && listing_places_unopened(le->fmt);
+	bool unopened = listing_places_unopened(le->fmt);
 	struct sf_view *v = whole || unopened ? listing_opened(dm, le)
 					      : listing_open(dm, dir, *l, le);
 	if (!v && !unopened)

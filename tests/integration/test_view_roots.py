@@ -89,6 +89,28 @@ def test_stat_of_every_view_root_opens_none(tmp_path, mount):
     assert mount_stats(mnt)["errors"] == 0
 
 
+def test_listing_with_attributes_places_view_roots(tmp_path, mount):
+    """READDIRPLUS gives a view root not opened yet its attributes too, as
+    its lookup would: `ls -l` then looks none of them up, and opens none."""
+    src = containers(tmp_path)
+    mnt = mount(src)
+
+    def lookups():
+        return mount_stats(mnt)["requests"]["lookup"]
+
+    before = lookups()
+    with os.scandir(mnt) as it:
+        seen = {e.name: e.stat(follow_symlinks=False) for e in it}
+    assert lookups() - before < COUNT / 4, lookups() - before
+    assert opened(mnt) == 0
+    for i in range(COUNT):
+        st = seen[f"c{i:03}"]
+        assert (st.st_mode, st.st_nlink, st.st_size, st.st_uid, st.st_gid, st.st_mtime_ns,
+                st.st_ctime_ns) == expected(src / f"c{i:03}.tet")
+        assert st.st_ino == os.lstat(mnt / f"c{i:03}").st_ino
+    assert opened(mnt) == 0
+
+
 def test_stat_before_any_listing_opens_none(tmp_path, mount):
     """Lookups that place views one by one (no listing yet) and the full
     listing that follows them open nothing either, and keep the inodes."""
