@@ -372,30 +372,36 @@ struct claim {
 
 /* Finds the containers among the SRC entries of `l` and looks at them:
  * those the old listing has a view for are taken as they were, the rest
- * are checked, all together (sf_format_check_many). */
-static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
-			    const struct listing *old, struct listing *l, struct claim *cl)
+ * are checked, all together (sf_format_check_many). Returns how many
+ * containers there are, or -ENOMEM. */
+static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
+				const struct listing *old, struct listing *l, struct claim *cl)
 {
-	/* pages are touched only as far as containers fill them */
-	size_t nsrc = l->nsrc;
-	struct sf_check *checks = sf_big_alloc(nsrc, sizeof *checks);
-	l->stats = sf_big_alloc(nsrc, sizeof *l->stats);
+	/* which entries are containers: a directory of a million plain files
+	 * touches no claim, and stats and checks are made for containers only */
+	size_t k = 0, n = 0;
+	for (size_t i = 0; i < l->nsrc; i++) {
+		const struct lentry *src = &l->e[i];
+		if (src->type == DT_REG && (cl[i].f = sf_format_for(rel, src->name)))
+			k++;
+	}
+	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
+	l->stats = sf_big_alloc(k, sizeof *l->stats);
 	if (!checks || !l->stats) {
 		sf_big_free(checks);
 		return -ENOMEM;
 	}
-	size_t n = 0, k = 0;
-	for (size_t i = 0; i < nsrc; i++) {
-		const struct lentry *src = &l->e[i];
+	for (size_t i = 0, j = 0; j < k; i++) {
 		struct claim *c = &cl[i];
-		if (src->type != DT_REG || !(c->f = sf_format_for(rel, src->name)))
+		const char *name = l->e[i].name;
+		if (!c->f)
 			continue;
-		c->st = &l->stats[k++];
-		if ((c->was = reuse(old, dirfd, src->name, c->f)))
+		c->st = &l->stats[j++];
+		if ((c->was = reuse(old, dirfd, name, c->f)))
 			*c->st = *c->was->st;
 		else if (c->f->check)
-			checks[n++] = (struct sf_check){ .f = c->f, .name = src->name, .st = c->st };
-		else if (fstatat(dirfd, src->name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
+			checks[n++] = (struct sf_check){ .f = c->f, .name = name, .st = c->st };
+		else if (fstatat(dirfd, name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
 			c->f = NULL; /* vanished (a format without a check opens when placed) */
 	}
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
@@ -404,7 +410,7 @@ static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
 		if (cl[i].st == checks[j].st && checks[j++].rc)
 			cl[i].f = NULL;
 	sf_big_free(checks);
-	return 0;
+	return (ssize_t)k;
 }
 
 /* The SRC entries' names, sorted: what a format that reads its siblings
@@ -441,16 +447,15 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	if (rc)
 		return rc;
 	size_t nsrc = l->nsrc = l->n;
-	/* room for every SRC name and a view each */
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
-	if (!cl || sf_ids_reset(&taken_names, 2 * nsrc))
+	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl) : -ENOMEM;
+	/* the names taken: every SRC entry's, and room for a view a container */
+	if (k < 0 || (k > 0 && sf_ids_reset(&taken_names, nsrc + (size_t)k)))
 		rc = -ENOMEM;
-	for (size_t i = 0; rc == 0 && i < nsrc; i++)
+	for (size_t i = 0; rc == 0 && k > 0 && i < nsrc; i++)
 		rc = sf_ids_put(&taken_names, name_hash(l->e[i].name), (uint32_t)i);
-	if (rc == 0)
-		rc = claim_containers(dm, dirfd, rel, old, l, cl);
 	/* Views are placed in byte order of their files' names, so an earlier
 	 * file's view wins a clash (docs/design.md §3.1). A view names its file
 	 * by the SRC entry's name, and its container's stat is in l->stats. */
