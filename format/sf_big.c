@@ -73,3 +73,39 @@ int sf_big_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
 	*cap = c;
 	return 0;
 }
+
+struct sf_strs_block {
+	struct sf_strs_block *prev;
+	size_t used, cap;
+	char data[];
+};
+
+char *sf_strs_add(struct sf_strs *a, const char *s, size_t len)
+{
+	struct sf_strs_block *b = a->last;
+	if (!b || b->cap - b->used < len + 1) {
+		size_t cap = b ? 2 * b->cap : (size_t)16 << 10;
+		while (cap < len + 1)
+			cap *= 2;
+		struct sf_strs_block *nb = sf_big_alloc(1, sizeof *nb + cap);
+		if (!nb)
+			return NULL;
+		nb->prev = b;
+		nb->cap = cap;
+		a->last = b = nb;
+	}
+	char *p = b->data + b->used;
+	memcpy(p, s, len);
+	p[len] = 0;
+	b->used += len + 1;
+	return p;
+}
+
+void sf_strs_free(struct sf_strs *a)
+{
+	while (a->last) {
+		struct sf_strs_block *b = a->last;
+		a->last = b->prev;
+		sf_big_free(b);
+	}
+}

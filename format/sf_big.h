@@ -20,4 +20,14 @@ void sf_big_free(void *p);
 /* As sf_grow (sf_buf.h), for an array from sf_big_alloc, or NULL. */
 int sf_big_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
 
+/* Strings that are freed together (a listing's names): copied one after
+ * another into blocks from sf_big_alloc, each twice the last, instead of a
+ * malloc each. A zeroed struct is empty. */
+struct sf_strs {
+	struct sf_strs_block *last;
+};
+/* A copy of the `len` bytes at s, NUL-terminated; NULL when out of memory. */
+char *sf_strs_add(struct sf_strs *a, const char *s, size_t len);
+void sf_strs_free(struct sf_strs *a);
+
 #endif

@@ -5,10 +5,13 @@
  * open, stat, two reads, close), and on a VM each costs a microsecond or more
  * before it does any work: listing 100,000 containers took seconds. A
  * directory's containers are therefore checked in batches through io_uring:
- * the opens of a batch, then its stats, then its reads and closes each go to
- * the kernel in one submission, and the reads of files not in the page cache
- * wait for the disk side by side. A file that fails anywhere in a batch is
- * checked again alone, so that every refusal is said in the same words. */
+ * the opens of a batch go to the kernel in one submission, then each opened
+ * file is fstat'ed (io_uring would hand a statx to a worker thread), then
+ * the reads and closes go in one submission, and the reads of files not in
+ * the page cache wait for the disk side by side. Two threads take batches
+ * in turn. A file that fails anywhere in a batch is checked again alone, so
+ * that every refusal is said in the same words (docs/performance.md, lever
+ * 15). */
 #include "sf_format.h"
 
 #include <errno.h>

@@ -28,12 +28,13 @@ static void listing_free(struct listing *l)
 	for (size_t i = 0; i < l->n; i++) {
 		/* first: the closing thread reads a linked entry's name */
 		openviews_drop(l->views, &l->e[i].open);
-		free(l->e[i].name);
 		if (l->partial) {
+			free(l->e[i].name);
 			free(l->e[i].file);
 			free(l->e[i].st);
 		}
 	}
+	sf_strs_free(&l->names);
 	sf_big_free(l->stats);
 	sf_big_free(l->e);
 	free(l);
@@ -239,22 +240,25 @@ static bool taken(struct sf_ids *names, const struct listing *l, const char *nam
 	return sf_ids_find(names, name_hash(name), names_entry, &k) != NULL;
 }
 
-/* Names the view of `file` (ext stripped, else "<file>.d"); NULL on a clash.
- * "." and ".." are taken in every directory ("..sidx" must not name its
- * view "."). */
-static char *view_name(struct sf_ids *names, const struct listing *l, const char *file,
-		       const char *ext)
+/* Names the view of `file` (ext stripped, else "<file>.d"), in l->names;
+ * NULL on a clash (*clash) or when out of memory. "." and ".." are taken in
+ * every directory ("..sidx" must not name its view "."). */
+static char *view_name(struct sf_ids *names, struct listing *l, const char *file,
+		       const char *ext, bool *clash)
 {
-	char name[NAME_MAX + 3];
+	char name[NAME_MAX + 3]; /* file is an entry's name: NAME_MAX at most */
 	size_t n = strlen(file) - strlen(ext);
-	if (n + 3 > sizeof name)
-		return NULL;
+	*clash = false;
 	memcpy(name, file, n);
 	name[n] = 0;
 	if (n && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !taken(names, l, name))
-		return strdup(name);
-	snprintf(name, sizeof name, "%s.d", file);
-	return taken(names, l, name) ? NULL : strdup(name);
+		return sf_strs_add(&l->names, name, n);
+	n = (size_t)snprintf(name, sizeof name, "%s.d", file);
+	if (taken(names, l, name)) {
+		*clash = true;
+		return NULL;
+	}
+	return sf_strs_add(&l->names, name, n);
 }
 
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
@@ -338,24 +342,20 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 	while ((de = readdir(d))) {
 		if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
 			continue;
-		struct lentry x = { .name = strdup(de->d_name), .type = de->d_type, .ino = de->d_ino };
-		if (!x.name) {
-			rc = -ENOMEM;
-			break;
-		}
+		struct lentry x = { .type = de->d_type, .ino = de->d_ino };
 		struct stat st;
 		if (de->d_type == DT_UNKNOWN) {
-			if (fstatat(dirfd, x.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
-				free(x.name); /* vanished while listing */
-				continue;
-			}
+			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				continue; /* vanished while listing */
 			x.type = dtype_of(st.st_mode);
 			x.ino = st.st_ino;
 		}
-		if ((rc = push(l, cap, x))) {
-			free(x.name);
+		if (!(x.name = sf_strs_add(&l->names, de->d_name, strlen(de->d_name)))) {
+			rc = -ENOMEM;
 			break;
 		}
+		if ((rc = push(l, cap, x)))
+			break;
 	}
 	closedir(d);
 	if (rc == 0 && l->n)
@@ -372,30 +372,36 @@ struct claim {
 
 /* Finds the containers among the SRC entries of `l` and looks at them:
  * those the old listing has a view for are taken as they were, the rest
- * are checked, all together (sf_format_check_many). */
-static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
-			    const struct listing *old, struct listing *l, struct claim *cl)
+ * are checked, all together (sf_format_check_many). Returns how many
+ * containers there are, or -ENOMEM. */
+static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
+				const struct listing *old, struct listing *l, struct claim *cl)
 {
-	/* pages are touched only as far as containers fill them */
-	size_t nsrc = l->nsrc;
-	struct sf_check *checks = sf_big_alloc(nsrc, sizeof *checks);
-	l->stats = sf_big_alloc(nsrc, sizeof *l->stats);
+	/* which entries are containers: a directory of a million plain files
+	 * touches no claim, and stats and checks are made for containers only */
+	size_t k = 0, n = 0;
+	for (size_t i = 0; i < l->nsrc; i++) {
+		const struct lentry *src = &l->e[i];
+		if (src->type == DT_REG && (cl[i].f = sf_format_for(rel, src->name)))
+			k++;
+	}
+	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
+	l->stats = sf_big_alloc(k, sizeof *l->stats);
 	if (!checks || !l->stats) {
 		sf_big_free(checks);
 		return -ENOMEM;
 	}
-	size_t n = 0, k = 0;
-	for (size_t i = 0; i < nsrc; i++) {
-		const struct lentry *src = &l->e[i];
+	for (size_t i = 0, j = 0; j < k; i++) {
 		struct claim *c = &cl[i];
-		if (src->type != DT_REG || !(c->f = sf_format_for(rel, src->name)))
+		const char *name = l->e[i].name;
+		if (!c->f)
 			continue;
-		c->st = &l->stats[k++];
-		if ((c->was = reuse(old, dirfd, src->name, c->f)))
+		c->st = &l->stats[j++];
+		if ((c->was = reuse(old, dirfd, name, c->f)))
 			*c->st = *c->was->st;
 		else if (c->f->check)
-			checks[n++] = (struct sf_check){ .f = c->f, .name = src->name, .st = c->st };
-		else if (fstatat(dirfd, src->name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
+			checks[n++] = (struct sf_check){ .f = c->f, .name = name, .st = c->st };
+		else if (fstatat(dirfd, name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
 			c->f = NULL; /* vanished (a format without a check opens when placed) */
 	}
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
@@ -404,7 +410,7 @@ static int claim_containers(struct daemon *dm, int dirfd, const char *rel,
 		if (cl[i].st == checks[j].st && checks[j++].rc)
 			cl[i].f = NULL;
 	sf_big_free(checks);
-	return 0;
+	return (ssize_t)k;
 }
 
 /* The SRC entries' names, sorted: what a format that reads its siblings
@@ -417,24 +423,39 @@ static char **siblings(const struct listing *l, char ***names)
 	return *names;
 }
 
-static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
+/* Room for the entries of a large directory of `size` bytes (its
+ * st_size), SRC entries and views: a directory entry takes at least 12
+ * bytes on ext4, a little more for most names. Growing the array instead
+ * touches fresh memory at each doubling, and a page first touched costs
+ * microseconds on a VM, while room of a mapping of its own that is never
+ * used costs nothing (sf_big.h). A small directory, or another filesystem's
+ * size, only starts the array: it grows as needed. */
+static size_t room_for(off_t size)
+{
+	size_t n = size > 0 ? (size_t)size / 16 * 2 : 0;
+	n = n > ((size_t)1 << 22) ? (size_t)1 << 22 : n;
+	return n * sizeof(struct lentry) < SF_BIG_MIN ? 32 : n;
+}
+
+static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, off_t size,
 		 const struct listing *old, struct listing *l)
 {
 	size_t cap = 0;
-	int rc = list_src(dirfd, l, &cap);
+	int rc = sf_big_grow(&l->e, &cap, room_for(size), sizeof *l->e, 32);
+	if (rc == 0)
+		rc = list_src(dirfd, l, &cap);
 	if (rc)
 		return rc;
 	size_t nsrc = l->nsrc = l->n;
-	/* room for every SRC name and a view each */
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
-	if (!cl || sf_ids_reset(&taken_names, 2 * nsrc))
+	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl) : -ENOMEM;
+	/* the names taken: every SRC entry's, and room for a view a container */
+	if (k < 0 || (k > 0 && sf_ids_reset(&taken_names, nsrc + (size_t)k)))
 		rc = -ENOMEM;
-	for (size_t i = 0; rc == 0 && i < nsrc; i++)
+	for (size_t i = 0; rc == 0 && k > 0 && i < nsrc; i++)
 		rc = sf_ids_put(&taken_names, name_hash(l->e[i].name), (uint32_t)i);
-	if (rc == 0)
-		rc = claim_containers(dm, dirfd, rel, old, l, cl);
 	/* Views are placed in byte order of their files' names, so an earlier
 	 * file's view wins a clash (docs/design.md §3.1). A view names its file
 	 * by the SRC entry's name, and its container's stat is in l->stats. */
@@ -452,11 +473,13 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
 			 (!siblings(l, &names) ||
 			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false))))
 			continue;
-		char *vname = view_name(&taken_names, l, file, f->ext);
+		bool clash;
+		char *vname = view_name(&taken_names, l, file, f->ext, &clash);
 		if (!vname) {
 			char *path = sf_path_join(rel, file);
 			errlog_add(&dm->stats, path ? path : file,
-				   "no view: its name and the .d name are both taken");
+				   clash ? "no view: its name and the .d name are both taken"
+					 : "no view: out of memory");
 			free(path);
 			sf_view_unref(v);
 			continue;
@@ -469,7 +492,6 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir,
 		 * when entered */
 		x.open = v ? openviews_new(v) : NULL;
 		if ((rc = push(l, &cap, x))) {
-			free(x.name);
 			openviews_drop(l->views, &x.open);
 		} else {
 			rc = sf_ids_put(&taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
@@ -549,7 +571,7 @@ static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct 
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	loop_hand_off();
-	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), old, l);
+	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), st->st_size, old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;

@@ -11,6 +11,7 @@
 
 #include "fnode.h"
 #include "openviews.h"
+#include "sf_big.h"
 
 struct daemon;
 #include "sf_view.h"
@@ -51,7 +52,10 @@ struct listing {
 	 * order of names. */
 	size_t n, nsrc;
 	struct lentry *e;
-	struct stat *stats;      /* a whole listing's views' containers */
+	/* A whole listing's names and its views' containers' stats; a partial
+	 * listing's entries own theirs. */
+	struct sf_strs names;
+	struct stat *stats;
 };
 
 /* Logs the warnings a view raised since the last call (opening, or lazy

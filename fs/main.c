@@ -255,13 +255,23 @@ int main(int argc, char **argv)
 		fail("cannot daemonize%s%s", "", "");
 		goto out;
 	}
-	/* after daemonizing: a thread would not survive the fork */
-	if (openviews_start(&dm.views, se, o.max_open) && o.debug)
-		fprintf(stderr, "shardfs: no thread to close unused views: all stay open\n");
+	/* after daemonizing: a thread would not survive the fork. Stderr is
+	 * gone then: what is missing goes to .shardfs/errors too. */
+	if (openviews_start(&dm.views, se, o.max_open)) {
+		const char *no_closer = "no thread to close unused views: --max-open is not kept, all stay open";
+		errlog_add(&dm.stats, ".", no_closer);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_closer);
+	}
 	int wrc = watch_start(&dm.watch, se, src);
-	if (wrc && o.debug)
-		fprintf(stderr, "shardfs: no inotify (%s): SRC changes show within a second\n",
-			strerror(-wrc));
+	if (wrc) {
+		char no_watch[160];
+		snprintf(no_watch, sizeof no_watch,
+			 "no inotify (%s): SRC changes show within a second", strerror(-wrc));
+		errlog_add(&dm.stats, ".", no_watch);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_watch);
+	}
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
 	openviews_stop(&dm.views);

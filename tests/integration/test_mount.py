@@ -381,3 +381,26 @@ def test_no_push_with_one_request_thread(tmp_path, mount):
     s = mount_stats(mnt)
     assert s["bytes_served"]["pushed_at_open"] == 0
     assert s["requests"]["read"] >= 1
+
+
+def test_no_inotify_is_reported_and_changes_still_show(tmp_path, mount):
+    """Without inotify (here: no instance allowed) the daemon says so in
+    .shardfs/errors, where a user of a daemonized mount can read it, and SRC
+    changes still show once the kernel's one-second trust runs out."""
+    limit = Path("/proc/sys/fs/inotify/max_user_instances")
+    old = limit.read_text()
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "f").write_bytes(b"A" * 10)
+    limit.write_text("0")
+    try:
+        mnt = mount(src)
+        os.stat(mnt / "f")
+    finally:
+        limit.write_text(old)
+    assert "no inotify" in (mnt / ".shardfs" / "errors").read_text()
+    (src / ".f.tmp").write_bytes(b"B" * 5)
+    os.rename(src / ".f.tmp", src / "f")
+    time.sleep(1.2)
+    got, errs = read_soon(mnt / "f")
+    assert got == b"B" * 5, errs
