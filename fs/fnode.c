@@ -203,7 +203,7 @@ struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_no
 }
 
 struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
-			     const char *file, const struct sf_format *fmt, const struct stat *st)
+			     const char *file, const struct stat *st)
 {
 	struct fnode *n = view_node(t, dir, name);
 	if (!n)
@@ -212,7 +212,6 @@ struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *nam
 		fnode_free(t, n);
 		return NULL;
 	}
-	n->fmt = fmt;
 	n->st = *st;
 	return n;
 }

@@ -15,8 +15,6 @@
 #include "sf_hash.h"
 #include "sf_view.h"
 
-struct sf_format;
-
 enum fkind {
 	FK_SRC_DIR,   /* a directory of SRC (the root too) */
 	FK_SRC_FILE,  /* a regular file of SRC, served from its mapping */
@@ -50,19 +48,19 @@ struct fnode {
 	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
+	/* FK_VIEW: set once view and vn are (a root placed unopened is not
+	 * until entered): read vn through fnode_vn from request threads */
+	atomic_bool entered;
 
 	/* FK_VIEW */
 	struct sf_view *view;
 	struct sf_node *vn;
 	char *vpath;                  /* mount-relative path, for error lines */
 	/* A view root placed from its listing entry, its container not opened
-	 * (fs/roots.h): the container's file name and format, to find the
-	 * entry again when the view is entered; NULL for other view nodes.
-	 * `entered` is set once view and vn are (every other view node is
-	 * made entered): read vn through fnode_vn from request threads. */
+	 * (fs/roots.h): the container's file name in its directory (which
+	 * names its format too), to find the entry again when the view is
+	 * entered; NULL for other view nodes. */
 	char *file;
-	const struct sf_format *fmt;
-	atomic_bool entered;
 
 	enum meta_file meta;          /* FK_META_FILE */
 	/* FK_META_FILE: the content the last lookup or stat saw, served to
@@ -111,11 +109,10 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k);
  * name of its own); NULL means vn->name. */
 struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
 			     const char *name);
-/* A view root named `name` in SRC directory `dir` whose container (`file`
- * of format `fmt`, as `st` says) is not opened yet (the tree's lock held;
- * fs/roots.h). */
+/* A view root named `name` in SRC directory `dir` whose container (`file`,
+ * as `st` says) is not opened yet (the tree's lock held; fs/roots.h). */
 struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
-			     const char *file, const struct sf_format *fmt, const struct stat *st);
+			     const char *file, const struct stat *st);
 /* Gives view node `n` (a root placed unopened) its view's root `vn`, taking
  * a reference on the view (the tree's lock held). */
 void fnode_enter(struct fnode *n, struct sf_node *vn);

@@ -7,11 +7,11 @@
 #include "src.h"
 
 /* Whether `n` is a root placed unopened for the container `le` stands
- * for: the same file, format and version. */
+ * for: the same file (so the same format) and version. */
 static bool placed_for(const struct fnode *n, const struct lentry *le)
 {
-	return n && le && n->kind == FK_VIEW && n->file && n->fmt == le->fmt &&
-	       strcmp(n->file, le->file) == 0 && same_version(&n->st, le->st);
+	return n && le && n->kind == FK_VIEW && n->file && strcmp(n->file, le->file) == 0 &&
+	       same_version(&n->st, le->st);
 }
 
 struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry *le,
@@ -30,7 +30,7 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 	if (!v) {
 		/* shown as the opened view would be: its only file is its
 		 * container, so access_narrow would change nothing */
-		n = fnode_for_root(t, dir, le->name, le->file, le->fmt, le->st);
+		n = fnode_for_root(t, dir, le->name, le->file, le->st);
 	} else if (!(n = sf_node_host(sf_view_root(v)))) {
 		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
 		if (!n)
