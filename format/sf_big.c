@@ -6,6 +6,8 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "sf_buf.h"
+
 #define HUGE ((size_t)2 << 20)
 /* Before each array: how it was allocated. 64 bytes keep any element type
  * aligned. */
@@ -51,27 +53,19 @@ void sf_big_free(void *p)
 		free(h);
 }
 
+static void *big_resize(void *old, size_t had, size_t want)
+{
+	void *p = sf_big_alloc(want, 1);
+	if (p && old) {
+		memcpy(p, old, had);
+		sf_big_free(old);
+	}
+	return p;
+}
+
 int sf_big_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
 {
-	if (n < *cap)
-		return 0;
-	size_t c = *cap ? *cap : first;
-	while (c <= n) {
-		if (c > SIZE_MAX / 2)
-			return -ENOMEM;
-		c *= 2;
-	}
-	void *old;
-	memcpy(&old, pp, sizeof old);
-	void *p = sf_big_alloc(c, size);
-	if (!p)
-		return -ENOMEM;
-	if (old)
-		memcpy(p, old, *cap * size);
-	sf_big_free(old);
-	memcpy(pp, &p, sizeof p);
-	*cap = c;
-	return 0;
+	return sf_grow_by(pp, cap, n, size, first, big_resize);
 }
 
 struct sf_strs_block {

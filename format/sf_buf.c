@@ -130,7 +130,8 @@ void sf_str_free(struct sf_str *s)
 	memset(s, 0, sizeof *s);
 }
 
-int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
+int sf_grow_by(void *pp, size_t *cap, size_t n, size_t size, size_t first,
+	       void *(*resize)(void *old, size_t had, size_t want))
 {
 	if (n < *cap)
 		return 0;
@@ -144,10 +145,21 @@ int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
 		return -ENOMEM;
 	void *old;
 	memcpy(&old, pp, sizeof old);
-	void *p = realloc(old, c * size);
+	void *p = resize(old, *cap * size, c * size);
 	if (!p)
 		return -ENOMEM;
 	memcpy(pp, &p, sizeof p);
 	*cap = c;
 	return 0;
+}
+
+static void *re_alloc(void *old, size_t had, size_t want)
+{
+	(void)had;
+	return realloc(old, want);
+}
+
+int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first)
+{
+	return sf_grow_by(pp, cap, n, size, first, re_alloc);
 }

@@ -26,6 +26,11 @@ void sf_buf_unref(struct sf_buf *b);
  * the capacity doubles, starting at `first`. 0, or -ENOMEM with the array
  * and *cap unchanged. */
 int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
+/* The same growth, the array moved by resize(old, bytes it had, bytes
+ * wanted), which returns the new array (the old one given up) or NULL
+ * (the old one kept). */
+int sf_grow_by(void *pp, size_t *cap, size_t n, size_t size, size_t first,
+	       void *(*resize)(void *old, size_t had, size_t want));
 
 /* A growable byte string for building text and JSON views. */
 struct sf_str {
