@@ -22,8 +22,14 @@ void *sf_big_alloc(size_t n, size_t size)
 		return NULL;
 	size_t bytes = HEAD + n * size;
 	if (bytes < SF_BIG_MIN) {
-		struct head *h = calloc(1, bytes);
-		return h ? (char *)h + HEAD : NULL;
+		/* calloc aligns to 16 only; the head's 64 bytes keep an element
+		 * aligned only if the block itself is */
+		bytes = (bytes + HEAD - 1) & ~(size_t)(HEAD - 1);
+		struct head *h = aligned_alloc(HEAD, bytes);
+		if (!h)
+			return NULL;
+		memset(h, 0, bytes);
+		return (char *)h + HEAD;
 	}
 	size_t len = (bytes + HUGE - 1) & ~(HUGE - 1);
 	/* a 2 MiB boundary inside: what lies before it and after the array's
