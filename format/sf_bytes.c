@@ -53,9 +53,3 @@ uint64_t sf_cur_uvarint(struct sf_cursor *c)
 	c->bad = true;
 	return 0;
 }
-
-int64_t sf_cur_svarint(struct sf_cursor *c)
-{
-	uint64_t u = sf_cur_uvarint(c);
-	return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
-}

@@ -100,8 +100,6 @@ uint32_t sf_cur_u32(struct sf_cursor *c);
 uint64_t sf_cur_u64(struct sf_cursor *c);
 /* LEB128 unsigned varint (at most 10 bytes); bad on truncation or overlong. */
 uint64_t sf_cur_uvarint(struct sf_cursor *c);
-/* Zig-zag signed varint. */
-int64_t sf_cur_svarint(struct sf_cursor *c);
 
 static inline size_t sf_cur_left(const struct sf_cursor *c)
 {

@@ -3,7 +3,7 @@
  * A format claims source files by name (its extension, or a match hook),
  * and opens one into a view: only as far as header and footer (everything
  * else is lazy). The daemon places the view beside the file (docs/design.md §3.1):
- * named after the file with `strip` removed, or "<file name>.d".
+ * named after the file with `ext` removed, or "<file name>.d".
  */
 #ifndef SF_FORMAT_H
 #define SF_FORMAT_H

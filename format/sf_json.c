@@ -181,12 +181,3 @@ void sf_fmt_f32(char out[32], float f)
 			return;
 	}
 }
-
-void sf_fmt_f64(char out[32], double d)
-{
-	for (int prec = 1; prec <= 17; prec++) {
-		snprintf(out, 32, "%.*g", prec, d);
-		if (strtod(out, NULL) == d || isnan(d))
-			return;
-	}
-}

@@ -35,8 +35,7 @@ struct sf_buf *sf_json_pretty(const json_t *j);
  * "[('id', '<u8'), ('v', '<f4', (3,))]") and `shape` (ndim 0 = scalar), padded so that the data
  * starts at a multiple of 64 bytes. Returns 0 or -ENOMEM. */
 int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim);
-/* Shortest decimal text that reads back as the same float32 / double. */
+/* Shortest decimal text that reads back as the same float32. */
 void sf_fmt_f32(char out[32], float f);
-void sf_fmt_f64(char out[32], double d);
 
 #endif

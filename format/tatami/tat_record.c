@@ -1,7 +1,8 @@
 /* Records (spec §6): a 32-byte header, then the stored payload, whose CRC32C
  * is checked before anything is made of it; codecs per spec §8 (ZSTD_DICT is
- * ZSTD with the caller's dictionary; LZ4 is reserved and refused, as
- * upstream does). */
+ * ZSTD with the caller's dictionary). LZ4 is reserved upstream, which refuses
+ * it; we read it leniently as §8.4 allows, as one raw LZ4 block that must
+ * decode to exactly the recorded size, so nothing but a real block passes. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
@@ -44,7 +45,7 @@ int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t c
 		   struct sf_err *e)
 {
 	const char *path = tf->view->path;
-	if (codec != TAT_NONE && codec != TAT_ZSTD)
+	if (codec != TAT_NONE && codec != TAT_ZSTD && codec != TAT_LZ4)
 		return sf_fail(e, -EIO, "%s: %s: unsupported codec id %u", path, what, codec);
 	if (codec == TAT_NONE && r->csize != r->usize)
 		return sf_fail(e, -EIO, "%s: %s: stored %u bytes without a codec but records %u",
@@ -57,12 +58,14 @@ int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t c
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory for %u bytes", path, what, r->usize);
 	int rc = 0;
+	char where[600];
+	snprintf(where, sizeof where, "%s: %s", path, what);
 	if (codec == TAT_NONE) {
 		if (r->usize)
 			memcpy(b->data, r->stored, r->usize);
+	} else if (codec == TAT_LZ4) {
+		rc = sf_lz4_decode(r->stored, r->csize, b->data, r->usize, where, e);
 	} else {
-		char where[600];
-		snprintf(where, sizeof where, "%s: %s", path, what);
 		rc = sf_zstd_decode(r->stored, r->csize, b->data, r->usize, dict ? dict->data : NULL,
 				    dict ? dict->len : 0, where, e);
 	}

@@ -89,12 +89,12 @@ struct tet_file {
 	char *footer_error;       /* why the footer JSON was not usable */
 };
 
-/* Parses and validates a whole container held in memory. Container-level
- * failures (spec §11.1 except the footer JSON) return an error; dataset and
- * footer problems are recorded in the result. */
 /* The listing's check (sf_format.check): superblock magic, version, and
  * the chunk index inside the file. tet_parse starts with it. */
 int tet_check(const struct sf_probe *p, struct sf_err *e);
+/* Parses and validates a whole container held in memory. Container-level
+ * failures (spec §11.1 except the footer JSON) return an error; dataset and
+ * footer problems are recorded in the result. */
 int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 	      struct tet_file **out, struct sf_err *e);
 void tet_free(struct tet_file *tf);

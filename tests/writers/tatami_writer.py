@@ -3,7 +3,8 @@
 
 Makes files that cover every logical type, every value encoding (PLAIN, RLE,
 BITPACK_FOR, DELTA, GROUPVARINT, PFORDELTA, BITMAP), the codecs NONE, ZSTD and
-ZSTD_DICT (frames carrying Dictionary_ID 1, as upstream writes them), nulls,
+ZSTD_DICT (frames carrying Dictionary_ID 1, as upstream writes them), LZ4 pages
+as one raw block (reserved upstream; shardfs reads it as spec §8.4 allows), nulls,
 all-null pages, empty payloads, several row groups, blob columns with and
 without a shared dictionary, and search segments (block-tree and flat term
 dictionaries, a live-docs bitset).
@@ -67,7 +68,7 @@ WIDTH = {'int8': 1, 'int16': 2, 'int32': 4, 'int64': 8, 'uint8': 1, 'uint16': 2,
          'uint64': 8, 'timestamp_micros': 8, 'float32': 4, 'float64': 8}
 SIGNED = {'int8', 'int16', 'int32', 'int64', 'timestamp_micros'}
 PLAIN, RLE, BITPACK, DELTA, GVI, PFOR, BITMAP = 0, 1, 3, 4, 5, 6, 8
-NONE, ZSTD, ZSTD_DICT = 0, 2, 3
+NONE, LZ4, ZSTD, ZSTD_DICT = 0, 1, 2, 3
 
 # ---- value encodings (spec §10) -----------------------------------------
 
@@ -154,6 +155,15 @@ def encode_values(t, enc, vals):
 
 # ---- records (spec §6, §8) ------------------------------------------------
 
+def page_payload(codec, raw):
+    if codec == NONE:
+        return raw
+    if codec == LZ4:
+        import lz4.block  # only the files that use it need python3-lz4
+        return lz4.block.compress(raw, store_size=False)
+    return zstd_frame(raw)
+
+
 def zstd_frame(raw, dict_bytes=None):
     if not raw:
         return b''
@@ -225,7 +235,7 @@ def write_file(path, columns, groups, page_rows, blob_cfg=None, search=None, hfl
                 raw = bitmap + body
                 codecs = col.get('codecs', [ZSTD])
                 codec = codecs[(gi + pi) % len(codecs)]
-                stored = raw if codec == NONE else zstd_frame(raw)
+                stored = page_payload(codec, raw)
                 w.add(record(0, enc, codec, 2 if nulls else 0, len(pv), raw, stored, nulls, p0),
                       len(raw), len(stored))
                 pages += 1
@@ -384,7 +394,8 @@ def alltypes_columns(n):
         dict(name='s', type='string', flags=1,
              values=nulls_every(4, lambda i: ['row %d' % i, 'a<b>&c\n"q"', 'caf\u00e9 \u2028', '\x01tab\t'][i % 4]),
              codecs=[ZSTD, NONE]),
-        dict(name='by', type='bytes', values=[bytes([i % 256, 0, 255]) * (i % 3) for i in range(n)]),
+        dict(name='by', type='bytes', values=[bytes([i % 256, 0, 255]) * (i % 3) for i in range(n)],
+             codecs=[LZ4, ZSTD]),
         dict(name='ts', type='timestamp_micros', values=[1700000000000000 + i * 1001 for i in range(n)], encs=[DELTA, PLAIN]),
         dict(name='odd/name%', type='uint8', flags=1, values=[None] * n, encs=[RLE]),
     ]
