@@ -9,6 +9,7 @@ import stat
 import subprocess
 import threading
 import time
+from contextlib import contextmanager
 
 from conftest import FIXTURES, mount_stats
 
@@ -22,8 +23,9 @@ def opened(mnt):
 
 
 def attrs(p):
-    """Everything stat shows of a path, the inode number included."""
-    s = os.lstat(p)
+    """Everything stat shows of a path (or a pinned descriptor), the inode
+    number included."""
+    s = os.fstat(p) if isinstance(p, int) else os.lstat(p)
     return (s.st_ino, s.st_mode, s.st_nlink, s.st_size, s.st_uid, s.st_gid,
             s.st_mtime_ns, s.st_ctime_ns)
 
@@ -50,10 +52,21 @@ def expected(src_file):
             s.st_ctime_ns)
 
 
-def pin(paths):
+@contextmanager
+def pin(mnt, names):
     """Keeps the kernel from forgetting the nodes (dropped caches make it
-    look names up again, as new inodes); O_PATH opens nothing."""
-    return [os.open(p, os.O_PATH | os.O_NOFOLLOW) for p in paths]
+    look names up again, as new inodes), and gives their attributes as
+    pinned: taken before pinning, a node the kernel forgot in between would
+    come back as another inode. O_PATH opens nothing. The descriptors are
+    closed whatever happens, so the unmount at teardown is never busy."""
+    fds = {}
+    try:
+        for n in names:
+            fds[n] = os.open(mnt / n, os.O_PATH | os.O_NOFOLLOW)
+        yield {n: attrs(fd) for n, fd in fds.items()}
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def wait_past_timeout():
@@ -68,24 +81,23 @@ def test_stat_of_every_view_root_opens_none(tmp_path, mount):
     out = subprocess.run(["ls", "-l", str(mnt)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert sum(1 for line in out.stdout.splitlines() if line.startswith("d")) == COUNT
-    roots = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(COUNT)}
-    pinned = pin(mnt / n for n in ("c001", "c002", "c003"))
-    assert opened(mnt) == 0
-    for name, a in roots.items():
-        assert a[1:] == expected(src / f"{name}.tet"), name
-    assert len({a[0] for a in roots.values()}) == COUNT
-    # entering one opens exactly that one; its attributes do not change
-    assert sorted(os.listdir(mnt / "c001")) == SHOWN
-    assert opened(mnt) == 1
-    assert attrs(mnt / "c001") == roots["c001"]
-    assert (mnt / "c002" / "temperature" / ".zarray").is_file()
-    assert opened(mnt) == 2
-    wait_past_timeout()
-    for name in ("c001", "c002", "c003"):
-        assert attrs(mnt / name) == roots[name], name
-    assert opened(mnt) == 2
-    for fd in pinned:
-        os.close(fd)
+    with pin(mnt, ("c001", "c002", "c003")) as roots:
+        roots.update({f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(COUNT)
+                      if f"c{i:03}" not in roots})
+        assert opened(mnt) == 0
+        for name, a in roots.items():
+            assert a[1:] == expected(src / f"{name}.tet"), name
+        assert len({a[0] for a in roots.values()}) == COUNT
+        # entering one opens exactly that one; its attributes do not change
+        assert sorted(os.listdir(mnt / "c001")) == SHOWN
+        assert opened(mnt) == 1
+        assert attrs(mnt / "c001") == roots["c001"]
+        assert (mnt / "c002" / "temperature" / ".zarray").is_file()
+        assert opened(mnt) == 2
+        wait_past_timeout()
+        for name in ("c001", "c002", "c003"):
+            assert attrs(mnt / name) == roots[name], name
+        assert opened(mnt) == 2
     assert mount_stats(mnt)["errors"] == 0
 
 
@@ -116,17 +128,14 @@ def test_stat_before_any_listing_opens_none(tmp_path, mount):
     listing that follows them open nothing either, and keep the inodes."""
     src = containers(tmp_path)
     mnt = mount(src)
-    first = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(COUNT)}
-    pinned = pin(mnt / n for n in first)
-    assert opened(mnt) == 0
-    assert len(os.listdir(mnt)) == 2 * COUNT
-    wait_past_timeout()
-    assert {n: attrs(mnt / n) for n in first} == first
-    assert opened(mnt) == 0
-    assert os.listdir(mnt / "c299") and opened(mnt) == 1
-    assert attrs(mnt / "c299") == first["c299"]
-    for fd in pinned:
-        os.close(fd)
+    with pin(mnt, (f"c{i:03}" for i in range(COUNT))) as first:
+        assert opened(mnt) == 0
+        assert len(os.listdir(mnt)) == 2 * COUNT
+        wait_past_timeout()
+        assert {n: attrs(mnt / n) for n in first} == first
+        assert opened(mnt) == 0
+        assert os.listdir(mnt / "c299") and opened(mnt) == 1
+        assert attrs(mnt / "c299") == first["c299"]
 
 
 def test_racing_entries_open_each_container_once(tmp_path, mount):
@@ -134,8 +143,12 @@ def test_racing_entries_open_each_container_once(tmp_path, mount):
     inode, every thread sees its content."""
     src = containers(tmp_path, 40)
     mnt = mount(src)
-    before = {f"c{i:03}": attrs(mnt / f"c{i:03}") for i in range(40)}
-    pinned = pin(mnt / n for n in before)
+    with pin(mnt, (f"c{i:03}" for i in range(40))) as before:
+        racing_entries(mnt, before)
+
+
+def racing_entries(mnt, before):
+    """Eight threads enter the 40 pinned views together."""
     assert opened(mnt) == 0
     seen, errors = [], []
     start = threading.Barrier(8)
@@ -158,8 +171,6 @@ def test_racing_entries_open_each_container_once(tmp_path, mount):
     assert set(c for _, c in seen) == {tuple(SHOWN)}
     assert opened(mnt) == 40
     assert {n: attrs(mnt / n) for n in before} == before
-    for fd in pinned:
-        os.close(fd)
 
 
 def test_container_failing_its_open_shows_its_failed_view_when_entered(tmp_path, mount):
