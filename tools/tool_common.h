@@ -1,20 +1,12 @@
-/* What every tool over format/ shares: opening a container and printing a
- * file of its view. */
+/* What the tools over the public API (shardfs.h) share. */
 #ifndef TOOL_COMMON_H
 #define TOOL_COMMON_H
 
 #include <stdio.h>
 
-#include "shardfs.h"
-#include "sf_format.h"
-#include "sf_view.h"
+#include <stdbool.h>
 
-/* Opens FILE's view, printing "<prog>: <message>" on failure. */
-int tool_open(const char *prog, const char *path, struct sf_view **out);
-/* Writes the whole content of a view file to `out`. */
-int tool_write_file(const char *prog, struct sf_node *f, FILE *out);
-/* Resolves PATH inside the view and writes it to `out`. */
-int tool_cat(const char *prog, struct sf_view *v, const char *path, FILE *out);
+#include "shardfs.h"
 
 /* Reads the whole file PATH of a container opened with the public API into
  * a malloc'd, NUL-terminated buffer, printing "<prog>: <message>" on failure. */
