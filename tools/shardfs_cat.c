@@ -3,6 +3,7 @@
  * API (shardfs.h). */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tool_common.h"
@@ -18,49 +19,65 @@ static void usage(FILE *to)
 	      to);
 }
 
-/* The directory being listed: its path is extended in place for each
- * subdirectory and cut back after it. A failure is reported once, where it
- * happens, and ends the listing. */
-struct lister {
-	struct shardfs *h;
-	char path[8192];
-	size_t len;
-	bool reported;
+/* A depth-first listing without recursion (a tar path may be 32,000 levels
+ * deep): entries wait on a stack with their depth, and the path being
+ * printed is cut back to its parent's length before each one, so memory
+ * stays linear in the entries however deep they lie. The entries' strings
+ * belong to the handle until it is closed. */
+struct pending {
+	struct shardfs_entry e;
+	size_t depth;
 };
 
-static int list_entry(const struct shardfs_entry *e, void *arg)
+struct lister {
+	struct pending *st;
+	size_t n, cap;
+	size_t depth;     /* of the entries being collected */
+	char *path;
+	size_t *plen;     /* the path's length at each depth */
+	size_t pcap, lcap;
+	bool oom;
+};
+
+static int grow(void *pp, size_t *cap, size_t need, size_t size)
+{
+	if (need <= *cap)
+		return 0;
+	size_t c = *cap ? *cap : 64;
+	while (c < need)
+		c *= 2;
+	void *p = realloc(*(void **)pp, c * size);
+	if (!p)
+		return -ENOMEM;
+	*(void **)pp = p;
+	*cap = c;
+	return 0;
+}
+
+static int collect(const struct shardfs_entry *e, void *arg)
 {
 	struct lister *l = arg;
-	size_t at = l->len;
-	int n = snprintf(l->path + at, sizeof l->path - at, "%s%s", at ? "/" : "", e->name);
-	if (n < 0 || (size_t)n >= sizeof l->path - at) {
-		fprintf(stderr, "shardfs-cat: %s/%s: path too long to list\n", l->path, e->name);
-		l->reported = true;
-		return -ENAMETOOLONG;
+	if (grow(&l->st, &l->cap, l->n + 1, sizeof *l->st)) {
+		l->oom = true;
+		return -ENOMEM;
 	}
-	int rc = 0;
-	switch (e->kind) {
-	case SHARDFS_DIR:
-		printf("%s/\n", l->path);
-		l->len = at + (size_t)n;
-		rc = shardfs_list(l->h, l->path, list_entry, l);
-		if (rc < 0 && !l->reported) {
-			fprintf(stderr, "shardfs-cat: %s\n", shardfs_last_error());
-			l->reported = true;
-		}
-		break;
-	case SHARDFS_LINK:
-		printf("%s -> %s\n", l->path, e->target);
-		break;
-	case SHARDFS_FILE:
-		if (e->error)
-			printf("%s\t(unreadable: %s)\n", l->path, strerror(-e->error));
-		else
-			printf("%s\t%llu\n", l->path, (unsigned long long)e->size);
-		break;
+	l->st[l->n++] = (struct pending){ *e, l->depth };
+	return 0;
+}
+
+/* Pushes the entries of the directory at l->path, first one on top. */
+static int push_dir(struct shardfs *h, struct lister *l, size_t depth)
+{
+	size_t from = l->n;
+	l->depth = depth;
+	int rc = shardfs_list(h, l->path, collect, l);
+	if (rc < 0 && !l->oom)
+		fprintf(stderr, "shardfs-cat: %s\n", shardfs_last_error());
+	for (size_t i = from, j = l->n; rc == 0 && i + 1 < j; i++, j--) {
+		struct pending t = l->st[i];
+		l->st[i] = l->st[j - 1];
+		l->st[j - 1] = t;
 	}
-	l->len = at;
-	l->path[at] = 0;
 	return rc;
 }
 
@@ -71,13 +88,49 @@ static int list(struct shardfs *h, const char *dir)
 		printf("-> %s\n", st.target);
 		return 0;
 	}
-	struct lister l = { .h = h };
-	l.len = (size_t)snprintf(l.path, sizeof l.path, "%s", dir);
-	if (l.len >= sizeof l.path)
-		return -ENAMETOOLONG;
-	int rc = shardfs_list(h, dir, list_entry, &l);
-	if (rc < 0 && !l.reported)
-		fprintf(stderr, "shardfs-cat: %s\n", shardfs_last_error());
+	struct lister l = { 0 };
+	size_t top = strlen(dir);
+	int rc = grow(&l.path, &l.pcap, top + 1, 1);
+	if (!rc)
+		rc = grow(&l.plen, &l.lcap, 1, sizeof *l.plen);
+	l.oom = rc != 0;
+	if (!rc) {
+		memcpy(l.path, dir, top + 1);
+		l.plen[0] = top;
+		rc = push_dir(h, &l, 0);
+	}
+	while (rc == 0 && l.n) {
+		struct pending p = l.st[--l.n];
+		size_t at = l.plen[p.depth], len = strlen(p.e.name);
+		if ((rc = grow(&l.path, &l.pcap, at + len + 2, 1))) {
+			l.oom = true;
+			break;
+		}
+		if (at)
+			l.path[at++] = '/';
+		memcpy(l.path + at, p.e.name, len + 1);
+		at += len;
+		if (p.e.kind == SHARDFS_DIR) {
+			printf("%s/\n", l.path);
+			if ((rc = grow(&l.plen, &l.lcap, p.depth + 2, sizeof *l.plen))) {
+				l.oom = true;
+				break;
+			}
+			l.plen[p.depth + 1] = at;
+			rc = push_dir(h, &l, p.depth + 1);
+		} else if (p.e.kind == SHARDFS_LINK) {
+			printf("%s -> %s\n", l.path, p.e.target);
+		} else if (p.e.error) {
+			printf("%s\t(unreadable: %s)\n", l.path, strerror(-p.e.error));
+		} else {
+			printf("%s\t%llu\n", l.path, (unsigned long long)p.e.size);
+		}
+	}
+	if (l.oom)
+		fprintf(stderr, "shardfs-cat: out of memory listing %s\n", *dir ? dir : "the view");
+	free(l.st);
+	free(l.path);
+	free(l.plen);
 	return rc;
 }
 
