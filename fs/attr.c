@@ -107,7 +107,7 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 		loop_hand_off();
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
 	if (rc)
-		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
+		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 	listing_report_warnings(dm, n->view);
 	return rc;
 }

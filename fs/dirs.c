@@ -76,7 +76,7 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 	rc = sf_dir_ready(vn, &e);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
-		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
+		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));
 		return -EIO;
 	}
 	s->vdir = vn;

@@ -1,4 +1,5 @@
 #include "fnode.h"
+#include "stats.h"
 
 #include "listing.h"
 #include "sf_map.h"
@@ -99,7 +100,6 @@ static void release(struct ftree *t, struct fnode *n)
 	sf_hash_free(&n->kids);
 	free(n->name);
 	free(n->rel);
-	free(n->vpath);
 	free(n->file);
 	free(n);
 }
@@ -158,24 +158,48 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 		malloc_trim(0);
 }
 
-/* A view node named `name` in `parent`, with its path for error lines. */
 static struct fnode *view_node(struct ftree *t, struct fnode *parent, const char *name)
 {
-	struct fnode *n = fnode_new(t, FK_VIEW, parent, name);
-	if (!n)
-		return NULL;
-	const char *pp = parent->vpath ? parent->vpath : parent->rel;
-	size_t len = strlen(pp) + strlen(name) + 2;
-	n->vpath = malloc(len);
-	if (!n->vpath) {
-		fnode_free(t, n);
-		return NULL;
+	return fnode_new(t, FK_VIEW, parent, name);
+}
+
+/* Prepends `len` bytes of s before buf[*at], as far as they fit. */
+static bool prepend(char *buf, size_t *at, const char *s, size_t len)
+{
+	if (len > *at) {
+		memcpy(buf, s + len - *at, *at);
+		*at = 0;
+		return false;
 	}
-	if (strcmp(pp, ".") == 0)
-		snprintf(n->vpath, len, "%s", name);
-	else
-		snprintf(n->vpath, len, "%s/%s", pp, name);
-	return n;
+	*at -= len;
+	memcpy(buf + *at, s, len);
+	return true;
+}
+
+const char *fnode_path(const struct fnode *n, char *buf, size_t cap)
+{
+	size_t at = cap - 1;
+	buf[at] = 0;
+	bool whole = true;
+	/* names and parents never change while a node lives, and a node holds
+	 * its parent: no lock needed */
+	for (; whole && n && n->kind == FK_VIEW; n = n->parent) {
+		whole = prepend(buf, &at, n->name, strlen(n->name));
+		const struct fnode *p = n->parent;
+		if (whole && p && (p->kind == FK_VIEW || (p->rel && strcmp(p->rel, ".") != 0)))
+			whole = prepend(buf, &at, "/", 1);
+	}
+	if (whole && n && n->rel && strcmp(n->rel, ".") != 0)
+		whole = prepend(buf, &at, n->rel, strlen(n->rel));
+	if (!whole && cap > 4)
+		memcpy(buf, "...", 3);
+	return buf + (whole ? at : 0);
+}
+
+void fnode_errlog(struct stats *s, const struct fnode *n, const char *msg)
+{
+	char buf[FNODE_PATH_MAX];
+	errlog_add(s, fnode_path(n, buf, sizeof buf), msg);
 }
 
 void fnode_enter(struct fnode *n, struct sf_node *vn)

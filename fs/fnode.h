@@ -55,7 +55,6 @@ struct fnode {
 	/* FK_VIEW */
 	struct sf_view *view;
 	struct sf_node *vn;
-	char *vpath;                  /* mount-relative path, for error lines */
 	/* A view root placed from its listing entry, its container not opened
 	 * (fs/roots.h): the container's file name in its directory (which
 	 * names its format too), to find the entry again when the view is
@@ -116,6 +115,15 @@ struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *nam
 /* Gives view node `n` (a root placed unopened) its view's root `vn`, taking
  * a reference on the view (the tree's lock held). */
 void fnode_enter(struct fnode *n, struct sf_node *vn);
+/* n's path under the mount, for error lines: built into buf from the
+ * names up the tree, so that no node keeps its whole path (a tar's may be
+ * 32,000 levels deep); a path longer than cap - 1 keeps its end, after
+ * "...". Returns a pointer into buf. */
+#define FNODE_PATH_MAX 1024
+const char *fnode_path(const struct fnode *n, char *buf, size_t cap);
+struct stats;
+/* Logs msg for n's path in the mount's error log. */
+void fnode_errlog(struct stats *s, const struct fnode *n, const char *msg);
 
 /* The view node FK_VIEW node `n` stands for; NULL while `n` is a view root
  * not entered yet. */

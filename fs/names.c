@@ -135,7 +135,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	rc = sf_dir_find(dir->vn, name, &kid, &e);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
-		errlog_add(&dm->stats, dir->vpath, sf_err_msg(&e, rc));
+		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
 		return;
 	}

@@ -99,13 +99,13 @@ static void account(struct stats *stats, const struct sf_readv *rv)
  * from the mappings: a page of the source that fails there (truncated,
  * storage failing) fails the reply with EFAULT, and the kernel answers the
  * reader EIO. */
-static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
+static void reply_readv(fuse_req_t req, struct sf_readv *rv, const struct fnode *n)
 {
 	struct daemon *dm = daemon_of(req);
 	hand_off_unless_resident(dm, rv);
 	int rc = sf_readv_fit(rv, IOV_MAX - 1);
 	if (rc) {
-		errlog_add(&dm->stats, path,
+		fnode_errlog(&dm->stats, n,
 			   rc == -EIO ? "a mapped page of the source could not be read"
 				      : strerror(-rc));
 		fuse_reply_err(req, -rc);
@@ -117,10 +117,10 @@ static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 	else
 		rc = fuse_reply_buf(req, NULL, 0);
 	if (rc == -EFAULT)
-		errlog_add(&dm->stats, path,
+		fnode_errlog(&dm->stats, n,
 			   "reading the source failed (truncated or its storage fails)");
 	else if (rc && rc != -ENOENT)
-		errlog_add(&dm->stats, path, "the answer could not be written to /dev/fuse");
+		fnode_errlog(&dm->stats, n, "the answer could not be written to /dev/fuse");
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -135,7 +135,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (rc)
 			reply_src_err(req, -rc);
 		else
-			reply_readv(req, &rv, n->rel);
+			reply_readv(req, &rv, n);
 		sf_readv_release(&rv);
 		return;
 	}
@@ -166,10 +166,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(n->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
 	if (rc) {
-		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
+		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
 	} else {
-		reply_readv(req, &rv, n->vpath);
+		reply_readv(req, &rv, n);
 	}
 	sf_readv_release(&rv);
 	dcache_read_done();

@@ -200,6 +200,8 @@ def test_damaged_files(mount, tmp_path):
     bad_page = bytearray(raw)
     bad_page[100] ^= 0x40          # inside the only page's payload (spec §22)
     (tmp_path / "page.tatami").write_bytes(bad_page)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "deep.tatami").write_bytes(bad_page)
     bad_footer = bytearray(raw)
     bad_footer[120] ^= 1           # inside the footer
     (tmp_path / "footer.tatami").write_bytes(bad_footer)
@@ -219,10 +221,16 @@ def test_damaged_files(mount, tmp_path):
     with pytest.raises(OSError) as ei:
         (mnt / "page" / "columns" / "n" / "values.bin").read_bytes()
     assert ei.value.errno == errno.EIO
+    with pytest.raises(OSError) as ei:
+        (mnt / "sub" / "deep" / "columns" / "n" / "values.bin").read_bytes()
+    assert ei.value.errno == errno.EIO
     assert (mnt / "good" / "columns" / "n" / "values.bin").read_bytes() == struct.pack("<3i", 7, 0, -3)
     errors = (mnt / ".shardfs" / "errors").read_text()
     assert "footer.tatami" in errors and "torn.tatami" in errors
     assert "page/columns/n/values.bin" in errors and "checksum" in errors
+    # an error line names the part by its whole path in the mount
+    assert any(line.split()[1:2] == ["sub/deep/columns/n/values.bin:"]
+               for line in errors.splitlines()), errors
 
 
 # ---- hostile files built from the spec ---------------------------------------
