@@ -127,7 +127,7 @@ static const struct lentry *reuse(const struct listing *old, int dirfd, const ch
 		const struct lentry *e = names[i] ? find(old, names[i]) : NULL;
 		if (!e || e->fmt != f || strcmp(e->file, file) != 0)
 			continue;
-		if (!looked && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		if (!looked && sf_lstat_beneath(dirfd, file, &st) < 0)
 			break;
 		looked = true;
 		if (same_version(e->st, &st))
@@ -345,7 +345,8 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 		struct lentry x = { .type = de->d_type, .ino = de->d_ino };
 		struct stat st;
 		if (de->d_type == DT_UNKNOWN) {
-			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			/* beneath: a mount point is not entered, and not listed */
+			if (sf_lstat_beneath(dirfd, de->d_name, &st) < 0)
 				continue; /* vanished while listing */
 			x.type = dtype_of(st.st_mode);
 			x.ino = st.st_ino;
@@ -401,7 +402,7 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 			*c->st = *c->was->st;
 		else if (c->f->check)
 			checks[n++] = (struct sf_check){ .f = c->f, .name = name, .st = c->st };
-		else if (fstatat(dirfd, name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
+		else if (sf_lstat_beneath(dirfd, name, c->st) < 0)
 			c->f = NULL; /* vanished (a format without a check opens when placed) */
 	}
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);

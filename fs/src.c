@@ -55,6 +55,10 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
 		errlog_add(&dm->stats, rel,
 			   "a symlink on its path: shardfs follows no symlink in SRC");
+	else if (rc == -EXDEV) /* refused, not entered: it may be this very mount */
+		errlog_add(&dm->stats, rel,
+			   "a mount point: shardfs resolves no path through another mount "
+			   "inside SRC, not shown (EXDEV)");
 	free(rel);
 	if (rc)
 		return rc;
