@@ -76,23 +76,38 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 	return e && e->fmt ? e : NULL;
 }
 
+bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e)
+{
+	char *path = sf_path_join(dir->rel, e->file);
+	struct stat st;
+	bool same = path && sf_lstat_beneath(dm->src_fd, path, &st) == 0 && same_version(e->st, &st);
+	free(path);
+	return same;
+}
+
 const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
 				      struct listing **l)
 {
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
-	/* a view not opened yet (only checked) has nothing to go stale */
-	struct sf_view *v = e ? openviews_get(&dm->views, &e->open, false) : NULL;
-	if (!v)
-		return e;
-	/* the container itself is checked (one fstat); a change found by
-	 * reads (a fold's tar) is remembered. A check that fails without
-	 * finding a change (storage failing) keeps the view: its reads fail
-	 * until the source is back. */
-	if (sf_view_source(v))
-		sf_map_check(sf_view_source(v), &err);
-	bool refused = sf_view_refused(v, &err);
-	sf_view_unref(v);
+	if (!e)
+		return NULL;
+	/* the container's version: a chown, chgrp or chmod changes neither
+	 * its directory nor its mtime, and its view shows its owner, group
+	 * and mode */
+	bool refused = !listing_container_now(dm, dir, e);
+	/* a view not opened yet (only checked) has nothing else to go stale */
+	struct sf_view *v = refused ? NULL : openviews_get(&dm->views, &e->open, false);
+	if (v) {
+		/* the container itself is checked (one fstat); a change found
+		 * by reads (a fold's tar) is remembered. A check that fails
+		 * without finding a change (storage failing) keeps the view:
+		 * its reads fail until the source is back. */
+		if (sf_view_source(v))
+			sf_map_check(sf_view_source(v), &err);
+		refused = sf_view_refused(v, &err);
+		sf_view_unref(v);
+	}
 	if (!refused)
 		return e;
 	atomic_store(&(*l)->stale, true);
@@ -147,13 +162,29 @@ static void check_failed(void *arg, const char *path, const char *msg)
 }
 
 /* The listing's cheap check of one container (docs/design.md §3.1); *st
- * is the file's. */
-static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
-			    const char *name, const char *rel, struct stat *st)
+ * is the file's. 0 or the check's negative errno. */
+static int check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+			   const char *name, const char *rel, struct stat *st)
 {
 	struct sf_check c = { .f = f, .name = name, .st = st };
 	sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
-	return c.rc == 0;
+	return c.rc;
+}
+
+/* Whether container `name` of dirfd, which failed its check or open with
+ * `rc`, still gets a view (*st set to its stat): when some user may not
+ * read it, whether a view shows beside it must not tell that user whether
+ * its bytes pass the format's check (docs/security.md). Its view then
+ * holds only .shardfs/, saying why, for those who may read it. Not for a
+ * file gone, or not a regular file any more. */
+static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
+{
+	struct stat now;
+	if (rc == 0 || sf_lstat_beneath(dirfd, name, &now) || !S_ISREG(now.st_mode) ||
+	    (now.st_mode & 0444) == 0444)
+		return false;
+	*st = now;
+	return true;
 }
 
 /* Opens one container; failures go to the error log. One that passed the
@@ -177,10 +208,12 @@ static struct sf_view *open_container(struct daemon *dm, const struct sf_format 
 		rc = sf_format_open(f, &a, &v, &e);
 		sf_map_unref(map);
 	}
+	struct stat st;
 	if (rc) {
 		stat_add(&dm->stats.containers_failed, 1);
 		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
-		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
+		v = checked || shown_anyway(dirfd, name, rc, &st) ?
+		    sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
 			sf_view_set_cache(v, dm->view_cache);
 	} else {
@@ -408,7 +441,8 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
 	/* the checks are in the order of the claims */
 	for (size_t i = 0, j = 0; j < n; i++)
-		if (cl[i].st == checks[j].st && checks[j++].rc)
+		if (cl[i].st == checks[j].st && checks[j++].rc &&
+		    !shown_anyway(dirfd, l->e[i].name, checks[j - 1].rc, cl[i].st))
 			cl[i].f = NULL;
 	sf_big_free(checks);
 	return (ssize_t)k;
@@ -668,8 +702,12 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && !check_container(dm, f, dirfd, file, dir->rel, &fst))
+	if (f->check && (rc = check_container(dm, f, dirfd, file, dir->rel, &fst)) &&
+	    !shown_anyway(dirfd, file, rc, &fst)) {
+		rc = 0;
 		goto done;
+	}
+	rc = 0;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
 	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL)))

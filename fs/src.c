@@ -13,6 +13,7 @@
 bool same_version(const struct stat *a, const struct stat *b)
 {
 	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
+	       a->st_uid == b->st_uid && a->st_gid == b->st_gid &&
 	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
