@@ -168,6 +168,8 @@ static int check_container(struct daemon *dm, const struct sf_format *f, int dir
 {
 	struct sf_check c = { .f = f, .name = name, .st = st };
 	sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
+	if (openviews_short(c.rc) && openviews_reclaim(&dm->views))
+		sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
 	return c.rc;
 }
 
@@ -188,28 +190,44 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 }
 
 /* Opens one container; failures go to the error log. One that passed the
- * cheap check (`checked`) and fails now gets a view that says why. */
+ * cheap check (`checked`) and fails now gets a view that says why; one
+ * short of descriptors or memory gets none, and sets *retry (if given). */
 static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
 				      const char *rel, const char *name, char **names,
-				      size_t nnames, bool checked)
+				      size_t nnames, bool checked, atomic_bool *retry)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
 		return NULL;
 	struct sf_err e = { { 0 } };
-	struct sf_map *map = NULL;
 	struct sf_view *v = NULL;
-	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
-	if (rc == 0) {
-		struct sf_open_args a = {
-			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
-			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
-		};
-		rc = sf_format_open(f, &a, &v, &e);
-		sf_map_unref(map);
+	int rc = -EMFILE;
+	/* out of descriptors or memory: once more after views nobody uses
+	 * are closed */
+	for (int tries = 0; openviews_short(rc) && tries < 2; tries++) {
+		struct sf_map *map = NULL;
+		if (tries && !openviews_reclaim(&dm->views))
+			break;
+		rc = sf_map_beneath(dirfd, name, path, &map, &e);
+		if (rc == 0) {
+			struct sf_open_args a = {
+				.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
+				.path = path, .map = map, .siblings = (const char *const *)names,
+				.nsiblings = nnames,
+			};
+			rc = sf_format_open(f, &a, &v, &e);
+			sf_map_unref(map);
+		}
 	}
 	struct stat st;
-	if (rc) {
+	if (openviews_short(rc)) {
+		/* not the file's fault: no failed view is kept, the next entry
+		 * (or listing: *retry) tries again */
+		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
+		if (retry)
+			atomic_store(retry, true);
+		v = NULL;
+	} else if (rc) {
 		stat_add(&dm->stats.containers_failed, 1);
 		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
 		v = checked || shown_anyway(dirfd, name, rc, &st) ?
@@ -439,11 +457,15 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 			c->f = NULL; /* vanished (a format without a check opens when placed) */
 	}
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
-	/* the checks are in the order of the claims */
-	for (size_t i = 0, j = 0; j < n; i++)
-		if (cl[i].st == checks[j].st && checks[j++].rc &&
-		    !shown_anyway(dirfd, l->e[i].name, checks[j - 1].rc, cl[i].st))
+	/* the checks are in the order of the claims; one that failed for
+	 * lack of descriptors or memory is checked again at the next listing */
+	for (size_t i = 0, j = 0; j < n; i++) {
+		int rc = cl[i].st == checks[j].st ? checks[j++].rc : 0;
+		if (openviews_short(rc))
+			atomic_store(&l->stale, true);
+		if (rc && (openviews_short(rc) || !shown_anyway(dirfd, l->e[i].name, rc, cl[i].st)))
 			cl[i].f = NULL;
+	}
 	sf_big_free(checks);
 	return (ssize_t)k;
 }
@@ -506,7 +528,8 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 			v = openviews_get(&dm->views, &cl[i].was->open, false);
 		else if (!f->check &&
 			 (!siblings(l, &names) ||
-			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false))))
+			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false,
+						 &l->stale))))
 			continue;
 		bool clash;
 		char *vname = view_name(&taken_names, l, file, f->ext, &clash);
@@ -549,6 +572,8 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 {
 	struct sf_err e = { { 0 } };
 	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	if (openviews_short(*dirfd) && openviews_reclaim(&dm->views))
+		*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
 		/* swapped for a symlink since looked up */
 		errlog_add(&dm->stats, dir->rel, e.msg);
@@ -710,7 +735,7 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	rc = 0;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL)))
+	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, NULL)))
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
@@ -769,7 +794,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, NULL);
 		free(names);
 		if (v)
 			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),

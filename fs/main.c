@@ -133,6 +133,21 @@ static void raise_fd_limit(void)
 	}
 }
 
+/* The descriptors open views may keep: half of what RLIMIT_NOFILE leaves
+ * once a listing's batched checks (two batches of 64) and the daemon's own
+ * (transport, inotify, a few dozen) have theirs, at least 16; the other
+ * half is for SRC files being read and directories being listed
+ * (docs/options.md). */
+#define FDS_RESERVED 192
+static size_t view_fd_share(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return SIZE_MAX;
+	size_t n = (size_t)rl.rlim_cur;
+	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
+}
+
 /* mountinfo writes a space, tab, newline or backslash in a path as \ooo. */
 static bool same_mount_point(char *field, const char *path)
 {
@@ -287,7 +302,7 @@ int main(int argc, char **argv)
 	}
 	/* after daemonizing: a thread would not survive the fork. Stderr is
 	 * gone then: what is missing goes to .shardfs/errors too. */
-	if (openviews_start(&dm.views, se, o.max_open)) {
+	if (openviews_start(&dm.views, se, o.max_open, view_fd_share())) {
 		const char *no_closer = "no thread to close unused views: --max-open is not kept, all stay open";
 		errlog_add(&dm.stats, ".", no_closer);
 		if (o.foreground)

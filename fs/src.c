@@ -76,6 +76,9 @@ int src_map_file(struct daemon *dm, struct fnode *n)
 		struct sf_err e = { { 0 } };
 		struct sf_map *m = NULL;
 		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
+		/* out of descriptors: views nobody uses give theirs back */
+		if (openviews_short(rc) && openviews_reclaim(&dm->views))
+			rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
 		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
 			errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {
