@@ -241,6 +241,7 @@ def test_owner_group_and_mode_changes_are_seen_at_the_next_access(world, user):
         os.chown(src / n, 0, gid)
         os.chmod(src / n, 0o640)
     m = run_mount(world, "-o", "allow_other")
+    holder = None
     try:
         part = sorted(p.name for p in (mnt / "g").iterdir() if p.is_file())[0]
         assert as_user(user, "cat", mnt / "g.txt").stdout == b"group bytes\n"
@@ -279,6 +280,9 @@ def test_owner_group_and_mode_changes_are_seen_at_the_next_access(world, user):
                  "chown of a container")
         assert os.stat(mnt / "g").st_uid == pwd.getpwnam(user).pw_uid
     finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)
         stop_clean(m)
 
 
