@@ -203,18 +203,15 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 {
 	time_t now = time(NULL);
 	bool waiting = false;
-	/* what stays open once the views told about are gone */
+	/* what stays open once the views closed and told about are gone */
 	size_t n = ov->n, fds = ov->fds;
 	for (struct vopen *o = ov->tail, *prev; o && (n > ov->max || fds > ov->max_fds) &&
 	     *nc < BATCH && *nt < BATCH; o = prev) {
 		prev = o->prev;
 		size_t k = o->fds;
 		if (close_unused(ov, o, closed, nc)) {
-			n = ov->n;
-			fds = ov->fds;
-			continue;
-		}
-		if (!o->told_at) {
+			/* gone now: counted out below like one told about */
+		} else if (!o->told_at) {
 			char *name = strdup(o->name);
 			if (!name)
 				break;
