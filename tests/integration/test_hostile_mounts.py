@@ -19,6 +19,7 @@ import time
 import pytest
 
 from conftest import FIXTURES, SHARDFS, Mount, is_mounted, read_through, unmount
+from relutil import run
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="binds mounts: needs root")
 
@@ -39,17 +40,6 @@ def make_src(src):
     shutil.copy(FIXTURES / "tet" / "sample.tet", src / "sample.tet")
     (src / "inner").mkdir()
     return src
-
-
-def run(*cmd, timeout=30):
-    """A command through a mount: a hang fails the test."""
-    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        pytest.fail(f"{cmd} hung for {timeout} s")
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def stat_errno(path):
