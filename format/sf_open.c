@@ -42,7 +42,7 @@ static bool same_mount(const struct place *a, const struct place *b)
 
 bool sf_same_mount(int a, int b)
 {
-	struct place pa, pb;
+	struct place pa = { 0 }, pb = { 0 };
 	return place_of(a, &pa) == 0 && place_of(b, &pb) == 0 && same_mount(&pa, &pb);
 }
 
@@ -69,7 +69,7 @@ int sf_open_walk(int top, const char *path, int flags)
 		return -EXDEV;
 	if (!path[0])
 		return -ENOENT;
-	struct place at_top, p;
+	struct place at_top = { 0 }, p = { 0 };
 	int rc = place_of(top, &at_top);
 	if (rc)
 		return rc;
@@ -116,7 +116,7 @@ int sf_open_walk(int top, const char *path, int flags)
 		fd = step(dirs[depth], last, &at_top, &p);
 		if (fd >= 0 && !(flags & O_PATH)) {
 			close(fd);
-			struct place q;
+			struct place q = { 0 };
 			fd = S_ISLNK(p.mode) ? -ELOOP : openat(dirs[depth], last, flags | O_NOFOLLOW | O_CLOEXEC);
 			if (fd == -1)
 				fd = -errno;
