@@ -176,8 +176,8 @@ static int refused(struct sf_err *e, int rc, const char *shown, mode_t m)
 		return sf_fail(e, rc, "%s: a symlink, or one on its path: shardfs follows no "
 			       "symlink in SRC, not opened", shown);
 	if (rc == -EXDEV)
-		return sf_fail(e, rc, "%s: outside SRC, or on another mount inside it (shardfs "
-			       "resolves no path through a mount point in SRC): not opened", shown);
+		return sf_fail(e, rc, "%s: outside the mounted directory, or through a mount "
+			       "point inside it (shardfs enters no other mount): not opened", shown);
 	return sf_fail(e, rc, "%s: open: %s", shown, strerror(-rc));
 }
 
