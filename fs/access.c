@@ -25,6 +25,19 @@ void access_narrow(struct stat *st, const struct sf_view *v)
 			       allowed(&sf_view_map(v, i)->st, st->st_uid, st->st_gid);
 }
 
+bool access_unchanged(const struct sf_view *v)
+{
+	for (size_t i = 0; i < sf_view_nmaps(v); i++) {
+		const struct sf_map *m = sf_view_map(v, i);
+		struct stat now;
+		/* the file the view maps, even renamed: a chmod changes it in place */
+		if (fstat(m->fd, &now) == 0 && (now.st_uid != m->st.st_uid ||
+		    now.st_gid != m->st.st_gid || now.st_mode != m->st.st_mode))
+			return false;
+	}
+	return true;
+}
+
 void access_fill(const struct fnode *n, struct stat *st)
 {
 	mode_t m = n->st.st_mode & 0777, r = m & 0444;

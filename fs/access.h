@@ -15,6 +15,9 @@
 /* Narrows st (a container's owner, group and mode) so that no class of
  * users is given more than it has on any file view `v` maps. */
 void access_narrow(struct stat *st, const struct sf_view *v);
+/* Whether every file view `v` maps still has the owner, group and mode
+ * its narrowing was made from (an fstat each). */
+bool access_unchanged(const struct sf_view *v);
 /* Sets the owner, group and permission bits of `st` (whose type bits are
  * set) for node `n`. A view's symlink (a Shardlake alias) shows its alias
  * file's, as read bits: its target is the alias file's content. */

@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "access.h"
 #include "daemon.h"
 #include "loop.h"
 #include "sf_big.h"
@@ -106,7 +107,13 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
 		if (sf_view_source(v))
 			sf_map_check(sf_view_source(v), &err);
 		refused = sf_view_refused(v, &err);
+		/* a file it reads besides its container (a fold's shard, a
+		 * manifest) given another owner, group or mode: its mode is
+		 * narrowed anew by a new view, opened when entered next */
+		bool narrowed = !refused && !access_unchanged(v);
 		sf_view_unref(v);
+		if (narrowed)
+			openviews_drop(&dm->views, (struct vopen **)&e->open);
 	}
 	if (!refused)
 		return e;

@@ -286,6 +286,28 @@ def test_owner_group_and_mode_changes_are_seen_at_the_next_access(world, user):
         stop_clean(m)
 
 
+def test_a_shard_closed_narrows_its_fold_at_the_next_access(world, user):
+    """A chmod of a fold's shard alone (its directory and index unchanged)
+    closes the fold's view to the user at the next lookup of the view,
+    within the second the kernel keeps the view's entry."""
+    src, mnt = world / "src", world / "mnt"
+    m = run_mount(world, "-o", "allow_other")
+    try:
+        view = mnt / "taridx" / "demo"
+        member = next(p for p in view.rglob("*") if p.is_file())
+        assert as_user(user, "cat", member).returncode == 0
+        shard = sorted((src / "taridx").glob("*_0001.tar"))[0]
+        mtime = os.stat(src / "taridx").st_mtime_ns
+        os.chmod(shard, 0o600)
+        assert os.stat(src / "taridx").st_mtime_ns == mtime
+        wait_for(lambda: as_user(user, "ls", view).returncode != 0, "chmod of a shard")
+        assert stat.S_IMODE(os.stat(view).st_mode) == 0o500
+        os.chmod(shard, 0o644)
+        wait_for(lambda: as_user(user, "cat", member).returncode == 0, "chmod back")
+    finally:
+        stop_clean(m)
+
+
 def test_alias_link_shows_its_file_and_refuses_readlink(world, user):
     """A Shardlake alias view (a symlink) shows its alias file's owner and
     read bits, and its target only to who may read the alias file."""
