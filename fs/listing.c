@@ -196,6 +196,24 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 	return true;
 }
 
+/* Maps container `name` and opens its view into *v. */
+static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
+		     const char *name, const char *path, char **names, size_t nnames,
+		     struct sf_view **v, struct sf_err *e)
+{
+	struct sf_map *map = NULL;
+	int rc = sf_map_beneath(dirfd, name, path, &map, e);
+	if (rc == 0) {
+		struct sf_open_args a = {
+			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
+			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
+		};
+		rc = sf_format_open(f, &a, v, e);
+		sf_map_unref(map);
+	}
+	return rc;
+}
+
 /* Opens one container; failures go to the error log. One that passed the
  * cheap check (`checked`) and fails now gets a view that says why; one
  * short of descriptors or memory gets none, and sets *retry (if given). */
@@ -208,24 +226,10 @@ static struct sf_view *open_container(struct daemon *dm, const struct sf_format 
 		return NULL;
 	struct sf_err e = { { 0 } };
 	struct sf_view *v = NULL;
-	int rc = -EMFILE;
-	/* out of descriptors or memory: once more after views nobody uses
-	 * are closed */
-	for (int tries = 0; openviews_short(rc) && tries < 2; tries++) {
-		struct sf_map *map = NULL;
-		if (tries && !openviews_reclaim(&dm->views))
-			break;
-		rc = sf_map_beneath(dirfd, name, path, &map, &e);
-		if (rc == 0) {
-			struct sf_open_args a = {
-				.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
-				.path = path, .map = map, .siblings = (const char *const *)names,
-				.nsiblings = nnames,
-			};
-			rc = sf_format_open(f, &a, &v, &e);
-			sf_map_unref(map);
-		}
-	}
+	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
+	/* once more after the views nobody uses are closed */
+	if (openviews_short(rc) && openviews_reclaim(&dm->views))
+		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
 	struct stat st;
 	if (openviews_short(rc)) {
 		/* not the file's fault: no failed view is kept, the next entry
@@ -734,12 +738,9 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && (rc = check_container(dm, f, dirfd, file, dir->rel, &fst)) &&
-	    !shown_anyway(dirfd, file, rc, &fst)) {
-		rc = 0;
+	int failed = f->check ? check_container(dm, f, dirfd, file, dir->rel, &fst) : 0;
+	if (failed && !shown_anyway(dirfd, file, failed, &fst))
 		goto done;
-	}
-	rc = 0;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
 	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, NULL)))
