@@ -191,6 +191,37 @@ bool sf_dir_beside(const struct sf_open_args *a, const char *rel)
 	return yes;
 }
 
+/* The top a tool finds side files beneath, for directory `real` (a real
+ * path): the highest directory above it on the same mount, as the daemon
+ * finds them beneath SRC without crossing a mount point. Returns a
+ * descriptor and sets *rel to real's path below it ("." for itself). */
+static int mount_top(char *real, const char **rel)
+{
+	int fd = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	size_t len = strlen(real);
+	*rel = ".";
+	while (fd >= 0 && len > 1) {
+		char *slash = memrchr(real, '/', len);
+		size_t up = slash == real ? 1 : (size_t)(slash - real);
+		char keep = real[up];
+		real[up] = 0;
+		int parent = open(real, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		real[up] = keep;
+		if (parent < 0 || !sf_same_mount(fd, parent)) {
+			if (parent >= 0)
+				close(parent);
+			break;
+		}
+		close(fd);
+		fd = parent;
+		len = up;
+		*rel = real + (up == 1 ? 1 : up + 1);
+	}
+	if (!**rel)
+		*rel = ".";
+	return fd;
+}
+
 int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 {
 	char *copy = strdup(path);
@@ -209,9 +240,9 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 	struct sf_map *map = NULL;
 	const struct sf_format *f = sf_format_for(dirpath, name);
 	int dirfd = open(dirpath, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	/* side files are found beneath "/" from the directory's real path */
-	int topfd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	char *real = realpath(dirpath, NULL);
+	const char *dirrel = ".";
+	int topfd = real ? mount_top(real, &dirrel) : -1;
 	if (!f) {
 		rc = sf_fail(e, -EPROTONOSUPPORT, "%s: not a file shardfs recognises", path);
 		goto out;
@@ -225,7 +256,7 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 	if ((rc = sf_map_open(path, &map, e)))
 		goto out;
 	struct sf_open_args a = {
-		.topfd = topfd, .dirrel = real[1] ? real + 1 : ".", .dirpath = dirpath,
+		.topfd = topfd, .dirrel = dirrel, .dirpath = dirpath,
 		.name = name, .path = path, .map = map,
 		.siblings = (const char *const *)names, .nsiblings = nnames,
 	};

@@ -10,7 +10,58 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
+
+/* Where an opened entry lies: its mount's id where the kernel gives one
+ * (Linux 5.8 on), else its device. Asked without its filesystem being
+ * asked (AT_STATX_DONT_SYNC): that filesystem may be this very mount. */
+struct place {
+	bool has_mnt;
+	uint64_t mnt;
+	dev_t dev;
+	mode_t mode;
+};
+
+static int place_of(int fd, struct place *p)
+{
+	struct statx sx;
+	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC,
+		  STATX_TYPE | STATX_MNT_ID, &sx) < 0)
+		return -errno;
+	*p = (struct place){ .has_mnt = sx.stx_mask & STATX_MNT_ID, .mnt = sx.stx_mnt_id,
+			     .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
+			     .mode = sx.stx_mode };
+	return 0;
+}
+
+static bool same_mount(const struct place *a, const struct place *b)
+{
+	return a->has_mnt && b->has_mnt ? a->mnt == b->mnt : a->dev == b->dev;
+}
+
+bool sf_same_mount(int a, int b)
+{
+	struct place pa = { 0 }, pb = { 0 };
+	return place_of(a, &pa) == 0 && place_of(b, &pb) == 0 && same_mount(&pa, &pb);
+}
+
+/* Opens component `comp` of directory `dir` as an O_PATH descriptor,
+ * refusing one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
+static int step(int dir, const char *comp, const struct place *top, struct place *p)
+{
+	int fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = place_of(fd, p);
+	if (rc == 0 && !same_mount(p, top))
+		rc = -EXDEV;
+	if (rc) {
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
 
 int sf_open_walk(int top, const char *path, int flags)
 {
@@ -18,18 +69,21 @@ int sf_open_walk(int top, const char *path, int flags)
 		return -EXDEV;
 	if (!path[0])
 		return -ENOENT;
-	char *p = strdup(path);
+	struct place at_top = { 0 }, p = { 0 };
+	int rc = place_of(top, &at_top);
+	if (rc)
+		return rc;
+	char *s = strdup(path);
 	/* the directories opened on the way; dirs[0] is `top` (the caller's) */
 	int *dirs = malloc((strlen(path) / 2 + 2) * sizeof *dirs);
-	if (!p || !dirs) {
-		free(p);
+	if (!s || !dirs) {
+		free(s);
 		free(dirs);
 		return -ENOMEM;
 	}
 	size_t depth = 0;
 	dirs[0] = top;
-	int rc = 0;
-	char *save = NULL, *comp = strtok_r(p, "/", &save);
+	char *save = NULL, *comp = strtok_r(s, "/", &save);
 	while (comp) {
 		char *next = strtok_r(NULL, "/", &save);
 		if (strcmp(comp, "..") == 0) {
@@ -41,16 +95,11 @@ int sf_open_walk(int top, const char *path, int flags)
 		} else if (strcmp(comp, ".") != 0) {
 			if (!next)
 				break; /* the last component: opened below */
-			struct stat st;
-			int fd = openat(dirs[depth], comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-			if (fd < 0) {
-				rc = -errno;
-				break;
-			}
-			rc = fstat(fd, &st) < 0 ? -errno : S_ISLNK(st.st_mode) ? -ELOOP :
-			     S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+			int fd = step(dirs[depth], comp, &at_top, &p);
+			rc = fd < 0 ? fd : S_ISLNK(p.mode) ? -ELOOP : S_ISDIR(p.mode) ? 0 : -ENOTDIR;
 			if (rc) {
-				close(fd);
+				if (fd >= 0)
+					close(fd);
 				break;
 			}
 			dirs[++depth] = fd;
@@ -59,32 +108,42 @@ int sf_open_walk(int top, const char *path, int flags)
 	}
 	int fd = rc;
 	if (rc == 0) {
-		/* a path ending in "." or ".." names the directory reached */
-		struct stat st;
-		fd = openat(dirs[depth], comp ? comp : ".", flags | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			fd = -errno;
-		/* a directory wanted and a symlink found: as openat2 says */
-		if (fd == -ENOTDIR && comp && fstatat(dirs[depth], comp, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-		    S_ISLNK(st.st_mode))
-			fd = -ELOOP;
+		/* a path ending in "." or ".." names the directory reached; the
+		 * last component is looked at before it is opened (a mount
+		 * point is not entered), and what was opened must lie where
+		 * the look found it */
+		const char *last = comp ? comp : ".";
+		fd = step(dirs[depth], last, &at_top, &p);
+		if (fd >= 0 && !(flags & O_PATH)) {
+			close(fd);
+			struct place q = { 0 };
+			fd = S_ISLNK(p.mode) ? -ELOOP : openat(dirs[depth], last, flags | O_NOFOLLOW | O_CLOEXEC);
+			if (fd == -1)
+				fd = -errno;
+			else if (fd >= 0 && (place_of(fd, &q) || !same_mount(&q, &at_top))) {
+				close(fd);
+				fd = -EXDEV;
+			}
+		}
 	}
 	while (depth > 0)
 		close(dirs[depth--]);
 	free(dirs);
-	free(p);
+	free(s);
 	return fd;
 }
 
-/* Opens `path` beneath `top` with no symlink followed: openat2 while the
- * kernel has it, the walk once it answers ENOSYS. */
+/* Opens `path` beneath `top` with no symlink followed and no mount point
+ * crossed (a mount inside SRC may be this daemon's own: resolving through
+ * it would wait on itself): openat2 while the kernel has it, the walk once
+ * it answers ENOSYS. */
 static int resolve(int top, const char *path, int flags)
 {
 	static atomic_bool no_openat2;
 	if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
 		struct open_how how = {
 			.flags = (uint64_t)(flags | O_NOFOLLOW | O_CLOEXEC),
-			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+			.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
 		};
 		/* EAGAIN: a rename raced a ".." on the way; it settles */
 		for (int tries = 0; tries < 8; tries++) {
@@ -117,7 +176,8 @@ static int refused(struct sf_err *e, int rc, const char *shown, mode_t m)
 		return sf_fail(e, rc, "%s: a symlink, or one on its path: shardfs follows no "
 			       "symlink in SRC, not opened", shown);
 	if (rc == -EXDEV)
-		return sf_fail(e, rc, "%s: outside the mounted directory: not opened", shown);
+		return sf_fail(e, rc, "%s: outside the mounted directory, or through a mount "
+			       "point inside it (shardfs enters no other mount): not opened", shown);
 	return sf_fail(e, rc, "%s: open: %s", shown, strerror(-rc));
 }
 

@@ -2,7 +2,9 @@
  *
  * Every file the daemon reads, and every directory on the way, is opened
  * beneath one top directory (the mount's SRC): resolved without following a
- * symlink anywhere on the path, and without ".." climbing above the top.
+ * symlink anywhere on the path, without ".." climbing above the top, and
+ * without crossing a mount point (another filesystem mounted inside SRC,
+ * maybe this daemon's own mount, is never entered).
  * Only regular files and directories are opened for reading, and a file is
  * looked at (O_PATH, fstat) before it is opened, so a FIFO, socket or device
  * is refused from its type instead of blocking or waking a driver (the
@@ -13,6 +15,7 @@
 #ifndef SF_OPEN_H
 #define SF_OPEN_H
 
+#include <stdbool.h>
 #include <sys/stat.h>
 
 #include "sf_err.h"
@@ -26,7 +29,7 @@ enum sf_want {
 /* Opens `path` (relative; may hold "/" and "..") beneath directory `top`.
  * Returns the descriptor, or a negative errno with e->msg naming `shown`:
  * -ELOOP for a symlink on the way (or as the file), -EXDEV for a path
- * leading above `top`, -EINVAL (-EISDIR, -ENOTDIR) for an entry of another
+ * leading above `top` or through a mount point, -EINVAL (-EISDIR, -ENOTDIR) for an entry of another
  * type than wanted. */
 int sf_open_beneath(int top, const char *path, enum sf_want want, const char *shown,
 		    struct sf_err *e);
@@ -34,6 +37,9 @@ int sf_open_beneath(int top, const char *path, enum sf_want want, const char *sh
 /* Like fstatat(top, path, st, AT_SYMLINK_NOFOLLOW), resolved beneath `top`
  * with no symlink followed on the way. 0 or a negative errno. */
 int sf_lstat_beneath(int top, const char *path, struct stat *st);
+
+/* Whether descriptors a and b lie on the same mount. */
+bool sf_same_mount(int a, int b);
 
 /* "dir/name", or `name` when dir is "."; malloc'd (NULL when out of memory). */
 char *sf_path_join(const char *dir, const char *name);

@@ -138,11 +138,11 @@ static void read_or_closed(struct batch *b, uint64_t tag, int res)
 static int run_batch(struct batch *b, int dirfd)
 {
 	/* as sf_open_beneath opens a file it looked at: no symlink, nothing
-	 * above dirfd, and a FIFO or device swapped in since neither blocks
+	 * above dirfd, no mount point crossed, and a FIFO or device swapped in since neither blocks
 	 * nor becomes a terminal */
 	struct open_how how = {
 		.flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC,
-		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+		.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_XDEV,
 	};
 	for (size_t i = 0; i < b->n; i++) {
 		/* not the buffer: it is only read where a read filled it */

@@ -25,14 +25,27 @@ void access_narrow(struct stat *st, const struct sf_view *v)
 			       allowed(&sf_view_map(v, i)->st, st->st_uid, st->st_gid);
 }
 
+bool access_unchanged(const struct sf_view *v)
+{
+	for (size_t i = 0; i < sf_view_nmaps(v); i++) {
+		const struct sf_map *m = sf_view_map(v, i);
+		struct stat now;
+		/* the file the view maps, even renamed: a chmod changes it in place */
+		if (fstat(m->fd, &now) == 0 && (now.st_uid != m->st.st_uid ||
+		    now.st_gid != m->st.st_gid || now.st_mode != m->st.st_mode))
+			return false;
+	}
+	return true;
+}
+
 void access_fill(const struct fnode *n, struct stat *st)
 {
 	mode_t m = n->st.st_mode & 0777, r = m & 0444;
 	mode_t perm;
 	st->st_uid = n->st.st_uid;
 	st->st_gid = n->st.st_gid;
-	if (S_ISLNK(st->st_mode))
-		perm = 0777; /* as every symlink */
+	if (S_ISLNK(st->st_mode) && n->kind != FK_VIEW)
+		perm = 0777; /* as every symlink of SRC */
 	else if (n->kind == FK_SRC_DIR || n->kind == FK_SRC_FILE || n->kind == FK_SRC_OTHER)
 		perm = m & 0555; /* no write, no set-id */
 	else if (n->kind == FK_META_FILE && n->meta == META_ERRORS) {
@@ -43,4 +56,17 @@ void access_fill(const struct fnode *n, struct stat *st)
 	} else
 		perm = S_ISDIR(st->st_mode) ? r | r >> 2 : r;
 	st->st_mode = (st->st_mode & S_IFMT) | perm;
+}
+
+bool access_can_read(const struct stat *st, uid_t uid, gid_t gid, const gid_t *groups, int ngroups)
+{
+	if (uid == 0)
+		return true;
+	if (uid == st->st_uid)
+		return st->st_mode & S_IRUSR;
+	/* as the kernel: a member of the group gets the group's bits only */
+	bool member = gid == st->st_gid;
+	for (int i = 0; i < ngroups && !member; i++)
+		member = groups[i] == st->st_gid;
+	return st->st_mode & (member ? S_IRGRP : S_IROTH);
 }

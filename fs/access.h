@@ -7,6 +7,7 @@
 #ifndef FS_ACCESS_H
 #define FS_ACCESS_H
 
+#include <stdbool.h>
 #include <sys/stat.h>
 
 #include "fnode.h"
@@ -14,8 +15,18 @@
 /* Narrows st (a container's owner, group and mode) so that no class of
  * users is given more than it has on any file view `v` maps. */
 void access_narrow(struct stat *st, const struct sf_view *v);
+/* Whether every file view `v` maps still has the owner, group and mode
+ * its narrowing was made from (an fstat each). */
+bool access_unchanged(const struct sf_view *v);
 /* Sets the owner, group and permission bits of `st` (whose type bits are
- * set) for node `n`. */
+ * set) for node `n`. A view's symlink (a Shardlake alias) shows its alias
+ * file's, as read bits: its target is the alias file's content. */
 void access_fill(const struct fnode *n, struct stat *st);
+/* Whether user `uid` of group `gid` and of `groups` may read what shows
+ * `st` (owner, group and mode as the mount shows them), as the kernel
+ * decides for a file. The kernel checks no mode of a symlink, so READLINK
+ * of a view's symlink asks this. */
+bool access_can_read(const struct stat *st, uid_t uid, gid_t gid, const gid_t *groups,
+		     int ngroups);
 
 #endif

@@ -4,6 +4,7 @@
 #include "attr.h"
 
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -123,12 +124,36 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_attr(req, &st, t);
 }
 
+/* Whether the caller may read what shows `st`. Its other groups are read
+ * from /proc by libfuse; when they cannot be (the caller gone), only its
+ * own group counts: refusing rather than guessing. */
+static bool caller_may_read(fuse_req_t req, const struct stat *st)
+{
+	const struct fuse_ctx *c = fuse_req_ctx(req);
+	gid_t few[32], *groups = few;
+	int cap = 32, n = fuse_req_getgroups(req, cap, few);
+	if (n > cap && (groups = malloc((size_t)n * sizeof *groups)))
+		n = fuse_req_getgroups(req, cap = n, groups);
+	/* n < 0: not known; n > cap: more than was room for (groups changed) */
+	bool yes = access_can_read(st, c->uid, c->gid, groups,
+				   !groups || n < 0 ? 0 : n > cap ? cap : n);
+	if (groups != few)
+		free(groups);
+	return yes;
+}
+
 void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_READLINK);
 	struct fnode *n = fn_of(req, ino);
 	if (fnode_view_is(n, SF_LINK)) {
-		fuse_reply_readlink(req, sf_link_target(n->vn));
+		/* its target is the alias file's content: for its readers */
+		struct stat st;
+		fill_attr(daemon_of(req), n, &st);
+		if (caller_may_read(req, &st))
+			fuse_reply_readlink(req, sf_link_target(n->vn));
+		else
+			fuse_reply_err(req, EACCES);
 		return;
 	}
 	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {

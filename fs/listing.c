@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "access.h"
 #include "daemon.h"
 #include "loop.h"
 #include "sf_big.h"
@@ -76,23 +77,44 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 	return e && e->fmt ? e : NULL;
 }
 
+bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e)
+{
+	char *path = sf_path_join(dir->rel, e->file);
+	struct stat st;
+	bool same = path && sf_lstat_beneath(dm->src_fd, path, &st) == 0 && same_version(e->st, &st);
+	free(path);
+	return same;
+}
+
 const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
 				      struct listing **l)
 {
 	const struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
-	/* a view not opened yet (only checked) has nothing to go stale */
-	struct sf_view *v = e ? openviews_get(&dm->views, &e->open, false) : NULL;
-	if (!v)
-		return e;
-	/* the container itself is checked (one fstat); a change found by
-	 * reads (a fold's tar) is remembered. A check that fails without
-	 * finding a change (storage failing) keeps the view: its reads fail
-	 * until the source is back. */
-	if (sf_view_source(v))
-		sf_map_check(sf_view_source(v), &err);
-	bool refused = sf_view_refused(v, &err);
-	sf_view_unref(v);
+	if (!e)
+		return NULL;
+	/* the container's version: a chown, chgrp or chmod changes neither
+	 * its directory nor its mtime, and its view shows its owner, group
+	 * and mode */
+	bool refused = !listing_container_now(dm, dir, e);
+	/* a view not opened yet (only checked) has nothing else to go stale */
+	struct sf_view *v = refused ? NULL : openviews_get(&dm->views, &e->open, false);
+	if (v) {
+		/* the container itself is checked (one fstat); a change found
+		 * by reads (a fold's tar) is remembered. A check that fails
+		 * without finding a change (storage failing) keeps the view:
+		 * its reads fail until the source is back. */
+		if (sf_view_source(v))
+			sf_map_check(sf_view_source(v), &err);
+		refused = sf_view_refused(v, &err);
+		/* a file it reads besides its container (a fold's shard, a
+		 * manifest) given another owner, group or mode: its mode is
+		 * narrowed anew by a new view, opened when entered next */
+		bool narrowed = !refused && !access_unchanged(v);
+		sf_view_unref(v);
+		if (narrowed)
+			openviews_drop(&dm->views, (struct vopen **)&e->open);
+	}
 	if (!refused)
 		return e;
 	atomic_store(&(*l)->stale, true);
@@ -127,7 +149,7 @@ static const struct lentry *reuse(const struct listing *old, int dirfd, const ch
 		const struct lentry *e = names[i] ? find(old, names[i]) : NULL;
 		if (!e || e->fmt != f || strcmp(e->file, file) != 0)
 			continue;
-		if (!looked && fstatat(dirfd, file, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		if (!looked && sf_lstat_beneath(dirfd, file, &st) < 0)
 			break;
 		looked = true;
 		if (same_version(e->st, &st))
@@ -147,40 +169,80 @@ static void check_failed(void *arg, const char *path, const char *msg)
 }
 
 /* The listing's cheap check of one container (docs/design.md §3.1); *st
- * is the file's. */
-static bool check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
-			    const char *name, const char *rel, struct stat *st)
+ * is the file's. 0 or the check's negative errno. */
+static int check_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+			   const char *name, const char *rel, struct stat *st)
 {
 	struct sf_check c = { .f = f, .name = name, .st = st };
 	sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
-	return c.rc == 0;
+	if (openviews_short(c.rc) && openviews_reclaim(&dm->views))
+		sf_format_check_many(dirfd, rel, &c, 1, check_failed, dm);
+	return c.rc;
 }
 
-/* Opens one container; failures go to the error log. One that passed the
- * cheap check (`checked`) and fails now gets a view that says why. */
-static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
-				      const char *rel, const char *name, char **names,
-				      size_t nnames, bool checked)
+/* Whether container `name` of dirfd, which failed its check or open with
+ * `rc`, still gets a view (*st set to its stat): when some user may not
+ * read it, whether a view shows beside it must not tell that user whether
+ * its bytes pass the format's check (docs/security.md). Its view then
+ * holds only .shardfs/, saying why, for those who may read it. Not for a
+ * file gone, or not a regular file any more. */
+static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 {
-	char *path = sf_path_join(rel, name);
-	if (!path)
-		return NULL;
-	struct sf_err e = { { 0 } };
+	struct stat now;
+	if (rc == 0 || sf_lstat_beneath(dirfd, name, &now) || !S_ISREG(now.st_mode) ||
+	    (now.st_mode & 0444) == 0444)
+		return false;
+	*st = now;
+	return true;
+}
+
+/* Maps container `name` and opens its view into *v. */
+static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
+		     const char *name, const char *path, char **names, size_t nnames,
+		     struct sf_view **v, struct sf_err *e)
+{
 	struct sf_map *map = NULL;
-	struct sf_view *v = NULL;
-	int rc = sf_map_beneath(dirfd, name, path, &map, &e);
+	int rc = sf_map_beneath(dirfd, name, path, &map, e);
 	if (rc == 0) {
 		struct sf_open_args a = {
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 		};
-		rc = sf_format_open(f, &a, &v, &e);
+		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
 	}
-	if (rc) {
+	return rc;
+}
+
+/* Opens one container; failures go to the error log. One that passed the
+ * cheap check (`checked`) and fails now gets a view that says why; one
+ * short of descriptors or memory gets none, and sets *retry (if given). */
+static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
+				      const char *rel, const char *name, char **names,
+				      size_t nnames, bool checked, atomic_bool *retry)
+{
+	char *path = sf_path_join(rel, name);
+	if (!path)
+		return NULL;
+	struct sf_err e = { { 0 } };
+	struct sf_view *v = NULL;
+	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
+	/* once more after the views nobody uses are closed */
+	if (openviews_short(rc) && openviews_reclaim(&dm->views))
+		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
+	struct stat st;
+	if (openviews_short(rc)) {
+		/* not the file's fault: no failed view is kept, the next entry
+		 * (or listing: *retry) tries again */
+		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
+		if (retry)
+			atomic_store(retry, true);
+		v = NULL;
+	} else if (rc) {
 		stat_add(&dm->stats.containers_failed, 1);
 		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
-		v = checked ? sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
+		v = checked || shown_anyway(dirfd, name, rc, &st) ?
+		    sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
 		if (v)
 			sf_view_set_cache(v, dm->view_cache);
 	} else {
@@ -345,7 +407,8 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 		struct lentry x = { .type = de->d_type, .ino = de->d_ino };
 		struct stat st;
 		if (de->d_type == DT_UNKNOWN) {
-			if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			/* beneath: a mount point is not entered, and not listed */
+			if (sf_lstat_beneath(dirfd, de->d_name, &st) < 0)
 				continue; /* vanished while listing */
 			x.type = dtype_of(st.st_mode);
 			x.ino = st.st_ino;
@@ -401,14 +464,19 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 			*c->st = *c->was->st;
 		else if (c->f->check)
 			checks[n++] = (struct sf_check){ .f = c->f, .name = name, .st = c->st };
-		else if (fstatat(dirfd, name, c->st, AT_SYMLINK_NOFOLLOW) < 0)
+		else if (sf_lstat_beneath(dirfd, name, c->st) < 0)
 			c->f = NULL; /* vanished (a format without a check opens when placed) */
 	}
 	sf_format_check_many(dirfd, rel, checks, n, check_failed, dm);
-	/* the checks are in the order of the claims */
-	for (size_t i = 0, j = 0; j < n; i++)
-		if (cl[i].st == checks[j].st && checks[j++].rc)
+	/* the checks are in the order of the claims; one that failed for
+	 * lack of descriptors or memory is checked again at the next listing */
+	for (size_t i = 0, j = 0; j < n; i++) {
+		int rc = cl[i].st == checks[j].st ? checks[j++].rc : 0;
+		if (openviews_short(rc))
+			atomic_store(&l->stale, true);
+		if (rc && (openviews_short(rc) || !shown_anyway(dirfd, l->e[i].name, rc, cl[i].st)))
 			cl[i].f = NULL;
+	}
 	sf_big_free(checks);
 	return (ssize_t)k;
 }
@@ -471,7 +539,8 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 			v = openviews_get(&dm->views, &cl[i].was->open, false);
 		else if (!f->check &&
 			 (!siblings(l, &names) ||
-			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false))))
+			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false,
+						 &l->stale))))
 			continue;
 		bool clash;
 		char *vname = view_name(&taken_names, l, file, f->ext, &clash);
@@ -514,6 +583,8 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 {
 	struct sf_err e = { { 0 } };
 	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	if (openviews_short(*dirfd) && openviews_reclaim(&dm->views))
+		*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
 		/* swapped for a symlink since looked up */
 		errlog_add(&dm->stats, dir->rel, e.msg);
@@ -667,11 +738,12 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		goto done;
 	}
 	/* one file alone could take the name: no earlier view can have it */
-	if (f->check && !check_container(dm, f, dirfd, file, dir->rel, &fst))
+	int failed = f->check ? check_container(dm, f, dirfd, file, dir->rel, &fst) : 0;
+	if (failed && !shown_anyway(dirfd, file, failed, &fst))
 		goto done;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL)))
+	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, NULL)))
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
@@ -730,7 +802,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		loop_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, NULL);
 		free(names);
 		if (v)
 			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),

@@ -71,6 +71,9 @@ const struct lentry *listing_view(const struct listing *l, const char *name);
  * whole listing made anew, which opens the container again. */
 const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
 				      struct listing **l);
+/* Whether view entry `e` of dir's listing still stands for its container
+ * as it is now: the same version, owner, group and mode (one lstat). */
+bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e);
 /* Whether the view of a container of format `f` is placed from its entry
  * alone, opened only when entered (fs/roots.h): one the listing checks,
  * whose view maps no other file (its permissions are then its container's)

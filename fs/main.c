@@ -80,14 +80,42 @@ static int check_src(const char *src, char **abs)
 	return 0;
 }
 
+/* MNT inside SRC (or SRC itself) would put the mount in its own tree:
+ * every look at it from SRC's side would wait on this daemon. Each of
+ * MNT's directories up to "/" is compared with SRC by device and inode,
+ * which also sees SRC reached under another name (a bind mount). */
+static int check_not_inside(const char *src, const char *mnt_abs)
+{
+	struct stat s, d;
+	if (stat(src, &s) < 0)
+		return fail("source %s: %s", src, strerror(errno));
+	char *p = strdup(mnt_abs);
+	if (!p)
+		return fail("out of memory%s%s", "", "");
+	bool inside = false;
+	for (char *slash; !inside; *slash = 0) {
+		inside = stat(p[0] ? p : "/", &d) == 0 && d.st_dev == s.st_dev && d.st_ino == s.st_ino;
+		if (!p[0] || !(slash = strrchr(p, '/')))
+			break;
+	}
+	free(p);
+	if (inside)
+		return fail("mount point %s is inside the source %s: the daemon would wait on "
+			    "its own mount; choose a mount point outside it", mnt_abs, src);
+	return 0;
+}
+
 /* Builds the argv libfuse parses: our fixed options first, then the user's. */
 static int fuse_argv(const struct options *o, const char *src, struct fuse_args *args)
 {
 	char *opts = NULL;
 	/* a comma would end the fsname option early */
 	const char *fsname = strchr(src, ',') ? "shardfs" : src;
-	if (asprintf(&opts, "ro,default_permissions,subtype=shardfs,fsname=%s%s%s", fsname,
-		     o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "") < 0)
+	/* nosuid,nodev last, after the user's (the last of suid/nosuid wins):
+	 * a set-user-ID file or a device node in SRC must not gain through
+	 * the mount what a nosuid or nodev SRC denies (docs/security.md) */
+	if (asprintf(&opts, "ro,default_permissions,subtype=shardfs,fsname=%s%s%s,nosuid,nodev",
+		     fsname, o->fuse_opts ? "," : "", o->fuse_opts ? o->fuse_opts : "") < 0)
 		return -1;
 	int rc = fuse_opt_add_arg(args, "shardfs") || fuse_opt_add_arg(args, "-o") ||
 		 fuse_opt_add_arg(args, opts) || (o->debug && fuse_opt_add_arg(args, "-d"));
@@ -103,6 +131,21 @@ static void raise_fd_limit(void)
 		rl.rlim_cur = rl.rlim_max;
 		setrlimit(RLIMIT_NOFILE, &rl);
 	}
+}
+
+/* The descriptors open views may keep: half of what RLIMIT_NOFILE leaves
+ * once a listing's batched checks (two batches of 64) and the daemon's own
+ * (transport, inotify, a few dozen) have theirs, at least 16; the other
+ * half is for SRC files being read and directories being listed
+ * (docs/options.md). */
+#define FDS_RESERVED 192
+static size_t view_fd_share(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return SIZE_MAX;
+	size_t n = (size_t)rl.rlim_cur;
+	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
 }
 
 /* mountinfo writes a space, tab, newline or backslash in a path as \ooo. */
@@ -187,6 +230,8 @@ int main(int argc, char **argv)
 		fail("mount point %s: %s", o.mnt, strerror(errno));
 		goto out;
 	}
+	if (check_not_inside(src, mnt_abs))
+		goto out;
 	if (access("/dev/fuse", R_OK | W_OK) < 0) {
 		fail("/dev/fuse is not available (%s): load the fuse module, or run the "
 		     "container with --device /dev/fuse%s", strerror(errno), "");
@@ -257,13 +302,13 @@ int main(int argc, char **argv)
 	}
 	/* after daemonizing: a thread would not survive the fork. Stderr is
 	 * gone then: what is missing goes to .shardfs/errors too. */
-	if (openviews_start(&dm.views, se, o.max_open)) {
+	if (openviews_start(&dm.views, se, o.max_open, view_fd_share())) {
 		const char *no_closer = "no thread to close unused views: --max-open is not kept, all stay open";
 		errlog_add(&dm.stats, ".", no_closer);
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_closer);
 	}
-	int wrc = watch_start(&dm.watch, se, src);
+	int wrc = watch_start(&dm.watch, se, dm.src_fd);
 	if (wrc) {
 		char no_watch[160];
 		snprintf(no_watch, sizeof no_watch,

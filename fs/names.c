@@ -85,6 +85,12 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 	bool unopened = listing_places_unopened(le->fmt);
 	struct sf_view *v = whole || unopened ? listing_opened(dm, le)
 					      : listing_open(dm, dir, *l, le);
+	if (whole && v && !listing_container_now(dm, dir, le)) {
+		/* given another owner, group or mode since listed: no node
+		 * with what it was, the kernel looks the name up (anew) */
+		sf_view_unref(v);
+		return 0;
+	}
 	if (!v && !unopened)
 		return whole ? 0 : -ENOMEM;
 	fnode_find(&dm->tree);

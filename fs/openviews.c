@@ -14,6 +14,7 @@ struct vopen {
 	struct vopen **slot;       /* the entry's field; NULL until linked */
 	uint64_t dir;
 	const char *name;
+	size_t fds;                /* the descriptors its mappings keep */
 	struct vopen *prev, *next; /* prev: entered more recently */
 	/* When the kernel was told to drop the entry (0: not told): its
 	 * forgets are on their way for a while, then the view is in use. */
@@ -33,6 +34,7 @@ void openviews_init(struct openviews *ov, struct stats *stats)
 	pthread_mutex_init(&ov->lock, NULL);
 	pthread_cond_init(&ov->wake, NULL);
 	ov->max = UINT_MAX;
+	ov->max_fds = SIZE_MAX;
 	ov->stats = stats;
 }
 
@@ -59,13 +61,23 @@ static void unlink_one(struct openviews *ov, struct vopen *o)
 		ov->tail = o->prev;
 }
 
-static void set_open(struct openviews *ov, size_t n)
+/* Whether more views are open than --max-open, or their mappings keep
+ * more descriptors than their share (lock held). */
+static bool over(const struct openviews *ov)
 {
+	return ov->n > ov->max || ov->fds > ov->max_fds;
+}
+
+/* `o` linked (+1) or unlinked (-1) (lock held). */
+static void tally(struct openviews *ov, const struct vopen *o, int dir)
+{
+	size_t n = dir > 0 ? ov->n + 1 : ov->n - 1;
 	ov->n = n;
+	ov->fds = dir > 0 ? ov->fds + o->fds : ov->fds - o->fds;
 	atomic_store(&ov->stats->views_open, n);
 	if (n > atomic_load(&ov->stats->views_open_peak))
 		atomic_store(&ov->stats->views_open_peak, n);
-	if (n > ov->max && ov->running)
+	if (over(ov) && ov->running)
 		pthread_cond_signal(&ov->wake);
 }
 
@@ -76,8 +88,9 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	o->slot = slot;
 	o->dir = dir;
 	o->name = name;
+	o->fds = sf_view_nmaps(o->view);
 	push_head(ov, o);
-	set_open(ov, ov->n + 1);
+	tally(ov, o, +1);
 }
 
 struct vopen *openviews_new(struct sf_view *v)
@@ -149,7 +162,7 @@ void openviews_drop(struct openviews *ov, struct vopen **slot)
 	*slot = NULL;
 	if (o && o->slot) {
 		unlink_one(ov, o);
-		set_open(ov, ov->n - 1);
+		tally(ov, o, -1);
 	}
 	pthread_mutex_unlock(&ov->lock);
 	if (o) {
@@ -163,7 +176,24 @@ struct tell {
 	char *name;
 };
 
-/* One pass from the least recently entered view while over the bound
+/* Closes `o` when only its entry holds its view (lock held): into
+ * `closed`, to be dropped outside the lock. Refs go from 1 to 2 only under
+ * the lock (openviews_get): any other holder got its reference from one
+ * that has one. */
+static bool close_unused(struct openviews *ov, struct vopen *o, struct sf_view **closed,
+			 size_t *nc)
+{
+	if (!sf_view_held_once(o->view))
+		return false;
+	unlink_one(ov, o);
+	*o->slot = NULL;
+	closed[(*nc)++] = o->view;
+	tally(ov, o, -1);
+	free(o);
+	return true;
+}
+
+/* One pass from the least recently entered view while over the bounds
  * (lock held): a view only its entry holds is closed (into `closed`); one
  * held by the kernel's nodes is told about (into `tell`), and closed by a
  * later pass once they are forgotten. Returns whether views told about
@@ -173,31 +203,45 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 {
 	time_t now = time(NULL);
 	bool waiting = false;
-	size_t need = ov->n > ov->max ? ov->n - ov->max : 0;
-	for (struct vopen *o = ov->tail, *prev; o && need && *nc < BATCH && *nt < BATCH; o = prev) {
+	/* what stays open once the views closed and told about are gone */
+	size_t n = ov->n, fds = ov->fds;
+	for (struct vopen *o = ov->tail, *prev; o && (n > ov->max || fds > ov->max_fds) &&
+	     *nc < BATCH && *nt < BATCH; o = prev) {
 		prev = o->prev;
-		/* refs go from 1 to 2 only under the lock (openviews_get):
-		 * any other holder got its reference from one that has one */
-		if (sf_view_held_once(o->view)) {
-			unlink_one(ov, o);
-			*o->slot = NULL;
-			closed[(*nc)++] = o->view;
-			free(o);
-			set_open(ov, ov->n - 1);
-			need--;
+		size_t k = o->fds;
+		if (close_unused(ov, o, closed, nc)) {
+			/* gone now: counted out below like one told about */
 		} else if (!o->told_at) {
 			char *name = strdup(o->name);
 			if (!name)
 				break;
 			tell[(*nt)++] = (struct tell){ o->dir, name };
 			o->told_at = now;
-			need--;
 		} else if (now - o->told_at <= TOLD_GRACE_S) {
 			waiting = true;
-			need--;
+		} else {
+			continue; /* in use: passed over */
 		}
+		n--;
+		fds -= k;
 	}
 	return waiting || *nt;
+}
+
+size_t openviews_reclaim(struct openviews *ov)
+{
+	struct sf_view *closed[BATCH];
+	size_t nc = 0;
+	pthread_mutex_lock(&ov->lock);
+	for (struct vopen *o = ov->tail, *prev; o && nc < BATCH; o = prev) {
+		prev = o->prev;
+		close_unused(ov, o, closed, &nc);
+	}
+	pthread_mutex_unlock(&ov->lock);
+	for (size_t i = 0; i < nc; i++)
+		sf_view_unref(closed[i]);
+	stat_add(&ov->stats->views_closed, nc);
+	return nc;
 }
 
 static void *run(void *arg)
@@ -223,7 +267,7 @@ static void *run(void *arg)
 		pthread_mutex_lock(&ov->lock);
 		if (ov->stop || nc == BATCH || nt == BATCH)
 			continue;
-		if (ov->n <= ov->max) {
+		if (!over(ov)) {
 			pthread_cond_wait(&ov->wake, &ov->lock);
 			continue;
 		}
@@ -245,17 +289,18 @@ static void *run(void *arg)
 	return NULL;
 }
 
-int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max)
+int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max, size_t max_fds)
 {
 	ov->se = se;
 	ov->max = max;
+	ov->max_fds = max_fds;
 	ov->stop = false;
 	int rc = pthread_create(&ov->thread, NULL, run, ov);
 	if (rc)
 		return -rc;
 	pthread_mutex_lock(&ov->lock);
 	ov->running = true;
-	if (ov->n > ov->max)
+	if (over(ov))
 		pthread_cond_signal(&ov->wake);
 	pthread_mutex_unlock(&ov->lock);
 	return 0;

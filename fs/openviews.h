@@ -8,6 +8,7 @@
 #ifndef FS_OPENVIEWS_H
 #define FS_OPENVIEWS_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -29,7 +30,9 @@ struct openviews {
 	pthread_cond_t wake;
 	struct vopen *head, *tail; /* most and least recently entered */
 	size_t n;                  /* linked */
+	size_t fds;                /* the descriptors their mappings keep */
 	unsigned max;
+	size_t max_fds;
 	struct stats *stats;
 	struct fuse_session *se;
 	pthread_t thread;
@@ -38,9 +41,21 @@ struct openviews {
 
 /* No bound until openviews_start. */
 void openviews_init(struct openviews *ov, struct stats *stats);
-/* Starts the thread that closes views past `max`; 0 or -errno (the mount
- * works without it, holding every view as before). */
-int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max);
+/* Starts the thread that closes views past `max`, or past `max_fds`
+ * descriptors kept by their mappings; 0 or -errno (the mount works
+ * without it, holding every view as before). */
+int openviews_start(struct openviews *ov, struct fuse_session *se, unsigned max,
+		    size_t max_fds);
+/* Whether an open failed for lack of descriptors or memory: something to
+ * try again once views are closed, not a property of the file. */
+static inline bool openviews_short(int rc)
+{
+	return rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM;
+}
+/* Closes now every view only its entry holds (least recently entered
+ * first, up to a batch), for an open that failed for lack of descriptors
+ * or memory to try again; returns how many. */
+size_t openviews_reclaim(struct openviews *ov);
 void openviews_stop(struct openviews *ov);
 
 /* Wraps view `v` (its reference taken over) for an entry being built; not

@@ -98,8 +98,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	/* large reads and readahead cut per-request overhead on big parts */
 	conn->max_readahead = 1 << 20;
-	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
-		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/* No FUSE_CAP_CACHE_SYMLINKS: a view's symlink (a Shardlake alias)
+	 * gives its target only to who may read its alias file, and a target
+	 * the kernel kept would be given to anyone (docs/security.md). */
+	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	conn->max_background = 64;

@@ -13,6 +13,7 @@
 bool same_version(const struct stat *a, const struct stat *b)
 {
 	return a->st_dev == b->st_dev && a->st_ino == b->st_ino && a->st_mode == b->st_mode &&
+	       a->st_uid == b->st_uid && a->st_gid == b->st_gid &&
 	       a->st_size == b->st_size && a->st_mtim.tv_sec == b->st_mtim.tv_sec &&
 	       a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
@@ -55,6 +56,10 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
 		errlog_add(&dm->stats, rel,
 			   "a symlink on its path: shardfs follows no symlink in SRC");
+	else if (rc == -EXDEV) /* refused, not entered: it may be this very mount */
+		errlog_add(&dm->stats, rel,
+			   "a mount point: shardfs resolves no path through another mount "
+			   "inside SRC, not shown (EXDEV)");
 	free(rel);
 	if (rc)
 		return rc;
@@ -71,6 +76,9 @@ int src_map_file(struct daemon *dm, struct fnode *n)
 		struct sf_err e = { { 0 } };
 		struct sf_map *m = NULL;
 		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
+		/* out of descriptors: views nobody uses give theirs back */
+		if (openviews_short(rc) && openviews_reclaim(&dm->views))
+			rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
 		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
 			errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
 		if (rc == 0 && !same_version(&m->st, &n->st)) {

@@ -14,7 +14,8 @@
 struct daemon;
 
 /* Whether two stats describe the same version of a file: a file replaced
- * or rewritten in SRC is a new version. */
+ * or rewritten in SRC is a new version, and so is one given another owner,
+ * group or mode (what the mount shows of it, and what the kernel checks). */
 bool same_version(const struct stat *a, const struct stat *b);
 /* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
  * kernel's lookup reference taken (*out); -ENOENT when SRC has no such

@@ -13,6 +13,7 @@
 
 #include "sf_buf.h"
 #include "sf_format.h"
+#include "sf_open.h"
 
 /* IN_MODIFY: a file truncated or written in place (truncate(2) raises
  * nothing else) */
@@ -30,7 +31,7 @@ struct wdir {
 
 void watch_init(struct watch *w)
 {
-	*w = (struct watch){ .fd = -1, .stop = { -1, -1 } };
+	*w = (struct watch){ .src_fd = -1, .fd = -1, .stop = { -1, -1 } };
 	pthread_mutex_init(&w->lock, NULL);
 }
 
@@ -38,11 +39,17 @@ void watch_dir(struct watch *w, struct fnode *dir)
 {
 	if (w->fd < 0 || atomic_load(&dir->watched))
 		return;
-	char *path = NULL;
-	if (asprintf(&path, "%s/%s", w->src, dir->rel) < 0)
+	/* resolved beneath SRC as every path is (inotify would follow a
+	 * symlink swapped in, or enter a mount: maybe this very one), then
+	 * watched through the directory's descriptor */
+	struct sf_err e;
+	int dfd = sf_open_beneath(w->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	if (dfd < 0)
 		return;
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/fd/%d", dfd);
 	int wd = inotify_add_watch(w->fd, path, EVENTS);
-	free(path);
+	close(dfd);
 	if (wd < 0)
 		return; /* over the watch limit: the timeout still applies */
 	pthread_mutex_lock(&w->lock);
@@ -140,12 +147,12 @@ static void *run(void *arg)
 	return NULL;
 }
 
-int watch_start(struct watch *w, struct fuse_session *se, const char *src)
+int watch_start(struct watch *w, struct fuse_session *se, int src_fd)
 {
 	w->se = se;
-	w->src = strdup(src);
+	w->src_fd = src_fd;
 	w->fd = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
-	if (!w->src || w->fd < 0 || pipe2(w->stop, O_CLOEXEC) < 0) {
+	if (w->fd < 0 || pipe2(w->stop, O_CLOEXEC) < 0) {
 		int rc = -errno;
 		watch_stop(w);
 		return rc ? rc : -ENOMEM;
@@ -180,6 +187,4 @@ void watch_stop(struct watch *w)
 	free(w->dirs);
 	w->dirs = NULL;
 	w->ndirs = 0;
-	free(w->src);
-	w->src = NULL;
 }

@@ -20,7 +20,7 @@ struct wdir;
 /* The daemon's (fs/daemon.h). */
 struct watch {
 	struct fuse_session *se;
-	char *src;
+	int src_fd;        /* SRC's root (the daemon's) */
 	int fd;
 	int stop[2];
 	pthread_t thread;
@@ -32,9 +32,9 @@ struct watch {
 
 /* Before any other call: nothing watched yet. */
 void watch_init(struct watch *w);
-/* Starts the watcher thread for SRC at `src` (absolute). Returns 0, or a
+/* Starts the watcher thread for SRC, open as `src_fd`. Returns 0, or a
  * negative errno when inotify is unavailable (the mount works without it). */
-int watch_start(struct watch *w, struct fuse_session *se, const char *src);
+int watch_start(struct watch *w, struct fuse_session *se, int src_fd);
 /* Watches SRC directory `dir` (once; cheap when already watched). */
 void watch_dir(struct watch *w, struct fnode *dir);
 void watch_stop(struct watch *w);

@@ -1,5 +1,6 @@
 """Helpers shared by the reliability tests: sample data from every writer,
-SRC fingerprints, timed reads through a mount, and shardfs-cat."""
+SRC fingerprints, timed reads through a mount, commands through a mount
+with a deadline, and shardfs-cat."""
 import hashlib
 import os
 import shutil
@@ -7,6 +8,8 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import TOOLS, WRITERS
 
@@ -166,3 +169,16 @@ def read_fd(fd, off=0, length=None):
 def errors_lines(mnt):
     return (Path(mnt) / ".shardfs" / "errors").read_text(errors="replace").splitlines()
 
+
+
+def run(*cmd, timeout=20):
+    """A command through the mount; a hang fails the test. A process stuck
+    in the kernel cannot be reaped: it is left to die with the daemon,
+    which the mount fixture's teardown stops."""
+    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        pytest.fail(f"{cmd} hung for {timeout} s")
+    return subprocess.CompletedProcess(p.args, p.returncode, out, err)

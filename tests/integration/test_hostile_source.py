@@ -11,31 +11,17 @@ import os
 import shutil
 import socket
 import stat
-import subprocess
 import sys
 
 import pytest
 
 from conftest import FIXTURES, WRITERS, read_through
-from relutil import cat
+from relutil import cat, run
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as tw  # noqa: E402
 
 SECRET = b"TOPSECRET-not-in-src\n"
-
-
-def run(*cmd, timeout=20):
-    """A command through the mount; a hang fails the test. A process stuck
-    in the kernel cannot be reaped: it is left to die with the daemon,
-    which the mount fixture's teardown stops."""
-    p = subprocess.Popen([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        pytest.fail(f"{cmd} hung for {timeout} s")
-    return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
 def secret_fold(where, fold, data=SECRET):

@@ -2,11 +2,14 @@
 and opened again when entered, with no change a reader sees but inode
 numbers (docs/architecture.md, "Open views")."""
 import os
+import resource
 import shutil
 import subprocess
+import threading
 import time
 
-from conftest import FIXTURES, SHARDFS, mount_stats, read_through
+from conftest import (FIXTURES, SANITIZER_MARKS, SHARDFS, is_mounted, mount_stats, read_through,
+                      unmount)
 
 MAX = 8
 SAMPLES = [
@@ -140,3 +143,75 @@ def test_max_open_is_checked(tmp_path):
         r = subprocess.run([str(SHARDFS), str(tmp_path), str(tmp_path), "--max-open", bad],
                            capture_output=True, timeout=10)
         assert r.returncode == 2 and b"--max-open needs a number" in r.stderr, bad
+
+
+def fd_count(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def test_few_descriptors_no_emfile_and_failures_retried(tmp_path, mount):
+    """2,000 containers under RLIMIT_NOFILE 256 (issue 25): readers of every
+    view get its bytes, never the daemon's EMFILE; the daemon's descriptors
+    stay below the limit; and the views keep their descriptors within their
+    documented share ((256 - 192) / 2 = 32), closing unused ones."""
+    src = many(tmp_path, count=2000)
+    ref = mount(src)
+    mnt = tmp_path / "few"
+    mnt.mkdir()
+    log = tmp_path / "few.log"
+    nofile = 256
+    proc = subprocess.Popen(
+        [str(SHARDFS), str(src), str(mnt), "-f"], stdout=subprocess.DEVNULL,
+        stderr=open(log, "wb"),
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
+    peak = [0]
+    stop = threading.Event()
+
+    def watch_fds():
+        while not stop.is_set():
+            peak[0] = max(peak[0], fd_count(proc.pid))
+            time.sleep(0.005)
+
+    watcher = threading.Thread(target=watch_fds, daemon=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not is_mounted(mnt):
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        watcher.start()
+        names = views(ref)
+        assert len(names) == 2000 and views(mnt) == names
+        # every view's info.json and first part, from four readers at once
+        failures = []
+
+        def read_views(part):
+            for name in part:
+                for rel in (".shardfs/info.json", sorted(os.listdir(ref / name))[0]):
+                    p = mnt / name / rel
+                    if os.path.isdir(ref / name / rel):
+                        continue
+                    try:
+                        if read_through(p) != read_through(ref / name / rel):
+                            failures.append((name, rel, "bytes differ"))
+                    except OSError as e:
+                        failures.append((name, rel, e.strerror))
+
+        readers = [threading.Thread(target=read_views, args=(names[i::4],)) for i in range(4)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join()
+        assert not failures, failures[:10]
+        s = mount_stats(mnt)
+        assert s["containers_failed"] == 0, (mnt / ".shardfs" / "errors").read_text()
+        assert peak[0] < nofile, peak[0]
+    finally:
+        stop.set()
+        unmount(mnt)
+        rc = proc.wait(timeout=60)
+    err = log.read_text(errors="replace")
+    assert rc == 0 and not any(m in err for m in SANITIZER_MARKS), err[-4000:]

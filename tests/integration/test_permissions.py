@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -214,5 +215,148 @@ def test_permissions_follow_src(world, user, tmp_path_factory):
         assert (e.st_uid, stat.S_IMODE(e.st_mode)) == (os.geteuid(), 0o400)
         assert not readable_in(mnt, ".shardfs/errors")
         assert readable_in(mnt, ".shardfs/stats.json")
+    finally:
+        stop_clean(m)
+
+
+def wait_for(cond, what, timeout=5.0):
+    """Polls cond() until it holds; SRC changes reach the kernel through
+    inotify, a few milliseconds after the change."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_owner_group_and_mode_changes_are_seen_at_the_next_access(world, user):
+    """chgrp, chown and chmod in SRC while its directory is unchanged
+    (issue 25): the next access follows them, for a plain file and for a
+    container's view; a handle opened before keeps what its open allowed."""
+    src, mnt = world / "src", world / "mnt"
+    gid = grp.getgrnam(user).gr_gid
+    tet = next((src / "tet").glob("*.tet"))
+    (src / "g.txt").write_bytes(b"group bytes\n")
+    shutil.copy(tet, src / "g.tet")
+    for n in ("g.txt", "g.tet"):
+        os.chown(src / n, 0, gid)
+        os.chmod(src / n, 0o640)
+    m = run_mount(world, "-o", "allow_other")
+    holder = None
+    try:
+        part = sorted(p.name for p in (mnt / "g").iterdir() if p.is_file())[0]
+        assert as_user(user, "cat", mnt / "g.txt").stdout == b"group bytes\n"
+        assert as_user(user, "cat", mnt / "g" / part).returncode == 0
+        # a reader holding the file open across the revocation
+        holder = subprocess.Popen(
+            ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", "/usr/bin/python3", "-c",
+             "import sys\nf = open(sys.argv[1], 'rb')\nprint('open', flush=True)\n"
+             "sys.stdin.readline()\nsys.stdout.write(f.read().decode())", str(mnt / "g.txt")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert holder.stdout.readline() == "open\n"
+        mtime = os.stat(src).st_mtime_ns
+        for n in ("g.txt", "g.tet"):
+            os.chown(src / n, 0, 0)
+        assert os.stat(src).st_mtime_ns == mtime  # the directory is unchanged
+        wait_for(lambda: as_user(user, "cat", mnt / "g.txt").returncode != 0, "chgrp of a file")
+        wait_for(lambda: as_user(user, "ls", mnt / "g").returncode != 0, "chgrp of a container")
+        assert as_user(user, "cat", mnt / "g" / part).returncode != 0
+        assert os.stat(mnt / "g").st_gid == 0 and os.stat(mnt / "g.txt").st_gid == 0
+        out, _ = holder.communicate("\n", timeout=30)
+        assert holder.returncode == 0 and out == "group bytes\n"
+        # chmod opens them to others; chown to the user gives them back
+        for n in ("g.txt", "g.tet"):
+            os.chmod(src / n, 0o644)
+        wait_for(lambda: as_user(user, "cat", mnt / "g.txt").returncode == 0, "chmod of a file")
+        wait_for(lambda: as_user(user, "cat", mnt / "g" / part).returncode == 0,
+                 "chmod of a container")
+        for n in ("g.txt", "g.tet"):
+            os.chmod(src / n, 0o600)
+        wait_for(lambda: as_user(user, "cat", mnt / "g" / part).returncode != 0,
+                 "chmod 600 of a container")
+        for n in ("g.txt", "g.tet"):
+            os.chown(src / n, pwd.getpwnam(user).pw_uid, 0)
+        wait_for(lambda: as_user(user, "cat", mnt / "g.txt").returncode == 0, "chown of a file")
+        wait_for(lambda: as_user(user, "cat", mnt / "g" / part).returncode == 0,
+                 "chown of a container")
+        assert os.stat(mnt / "g").st_uid == pwd.getpwnam(user).pw_uid
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)
+        stop_clean(m)
+
+
+def test_a_shard_closed_narrows_its_fold_at_the_next_access(world, user):
+    """A chmod of a fold's shard alone (its directory and index unchanged)
+    closes the fold's view to the user at the next lookup of the view,
+    within the second the kernel keeps the view's entry."""
+    src, mnt = world / "src", world / "mnt"
+    m = run_mount(world, "-o", "allow_other")
+    try:
+        view = mnt / "taridx" / "demo"
+        member = next(p for p in view.rglob("*") if p.is_file())
+        assert as_user(user, "cat", member).returncode == 0
+        shard = sorted((src / "taridx").glob("*_0001.tar"))[0]
+        mtime = os.stat(src / "taridx").st_mtime_ns
+        os.chmod(shard, 0o600)
+        assert os.stat(src / "taridx").st_mtime_ns == mtime
+        wait_for(lambda: as_user(user, "ls", view).returncode != 0, "chmod of a shard")
+        assert stat.S_IMODE(os.stat(view).st_mode) == 0o500
+        os.chmod(shard, 0o644)
+        wait_for(lambda: as_user(user, "cat", member).returncode == 0, "chmod back")
+    finally:
+        stop_clean(m)
+
+
+def test_alias_link_shows_its_file_and_refuses_readlink(world, user):
+    """A Shardlake alias view (a symlink) shows its alias file's owner and
+    read bits, and its target only to who may read the alias file."""
+    src, mnt = world / "src", world / "mnt"
+    aliases = src / "shardlake" / "aliases"
+    (aliases / "latest.json").chmod(0o600)
+    (aliases / "pq.json").chmod(0o644)
+    m = run_mount(world, "-o", "allow_other")
+    try:
+        closed, opened = mnt / "shardlake" / "aliases" / "latest", mnt / "shardlake" / "aliases" / "pq"
+        assert os.path.islink(closed) and os.path.islink(opened)
+        for link, mode in ((closed, 0o400), (opened, 0o444)):
+            st = os.lstat(link)
+            assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, mode), link
+        target = os.readlink(closed)  # root reads it (the kernel keeps no copy)
+        assert target
+        r = as_user(user, "readlink", closed)
+        assert r.returncode != 0 and r.stdout == b"", r
+        r = as_user(user, "ls", closed / ".")
+        assert r.returncode != 0, r  # nor followed
+        r = as_user(user, "readlink", opened)
+        assert r.returncode == 0 and r.stdout.strip() == os.readlink(opened).encode()
+    finally:
+        stop_clean(m)
+
+
+def test_a_view_beside_a_closed_file_says_nothing_of_its_bytes(world, user):
+    """Beside a container that some user may not read, a view shows whatever
+    its bytes (docs/security.md); one that fails its check holds only
+    .shardfs/. Beside one everybody may read, a view shows only when its
+    bytes pass the check, as before."""
+    src, mnt = world / "src", world / "mnt"
+    tet = next((src / "tet").glob("*.tet"))
+    shutil.copy(tet, src / "good.tet")
+    (src / "bad.tet").write_bytes(b"not a tet at all\n" * 64)
+    (src / "pubbad.tet").write_bytes(b"not a tet at all\n" * 64)
+    for n, mode in (("good.tet", 0o600), ("bad.tet", 0o600), ("pubbad.tet", 0o644)):
+        os.chmod(src / n, mode)
+    m = run_mount(world, "-o", "allow_other")
+    try:
+        names = set(as_user(user, "ls", mnt).stdout.decode().split())
+        assert {"good", "bad"} <= names and "pubbad" not in names, names
+        for n in ("good", "bad"):
+            st = os.stat(mnt / n)
+            assert stat.S_IMODE(st.st_mode) == 0o500, n  # as its container: for root
+            assert as_user(user, "ls", mnt / n).returncode != 0, n
+        assert os.listdir(mnt / "bad") == []  # .shardfs/ is hidden, as in every view
+        verify = (mnt / "bad" / ".shardfs" / "verify").read_text()
+        assert "bad.tet" in verify, verify
+        assert len(os.listdir(mnt / "good")) > 1
     finally:
         stop_clean(m)

@@ -239,6 +239,8 @@ def test_mount_helper_as_mount8_runs_it(tmp_path):
         kind, opts = mount_options(mnt)
         assert kind == "fuse.shardfs"
         assert {"ro", "allow_other"} <= opts and "rw" not in opts
+        # MOUNT_OPTS says dev,suid: the daemon mounts nosuid,nodev whatever
+        assert {"nosuid", "nodev"} <= opts and not {"suid", "dev"} & opts
         assert (mnt / "sample" / ".zgroup").read_bytes() == \
             tool("shardfs-cat", src / "sample.tet", ".zgroup").stdout
     finally:
@@ -267,7 +269,7 @@ def test_mount_t_fuse_shardfs_and_an_fstab_line(tmp_path):
         trap 'fusermount3 -u {mnt} 2>/dev/null || true' EXIT
         mount -t overlay overlay -o lowerdir={add_sbin}:{sbin} {sbin}
         mount -t overlay overlay -o lowerdir={add_bin}:/usr/local/bin /usr/local/bin
-        mount -t fuse.shardfs {src} {mnt} -o ro,allow_other
+        mount -t fuse.shardfs {src} {mnt} -o ro,allow_other,suid,dev
         echo "helper: $(grep " {mnt} " /proc/self/mounts)"
         cat {mnt}/g06_tiny/rows.jsonl
         fusermount3 -u {mnt}
@@ -287,7 +289,7 @@ def test_mount_t_fuse_shardfs_and_an_fstab_line(tmp_path):
         at = next(i for i, line in enumerate(lines) if line.startswith(label + ": "))
         fields = lines[at].split()
         assert fields[1:4] == [str(src), str(mnt), "fuse.shardfs"]
-        assert {"ro", "allow_other"} <= set(fields[4].split(","))
+        assert {"ro", "allow_other", "nosuid", "nodev"} <= set(fields[4].split(","))
         assert "\n".join(lines[at + 1:at + 1 + rows.count("\n")]) + "\n" == rows
     assert not is_mounted(mnt)
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -137,11 +138,39 @@ static void test_types(void)
 	CHECK_EQ_U(-sf_lstat_beneath(top, "ln/f", &st), ELOOP);
 }
 
+/* A filesystem mounted inside the top is never entered (it may be the
+ * daemon's own mount): the mount point and what lies under it are EXDEV,
+ * both ways. Mounting needs root; the integration tests, run as root, mount
+ * the daemon inside SRC too (test_hostile_mounts.py). */
+static void test_mount_inside(void)
+{
+	if (geteuid() != 0)
+		return;
+	char m[96];
+	snprintf(m, sizeof m, "%s/d/m", top_path);
+	CHECK(mkdirat(top, "d/m", 0755) == 0);
+	if (mount("tmpfs", m, "tmpfs", 0, "size=64k") != 0) {
+		fprintf(stderr, "test_open: cannot mount a tmpfs (%s): mounts not checked\n",
+			strerror(errno));
+		return;
+	}
+	put("d/m/x", "x\n");
+	CHECK_EQ_U(open_both("d/m", O_RDONLY | O_DIRECTORY), EXDEV);
+	CHECK_EQ_U(open_both("d/m", O_PATH), EXDEV);
+	CHECK_EQ_U(open_both("d/m/x", O_RDONLY), EXDEV);
+	CHECK_EQ_U(open_both("d/m/..", O_RDONLY | O_DIRECTORY), EXDEV);
+	struct stat st;
+	CHECK_EQ_U(-sf_lstat_beneath(top, "d/m", &st), EXDEV);
+	CHECK(umount(m) == 0);
+	CHECK_EQ_U(open_both("d/m", O_RDONLY | O_DIRECTORY), 0);
+}
+
 int main(void)
 {
 	make_tree();
 	test_resolution();
 	test_types();
+	test_mount_inside();
 	remove_tree();
 	CHECK_DONE();
 }
