@@ -72,11 +72,11 @@ static int by_offset(const void *a, const void *b)
 }
 
 /* Regions whose stored bytes overlap, found by sorting on offset and
- * sweeping: n log n, and a region overlapping every other one makes one
- * line per listed pair and a count, not a line per pair. Each region is
- * compared with the ones since the start of its run of overlaps, stopping
- * once the listed lines are out: the count then comes from the furthest
- * end seen, per region. */
+ * sweeping: n log n. The first pairs are listed (a region is compared with
+ * the earlier ones only while lines are left, and each comparison it makes
+ * lists one), then the regions overlapping an earlier one, known from the
+ * furthest end seen so far, are only counted: regions that all overlap
+ * make a dozen lines, not one per pair. */
 static int report_overlaps(struct tsm_shard *s, struct sf_report *rep)
 {
 	struct tsm_region **v = malloc((s->nregions ? s->nregions : 1) * sizeof *v);
@@ -91,22 +91,21 @@ static int report_overlaps(struct tsm_shard *s, struct sf_report *rep)
 	for (size_t i = 0; i < n; i++) {
 		const struct tsm_region *r = v[i];
 		/* bounds were checked: offset + length does not wrap */
-		if (i && r->offset < reach) {
-			/* overlaps at least one earlier region */
+		/* overlaps at least one earlier region? */
+		if (i && r->offset < reach && listed >= OVERLAPS_LISTED)
+			more++;
+		else if (i && r->offset < reach)
 			for (size_t j = i; j-- > 0 && listed < OVERLAPS_LISTED;)
 				if (v[j]->offset + v[j]->length > r->offset) {
 					sf_report_add(rep, false, "%s: regions/%s overlaps regions/%s",
 						      s->view->path, r->name, v[j]->name);
 					listed++;
 				}
-			if (listed >= OVERLAPS_LISTED)
-				more++;
-		}
 		if (r->offset + r->length > reach)
 			reach = r->offset + r->length;
 	}
 	if (more)
-		sf_report_add(rep, false, "%s: %" PRIu64 " more regions overlap earlier ones", s->view->path,
+		sf_report_add(rep, false, "%s: %" PRIu64 " more regions overlap earlier ones (not listed)", s->view->path,
 			      more);
 	free(v);
 	return 0;
