@@ -543,12 +543,26 @@ static int make_doc(struct sf_node *n, struct sf_err *e)
 	return 0;
 }
 
+/* What an entry of docs/ takes: its record, name and index slots, and
+ * the slack of arrays grown by doubling. */
+#define DOC_ENTRY_COST 48
+
 static int populate_docs(struct sf_node *dir, struct sf_err *e)
 {
 	struct tsm_shard *s = dir->arg;
-	int rc = fwd_load(s, dir->view->cache, e);
+	struct sf_cache *c = dir->view->cache;
+	int rc = fwd_load(s, c, e);
 	if (rc)
 		return rc;
+	/* the count is the file's claim: held in the budget while the view
+	 * lives, refused beyond it */
+	uint64_t cost = (uint64_t)s->fwd->rows * DOC_ENTRY_COST;
+	if (!s->docs_charged) {
+		if ((rc = sf_cache_charge(c, cost, vpath(s), "listing docs/", e)))
+			return rc;
+		s->docs_cache = c;
+		s->docs_charged = cost;
+	}
 	for (uint32_t d = 0; d < s->fwd->rows; d++) {
 		char name[16];
 		int len = snprintf(name, sizeof name, "%u", d);

@@ -177,6 +177,17 @@ def test_four_million_documents_do_not_stall_others(mount, tmp_path):
     assert size[0] == sum(len(jsonl_line(0, 10 ** k)) * 9 * 10 ** k for k in range(6)) + \
         len(jsonl_line(0, 1_000_000)) * 3_000_000 + len(jsonl_line(0, 0))
     assert_answers_quickly(took)
+    # listing docs/ would hold 4,000,000 entries: more than the budget holds
+    try:
+        os.listdir(mnt / "many" / "docs")
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    else:
+        raise AssertionError("docs/ of 4,000,000 documents listed under 64M")
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "listing docs/ needs" in errors and "--cache-size" in errors, errors
+    assert (mnt / "many" / "docs.jsonl").open("rb").read(40) == \
+        jsonl_line(0, 0) + jsonl_line(0, 1)[:40 - len(jsonl_line(0, 0))]
     assert vm_hwm(pid) - base < BUDGET + SLACK
 
 
