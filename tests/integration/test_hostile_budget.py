@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from conftest import WRITERS, mount_stats
+from test_cache_budget import in_threads, vm_hwm
 
 sys.path.insert(0, str(WRITERS))
 import shardlake_writer as slw  # noqa: E402
@@ -26,31 +27,6 @@ import tsumugi_writer as tsw  # noqa: E402
 MiB = 1 << 20
 BUDGET = 64 * MiB
 SLACK = 64 * MiB
-
-
-def vm_hwm(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
-
-
-def in_threads(fn, n, timeout=300):
-    problems = []
-
-    def run(k):
-        try:
-            fn(k)
-        except Exception as e:  # reported below, with the reader's number
-            problems.append((k, repr(e)))
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(n)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join(timeout=timeout)
-    assert not any(t.is_alive() for t in ts), "a reader hangs"
-    assert not problems, problems
 
 
 def unrelated_files(src, n=400):
