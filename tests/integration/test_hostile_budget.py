@@ -56,7 +56,7 @@ def latencies_while(probe, mnt, n_files=400, min_samples=5):
     t.start()
     took = []
     for i in range(n_files):
-        if done.is_set():
+        if done.is_set() and took:
             break
         t0 = time.monotonic()
         with open(mnt / "other" / f"f{i}", "rb") as f:
