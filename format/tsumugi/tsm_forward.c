@@ -602,11 +602,16 @@ static int render_line(const struct tsm_shard *s, const uint8_t *base, uint32_t 
 }
 
 /* A docs.jsonl part is a run of lines: at most JSONL_ROWS, and past the
- * first no more than JSONL_BYTES, so that a million empty documents make a
- * few hundred parts rather than a million (a 336-byte file could claim
- * them), while a part stays small to decode. */
+ * first no more than JSONL_BYTES (or an eighth of a small budget), so that
+ * a million empty documents make a few hundred parts rather than a million
+ * (a 336-byte file could claim them), while a part stays small to decode. */
 #define JSONL_ROWS 4096
 #define JSONL_BYTES (1u << 20)
+
+static uint64_t jsonl_bytes(const struct sf_cache *c)
+{
+	return c->limit && c->limit / 8 < JSONL_BYTES ? c->limit / 8 : JSONL_BYTES;
+}
 
 /* Lines [aux >> 32, + (uint32_t)aux) of docs.jsonl. */
 static int produce_lines(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
@@ -654,12 +659,12 @@ static int build_jsonl(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
 	struct sf_str line = { 0 };
 	uint32_t first = 0, n = 0;
-	uint64_t len = 0;
+	uint64_t len = 0, most = jsonl_bytes(c);
 	for (uint32_t d = 0; !rc && d < s->fwd->rows; d++) {
 		line.len = 0;
 		if ((rc = render_line(s, h.base, d, &line, e)))
 			break;
-		if (n && (n == JSONL_ROWS || len + line.len > JSONL_BYTES)) {
+		if (n && (n == JSONL_ROWS || len + line.len > most)) {
 			rc = add_lines(f, s, first, n, len);
 			first = d;
 			n = 0;
