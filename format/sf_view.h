@@ -62,7 +62,8 @@ struct sf_cache {
 	 * daemon's --cache-size; 0: no limit): a file can claim any size. */
 	uint64_t limit;
 	/* Optional (sf_cache_charge): holds budget for working memory that is
-	 * not a part, and gives it back. */
+	 * not a part, and gives it back. A cache that has them outlives every
+	 * view read through it (a view may hold a charge for its life). */
 	int (*charge)(struct sf_cache *c, uint64_t bytes, const char *path, const char *what,
 		      struct sf_err *e);
 	void (*uncharge)(struct sf_cache *c, uint64_t bytes);

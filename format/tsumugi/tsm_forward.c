@@ -560,8 +560,12 @@ static int populate_docs(struct sf_node *dir, struct sf_err *e)
 	if (!s->docs_charged) {
 		if ((rc = sf_cache_charge(c, cost, vpath(s), "listing docs/", e)))
 			return rc;
-		s->docs_cache = c;
-		s->docs_charged = cost;
+		/* a cache without a budget held nothing, and may be gone
+		 * before the view (a tool's) */
+		if (c->charge) {
+			s->docs_cache = c;
+			s->docs_charged = cost;
+		}
 	}
 	for (uint32_t d = 0; d < s->fwd->rows; d++) {
 		char name[16];
