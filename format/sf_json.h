@@ -24,6 +24,12 @@ void sf_base64_add(struct sf_str *s, const void *p, size_t len);
 size_t sf_utf8_seq(const uint8_t *p, size_t n);
 /* Appends bytes to s with invalid UTF-8 replaced by U+FFFD. */
 void sf_utf8_sanitize_add(struct sf_str *s, const void *p, size_t len);
+/* At most the heap jansson takes to parse these bytes (json_loadb), found
+ * by one pass that allocates nothing: a few hundred bytes per object or
+ * array, about a hundred per member or string, and the strings' bytes. A
+ * JSON file may take some 80 times its size once parsed, so a parse a
+ * file can make long is charged this much first (sf_cache_charge). */
+uint64_t sf_json_parse_cost(const void *p, size_t len);
 /* Serialises j (compact, keys in insertion order, UTF-8 kept as is) and
  * appends it to s; `newline` adds '\n'. Returns 0 or -ENOMEM. */
 int sf_json_add(struct sf_str *s, const json_t *j, int newline);

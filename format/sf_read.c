@@ -46,6 +46,18 @@ static int nocache_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **ou
 
 struct sf_cache sf_nocache = { .get = nocache_get };
 
+int sf_cache_charge(struct sf_cache *c, uint64_t bytes, const char *path, const char *what,
+		    struct sf_err *e)
+{
+	return c->charge ? c->charge(c, bytes, path, what, e) : 0;
+}
+
+void sf_cache_uncharge(struct sf_cache *c, uint64_t bytes)
+{
+	if (c->uncharge)
+		c->uncharge(c, bytes);
+}
+
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e)
 {

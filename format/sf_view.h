@@ -61,6 +61,12 @@ struct sf_cache {
 	/* The most bytes a buffer decoded while making a part may take (the
 	 * daemon's --cache-size; 0: no limit): a file can claim any size. */
 	uint64_t limit;
+	/* Optional (sf_cache_charge): holds budget for working memory that is
+	 * not a part, and gives it back. A cache that has them outlives every
+	 * view read through it (a view may hold a charge for its life). */
+	int (*charge)(struct sf_cache *c, uint64_t bytes, const char *path, const char *what,
+		      struct sf_err *e);
+	void (*uncharge)(struct sf_cache *c, uint64_t bytes);
 };
 extern struct sf_cache sf_nocache;
 
@@ -71,6 +77,14 @@ int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf *
 /* Decodes a part through the cache, recording its size. */
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e);
+/* Holds `bytes` of the cache's budget for working memory whose size a file
+ * sets and that is no part (a JSON parse: sf_json_parse_cost), until
+ * sf_cache_uncharge; waits a while for room. 0, or -EIO with e naming
+ * `path` and `what` when they cannot be had. A cache without a budget
+ * (sf_nocache) holds nothing. */
+int sf_cache_charge(struct sf_cache *c, uint64_t bytes, const char *path, const char *what,
+		    struct sf_err *e);
+void sf_cache_uncharge(struct sf_cache *c, uint64_t bytes);
 
 /* ---- extents ---------------------------------------------------------- */
 

@@ -287,12 +287,66 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	return rc;
 }
 
+#define CHARGE_WAIT_NS 10000000000ull /* 10 s */
+
+/* Working memory outside parts (sf_cache_charge) counts as a decode's
+ * reservation. It waits for room even inside a produce, unlike a decode:
+ * nothing bounds the memory otherwise, and the wait is bounded (then EIO),
+ * so waiting for itself ends too. */
+static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path,
+			const char *what, struct sf_err *err)
+{
+	struct dcache *c = (struct dcache *)iface;
+	if (bytes > c->budget)
+		return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, more than "
+			       "--cache-size (%llu bytes) holds", path, what,
+			       (unsigned long long)bytes, (unsigned long long)c->budget);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	uint64_t end = t + CHARGE_WAIT_NS;
+	pthread_mutex_lock(&c->lock);
+	bool told = false;
+	while (!make_room(c, bytes)) {
+		if (t >= end) {
+			pthread_mutex_unlock(&c->lock);
+			return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, which "
+				       "--cache-size (%llu bytes) did not have free within 10 s",
+				       path, what, (unsigned long long)bytes,
+				       (unsigned long long)c->budget);
+		}
+		if (!told) {
+			slow(c);
+			told = true;
+		}
+		t += ROOM_POLL_NS;
+		struct timespec until = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
+		pthread_cond_timedwait(&c->loaded, &c->lock, &until);
+		clock_gettime(CLOCK_REALTIME, &now);
+		t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+	}
+	c->reserved += bytes;
+	pthread_mutex_unlock(&c->lock);
+	return 0;
+}
+
+static void cache_uncharge(struct sf_cache *iface, uint64_t bytes)
+{
+	struct dcache *c = (struct dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	c->reserved -= bytes;
+	pthread_cond_broadcast(&c->loaded);
+	pthread_mutex_unlock(&c->lock);
+}
+
 struct dcache *dcache_new(uint64_t budget, struct stats *stats)
 {
 	struct dcache *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
 	c->iface.get = cache_get;
+	c->iface.charge = cache_charge;
+	c->iface.uncharge = cache_uncharge;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->stats = stats;

@@ -84,6 +84,8 @@ void fnode_attach(struct fnode *n)
 
 static void release(struct ftree *t, struct fnode *n)
 {
+	if (n->kind == FK_SRC_DIR && atomic_load(&n->watched) && t->dir_gone)
+		t->dir_gone(t->dir_gone_arg, n);
 	if (n->all_prev)
 		n->all_prev->all_next = n->all_next;
 	else

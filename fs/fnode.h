@@ -47,6 +47,7 @@ struct fnode {
 	struct sf_map *map;
 	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
+	int wd;                       /* FK_SRC_DIR, watched: its watch descriptor */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
 	/* FK_VIEW: set once view and vn are (a root placed unopened is not
 	 * until entered): read vn through fnode_vn from request threads */
@@ -78,6 +79,11 @@ struct ftree {
 	struct fnode *root;
 	struct fnode *all;        /* every live node, freed at unmount */
 	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
+	/* Called (the tree's lock held) as a watched SRC directory's node is
+	 * freed: the kernel has forgotten it, so its inotify watch can go,
+	 * and watches follow the directories the kernel holds. */
+	void (*dir_gone)(void *arg, const struct fnode *dir);
+	void *dir_gone_arg;
 };
 
 /* Makes the tree with its root, SRC directory `src`. */

@@ -253,6 +253,8 @@ int main(int argc, char **argv)
 		fail("source %s: %s", src, strerror(errno));
 		goto out;
 	}
+	dm.tree.dir_gone = watch_forget;
+	dm.tree.dir_gone_arg = &dm.watch;
 	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;

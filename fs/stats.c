@@ -3,6 +3,7 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <xxhash.h>
@@ -21,19 +22,47 @@ void stats_init(struct stats *s)
 void stats_fini(struct stats *s)
 {
 	sf_str_free(&s->log_text);
+	free(s->lines);
 	sf_hash_free(&s->seen);
 	pthread_mutex_destroy(&s->log_lock);
 	pthread_mutex_destroy(&s->transport_lock);
 }
 
-static bool seen_before(struct stats *s, uint64_t h)
+/* Drops the oldest lines until a quarter of each bound is free, so that
+ * the text is moved once per many lines logged; the newest line stays,
+ * however long (log_lock held). */
+static void errlog_trim(struct stats *s)
 {
-	if (sf_hash_get(&s->seen, h, NULL, NULL))
-		return true;
-	/* out of memory: the problem is logged again next time; the hash is
-	 * the whole key, so the values only need to be non-NULL */
-	(void)sf_hash_put(&s->seen, h, &s->seen);
-	return false;
+	if (s->nlines <= ERRLOG_LINES && s->log_text.len <= ERRLOG_BYTES)
+		return;
+	size_t cut = 0;
+	while (s->nlines > 1 && (s->nlines > ERRLOG_LINES / 4 * 3 ||
+			     s->log_text.len - cut > ERRLOG_BYTES / 4 * 3)) {
+		struct errline *l = &s->lines[s->line0++];
+		sf_hash_del(&s->seen, l->hash, NULL, NULL);
+		cut += l->len;
+		s->nlines--;
+		s->dropped++;
+	}
+	memmove(s->log_text.p, s->log_text.p + cut, s->log_text.len - cut);
+	s->log_text.len -= cut;
+	memmove(s->lines, s->lines + s->line0, s->nlines * sizeof *s->lines);
+	s->line0 = 0;
+}
+
+/* Keeps the line just added to the text, `len` bytes long (log_lock held).
+ * Out of memory for its record, the line is taken back: the log stays
+ * whole rather than keeping text it cannot account for. */
+static void errlog_keep(struct stats *s, uint64_t h, size_t len)
+{
+	if (sf_grow(&s->lines, &s->caplines, s->line0 + s->nlines, sizeof *s->lines, 64) ||
+	    sf_hash_put(&s->seen, h, &s->seen)) {
+		s->log_text.len -= len;
+		return;
+	}
+	s->lines[s->line0 + s->nlines++] = (struct errline){ h, len };
+	stat_add(&s->errors, 1);
+	errlog_trim(s);
 }
 
 void errlog_add(struct stats *s, const char *path, const char *msg)
@@ -58,7 +87,9 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
 
 	pthread_mutex_lock(&s->log_lock);
-	if (!seen_before(s, h)) {
+	/* the hash is the whole key, so the values only need to be non-NULL */
+	if (!sf_hash_get(&s->seen, h, NULL, NULL)) {
+		size_t from = s->log_text.len;
 		/* one line per problem, whatever bytes the path or message hold */
 		sf_str_addf(&s->log_text, "%s ", when);
 		for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
@@ -71,7 +102,10 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 		for (const char *c = msg; *c; c++)
 			sf_str_addc(&s->log_text, *c == '\n' || *c == '\r' ? ' ' : *c);
 		sf_str_addc(&s->log_text, '\n');
-		stat_add(&s->errors, 1);
+		if (s->log_text.oom) /* not logged: the text is left as it was */
+			s->log_text = (struct sf_str){ s->log_text.p, from, s->log_text.cap, false };
+		else
+			errlog_keep(s, h, s->log_text.len - from);
 	}
 	pthread_mutex_unlock(&s->log_lock);
 }
@@ -79,11 +113,14 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 struct sf_buf *errlog_text(struct stats *s)
 {
 	pthread_mutex_lock(&s->log_lock);
-	struct sf_buf *b = sf_buf_new(s->log_text.len);
-	if (b && s->log_text.len)
-		memcpy(b->data, s->log_text.p, s->log_text.len);
+	struct sf_str t = { 0 };
+	if (s->dropped)
+		sf_str_addf(&t, "%llu earlier problems are not kept: this log keeps the latest %d "
+			    "lines in %u KiB\n", (unsigned long long)s->dropped, ERRLOG_LINES,
+			    ERRLOG_BYTES >> 10);
+	sf_str_add(&t, s->log_text.p, s->log_text.len);
 	pthread_mutex_unlock(&s->log_lock);
-	return b;
+	return sf_str_take(&t);
 }
 
 void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t *q, unsigned n)

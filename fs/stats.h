@@ -10,6 +10,16 @@
 #include "sf_buf.h"
 #include "sf_hash.h"
 
+/* What .shardfs/errors keeps (docs/tree-layout.md): the latest lines only,
+ * so that a tree of bad files cannot grow the daemon's memory. */
+#define ERRLOG_LINES 1000
+#define ERRLOG_BYTES (256u << 10)
+
+struct errline {
+	uint64_t hash;
+	size_t len;
+};
+
 enum req_kind {
 	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
 	REQ_RELEASE, REQ_OPENDIR, REQ_READDIR, REQ_RELEASEDIR, REQ_STATFS,
@@ -30,11 +40,17 @@ struct stats {
 	atomic_uint_fast64_t views_open, views_open_peak, views_closed;
 	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
 
-	/* the problem log: its text, and the hashes of the (path, message)
-	 * pairs logged, to log each problem once (log_lock) */
+	/* the problem log (log_lock): the text of the latest lines, at most
+	 * ERRLOG_LINES of them in ERRLOG_BYTES; each line's length and the
+	 * hash of its (path, message) pair, oldest first from line0; the
+	 * hashes of the lines kept, to log each problem once while its line
+	 * is kept; and how many older lines were dropped */
 	pthread_mutex_t log_lock;
 	struct sf_str log_text;
+	struct errline *lines;
+	size_t line0, nlines, caplines;
 	struct sf_hash seen;
+	uint64_t dropped;
 
 	/* the transport (transport_lock): its name, and with io_uring the
 	 * counters of its queues */
@@ -57,10 +73,12 @@ static inline void stat_add(atomic_uint_fast64_t *c, uint64_t n)
 void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t *queues,
 			 unsigned n);
 
-/* Records a problem once: the same (path, message) pair is logged only the
- * first time. `path` is relative to the mount root. */
+/* Records a problem once: the same (path, message) pair is logged again
+ * only after its line has been dropped for newer ones. `path` is relative
+ * to the mount root. */
 void errlog_add(struct stats *s, const char *path, const char *msg);
-/* The log's text (one line per problem) and stats.json, as new buffers. */
+/* The log's text (one line per problem kept, after a line counting those
+ * dropped) and stats.json, as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);
 struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget);
 

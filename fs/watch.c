@@ -48,11 +48,19 @@ void watch_dir(struct watch *w, struct fnode *dir)
 		return;
 	char path[64];
 	snprintf(path, sizeof path, "/proc/self/fd/%d", dfd);
+	unsigned long removed = atomic_load(&w->removed);
 	int wd = inotify_add_watch(w->fd, path, EVENTS);
-	close(dfd);
-	if (wd < 0)
-		return; /* over the watch limit: the timeout still applies */
 	pthread_mutex_lock(&w->lock);
+	/* a watch removed since may have been this one (the directory's
+	 * older node forgotten): add it again, now that none can go */
+	if (wd >= 0 && atomic_load(&w->removed) != removed)
+		wd = inotify_add_watch(w->fd, path, EVENTS);
+	close(dfd);
+	if (wd < 0) {
+		/* over the watch limit: the timeout still applies */
+		pthread_mutex_unlock(&w->lock);
+		return;
+	}
 	size_t had = w->ndirs;
 	/* indexed by watch number: the slots grown are empty */
 	if (sf_grow(&w->dirs, &w->ndirs, (size_t)wd, sizeof *w->dirs, 16) == 0)
@@ -64,8 +72,25 @@ void watch_dir(struct watch *w, struct fnode *dir)
 			free(w->dirs[wd].rel);
 			w->dirs[wd].rel = rel;
 			w->dirs[wd].ino = fnode_ino(dir);
+			dir->wd = wd;
 			atomic_store(&dir->watched, true);
 		}
+	}
+	pthread_mutex_unlock(&w->lock);
+}
+
+void watch_forget(void *arg, const struct fnode *dir)
+{
+	struct watch *w = arg;
+	pthread_mutex_lock(&w->lock);
+	size_t wd = (size_t)dir->wd;
+	bool owner = w->fd >= 0 && wd < w->ndirs && w->dirs[wd].rel &&
+		     w->dirs[wd].ino == fnode_ino(dir);
+	if (owner) {
+		free(w->dirs[wd].rel);
+		w->dirs[wd].rel = NULL;
+		inotify_rm_watch(w->fd, (int)wd);
+		atomic_fetch_add(&w->removed, 1);
 	}
 	pthread_mutex_unlock(&w->lock);
 }

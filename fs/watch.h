@@ -11,6 +11,7 @@
 #include <fuse_lowlevel.h>
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 #include "fnode.h"
@@ -28,6 +29,7 @@ struct watch {
 	pthread_mutex_t lock;
 	struct wdir *dirs; /* indexed by watch descriptor */
 	size_t ndirs;
+	atomic_ulong removed; /* watches removed (watch_forget) so far */
 };
 
 /* Before any other call: nothing watched yet. */
@@ -37,6 +39,9 @@ void watch_init(struct watch *w);
 int watch_start(struct watch *w, struct fuse_session *se, int src_fd);
 /* Watches SRC directory `dir` (once; cheap when already watched). */
 void watch_dir(struct watch *w, struct fnode *dir);
+/* The kernel forgot watched directory `dir`: its watch is removed unless
+ * a newer node of the same directory took it over (ftree's dir_gone). */
+void watch_forget(void *w, const struct fnode *dir);
 void watch_stop(struct watch *w);
 
 #endif

@@ -49,15 +49,22 @@ int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* The shard's manifest and its entry there, loaded per use (these files are
- * read rarely, and a parsed manifest is not worth keeping per shard). */
+ * read rarely, and a parsed manifest is not worth keeping per shard). A
+ * parse takes many times the file's size: it is charged to the cache's
+ * budget first, for as long as it is held. */
 struct sl_mf {
 	json_t *root;  /* NULL when absent or unparseable */
 	json_t *entry; /* NULL when the manifest has none for this shard */
 	bool absent;   /* no manifest file at all */
 	char err[sizeof(struct sf_err)];
+	struct sf_cache *cache;
+	uint64_t charged;
 };
-/* Loads it; the caller drops m->root. */
-void sl_mf_load(const struct sl_sidx *s, struct sl_mf *m);
+/* Loads it: 0 (a manifest that is absent or not one is said in m->err),
+ * or -EIO when its parse does not fit in the budget. sl_mf_free after. */
+int sl_mf_load(const struct sl_sidx *s, struct sf_cache *cache, struct sl_mf *m,
+	       struct sf_err *e);
+void sl_mf_free(struct sl_mf *m);
 /* The index's codec ("none" when the manifest names none). */
 const char *sl_mf_codec(const struct sl_mf *m);
 

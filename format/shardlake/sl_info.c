@@ -9,23 +9,40 @@
 #include "sl_manifest.h"
 #include "sl.h"
 
-void sl_mf_load(const struct sl_sidx *s, struct sl_mf *m)
+int sl_mf_load(const struct sl_sidx *s, struct sf_cache *cache, struct sl_mf *m,
+	       struct sf_err *e)
 {
 	memset(m, 0, sizeof *m);
 	if (!s->manifest) {
 		m->absent = true;
 		memcpy(m->err, s->manifest_err.msg, sizeof m->err);
-		return;
+		return 0;
 	}
-	struct sf_err e = { { 0 } };
-	if (sl_manifest_parse(s->manifest, s->manifest->path, &m->root, &e)) {
-		memcpy(m->err, e.msg, sizeof m->err);
-		return;
+	uint64_t cost = sf_json_parse_cost(s->manifest->data, s->manifest->size);
+	int rc = sf_cache_charge(cache, cost, s->manifest->path, "parsing it", e);
+	if (rc)
+		return rc;
+	m->cache = cache;
+	m->charged = cost;
+	struct sf_err pe = { { 0 } };
+	if (sl_manifest_parse(s->manifest, s->manifest->path, &m->root, &pe)) {
+		memcpy(m->err, pe.msg, sizeof m->err);
+		return 0;
 	}
 	m->entry = sl_manifest_entry(m->root, s->name);
 	if (!m->entry)
 		snprintf(m->err, sizeof m->err, "%s: no shards[] entry whose artifact_key names %s",
 			 s->manifest->path, s->name);
+	return 0;
+}
+
+void sl_mf_free(struct sl_mf *m)
+{
+	json_decref(m->root);
+	m->root = m->entry = NULL;
+	if (m->charged)
+		sf_cache_uncharge(m->cache, m->charged);
+	m->charged = 0;
 }
 
 const char *sl_mf_codec(const struct sl_mf *m)
@@ -66,7 +83,11 @@ int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf *
 	sf_str_addf(&t, "trailing bytes   %" PRIu64 "\n", h->trailing);
 	sf_str_addf(&t, "file size        %" PRIu64 "\n", h->file_size);
 	struct sl_mf m;
-	sl_mf_load(s, &m);
+	int rc = sl_mf_load(s, cache, &m, e);
+	if (rc) {
+		sf_str_free(&t);
+		return rc;
+	}
 	if (!m.root) {
 		sf_str_addf(&t, "manifest         %s\n", m.err);
 	} else {
@@ -87,7 +108,7 @@ int sl_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf *
 			sf_str_addf(&t, "  fingerprint    %s\n", sl_entry_fingerprint(n) ?: "(none)");
 		}
 	}
-	json_decref(m.root);
+	sl_mf_free(&m);
 	return take(&t, p, out, e);
 }
 
@@ -125,7 +146,11 @@ int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 	json_object_set_new(j, "parts", parts);
 	json_object_set_new(j, "file_size", json_integer((json_int_t)h->file_size));
 	struct sl_mf m;
-	sl_mf_load(s, &m);
+	int rc = sl_mf_load(s, cache, &m, e);
+	if (rc) {
+		json_decref(j);
+		return rc;
+	}
 	json_t *mj = json_object();
 	if (s->manifest)
 		json_object_set_new(mj, "path", sf_json_bytes_as_text(s->manifest->path, strlen(s->manifest->path)));
@@ -143,9 +168,9 @@ int sl_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 	if (!m.root || !m.entry)
 		json_object_set_new(mj, "error", sf_json_bytes_as_text(m.err, strlen(m.err)));
 	json_object_set_new(j, "manifest", mj);
-	json_decref(m.root);
 	struct sf_buf *b = sf_json_pretty(j);
 	json_decref(j);
+	sl_mf_free(&m); /* the entry was part of j until now */
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", p->view->path, p->what);
 	*out = b;

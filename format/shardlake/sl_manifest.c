@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sf_fault.h"
+#include "sf_json.h"
 
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 		      struct sf_err *e)
@@ -40,9 +41,16 @@ static bool memo_is(const struct stat *st)
 	       memo.mtime.tv_nsec == st->st_mtim.tv_nsec;
 }
 
+/* The most memory the check at open may parse with: opening has no
+ * budget to charge, and the check runs under one lock for every shard. A
+ * larger manifest is checked when info or verify reads it, charged. */
+#define CHECK_COST (32u << 20)
+
 static int parse_only(void *ctx, struct sf_err *e)
 {
 	const struct sf_map *m = ctx;
+	if (sf_json_parse_cost(m->data, m->size) > CHECK_COST)
+		return 0;
 	json_t *j = NULL;
 	int rc = sl_manifest_parse(m, m->path, &j, e);
 	json_decref(j);

@@ -15,7 +15,8 @@ int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 
 /* The same check, remembered for the last manifest seen (by device, inode,
  * size and mtime), so that opening every shard of an index parses their
- * shared manifest once. */
+ * shared manifest once; a manifest too big to parse at open (32 MiB of
+ * parsed JSON) passes, and is checked where it is read. */
 int sl_manifest_check(const struct sf_map *m, struct sf_err *e);
 
 /* The shards[] entry whose artifact_key names the file `name` (its last

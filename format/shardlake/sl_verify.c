@@ -113,14 +113,16 @@ int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **o
 	struct sf_report r = { 0 };
 	uint64_t fp = sl_fnv1a(SL_FNV_INIT, s->map->data, s->map->size);
 	struct sl_mf m;
-	sl_mf_load(s, &m);
+	int rc = sl_mf_load(s, cache, &m, e);
+	if (rc)
+		return rc;
 	if (m.absent)
 		sf_report_add(&r, false, "no manifest (%s): fingerprint %016" PRIx64 " not compared", m.err, fp);
 	else if (!m.entry)
 		sf_report_add(&r, true, "manifest: %s", m.err);
 	else
 		check_manifest(&r, s, &m, fp);
-	json_decref(m.root);
+	sl_mf_free(&m);
 	if (h->version == 2)
 		check_codes(&r, s);
 	if (h->trailing)

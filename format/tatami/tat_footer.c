@@ -4,9 +4,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "sf_crc32c.h"
 #include "sf_format.h"
+#include "sf_hash.h"
 #include "tat.h"
 
 enum { SEC_SCHEMA = 1, SEC_GROUPS, SEC_BLOB, SEC_DICT, SEC_INDEX, SEC_KV, SEC_STATS, SEC_INVERT, SEC_N };
@@ -92,6 +94,55 @@ static size_t cur_count(struct sf_cursor *c, size_t min)
 	return (size_t)n;
 }
 
+struct field_key {
+	const struct tat_file *tf;
+	struct tat_bytes name;
+};
+
+static bool field_is(const void *key, uint32_t id)
+{
+	const struct field_key *k = key;
+	const struct tat_bytes *b = &k->tf->fields[id].name;
+	return b->len == k->name.len && memcmp(b->p, k->name.p, b->len) == 0;
+}
+
+static uint64_t field_hash(const void *ctx, uint32_t id)
+{
+	const struct tat_bytes *b = &((const struct tat_file *)ctx)->fields[id].name;
+	return XXH3_64bits(b->p, b->len);
+}
+
+/* The fields, each name checked against the earlier ones through a hash
+ * (a schema may claim a million fields: no pairwise comparison). */
+static int schema_fields(struct tat_file *tf, struct sf_cursor *c, struct sf_ids *seen,
+			 struct sf_err *e)
+{
+	for (size_t i = 0; i < tf->nfields; i++) {
+		struct tat_field *f = &tf->fields[i];
+		f->name = cur_bytes(c);
+		f->type = sf_cur_u8(c);
+		f->flags = sf_cur_u8(c);
+		f->element = sf_cur_u8(c);
+		if (c->bad)
+			return sf_fail(e, -EINVAL, "schema: field %zu is truncated", i);
+		if (f->name.len == 0)
+			return sf_fail(e, -EINVAL, "schema: field %zu has an empty name", i);
+		if (f->type > 15)
+			return sf_fail(e, -EINVAL, "schema: field %zu has unknown type %u", i, f->type);
+		uint64_t h = XXH3_64bits(f->name.p, f->name.len);
+		if (sf_ids_find(seen, h, field_is, &(struct field_key){ tf, f->name }))
+			return sf_fail(e, -EINVAL, "schema: duplicate field name (field %zu)", i);
+		if (sf_ids_put(seen, h, (uint32_t)i))
+			return -ENOMEM;
+		if (f->flags & TAT_F_SORT_KEY) {
+			if (tf->sort_col >= 0)
+				return sf_fail(e, -EINVAL, "schema: more than one sort key");
+			tf->sort_col = (int)i;
+		}
+	}
+	return 0;
+}
+
 static int parse_schema(struct tat_file *tf, struct sf_cursor *c, struct sf_err *e)
 {
 	size_t n = cur_count(c, 4);
@@ -104,29 +155,10 @@ static int parse_schema(struct tat_file *tf, struct sf_cursor *c, struct sf_err 
 		return -ENOMEM;
 	tf->nfields = n;
 	tf->sort_col = -1;
-	for (size_t i = 0; i < n; i++) {
-		struct tat_field *f = &tf->fields[i];
-		f->name = cur_bytes(c);
-		f->type = sf_cur_u8(c);
-		f->flags = sf_cur_u8(c);
-		f->element = sf_cur_u8(c);
-		if (c->bad)
-			return sf_fail(e, -EINVAL, "schema: field %zu is truncated", i);
-		if (f->name.len == 0)
-			return sf_fail(e, -EINVAL, "schema: field %zu has an empty name", i);
-		if (f->type > 15)
-			return sf_fail(e, -EINVAL, "schema: field %zu has unknown type %u", i, f->type);
-		for (size_t j = 0; j < i; j++)
-			if (tf->fields[j].name.len == f->name.len &&
-			    memcmp(tf->fields[j].name.p, f->name.p, f->name.len) == 0)
-				return sf_fail(e, -EINVAL, "schema: duplicate field name (field %zu)", i);
-		if (f->flags & TAT_F_SORT_KEY) {
-			if (tf->sort_col >= 0)
-				return sf_fail(e, -EINVAL, "schema: more than one sort key");
-			tf->sort_col = (int)i;
-		}
-	}
-	return 0;
+	struct sf_ids seen = { .hash_of = field_hash, .ctx = tf };
+	int rc = schema_fields(tf, c, &seen, e);
+	sf_ids_free(&seen);
+	return rc;
 }
 
 static int parse_groups(struct tat_file *tf, struct sf_cursor *c, struct sf_err *e)

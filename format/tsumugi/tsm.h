@@ -92,6 +92,10 @@ struct tsm_shard {
 	pthread_mutex_t fwd_lock;
 	/* The forward region's parsed header (parsed once, under the view lock). */
 	struct tsm_fwd *fwd;
+	/* What docs/'s entries hold of the budget of `docs_cache` while the
+	 * view lives (sf_cache_charge). */
+	struct sf_cache *docs_cache;
+	uint64_t docs_charged;
 	/* Allocations owned by view files (freed with the state). */
 	void **owned;
 	size_t nowned, capowned;

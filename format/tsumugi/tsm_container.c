@@ -83,6 +83,8 @@ void tsm_shard_free(void *state)
 		free(s->owned[i]);
 	free(s->owned);
 	free(s->fwd);
+	if (s->docs_charged)
+		sf_cache_uncharge(s->docs_cache, s->docs_charged);
 	free(s->file_name);
 	pthread_mutex_destroy(&s->fwd_lock);
 	free(s);

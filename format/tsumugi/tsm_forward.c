@@ -534,20 +534,44 @@ static int populate_doc(struct sf_node *dir, struct sf_err *e)
 	return 0;
 }
 
+/* docs/<d>, made when looked up: a file may claim millions of documents,
+ * and an entry costs some 30 bytes where a node costs hundreds. */
+static int make_doc(struct sf_node *n, struct sf_err *e)
+{
+	sf_dir_set_populate(n, populate_doc, n->parent->arg);
+	n->aux = n->key;
+	return 0;
+}
+
+/* What an entry of docs/ takes: its record, name and index slots, and
+ * the slack of arrays grown by doubling. */
+#define DOC_ENTRY_COST 48
+
 static int populate_docs(struct sf_node *dir, struct sf_err *e)
 {
 	struct tsm_shard *s = dir->arg;
-	int rc = fwd_load(s, dir->view->cache, e);
+	struct sf_cache *c = dir->view->cache;
+	int rc = fwd_load(s, c, e);
 	if (rc)
 		return rc;
+	/* the count is the file's claim: held in the budget while the view
+	 * lives, refused beyond it */
+	uint64_t cost = (uint64_t)s->fwd->rows * DOC_ENTRY_COST;
+	if (!s->docs_charged) {
+		if ((rc = sf_cache_charge(c, cost, vpath(s), "listing docs/", e)))
+			return rc;
+		/* a cache without a budget held nothing, and may be gone
+		 * before the view (a tool's) */
+		if (c->charge) {
+			s->docs_cache = c;
+			s->docs_charged = cost;
+		}
+	}
 	for (uint32_t d = 0; d < s->fwd->rows; d++) {
 		char name[16];
-		snprintf(name, sizeof name, "%u", d);
-		struct sf_node *k = sf_dir_add_exact(dir, SF_DIR, name);
-		if (!k)
-			return sf_fail(e, -ENOMEM, "%s: out of memory", vpath(s));
-		sf_dir_set_populate(k, populate_doc, s);
-		k->aux = d;
+		int len = snprintf(name, sizeof name, "%u", d);
+		if ((rc = sf_dir_add_lazy(dir, name, (size_t)len, SF_DIR, d, 0)))
+			return sf_fail(e, rc, "%s: out of memory listing docs/", vpath(s));
 	}
 	return 0;
 }
@@ -581,58 +605,83 @@ static int render_line(const struct tsm_shard *s, const uint8_t *base, uint32_t 
 	return out->oom ? sf_fail(e, -ENOMEM, "%s: out of memory", vpath(s)) : 0;
 }
 
-static int produce_line(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
+/* A docs.jsonl part is a run of lines: at most JSONL_ROWS, and past the
+ * first no more than JSONL_BYTES (or an eighth of a small budget), so that
+ * a million empty documents make a few hundred parts rather than a million
+ * (a 336-byte file could claim them), while a part stays small to decode. */
+#define JSONL_ROWS 4096
+#define JSONL_BYTES (1u << 20)
+
+static uint64_t jsonl_bytes(const struct sf_cache *c)
+{
+	return c->limit && c->limit / 8 < JSONL_BYTES ? c->limit / 8 : JSONL_BYTES;
+}
+
+/* Lines [aux >> 32, + (uint32_t)aux) of docs.jsonl. */
+static int produce_lines(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			 struct sf_err *e)
 {
 	struct tsm_shard *s = p->arg;
 	struct fwd_hold h;
 	int rc = fwd_bytes(s, cache, &h, e);
 	if (rc)
 		return rc;
-	struct sf_str line = { 0 };
-	rc = render_line(s, h.base, (uint32_t)p->aux, &line, e);
+	uint32_t first = (uint32_t)(p->aux >> 32), n = (uint32_t)p->aux;
+	struct sf_str lines = { 0 };
+	for (uint32_t d = first; !rc && d - first < n; d++)
+		rc = render_line(s, h.base, d, &lines, e);
 	sf_buf_unref(h.buf);
 	if (rc) {
-		sf_str_free(&line);
+		sf_str_free(&lines);
 		return rc;
 	}
-	*out = sf_str_take(&line);
+	*out = sf_str_take(&lines);
 	return *out ? 0 : -ENOMEM;
 }
 
-/* docs.jsonl: a part per line, each produced once here to learn its size,
- * so the whole file never has to sit in memory at once. */
+/* Ends the run of `n` lines from `first` (`len` bytes) as one part. */
+static int add_lines(struct sf_node *f, struct tsm_shard *s, uint32_t first, uint32_t n,
+		     uint64_t len)
+{
+	struct sf_part *p = sf_view_part(s->view, produce_lines, s, len, "docs.jsonl");
+	if (!p)
+		return -ENOMEM;
+	p->aux = (uint64_t)first << 32 | n;
+	return sf_file_add_part(f, p, 0, len);
+}
+
+/* docs.jsonl: every line rendered once here to learn its size (and then
+ * dropped), so the whole file never has to sit in memory at once. */
 static int build_jsonl(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tsm_shard *s = f->arg;
 	int rc = fwd_load(s, c, e);
+	struct fwd_hold h = { 0 };
+	if (rc == 0)
+		rc = fwd_bytes(s, c, &h, e);
 	if (rc)
 		return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
-	uint32_t rows = s->fwd->rows;
-	struct sf_part **parts = calloc(rows ? rows : 1, sizeof *parts);
-	uint64_t *sizes = calloc(rows ? rows : 1, sizeof *sizes);
-	if (!parts || !sizes)
-		rc = -ENOMEM;
-	for (uint32_t d = 0; !rc && d < rows; d++) {
-		parts[d] = sf_view_part(s->view, produce_line, s, SF_SIZE_UNKNOWN, "docs.jsonl");
-		if (!parts[d]) {
-			rc = -ENOMEM;
+	struct sf_str line = { 0 };
+	uint32_t first = 0, n = 0;
+	uint64_t len = 0, most = jsonl_bytes(c);
+	for (uint32_t d = 0; !rc && d < s->fwd->rows; d++) {
+		line.len = 0;
+		if ((rc = render_line(s, h.base, d, &line, e)))
 			break;
+		if (n && (n == JSONL_ROWS || len + line.len > most)) {
+			rc = add_lines(f, s, first, n, len);
+			first = d;
+			n = 0;
+			len = 0;
 		}
-		parts[d]->aux = d;
-		struct sf_buf *b = NULL;
-		if ((rc = sf_part_get(c, parts[d], &b, e)) == 0) {
-			sizes[d] = b->len;
-			sf_buf_unref(b);
-		}
+		n++;
+		len += line.len;
 	}
-	if (rc == -EIO)
-		rc = sf_file_set_broken(f, 0, e->msg);
-	else
-		for (uint32_t d = 0; !rc && d < rows; d++)
-			rc = sf_file_add_part(f, parts[d], 0, sizes[d]);
-	free(parts);
-	free(sizes);
-	return rc;
+	if (!rc && n)
+		rc = add_lines(f, s, first, n, len);
+	sf_str_free(&line);
+	sf_buf_unref(h.buf);
+	return rc == -EIO ? sf_file_set_broken(f, 0, e->msg) : rc;
 }
 
 int tsm_add_docs(struct tsm_shard *s, struct sf_node *root)
@@ -642,6 +691,8 @@ int tsm_add_docs(struct tsm_shard *s, struct sf_node *root)
 	struct sf_node *docs = sf_dir_add_dir(root, "docs", 4);
 	struct sf_node *jsonl = sf_dir_add_file(root, "docs.jsonl", 10);
 	if (!docs || !jsonl)
+		return -ENOMEM;
+	if (sf_dir_set_lazy(docs, make_doc))
 		return -ENOMEM;
 	sf_dir_set_populate(docs, populate_docs, s);
 	sf_file_set_build(jsonl, build_jsonl, s);

@@ -1,6 +1,8 @@
 /* .shardfs/verify of a tsumugi view: every CRC and bound, every region
  * decoded, every forward value decoded. */
 #include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sf_bytes.h"
@@ -59,6 +61,56 @@ static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_r
 	sf_buf_unref(b);
 }
 
+/* Overlapping pairs listed at most; the rest are counted. */
+#define OVERLAPS_LISTED 10
+
+static int by_offset(const void *a, const void *b)
+{
+	const struct tsm_region *x = *(const struct tsm_region *const *)a;
+	const struct tsm_region *y = *(const struct tsm_region *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Regions whose stored bytes overlap, found by sorting on offset and
+ * sweeping: n log n. The first pairs are listed (a region is compared with
+ * the earlier ones only while lines are left, and each comparison it makes
+ * lists one), then the regions overlapping an earlier one, known from the
+ * furthest end seen so far, are only counted: regions that all overlap
+ * make a dozen lines, not one per pair. */
+static int report_overlaps(struct tsm_shard *s, struct sf_report *rep)
+{
+	struct tsm_region **v = malloc((s->nregions ? s->nregions : 1) * sizeof *v);
+	if (!v)
+		return -ENOMEM;
+	size_t n = 0;
+	for (size_t i = 0; i < s->nregions; i++)
+		if (!s->regions[i].bad && s->regions[i].length)
+			v[n++] = &s->regions[i];
+	qsort(v, n, sizeof *v, by_offset);
+	uint64_t listed = 0, more = 0, reach = 0;
+	for (size_t i = 0; i < n; i++) {
+		const struct tsm_region *r = v[i];
+		/* bounds were checked: offset + length does not wrap */
+		/* overlaps at least one earlier region? */
+		if (i && r->offset < reach && listed >= OVERLAPS_LISTED)
+			more++;
+		else if (i && r->offset < reach)
+			for (size_t j = i; j-- > 0 && listed < OVERLAPS_LISTED;)
+				if (v[j]->offset + v[j]->length > r->offset) {
+					sf_report_add(rep, false, "%s: regions/%s overlaps regions/%s",
+						      s->view->path, r->name, v[j]->name);
+					listed++;
+				}
+		if (r->offset + r->length > reach)
+			reach = r->offset + r->length;
+	}
+	if (more)
+		sf_report_add(rep, false, "%s: %" PRIu64 " more regions overlap earlier ones (not listed)", s->view->path,
+			      more);
+	free(v);
+	return 0;
+}
+
 int tsm_verify(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	struct tsm_shard *s = part->arg;
@@ -74,16 +126,10 @@ int tsm_verify(const struct sf_part *part, struct sf_cache *cache, struct sf_buf
 		if (!r->first_of_kind)
 			sf_report_add(&rep, false, "%s: regions/%s: a later region of the same kind, "
 				      "which upstream readers never reach", path, r->name);
-		for (size_t j = 0; j < i; j++) {
-			const struct tsm_region *q = &s->regions[j];
-			if (r->bad || q->bad || !r->length || !q->length)
-				continue;
-			if (r->offset < q->offset + q->length && q->offset < r->offset + r->length)
-				sf_report_add(&rep, false, "%s: regions/%s overlaps regions/%s", path,
-					      r->name, q->name);
-		}
 	}
-	if (tsm_first(s, TSM_FORWARD))
+	if (report_overlaps(s, &rep))
+		rc = -ENOMEM;
+	if (!rc && tsm_first(s, TSM_FORWARD))
 		rc = tsm_forward_verify(s, &rep);
 	if (!rc && tsm_first(s, TSM_FEATURE))
 		rc = tsm_feature_verify(s, &rep);
