@@ -173,7 +173,7 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		if (!why && en.sparse)
 			tx_sparse_each(m->data, &en, NULL, NULL, &why);
 		if (why) {
-			rc = sf_fail(e, -EINVAL, "%s: cannot index the header at offset %llu: %s", name,
+			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: %s", name,
 				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
 			break;
 		}
@@ -189,7 +189,7 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		size_t plen;
 		if (!rc && tx_kind_of(en.type) != TX_OTHER &&
 		    tx_path_of(&en, m->data + en.hdr, path, TX_PATH_MAX, &plen))
-			rc = sf_fail(e, -EINVAL, "%s: cannot index the header at offset %llu: its path is empty or longer than %d bytes, which the view cannot show",
+			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: a member whose path is empty or longer than %d bytes, which the view cannot show",
 				     name, (unsigned long long)en.hdr, TX_PATH_MAX);
 		pos = en.next;
 	}

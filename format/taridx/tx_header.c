@@ -217,7 +217,7 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 		en->sparse = TX_SPARSE_OLDGNU;
 		if (tx_num(h + 483, 12, &en->size))
 			return fail(en, at, "a sparse header whose real size is not a number");
-		for (const uint8_t *flag = h + 482; *flag; flag = tar + data + 504) {
+		for (const uint8_t *flag = h + 482; *flag; flag = tar + data - TX_BLOCK + 504) {
 			if (ext >= TX_SPARSE_MAX / 21 + 1)
 				return fail(en, at, "a sparse map of more than " TX_SPARSE_MAX_S " pieces");
 			if (!sf_range_ok(tarsize, data, TX_BLOCK))
