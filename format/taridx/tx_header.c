@@ -332,9 +332,11 @@ static bool pair_00(void *arg, const struct tx_str *k, const struct tx_str *v)
 static bool next_number(const uint8_t *p, size_t n, size_t *pos, uint8_t sep, uint64_t *v)
 {
 	size_t i = *pos;
+	if (i >= n)
+		return false;
 	const uint8_t *e = memchr(p + i, sep, n - i);
 	size_t end = e ? (size_t)(e - p) : n;
-	if (i >= n || !decimal(p + i, end - i, v))
+	if (!decimal(p + i, end - i, v))
 		return false;
 	*pos = end + 1;
 	return true;

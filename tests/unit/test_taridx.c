@@ -601,6 +601,95 @@ static void test_keys(void)
 	CHECK(tx_hdr_size(h, &size) != 0);
 }
 
+/* Appends a pax header holding `text` (records already formed). */
+static void pax_text(struct sf_str *b, const char *text)
+{
+	tar_add(b, "PaxHeaders/m", 12, 'x', text, strlen(text));
+}
+
+/* Appends "LEN key=value\n" to s. */
+static void pax_rec(struct sf_str *s, const char *key, const char *val)
+{
+	size_t body = strlen(key) + strlen(val) + 3, len = body + 1;
+	while ((size_t)snprintf(NULL, 0, "%zu", len) + body > len)
+		len++;
+	char rec[256];
+	snprintf(rec, sizeof rec, "%zu %s=%s\n", len, key, val);
+	sf_str_add(s, rec, strlen(rec));
+}
+
+/* Numbers as tar readers read them, and the entry reader on hostile maps:
+ * each is refused with its cause in time linear in its bytes. */
+static void test_headers(void)
+{
+	uint64_t v = 1;
+	CHECK(tx_num((const uint8_t *)"\0\0\0\0\0\0\0\0\0\0\0\0", 12, &v) == 0 && v == 0);
+	CHECK(tx_num((const uint8_t *)"   17 \0", 8, &v) == 0 && v == 017);
+	CHECK(tx_num((const uint8_t *)"0o17", 4, &v) != 0);
+	uint8_t b256[12] = { 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 5 };
+	CHECK(tx_num(b256, 12, &v) == 0 && v == (8ull << 30) + 5);
+	b256[0] = 0xFF;
+	CHECK(tx_num(b256, 12, &v) != 0);
+
+	/* pax 1.0 with a map of more pieces than allowed: bounded, refused */
+	struct sf_str recs = { 0 }, t = { 0 }, map = { 0 };
+	pax_rec(&recs, "GNU.sparse.major", "1");
+	pax_rec(&recs, "GNU.sparse.minor", "0");
+	pax_rec(&recs, "GNU.sparse.realsize", "100");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	sf_str_add(&map, "70000\n", 6);
+	for (int i = 0; i < 70000; i++)
+		sf_str_add(&map, "0\n0\n", 4);
+	tar_add(&t, "GNUSparseFile.0/s.bin", 21, '0', (const char *)map.p, map.len);
+	struct tx_entry en;
+	const char *why = NULL;
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.sparse == TX_SPARSE_10 &&
+	      en.size == 100 && en.nrec == 1 && en.hdr == 1024);
+	CHECK(tx_sparse_each(t.p, &en, NULL, NULL, &why) == -EINVAL && why && strstr(why, "more than 65536"));
+	sf_str_free(&t);
+	sf_str_free(&map);
+	sf_str_free(&recs);
+
+	/* pax 0.1: pieces must go forward and account for the stored bytes */
+	static const char *const maps[] = { "0,2,10,2", "10,2,0,2", "0,2,10,3", "0,2,10" };
+	for (int i = 0; i < 4; i++) {
+		pax_rec(&recs, "GNU.sparse.size", "12");
+		pax_rec(&recs, "GNU.sparse.map", maps[i]);
+		pax_rec(&recs, "GNU.sparse.name", "real/name.bin");
+		sf_str_addc(&recs, 0);
+		pax_text(&t, (const char *)recs.p);
+		tar_add(&t, "GNUSparseFile.0/n.bin", 21, '0', "abcd", 4);
+		CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 12 &&
+		      en.pax_path.len == 13 && !memcmp(en.pax_path.p, "real/name.bin", 13));
+		CHECK((tx_sparse_each(t.p, &en, NULL, NULL, &why) == 0) == (i == 0));
+		sf_str_free(&t);
+		sf_str_free(&recs);
+	}
+
+	/* a pax size over the header's, an old-style directory, a header whose
+	 * checksum fails, records that describe nothing */
+	pax_rec(&recs, "size", "700");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	char big[700] = { 0 };
+	tar_add(&t, "p.bin", 5, '0', big, 700);
+	memset((uint8_t *)t.p + 1024 + 124, 0, 12);
+	put_octal((uint8_t *)t.p + 1024 + 124, 12, 0);
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && en.bad); /* checksum now wrong */
+	sf_str_free(&t);
+	pax_text(&t, (const char *)recs.p);
+	tar_add(&t, "p.bin", 5, '0', big, 700);
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 700 && en.row_size == 700 &&
+	      en.next == t.len);
+	tar_add(&t, "old/", 4, '\0', "", 0);
+	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && !en.bad && en.type == '5');
+	pax_text(&t, (const char *)recs.p);
+	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && en.bad && strstr(en.bad, "describe no header"));
+	sf_str_free(&t);
+	sf_str_free(&recs);
+}
+
 /* ---- .shardfs/samples.jsonl -------------------------------------------- */
 
 /* Reads samples.jsonl of DIR/<stem>.taridx whole, then in pieces of `piece`
@@ -727,6 +816,7 @@ int main(void)
 	char dir[] = "/tmp/test_taridx.XXXXXX";
 	CHECK(mkdtemp(dir) != NULL);
 	test_keys();
+	test_headers();
 	test_shard_order();
 	test_fixtures();
 	test_builder();
