@@ -46,8 +46,8 @@ static uint64_t chain_start(const struct tx_fold *f, uint64_t r, const struct sf
 	for (uint64_t q = r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
 		tx_row_get(&f->ix, q - 1, &prev);
 		if (prev.fid != row.fid || !sf_range_ok(map->size, prev.off, TX_BLOCK) ||
-		    !tx_is_record(map->data[prev.off + 156]) ||
-		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK)
+		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK ||
+		    !tx_is_record(map->data[prev.off + 156]))
 			break;
 		at = prev.off;
 	}
@@ -108,7 +108,8 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 	 * reported as such */
 	else if (!tx_payload(f, row))
 		m->bad = "its payload runs past the end of the tar";
-	else if (!tx_hdr_checksum_ok(m->hdr))
+	/* a member's checksum is checked with its records (read_member) */
+	else if (tx_is_record(m->hdr[156]) && !tx_hdr_checksum_ok(m->hdr))
 		m->bad = "its tar header fails its checksum";
 	if (m->bad || tx_is_record(m->hdr[156]))
 		return;

@@ -40,6 +40,7 @@ def write_tree(root):
     os.symlink("sub/dir", s / "dirlink")
     with open(os.path.join(os.fsencode(s), b"caf\xe9-\xff.bin"), "wb") as f:
         f.write(b"not utf-8 name")
+    (s / "new\nline.txt").write_bytes(b"a newline in the name\n")
     m = root / "mid" / ("p" * 60) / ("q" * 60)
     m.mkdir(parents=True)
     (m / "prefixed.txt").write_bytes(data(700, 3))
@@ -271,6 +272,7 @@ def test_sparse_members_are_zero_copy_and_holes(mount, folds):
 def test_huge_members_keep_later_members(folds):
     """A pax size of 8 GiB and more over a 0 in the header, and a base-256
     size, are read: the rows cover the member and the next follows it."""
+    folds, _ = folds
     for fold in ("hugepax", "hugegnu"):
         ix = (folds / f"{fold}.taridx").read_bytes()
         n_rows = int.from_bytes(ix[24:32], "little")
