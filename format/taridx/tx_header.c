@@ -342,6 +342,32 @@ static bool next_number(const uint8_t *p, size_t n, size_t *pos, uint8_t sep, ui
 	return true;
 }
 
+/* The longest map text a 1.0 sparse member may start with: a count and
+ * two numbers per piece of at most 20 digits and a newline each. */
+#define MAP_TEXT_MAX ((2 * (size_t)TX_SPARSE_MAX + 1) * 21)
+
+/* Reads the lines of a 1.0 map from p[0 .. n), setting *end past them;
+ * with `place`, walks its pieces too. */
+static bool map_lines(const uint8_t *p, size_t n, size_t *end, struct sparse_walk *w, bool place)
+{
+	size_t pos = 0;
+	uint64_t count, off, len;
+	if (!next_number(p, n, &pos, '\n', &count))
+		return false;
+	for (uint64_t i = 0; i < count; i++) {
+		if (i == TX_SPARSE_MAX) {
+			w->why = "a sparse map of more than " TX_SPARSE_MAX_S " pieces";
+			return false;
+		}
+		if (!next_number(p, n, &pos, '\n', &off) || !next_number(p, n, &pos, '\n', &len))
+			return false;
+		if (place && !piece(w, off, len))
+			return false;
+	}
+	*end = pos;
+	return pos <= n;
+}
+
 int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
 		   const char **why)
 {
@@ -364,39 +390,17 @@ int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *f
 		}
 	} else if (en->sparse == TX_SPARSE_10) {
 		/* the map is text at the start of the data: a count, then an
-		 * offset and a size per piece, one a line, padded to a block */
+		 * offset and a size per piece, one a line, padded to a block.
+		 * Read once to find where the data starts, then placed. */
 		const uint8_t *p = tar + en->data;
-		size_t n = en->stored > SIZE_MAX ? SIZE_MAX : (size_t)en->stored, pos = 0;
-		uint64_t count, off, len;
-		ok = next_number(p, n, &pos, '\n', &count) && pos <= n;
-		/* the pieces cannot start before the map ends */
-		w.avail = 0;
-		for (uint64_t i = 0; ok && i < count && i < TX_SPARSE_MAX + 1; i++) {
-			ok = next_number(p, n, &pos, '\n', &off) && next_number(p, n, &pos, '\n', &len) &&
-			     pos <= n;
-			if (!ok)
-				break;
-			if (i >= TX_SPARSE_MAX) {
-				w.why = "a sparse map of more than " TX_SPARSE_MAX_S " pieces";
-				ok = false;
-			}
-		}
-		if (ok) {
-			uint64_t area = padded(pos);
-			if (area > en->stored) {
-				ok = false;
-			} else {
-				/* the map read, walk it again placing the pieces */
-				w.src = p + area;
-				w.avail = en->stored - area;
-				pos = 0;
-				next_number(p, n, &pos, '\n', &count);
-				for (uint64_t i = 0; ok && i < count; i++) {
-					next_number(p, n, &pos, '\n', &off);
-					next_number(p, n, &pos, '\n', &len);
-					ok = piece(&w, off, len);
-				}
-			}
+		size_t n = en->stored < MAP_TEXT_MAX ? (size_t)en->stored : MAP_TEXT_MAX, end = 0;
+		ok = map_lines(p, n, &end, &w, false);
+		if (ok && padded(end) <= en->stored) {
+			w.src = p + padded(end);
+			w.avail = en->stored - padded(end);
+			ok = map_lines(p, n, &end, &w, true);
+		} else if (ok) {
+			ok = false;
 		}
 	}
 	if (w.rc)
