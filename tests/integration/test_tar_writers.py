@@ -6,6 +6,7 @@ USTAR), indexed with shardfs-taridx and mounted. Every member read through
 the mount must equal what tarfile extracts: bytes, symlink targets,
 directories, and nothing the tar does not hold. Members of 8 GiB and more
 are holes on disk, so the test stays small and fast."""
+import io
 import os
 import shutil
 import subprocess
@@ -115,9 +116,9 @@ def bsd(*extra):
     return lambda out, root, names: run("bsdtar", *extra, "-cf", str(out), *names, cwd=root)
 
 
-def py(fmt):
+def py(fmt, **kw):
     def write(out, root, names):
-        with tarfile.open(out, "w", format=fmt, encoding="utf-8", errors="surrogateescape") as t:
+        with tarfile.open(out, "w", format=fmt, encoding="utf-8", errors="surrogateescape", **kw) as t:
             for n in names:
                 t.add(root / n, arcname=n)
     return write
@@ -143,6 +144,8 @@ WRITERS = {
     "pygnu": (py(tarfile.GNU_FORMAT), ["short", "mid", "long"]),
     "pypax": (py(tarfile.PAX_FORMAT), ["short", "mid", "long"]),
     "pyustar": (py(tarfile.USTAR_FORMAT), ["short", "mid"]),
+    # a global header first, as git archive writes one
+    "pyglobal": (py(tarfile.PAX_FORMAT, pax_headers={"comment": "global"}), ["short"]),
 }
 MADE = {"hugepax": lambda out: huge_tar(out, tarfile.PAX_FORMAT),
         "hugegnu": lambda out: huge_tar(out, tarfile.GNU_FORMAT),
@@ -331,3 +334,24 @@ def test_refusals(tmp_path):
         p = index(tmp_path, fold)
         assert p.returncode != 0 and why in p.stderr, p.stderr
         assert not (tmp_path / f"{fold}.taridx").exists()
+
+
+def test_checksum_failure_hides_member(mount, tmp_path):
+    """A header whose checksum fails is never a member: an index built
+    before a byte of a header's mtime changed no longer shows it, verify
+    says why, and the members around it stay."""
+    with tarfile.open(tmp_path / "ck_0000.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for name, body in (("a.txt", b"first"), ("b.txt", b"second"), ("c.txt", b"third")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(body)
+            t.addfile(ti, io.BytesIO(body))
+    assert index(tmp_path, "ck").returncode == 0
+    with open(tmp_path / "ck_0000.tar", "r+b") as f:
+        f.seek(1024 + 136)  # b.txt's mtime: its key is untouched
+        f.write(b"7")
+    mnt = mount(tmp_path)
+    assert sorted(os.listdir(mnt / "ck")) == ["a.txt", "c.txt"]
+    assert not (mnt / "ck" / "b.txt").exists()
+    assert (mnt / "ck" / "c.txt").read_bytes() == b"third"
+    rep = (mnt / "ck" / ".shardfs" / "verify").read_text()
+    assert rep.startswith("status: failed\n") and "row 1 " in rep and "checksum" in rep, rep
