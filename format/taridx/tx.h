@@ -68,6 +68,11 @@ bool tx_utf8_valid(const uint8_t *p, size_t len);
 #define TX_CHAIN_MAX_S "64"
 #define TX_SPARSE_MAX 65536
 #define TX_SPARSE_MAX_S "65536"
+/* Bytes of extension records before one header, at most: every check of a
+ * member reads them, so they bound its cost (a 0.0 sparse map of
+ * TX_SPARSE_MAX pieces fits). */
+#define TX_RECORDS_MAX (4u << 20)
+#define TX_RECORDS_MAX_S "4 MiB"
 
 enum tx_sparse { TX_SPARSE_NONE, TX_SPARSE_OLDGNU, TX_SPARSE_00, TX_SPARSE_01, TX_SPARSE_10 };
 

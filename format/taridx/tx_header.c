@@ -163,9 +163,11 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 	memset(en, 0, sizeof *en);
 	en->first = at;
 	struct pax_state ps = { .en = en };
+	uint64_t recbytes = 0;
 	/* the later of two records of a kind counts, as in GNU tar and Go */
 	for (;;) {
-		if (at == tarsize)
+		/* a record's padding may be cut at the end of the tar */
+		if (at >= tarsize)
 			return en->nrec ? fail(en, at, "extension records describe no header (truncated?)") : 1;
 		if (tarsize - at < TX_BLOCK)
 			return fail(en, at, "stray bytes shorter than a header at the end (truncated?)");
@@ -184,6 +186,9 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 			return fail(en, at, "more extension records before one header than " TX_CHAIN_MAX_S);
 		if (!sf_range_ok(tarsize, at + TX_BLOCK, size))
 			return fail(en, at, "an extension record runs past the end of the tar (truncated?)");
+		if (size > TX_RECORDS_MAX - recbytes)
+			return fail(en, at, "extension records of more than " TX_RECORDS_MAX_S " before one header");
+		recbytes += size;
 		struct tx_str rec = { h + TX_BLOCK, (size_t)size };
 		if (t == 'L') {
 			en->long_name = (struct tx_str){ rec.p, tx_field_len(rec.p, rec.len) };

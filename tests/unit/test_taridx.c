@@ -686,6 +686,9 @@ static void test_headers(void)
 	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && !en.bad && en.type == '5');
 	pax_text(&t, (const char *)recs.p);
 	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && en.bad && strstr(en.bad, "describe no header"));
+	/* the same with the record's padding cut off: the walk stays inside */
+	CHECK(tx_entry_read(t.p, t.len - 400, en.bad_at - 1024, &en) == 0 && en.bad &&
+	      strstr(en.bad, "describe no header"));
 	sf_str_free(&t);
 	sf_str_free(&recs);
 }
