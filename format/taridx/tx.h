@@ -224,6 +224,10 @@ struct tx_fold {
 	pthread_mutex_t lookup_lock;
 	/* .shardfs/samples.jsonl (tx_samples.c) */
 	struct tx_samples *samples;
+	/* A bit per row: the row verified as a file with no extension record
+	 * and no sparse map, so its row's size is its size (tx_member.c). Set
+	 * by any thread that checks the row, outside the view's lock too. */
+	_Atomic uint8_t *plain;
 };
 
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks

@@ -1,6 +1,7 @@
 /* What an index row points at: checking a row against its tar (spec §6.2,
  * §6.3) and the member's full path (docs/design.md §3.7). */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -116,6 +117,8 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 	if ((m->bad = read_member(f, r, map, m)))
 		return;
 	m->kind = tx_kind_of(m->en.type);
+	if (m->kind == TX_FILE && !m->en.nrec && !m->en.sparse)
+		atomic_fetch_or_explicit(&f->plain[r / 8], (uint8_t)(1u << (r % 8)), memory_order_relaxed);
 }
 
 /* Places a sparse member's pieces, zeros between them. */
@@ -158,9 +161,18 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 
 int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
 {
+	n->aux = r;
+	/* A listing or a lookup checked the member before making its node:
+	 * when that found a plain file, its size is its row's and its headers
+	 * are read again only by the build. */
+	if (atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1) {
+		struct tx_row row;
+		tx_row_get(&f->ix, r, &row);
+		sf_file_set_build_sized(n, build_member, f, row.size);
+		return 0;
+	}
 	struct tx_member m;
 	tx_member_check(f, r, &m);
-	n->aux = r;
 	if (m.bad || m.kind != TX_FILE) {
 		char why[400];
 		snprintf(why, sizeof why, "%s: row %llu: %s", f->view->path, (unsigned long long)r,

@@ -188,13 +188,19 @@ bool tx_hdr_checksum_ok(const uint8_t *hdr)
 		want = want << 3 | (uint64_t)(hdr[148 + i] - '0');
 	if (!any)
 		return false;
-	uint64_t u = 0;
-	int64_t s = 0;
-	for (size_t k = 0; k < TX_BLOCK; k++) {
-		uint8_t c = k >= 148 && k < 156 ? ' ' : hdr[k];
-		u += c;
-		s += (int8_t)c;
-	}
+	/* the field counts as spaces; a plain loop the compiler vectorizes,
+	 * since every member check sums its header */
+	uint32_t u = 8 * ' ', high = 0;
+	for (size_t k = 0; k < TX_BLOCK; k++)
+		u += hdr[k];
+	for (size_t k = 148; k < 156; k++)
+		u -= hdr[k];
+	if (want == u)
+		return true;
 	/* some old writers summed signed chars */
-	return want == u || (int64_t)want == s;
+	for (size_t k = 0; k < TX_BLOCK; k++)
+		high += hdr[k] >> 7;
+	for (size_t k = 148; k < 156; k++)
+		high -= hdr[k] >> 7;
+	return (int64_t)want == (int64_t)u - 256 * (int64_t)high;
 }
