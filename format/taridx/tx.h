@@ -49,17 +49,73 @@ struct tx_key {
 void tx_key_from(const uint8_t *name, size_t len, struct tx_key *k);
 /* Length of a NUL-terminated field of at most `max` bytes. */
 size_t tx_field_len(const uint8_t *p, size_t max);
-/* The header's size field read the way upstream does (Python's
- * int(field.split(b'\0')[0] or b'0', 8)). -EINVAL if it is not octal. */
+/* The header's size field as tar readers read it (tx_num). */
 int tx_hdr_size(const uint8_t *hdr, uint64_t *size);
+/* Whether a typeflag is an extension record (pax 'x'/'X'/'g', GNU 'L'/'K')
+ * describing the header after it. */
+bool tx_is_record(uint8_t typeflag);
 /* True when the stored checksum matches the header's bytes. */
 bool tx_hdr_checksum_ok(const uint8_t *hdr);
 bool tx_block_is_zero(const uint8_t *p);
-/* Looks `key` up in pax extended-header records; false if absent or the
- * records are malformed. */
-bool tx_pax_get(const uint8_t *p, size_t len, const char *key, struct tx_str *val);
 /* True when bytes are valid UTF-8. */
 bool tx_utf8_valid(const uint8_t *p, size_t len);
+
+/* ---- one tar entry as tar readers see it (tx_header.c) ---------------- */
+
+/* Extension records read before one header, and pieces of one sparse map,
+ * at most: real writers put one or two records before a header. */
+#define TX_CHAIN_MAX 64
+#define TX_CHAIN_MAX_S "64"
+#define TX_SPARSE_MAX 65536
+#define TX_SPARSE_MAX_S "65536"
+/* Bytes of extension records before one header, at most: every check of a
+ * member reads them, so they bound its cost (a 0.0 sparse map of
+ * TX_SPARSE_MAX pieces fits). */
+#define TX_RECORDS_MAX (4u << 20)
+#define TX_RECORDS_MAX_S "4 MiB"
+
+enum tx_sparse { TX_SPARSE_NONE, TX_SPARSE_OLDGNU, TX_SPARSE_00, TX_SPARSE_01, TX_SPARSE_10 };
+
+/* A header and the extension records before it, as GNU tar, bsdtar and
+ * tarfile read them. Strings point into the tar. */
+struct tx_entry {
+	uint64_t first;    /* offset of its first header block (a record, or the header) */
+	uint32_t nrec;     /* extension records before the header */
+	uint64_t hdr;      /* offset of the header the records describe */
+	uint8_t type;      /* its typeflag; '5' for an old-style directory */
+	bool posix;        /* a POSIX ustar header: its prefix field is a path's start */
+	struct tx_str pax_path, pax_link; /* pax path (or GNU.sparse.name), linkpath */
+	struct tx_str long_name, long_link; /* the last GNU 'L' and 'K' records */
+	uint64_t size;     /* the member's size (a sparse member's real size) */
+	uint64_t data;     /* offset of its stored data (after an old GNU sparse map) */
+	uint64_t stored;   /* stored bytes there (pax size, else the header's) */
+	/* the header's extent as a row states it: the next header is at
+	 * hdr + 512 + row_size rounded up to a block */
+	uint64_t row_size;
+	uint64_t next;     /* offset of the next entry */
+	enum tx_sparse sparse;
+	struct tx_str map; /* pax 0.0: the records; 0.1: GNU.sparse.map */
+	const char *bad;   /* why readers cannot read it (then bad_at says where) */
+	uint64_t bad_at;
+};
+
+/* A numeric header field: octal (spaces around, NUL-ended; empty is 0) or
+ * GNU base-256. -EINVAL otherwise, or when negative or over 2^63. */
+int tx_num(const uint8_t *p, size_t n, uint64_t *v);
+/* Reads the entry whose first block is at `at` of tar (tarsize bytes): 1
+ * at the archive's end (its end, or a zero block), else 0 with *en filled
+ * or en->bad set. Its cost is the records' bytes plus an old GNU sparse
+ * map's blocks, never more than the blocks it reads. */
+int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_entry *en);
+/* Called for each piece of a sparse member's data, in order: `len` bytes
+ * at `off` of the member are at `src`. 0 or a negative errno. */
+typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, const uint8_t *src);
+/* Walks a sparse member's map (en->sparse set, en read from tar): 0, or
+ * -EINVAL with *why when the map is malformed, out of order, has more than
+ * TX_SPARSE_MAX pieces or does not account for the stored bytes exactly;
+ * or what fn returned. Linear in the map. */
+int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
+		   const char **why);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 
@@ -143,6 +199,9 @@ struct tx_member {
 	 * a member */
 	const char *bad;
 	enum tx_kind kind;
+	/* a member's header and records as tar readers read them (kind is
+	 * not TX_OTHER, bad is NULL) */
+	struct tx_entry en;
 };
 
 struct tx_fold {
@@ -165,6 +224,10 @@ struct tx_fold {
 	pthread_mutex_t lookup_lock;
 	/* .shardfs/samples.jsonl (tx_samples.c) */
 	struct tx_samples *samples;
+	/* A bit per row: the row verified as a file with no extension record
+	 * and no sparse map, so its row's size is its size (tx_member.c). Set
+	 * by any thread that checks the row, outside the view's lock too. */
+	_Atomic uint8_t *plain;
 };
 
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks
@@ -174,14 +237,26 @@ int tx_fold_lookup(struct tx_fold *f, struct sf_err *e);
  * root's lazy listing and lookup. */
 int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
 
-/* Checks a row against its tar (everything but the header's size and
- * checksum, which only verify reports). */
+/* Checks a row against its tar: its key, its header's checksum, and for a
+ * member the records before it (the rows just before it) and its data as
+ * tar readers find them, which the row's size must state (sparse map
+ * included). Linear in the member's records and map. */
 void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m);
+/* Gives file n the content of member row r (its size known now, its
+ * extents placed on first read: zero-copy from the tar, holes of a
+ * sparse member as zeros). 0 or -ENOMEM. */
+int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r);
 /* The payload bytes of a row, or NULL when they are not inside the tar. */
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
 /* Appends the components of `raw` to the path out[0 .. *len), dropping
  * empty and "." ones. -ENAMETOOLONG when the result is over cap bytes. */
 int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, size_t n);
+/* What a header's typeflag makes a member (after tx_entry_read). */
+enum tx_kind tx_kind_of(uint8_t typeflag);
+/* The full path of entry en (header hdr) into path, at most cap bytes:
+ * pax path, else GNU long name, else ustar prefix/name, empty and "."
+ * components dropped. -ENOENT when empty, -ENAMETOOLONG when over cap. */
+int tx_path_of(const struct tx_entry *en, const uint8_t *hdr, uint8_t *path, size_t cap, size_t *plen);
 /* The full path of member row r into path (at most cap bytes: pax path,
  * else GNU long name, else ustar prefix/name; empty and "." components
  * dropped) and its link target. -ENOENT when the path is empty,

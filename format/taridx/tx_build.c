@@ -82,6 +82,8 @@ static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, 
 	if (!x) {
 		rc = set_put(&st->canon, k->hash, k->stem, k->stem_len, 0);
 	} else if (x->len != k->stem_len || memcmp(x->p, k->stem, k->stem_len) != 0) {
+		if (memchr(k->stem, '\n', k->stem_len))
+			return -EINVAL;
 		/* a genuine XXH64 collision: the later stem gets a crash id */
 		uint64_t h = XXH3_64bits(k->stem, k->stem_len);
 		struct name *c = set_get(&st->crash, h, k->stem, k->stem_len);
@@ -126,37 +128,73 @@ static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, 
 	return st->rows.oom ? -ENOMEM : 0;
 }
 
-/* Walks one tar: every header block until the end or the first zero block
- * becomes a row, whatever its type. */
+/* A row's key from a header's name field; refused when the index could not
+ * hold it: its blocks are joined by newlines (spec §3.2, §3.3). */
+static int key_of(const uint8_t *hdr, struct tx_key *k, const char *name, uint64_t at,
+		  struct sf_err *e)
+{
+	tx_key_from(hdr, tx_field_len(hdr, 100), k);
+	if (memchr(k->ext, '\n', k->ext_len))
+		return sf_fail(e, -EINVAL, "%s: header at offset %llu: its name's extension holds a newline, which an index cannot store",
+			       name, (unsigned long long)at);
+	return 0;
+}
+
+static int add_header(struct state *st, uint16_t fid, uint64_t at, uint64_t size, const uint8_t *hdr,
+		      const char *name, struct sf_err *e)
+{
+	struct tx_key k;
+	int rc = key_of(hdr, &k, name, at, e);
+	if (!rc && (rc = add_row(st, fid, at, size, &k)))
+		return sf_fail(e, rc, "%s: %s", name,
+			       rc == -E2BIG ? "more than 65536 extensions" :
+			       rc == -EINVAL ? "a colliding stem holds a newline, which an index cannot store" :
+			       "out of memory");
+	return rc;
+}
+
+/* Walks one tar as tar readers do (tx_entry_read): each header block, the
+ * extension records and the header they describe, becomes a row, as
+ * upstream's indexer makes them; a row's size states the block's extent
+ * (the records' data, or the member's stored data and sparse map blocks),
+ * so the next row follows it. What readers could not read, or a view could
+ * not show, is refused: an index never serves what the tar does not say. */
 static int scan_tar(struct state *st, const struct sf_map *m, const char *name, uint16_t fid,
 		    struct sf_err *e)
 {
+	uint8_t *path = malloc(TX_PATH_MAX);
+	if (!path)
+		return sf_fail(e, -ENOMEM, "out of memory");
 	uint64_t pos = 0;
-	while (pos < m->size) {
-		if (m->size - pos < TX_BLOCK)
-			return sf_fail(e, -EINVAL, "%s: malformed tar: %llu stray bytes at offset %llu (truncated?)",
-				       name, (unsigned long long)(m->size - pos), (unsigned long long)pos);
-		const uint8_t *hdr = m->data + pos;
-		if (tx_block_is_zero(hdr))
+	int rc = 0;
+	struct tx_entry en;
+	while (!rc && tx_entry_read(m->data, m->size, pos, &en) == 0) {
+		const char *why = en.bad;
+		if (!why && en.sparse)
+			tx_sparse_each(m->data, &en, NULL, NULL, &why);
+		if (why) {
+			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: %s", name,
+				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
 			break;
-		uint64_t size;
-		if (tx_hdr_size(hdr, &size))
-			return sf_fail(e, -EINVAL, "%s: malformed tar: header at offset %llu has no octal size (base-256 sizes and non-tar data cannot be indexed)",
-				       name, (unsigned long long)pos);
-		uint64_t blocks = size / TX_BLOCK + (size % TX_BLOCK != 0), next;
-		if (!sf_range_ok(m->size - pos - TX_BLOCK, 0, size) ||
-		    !sf_add_ok(pos + TX_BLOCK, blocks * TX_BLOCK, &next))
-			return sf_fail(e, -EINVAL, "%s: malformed tar: member at offset %llu claims %llu bytes, past the end of the file (truncated?)",
-				       name, (unsigned long long)pos, (unsigned long long)size);
-		struct tx_key k;
-		tx_key_from(hdr, tx_field_len(hdr, 100), &k);
-		int rc = add_row(st, fid, pos, size, &k);
-		if (rc)
-			return sf_fail(e, rc, "%s: %s", name,
-				       rc == -E2BIG ? "more than 65536 extensions" : "out of memory");
-		pos = next;
+		}
+		uint64_t at = en.first;
+		for (uint32_t i = 0; !rc && i < en.nrec; i++) {
+			uint64_t size;
+			tx_num(m->data + at + 124, 12, &size);
+			rc = add_header(st, fid, at, size, m->data + at, name, e);
+			at += TX_BLOCK + (size + TX_BLOCK - 1) / TX_BLOCK * TX_BLOCK;
+		}
+		if (!rc)
+			rc = add_header(st, fid, en.hdr, en.row_size, m->data + en.hdr, name, e);
+		size_t plen;
+		if (!rc && tx_kind_of(en.type) != TX_OTHER &&
+		    tx_path_of(&en, m->data + en.hdr, path, TX_PATH_MAX, &plen))
+			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: a member whose path is empty or longer than %d bytes, which the view cannot show",
+				     name, (unsigned long long)en.hdr, TX_PATH_MAX);
+		pos = en.next;
 	}
-	return 0;
+	free(path);
+	return rc;
 }
 
 int tx_build_index(const struct sf_map *const *tars, const char *const *names, size_t n,

@@ -130,7 +130,7 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	struct tx_fold *f = n->view->state;
 	read_rows(f);
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
-		return set_payload(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
+		return tx_member_set_content(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 	/* a symlink, or a hard link to nothing: the header names the target */
 	struct tx_member m;
 	struct tx_str link = { 0 };

@@ -18,6 +18,7 @@ static void fold_free(void *state)
 	tx_shards_free(f->shards, f->nshards);
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
+	free((void *)f->plain);
 	free(f->fold);
 	free(f);
 }
@@ -60,7 +61,8 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
 	if (rc)
 		return rc;
-	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)))
+	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)) ||
+	    !(f->plain = calloc(f->ix.n_rows / 8 + 1, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	return map_shards(f, a, e);
 }

@@ -1,6 +1,8 @@
 /* What an index row points at: checking a row against its tar (spec §6.2,
  * §6.3) and the member's full path (docs/design.md §3.7). */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "sf_bytes.h"
@@ -17,12 +19,13 @@ const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row)
 	return m->data + start;
 }
 
-static enum tx_kind kind_of(uint8_t typeflag)
+enum tx_kind tx_kind_of(uint8_t typeflag)
 {
 	switch (typeflag) {
 	case '0':
 	case '\0':
 	case '7':
+	case 'S':
 		return TX_FILE;
 	case '1':
 		return TX_HARDLINK;
@@ -31,6 +34,42 @@ static enum tx_kind kind_of(uint8_t typeflag)
 	default:
 		return TX_OTHER;
 	}
+}
+
+/* The first block of the records that describe the header of row r: the
+ * rows just before it that are records and end where the next begins
+ * (the indexer made a row of each). */
+static uint64_t chain_start(const struct tx_fold *f, uint64_t r, const struct sf_map *map)
+{
+	struct tx_row row, prev;
+	tx_row_get(&f->ix, r, &row);
+	uint64_t at = row.off, end;
+	for (uint64_t q = r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
+		tx_row_get(&f->ix, q - 1, &prev);
+		if (prev.fid != row.fid || !sf_range_ok(map->size, prev.off, TX_BLOCK) ||
+		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK ||
+		    !tx_is_record(map->data[prev.off + 156]))
+			break;
+		at = prev.off;
+	}
+	return at;
+}
+
+/* The member's headers as tar readers read them, or why not. */
+static const char *read_member(const struct tx_fold *f, uint64_t r, const struct sf_map *map,
+			       struct tx_member *m)
+{
+	struct tx_entry *en = &m->en;
+	if (tx_entry_read(map->data, map->size, chain_start(f, r, map), en) || en->hdr != m->row.off)
+		return en->bad ? en->bad : "the extension records before it do not lead to its header";
+	if (en->bad)
+		return en->bad;
+	if (en->row_size != m->row.size)
+		return "the row's size is not the extent its tar headers give";
+	const char *why = NULL;
+	if (en->sparse)
+		tx_sparse_each(map->data, en, NULL, NULL, &why);
+	return why;
 }
 
 void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
@@ -53,7 +92,6 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 		return;
 	}
 	m->hdr = map->data + row->off;
-	m->kind = kind_of(m->hdr[156]);
 	if (row->extid >= f->ix.n_ext) {
 		m->bad = "extension id out of range";
 		return;
@@ -68,14 +106,81 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 	else if (tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash) != row->crashid)
 		m->bad = "the row's crash id does not match the header's stem";
 	/* checked after the key, so that a row pointing at the wrong tar is
-	 * reported as such; the row's size is the payload's extent (spec §3.4) */
+	 * reported as such */
 	else if (!tx_payload(f, row))
 		m->bad = "its payload runs past the end of the tar";
+	/* a member's checksum is checked with its records (read_member) */
+	else if (tx_is_record(m->hdr[156]) && !tx_hdr_checksum_ok(m->hdr))
+		m->bad = "its tar header fails its checksum";
+	if (m->bad || tx_is_record(m->hdr[156]))
+		return;
+	if ((m->bad = read_member(f, r, map, m)))
+		return;
+	m->kind = tx_kind_of(m->en.type);
+	if (m->kind == TX_FILE && !m->en.nrec && !m->en.sparse)
+		atomic_fetch_or_explicit(&f->plain[r / 8], (uint8_t)(1u << (r % 8)), memory_order_relaxed);
 }
 
-static uint64_t padded(uint64_t size)
+/* Places a sparse member's pieces, zeros between them. */
+struct placer {
+	struct sf_node *n;
+	uint64_t at;
+};
+
+static int place(void *arg, uint64_t off, uint64_t len, const uint8_t *src)
 {
-	return size > UINT64_MAX - (TX_BLOCK - 1) ? UINT64_MAX : (size + TX_BLOCK - 1) / TX_BLOCK * TX_BLOCK;
+	struct placer *p = arg;
+	if (off > p->at && sf_file_add_zero(p->n, off - p->at))
+		return -ENOMEM;
+	p->at = off + len;
+	return sf_file_add_map(p->n, src, len) ? -ENOMEM : 0;
+}
+
+static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
+{
+	(void)c;
+	struct tx_fold *f = n->arg;
+	struct tx_member m;
+	tx_member_check(f, n->aux, &m);
+	if (m.bad || m.kind != TX_FILE)
+		return sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
+			       m.bad ? m.bad : "no longer a file");
+	const uint8_t *tar = f->shards[m.row.fid].map->data;
+	if (!m.en.sparse)
+		return sf_file_add_map(n, tar + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+	struct placer p = { n, 0 };
+	const char *why;
+	int rc = tx_sparse_each(tar, &m.en, place, &p, &why);
+	if (!rc && p.at < m.en.size)
+		rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
+	if (rc)
+		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
+			       (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
+	return 0;
+}
+
+int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
+{
+	n->aux = r;
+	/* A listing or a lookup checked the member before making its node:
+	 * when that found a plain file, its size is its row's and its headers
+	 * are read again only by the build. */
+	if (atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1) {
+		struct tx_row row;
+		tx_row_get(&f->ix, r, &row);
+		sf_file_set_build_sized(n, build_member, f, row.size);
+		return 0;
+	}
+	struct tx_member m;
+	tx_member_check(f, r, &m);
+	if (m.bad || m.kind != TX_FILE) {
+		char why[400];
+		snprintf(why, sizeof why, "%s: row %llu: %s", f->view->path, (unsigned long long)r,
+			 m.bad ? m.bad : "not a file");
+		return sf_file_set_broken(n, 0, why);
+	}
+	sf_file_set_build_sized(n, build_member, f, m.en.size);
+	return 0;
 }
 
 /* Text up to its first NUL. */
@@ -103,53 +208,34 @@ int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, si
 	return 0;
 }
 
-int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
-		    uint8_t *path, size_t cap, size_t *plen, struct tx_str *link)
+int tx_path_of(const struct tx_entry *en, const uint8_t *hdr, uint8_t *path, size_t cap, size_t *plen)
 {
-	struct tx_str pax_path = { 0 }, pax_link = { 0 }, long_name = { 0 }, long_link = { 0 };
-	bool has_pax_path = false, has_pax_link = false;
-	/* the records describing this member sit right before its header and
-	 * upstream indexed each of them as a row of its own */
-	uint64_t at = m->row.off;
-	for (uint32_t q = r; q > 0 && r - q < 8; q--) {
-		struct tx_row prev;
-		tx_row_get(&f->ix, q - 1, &prev);
-		const uint8_t *data = tx_payload(f, &prev);
-		if (!data || prev.fid != m->row.fid || prev.off + TX_BLOCK + padded(prev.size) != at)
-			break;
-		/* only the record type matters here, not whether its key matches */
-		uint8_t t = data[156 - TX_BLOCK];
-		size_t n = (size_t)prev.size;
-		if (t == 'L' && !long_name.p)
-			long_name = cut_nul(data, n);
-		else if (t == 'K' && !long_link.p)
-			long_link = cut_nul(data, n);
-		else if (t == 'x') {
-			if (!has_pax_path)
-				has_pax_path = tx_pax_get(data, n, "path", &pax_path);
-			if (!has_pax_link)
-				has_pax_link = tx_pax_get(data, n, "linkpath", &pax_link);
-		} else if (t != 'g')
-			break;
-		at = prev.off;
-	}
 	*plen = 0;
 	int rc;
-	if (has_pax_path) {
-		rc = tx_path_append(path, cap, plen, pax_path.p, pax_path.len);
-	} else if (long_name.p) {
-		rc = tx_path_append(path, cap, plen, long_name.p, long_name.len);
+	if (en->pax_path.p) {
+		rc = tx_path_append(path, cap, plen, en->pax_path.p, en->pax_path.len);
+	} else if (en->long_name.p) {
+		rc = tx_path_append(path, cap, plen, en->long_name.p, en->long_name.len);
 	} else {
-		struct tx_str name = cut_nul(m->hdr, 100);
+		struct tx_str name = cut_nul(hdr, 100);
 		rc = 0;
 		/* only POSIX ustar headers have a prefix; GNU keeps times there */
-		if (memcmp(m->hdr + 257, "ustar\0", 6) == 0) {
-			struct tx_str prefix = cut_nul(m->hdr + 345, 155);
+		if (en->posix) {
+			struct tx_str prefix = cut_nul(hdr + 345, 155);
 			rc = tx_path_append(path, cap, plen, prefix.p, prefix.len);
 		}
 		if (!rc)
 			rc = tx_path_append(path, cap, plen, name.p, name.len);
 	}
-	*link = has_pax_link ? pax_link : long_link.p ? long_link : cut_nul(m->hdr + 157, 100);
 	return rc ? rc : *plen ? 0 : -ENOENT;
+}
+
+int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member *m,
+		    uint8_t *path, size_t cap, size_t *plen, struct tx_str *link)
+{
+	(void)f;
+	(void)r;
+	const struct tx_entry *en = &m->en;
+	*link = en->pax_link.p ? en->pax_link : en->long_link.p ? en->long_link : cut_nul(m->hdr + 157, 100);
+	return tx_path_of(en, m->hdr, path, cap, plen);
 }

@@ -172,46 +172,9 @@ void tx_key_from(const uint8_t *name, size_t len, struct tx_key *k)
 	k->hash = XXH64(k->stem, k->stem_len, 0);
 }
 
-static bool is_space(uint8_t c)
-{
-	return c == ' ' || (c >= '\t' && c <= '\r');
-}
-
 int tx_hdr_size(const uint8_t *hdr, uint64_t *size)
 {
-	const uint8_t *p = hdr + 124;
-	size_t n = tx_field_len(p, 12), i = 0;
-	while (n && is_space(p[n - 1]))
-		n--;
-	while (i < n && is_space(p[i]))
-		i++;
-	if (i == n) {
-		*size = 0; /* an empty field counts as 0 */
-		return 0;
-	}
-	if (p[i] == '+')
-		i++;
-	if (i + 1 < n && p[i] == '0' && (p[i + 1] == 'o' || p[i + 1] == 'O')) {
-		i += 2;
-		if (i < n && p[i] == '_')
-			i++;
-	}
-	uint64_t v = 0;
-	bool digit = false;
-	for (; i < n; i++) {
-		if (p[i] == '_' && digit && i + 1 < n && p[i + 1] != '_') {
-			digit = false;
-			continue;
-		}
-		if (p[i] < '0' || p[i] > '7' || v >> 60)
-			return -22;
-		v = v << 3 | (uint64_t)(p[i] - '0');
-		digit = true;
-	}
-	if (!digit)
-		return -22;
-	*size = v;
-	return 0;
+	return tx_num(hdr + 124, 12, size);
 }
 
 bool tx_hdr_checksum_ok(const uint8_t *hdr)
@@ -225,38 +188,19 @@ bool tx_hdr_checksum_ok(const uint8_t *hdr)
 		want = want << 3 | (uint64_t)(hdr[148 + i] - '0');
 	if (!any)
 		return false;
-	uint64_t u = 0;
-	int64_t s = 0;
-	for (size_t k = 0; k < TX_BLOCK; k++) {
-		uint8_t c = k >= 148 && k < 156 ? ' ' : hdr[k];
-		u += c;
-		s += (int8_t)c;
-	}
+	/* the field counts as spaces; a plain loop the compiler vectorizes,
+	 * since every member check sums its header */
+	uint32_t u = 8 * ' ', high = 0;
+	for (size_t k = 0; k < TX_BLOCK; k++)
+		u += hdr[k];
+	for (size_t k = 148; k < 156; k++)
+		u -= hdr[k];
+	if (want == u)
+		return true;
 	/* some old writers summed signed chars */
-	return want == u || (int64_t)want == s;
-}
-
-bool tx_pax_get(const uint8_t *p, size_t len, const char *key, struct tx_str *val)
-{
-	size_t klen = strlen(key), pos = 0;
-	bool found = false;
-	while (pos < len) {
-		size_t i = pos, rec = 0;
-		while (i < len && p[i] >= '0' && p[i] <= '9' && rec < len)
-			rec = rec * 10 + (size_t)(p[i++] - '0');
-		if (i >= len || p[i] != ' ' || rec <= i - pos + 1 || rec > len - pos ||
-		    p[pos + rec - 1] != '\n')
-			return false;
-		const uint8_t *kv = p + i + 1, *end = p + pos + rec - 1;
-		const uint8_t *eq = memchr(kv, '=', (size_t)(end - kv));
-		if (!eq)
-			return false;
-		if ((size_t)(eq - kv) == klen && memcmp(kv, key, klen) == 0) {
-			val->p = eq + 1;
-			val->len = (size_t)(end - eq - 1);
-			found = true; /* a later record overrides an earlier one */
-		}
-		pos += rec;
-	}
-	return found;
+	for (size_t k = 0; k < TX_BLOCK; k++)
+		high += hdr[k] >> 7;
+	for (size_t k = 148; k < 156; k++)
+		high -= hdr[k] >> 7;
+	return (int64_t)want == (int64_t)u - 256 * (int64_t)high;
 }

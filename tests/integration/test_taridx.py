@@ -161,13 +161,14 @@ def test_builder_progress_and_errors(tmp_path):
     os.waitpid(pid, 0)
     assert b"\r[" in out and b"2/2 tars" in out
     assert (tmp_path / "demo.taridx").read_bytes() == want
-    # a malformed tar is refused with a message naming it, and nothing is written
+    # a damaged header is refused with a message naming the tar, the offset and
+    # the cause, and nothing is written
     (tmp_path / "demo.taridx").unlink()
     with open(tmp_path / "demo_0001.tar", "r+b") as f:
         f.seek(124)
         f.write(b"zz")
     p = subprocess.run([str(TOOLS / "shardfs-taridx"), str(tmp_path), "demo"], capture_output=True)
-    assert p.returncode != 0 and b"demo_0001.tar" in p.stderr and b"malformed" in p.stderr
+    assert p.returncode != 0 and b"demo_0001.tar: cannot index the tar at offset 0: a header block whose checksum fails" in p.stderr
     assert not (tmp_path / "demo.taridx").exists()
 
 

@@ -301,29 +301,41 @@ static void write_file(const char *dir, const char *name, const void *p, size_t 
 	spit(path, p, len);
 }
 
-/* Writes DIR/h_0000.tar with hostile names and DIR/h.taridx for it. */
-/* Ends the tar in `t` (consumed), writes it as <stem>_0000.tar and its
- * index as <stem>.taridx into dir; returns the index. */
-static struct sf_buf *write_fold(const char *dir, const char *stem, struct sf_str *t)
+/* Ends the tar in `t` (consumed), writes it as <stem>_0000.tar and the
+ * index of the tar in `index_from` (consumed; the same rows, or t) as
+ * <stem>.taridx into dir; returns the index. */
+static struct sf_buf *write_fold_from(const char *dir, const char *stem, struct sf_str *t,
+				      struct sf_str *index_from)
 {
 	static const uint8_t end[1024];
 	sf_str_add(t, end, sizeof end);
+	sf_str_add(index_from, end, sizeof end);
 	char tar[64], index[64];
 	snprintf(tar, sizeof tar, "%s_0000.tar", stem);
 	snprintf(index, sizeof index, "%s.taridx", stem);
 	write_file(dir, tar, t->p, t->len);
-	struct sf_map m = { .data = t->p, .size = t->len };
+	struct sf_map m = { .data = index_from->p, .size = index_from->len };
 	const struct sf_map *maps[1] = { &m };
 	const char *names[1] = { tar };
 	struct sf_buf *ix = NULL;
 	struct sf_err e;
 	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
+	if (index_from != t)
+		sf_str_free(index_from);
 	sf_str_free(t);
 	if (ix)
 		write_file(dir, index, ix->data, ix->len);
 	return ix;
 }
 
+/* Ends the tar in `t` (consumed), writes it as <stem>_0000.tar and its
+ * index as <stem>.taridx into dir; returns the index. */
+static struct sf_buf *write_fold(const char *dir, const char *stem, struct sf_str *t)
+{
+	return write_fold_from(dir, stem, t, t);
+}
+
+/* Writes DIR/h_0000.tar with hostile names and DIR/h.taridx for it. */
 static struct sf_buf *make_hostile(const char *dir)
 {
 	struct sf_str t = { 0 };
@@ -397,15 +409,21 @@ static void test_hostile_names(const char *dir)
 }
 
 /* Appends a pax record "<len> path=<path>\n" as an 'x' member to b. */
-static void pax_add(struct sf_str *b, const char *path)
+/* A pax header with one record `key` (4 bytes) = value. */
+static void pax_add_key(struct sf_str *b, const char *key, const char *path)
 {
 	size_t body = strlen(" path=\n") + strlen(path), len = body + 1;
 	while (snprintf(NULL, 0, "%zu", len) + body > len)
 		len++;
 	char *rec = malloc(len + 1);
-	snprintf(rec, len + 1, "%zu path=%s\n", len, path);
+	snprintf(rec, len + 1, "%zu %.4s=%s\n", len, key, path);
 	tar_add(b, "PaxHeaders/x", 12, 'x', rec, len);
 	free(rec);
+}
+
+static void pax_add(struct sf_str *b, const char *path)
+{
+	pax_add_key(b, "path", path);
 }
 
 /* Over 4 KiB of pax path shows at its escaped, cut components (docs/design.md
@@ -422,13 +440,19 @@ static void test_long_paths(const char *dir)
 	while (fl <= TX_PATH_MAX)
 		fl += (size_t)sprintf(far + fl, "%0109d/", 7);
 	sprintf(far + fl, "far.jpg");
-	struct sf_str t = { 0 };
-	pax_add(&t, deep);
-	tar_add(&t, "leaf.jpg", 8, '0', "L", 1);
-	pax_add(&t, far);
-	tar_add(&t, "far.jpg", 7, '0', "F", 1);
-	tar_add(&t, "ok.jpg", 6, '0', "fine", 4);
-	sf_buf_unref(write_fold(dir, "l", &t));
+	/* shardfs-taridx refuses a path the view cannot show: the index is
+	 * made from a tar with the same rows whose record for `far` is not a
+	 * path, as another indexer would write it */
+	struct sf_str t = { 0 }, u = { 0 };
+	for (int i = 0; i < 2; i++) {
+		struct sf_str *b = i ? &u : &t;
+		pax_add(b, deep);
+		tar_add(b, "leaf.jpg", 8, '0', "L", 1);
+		pax_add_key(b, i ? "note" : "path", far);
+		tar_add(b, "far.jpg", 7, '0', "F", 1);
+		tar_add(b, "ok.jpg", 6, '0', "fine", 4);
+	}
+	sf_buf_unref(write_fold_from(dir, "l", &t, &u));
 	struct sf_view *v;
 	CHECK(open_in(dir, "l.taridx", &v) == 0);
 	if (v) {
@@ -577,6 +601,98 @@ static void test_keys(void)
 	CHECK(tx_hdr_size(h, &size) != 0);
 }
 
+/* Appends a pax header holding `text` (records already formed). */
+static void pax_text(struct sf_str *b, const char *text)
+{
+	tar_add(b, "PaxHeaders/m", 12, 'x', text, strlen(text));
+}
+
+/* Appends "LEN key=value\n" to s. */
+static void pax_rec(struct sf_str *s, const char *key, const char *val)
+{
+	size_t body = strlen(key) + strlen(val) + 3, len = body + 1;
+	while ((size_t)snprintf(NULL, 0, "%zu", len) + body > len)
+		len++;
+	char rec[256];
+	snprintf(rec, sizeof rec, "%zu %s=%s\n", len, key, val);
+	sf_str_add(s, rec, strlen(rec));
+}
+
+/* Numbers as tar readers read them, and the entry reader on hostile maps:
+ * each is refused with its cause in time linear in its bytes. */
+static void test_headers(void)
+{
+	uint64_t v = 1;
+	CHECK(tx_num((const uint8_t *)"\0\0\0\0\0\0\0\0\0\0\0\0", 12, &v) == 0 && v == 0);
+	CHECK(tx_num((const uint8_t *)"   17 \0", 8, &v) == 0 && v == 017);
+	CHECK(tx_num((const uint8_t *)"0o17", 4, &v) != 0);
+	uint8_t b256[12] = { 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 5 };
+	CHECK(tx_num(b256, 12, &v) == 0 && v == (8ull << 30) + 5);
+	b256[0] = 0xFF;
+	CHECK(tx_num(b256, 12, &v) != 0);
+
+	/* pax 1.0 with a map of more pieces than allowed: bounded, refused */
+	struct sf_str recs = { 0 }, t = { 0 }, map = { 0 };
+	pax_rec(&recs, "GNU.sparse.major", "1");
+	pax_rec(&recs, "GNU.sparse.minor", "0");
+	pax_rec(&recs, "GNU.sparse.realsize", "100");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	sf_str_add(&map, "70000\n", 6);
+	for (int i = 0; i < 70000; i++)
+		sf_str_add(&map, "0\n0\n", 4);
+	tar_add(&t, "GNUSparseFile.0/s.bin", 21, '0', (const char *)map.p, map.len);
+	struct tx_entry en;
+	const char *why = NULL;
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.sparse == TX_SPARSE_10 &&
+	      en.size == 100 && en.nrec == 1 && en.hdr == 1024);
+	CHECK(tx_sparse_each(t.p, &en, NULL, NULL, &why) == -EINVAL && why && strstr(why, "more than 65536"));
+	sf_str_free(&t);
+	sf_str_free(&map);
+	sf_str_free(&recs);
+
+	/* pax 0.1: pieces must go forward and account for the stored bytes */
+	static const char *const maps[] = { "0,2,10,2", "10,2,0,2", "0,2,10,3", "0,2,10" };
+	for (int i = 0; i < 4; i++) {
+		pax_rec(&recs, "GNU.sparse.size", "12");
+		pax_rec(&recs, "GNU.sparse.map", maps[i]);
+		pax_rec(&recs, "GNU.sparse.name", "real/name.bin");
+		sf_str_addc(&recs, 0);
+		pax_text(&t, (const char *)recs.p);
+		tar_add(&t, "GNUSparseFile.0/n.bin", 21, '0', "abcd", 4);
+		CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 12 &&
+		      en.pax_path.len == 13 && !memcmp(en.pax_path.p, "real/name.bin", 13));
+		CHECK((tx_sparse_each(t.p, &en, NULL, NULL, &why) == 0) == (i == 0));
+		sf_str_free(&t);
+		sf_str_free(&recs);
+	}
+
+	/* a pax size over the header's, an old-style directory, a header whose
+	 * checksum fails, records that describe nothing */
+	pax_rec(&recs, "size", "700");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	char big[700] = { 0 };
+	tar_add(&t, "p.bin", 5, '0', big, 700);
+	memset((uint8_t *)t.p + 1024 + 124, 0, 12);
+	put_octal((uint8_t *)t.p + 1024 + 124, 12, 0);
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && en.bad); /* checksum now wrong */
+	sf_str_free(&t);
+	pax_text(&t, (const char *)recs.p);
+	tar_add(&t, "p.bin", 5, '0', big, 700);
+	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 700 && en.row_size == 700 &&
+	      en.next == t.len);
+	tar_add(&t, "old/", 4, '\0', "", 0);
+	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && !en.bad && en.type == '5');
+	pax_text(&t, (const char *)recs.p);
+	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && en.bad && strstr(en.bad, "describe no header"));
+	/* the same with the record's padding cut off: the walk stays inside */
+	CHECK(tx_entry_read(t.p, t.len - 400, en.bad_at - 1024, &en) == 0 && en.bad &&
+	      strstr(en.bad, "describe no header"));
+	sf_str_free(&t);
+	sf_str_free(&recs);
+}
+
 /* ---- .shardfs/samples.jsonl -------------------------------------------- */
 
 /* Reads samples.jsonl of DIR/<stem>.taridx whole, then in pieces of `piece`
@@ -703,6 +819,7 @@ int main(void)
 	char dir[] = "/tmp/test_taridx.XXXXXX";
 	CHECK(mkdtemp(dir) != NULL);
 	test_keys();
+	test_headers();
 	test_shard_order();
 	test_fixtures();
 	test_builder();
