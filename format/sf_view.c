@@ -419,6 +419,9 @@ static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
 int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_kind kind,
 		    uint32_t key, uint32_t aux)
 {
+	/* only a directory made for on-demand entries takes them */
+	if (!dir->u.dir.lazy)
+		return -EINVAL;
 	char uniq[SF_NAME_MAX + 16];
 	unique_name(dir, raw, len, uniq);
 	return lazy_append(dir->u.dir.lazy, uniq, kind, key, aux);
