@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "fuzz_common.h"
+#include "tar_header.h"
 #include "sf_name.h"
 #include "taridx/tx.h"
 
@@ -51,31 +52,13 @@ static void pad(struct tar *t)
 	put(t, zero, (512 - t->len % 512) % 512);
 }
 
-/* One 512-byte header (the checksum computed), then `size` payload bytes
- * of `fill`. */
+/* One header, then `size` payload bytes. */
 static void header(struct tar *t, char type, const uint8_t *name, size_t nlen,
 		   const uint8_t *prefix, size_t plen, const uint8_t *link, size_t llen,
 		   const uint8_t *payload, size_t size)
 {
-	uint8_t h[512] = { 0 };
-	if (nlen)
-		memcpy(h, name, nlen < 100 ? nlen : 100);
-	memcpy(h + 100, "0000644", 7);
-	memcpy(h + 108, "0000000", 7);
-	memcpy(h + 116, "0000000", 7);
-	snprintf((char *)h + 124, 12, "%011o", (unsigned)size);
-	memcpy(h + 136, "00000000000", 11);
-	h[156] = (uint8_t)type;
-	if (llen)
-		memcpy(h + 157, link, llen < 100 ? llen : 100);
-	memcpy(h + 257, "ustar\0" "00", 8);
-	if (plen)
-		memcpy(h + 345, prefix, plen < 155 ? plen : 155);
-	memset(h + 148, ' ', 8);
-	unsigned sum = 0;
-	for (int i = 0; i < 512; i++)
-		sum += h[i];
-	snprintf((char *)h + 148, 8, "%06o", sum);
+	uint8_t h[512];
+	tar_header(h, &(struct tar_names){ name, prefix, link, nlen, plen, llen }, type, size);
 	put(t, h, 512);
 	if (size)
 		put(t, payload, size);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../fuzz/tar_header.h"
 #include "check.h"
 #include "sf_bytes.h"
 #include "sf_format.h"
@@ -258,33 +259,12 @@ static void test_builder(void)
 
 /* ---- hostile folds made here ------------------------------------------ */
 
-/* Writes v as width-1 octal digits and a NUL (v fits: tests keep it small). */
-static void put_octal(uint8_t *p, size_t width, uint64_t v)
-{
-	char digits[24];
-	snprintf(digits, sizeof digits, "%0*llo", (int)width - 1, (unsigned long long)v);
-	memcpy(p, digits, width - 1);
-	p[width - 1] = 0;
-}
-
 /* Appends a ustar member (header + padded data) to b. */
 static void tar_add(struct sf_str *b, const char *name, size_t nlen, char type,
 		    const char *data, size_t len)
 {
-	uint8_t h[512] = { 0 };
-	memcpy(h, name, nlen < 100 ? nlen : 100);
-	put_octal(h + 100, 8, 0644);
-	put_octal(h + 108, 8, 0);
-	put_octal(h + 116, 8, 0);
-	put_octal(h + 124, 12, len);
-	put_octal(h + 136, 12, 0);
-	h[156] = (uint8_t)type;
-	memcpy(h + 257, "ustar\0" "00", 8);
-	memset(h + 148, ' ', 8);
-	unsigned sum = 0;
-	for (int i = 0; i < 512; i++)
-		sum += h[i];
-	snprintf((char *)h + 148, 8, "%06o", sum);
+	uint8_t h[512];
+	tar_header(h, &(struct tar_names){ .name = name, .nlen = nlen }, type, len);
 	sf_str_add(b, h, 512);
 	sf_str_add(b, data, len);
 	static const uint8_t zero[512];
