@@ -529,6 +529,26 @@ static void test_shard_order(void)
 		CHECK_STR(s[3].name, "f_2.tar");
 	}
 	tx_shards_free(s, n);
+	/* WebDataset's names: "<fold>-<S>.tar" with no '-' in S, only when no
+	 * "<fold>_<S>.tar" is there; the fold name may hold '-' */
+	const char *wds[] = { "img-train-000010.tar", "img-train-000002.tar", "img-000001.tar",
+			      "img-train-x-1.tar", "img-train.tar", "img-val-000000.tar" };
+	CHECK(tx_shards_find("img-train", wds, 6, &s, &n) == 0);
+	CHECK_EQ_U(n, 2);
+	if (n == 2) {
+		CHECK_STR(s[0].name, "img-train-000002.tar");
+		CHECK_STR(s[1].name, "img-train-000010.tar");
+	}
+	tx_shards_free(s, n);
+	/* "img-train.tar" is img's shard "train", as the rule says */
+	CHECK(tx_shards_find("img", wds, 6, &s, &n) == 0);
+	CHECK(n == 2 && strcmp(s[0].name, "img-000001.tar") == 0 &&
+	      strcmp(s[1].name, "img-train.tar") == 0);
+	tx_shards_free(s, n);
+	const char *mixed[] = { "m-0.tar", "m_0.tar", "m-1.tar" };
+	CHECK(tx_shards_find("m", mixed, 3, &s, &n) == 0);
+	CHECK(n == 1 && strcmp(s[0].name, "m_0.tar") == 0);
+	tx_shards_free(s, n);
 }
 
 /* Stems as upstream derives them (spec §4.1), including Python's UTF-8
