@@ -298,7 +298,12 @@ static bool made_up(const char *name)
 		d--;
 	if (d < len && d > 0 && name[d - 1] == '#')
 		return true;
-	return len > 200 + 17 && name[len - 17] == '~';
+	if (len < 17 || name[len - 17] != '~')
+		return false;
+	for (size_t i = len - 16; i < len; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
+	return true;
 }
 
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
