@@ -2,7 +2,6 @@
  * list the view, without mounting anything. */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "tool_common.h"
@@ -18,67 +17,38 @@ static void usage(FILE *to)
 	      to);
 }
 
-/* One directory being listed: the next entry to print, and the length of
- * its path in the path being built. */
-struct level {
-	struct sf_node *dir;
-	size_t next, plen;
-};
-
-/* Lists dir's subtree depth first, without recursing: a tar path may be
- * 32,000 levels deep. */
-static int list(struct sf_node *top, const char *prefix)
+static int list(struct sf_node *n, const char *prefix)
 {
 	struct sf_err e = { { 0 } };
-	struct sf_str path = { 0 };
-	struct level *st = NULL;
-	size_t depth = 0, cap = 0;
-	sf_str_add(&path, prefix, strlen(prefix));
-	int rc = sf_grow(&st, &cap, 0, sizeof *st, 16);
-	if (!rc && (rc = sf_dir_ready(top, &e)) != 0)
+	int rc = sf_dir_ready(n, &e);
+	if (rc) {
 		fprintf(stderr, "shardfs-cat: %s\n", e.msg);
-	if (!rc)
-		st[depth++] = (struct level){ top, 0, path.len };
-	while (!rc && depth) {
-		struct level *l = &st[depth - 1];
-		if (l->next >= sf_dir_count(l->dir)) {
-			depth--;
-			continue;
-		}
-		struct sf_node *k = sf_dir_child(l->dir, l->next++, &e);
+		return rc;
+	}
+	for (size_t i = 0; i < sf_dir_count(n); i++) {
+		struct sf_node *k = sf_dir_child(n, i, &e);
 		if (!k) {
 			fprintf(stderr, "shardfs-cat: %s\n", e.msg[0] ? e.msg : "out of memory");
-			rc = -EIO;
-			break;
+			return -EIO;
 		}
 		if (k->hidden)
 			continue;
-		path.len = l->plen;
-		if (path.len)
-			sf_str_addc(&path, '/');
-		sf_str_add(&path, k->name, strlen(k->name));
-		if (path.oom) {
-			rc = -ENOMEM;
-			break;
-		}
-		int w = (int)path.len;
+		char path[8192];
+		snprintf(path, sizeof path, "%s%s%s", prefix, *prefix ? "/" : "", k->name);
 		if (k->kind == SF_DIR) {
-			printf("%.*s/\n", w, (const char *)path.p);
-			if ((rc = sf_dir_ready(k, &e)) != 0)
-				fprintf(stderr, "shardfs-cat: %s\n", e.msg);
-			else if (!(rc = sf_grow(&st, &cap, depth, sizeof *st, 16)))
-				st[depth++] = (struct level){ k, 0, path.len };
+			printf("%s/\n", path);
+			if ((rc = list(k, path)))
+				return rc;
 		} else if (k->kind == SF_LINK) {
-			printf("%.*s -> %s\n", w, (const char *)path.p, k->u.target);
-		} else if (sf_file_ready(k, &sf_nocache, &e) == 0) {
-			printf("%.*s\t%llu\n", w, (const char *)path.p, (unsigned long long)k->u.file.size);
+			printf("%s -> %s\n", path, k->u.target);
 		} else {
-			printf("%.*s\t(unreadable: %s)\n", w, (const char *)path.p, e.msg);
+			if ((rc = sf_file_ready(k, &sf_nocache, &e)) == 0)
+				printf("%s\t%llu\n", path, (unsigned long long)k->u.file.size);
+			else
+				printf("%s\t(unreadable: %s)\n", path, e.msg);
 		}
 	}
-	free(st);
-	sf_str_free(&path);
-	return rc;
+	return 0;
 }
 
 int main(int argc, char **argv)
