@@ -131,9 +131,9 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	read_rows(f);
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
 		return set_payload(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
-	/* a symlink (aux: the row whose target it shows, itself unless it is a
-	 * hard link to a symlink), or a hard link to nothing: the header names
-	 * the target */
+	/* a symlink, or a hard link to nothing: the header names the target */
+	/* (a symlink's aux is the row it shows: itself, or for a hard link to
+	 * a symlink, that symlink) */
 	uint32_t r = n->kind == SF_LINK ? (uint32_t)n->aux : n->key;
 	struct tx_member m;
 	struct tx_str link = { 0 };
