@@ -13,6 +13,15 @@ struct tar_names {
 	size_t nlen, plen, llen;
 };
 
+/* Writes v as width-1 octal digits and a NUL (v fits: tests keep it small). */
+static inline void put_octal(uint8_t *p, size_t width, uint64_t v)
+{
+	char digits[24];
+	snprintf(digits, sizeof digits, "%0*llo", (int)width - 1, (unsigned long long)v);
+	memcpy(p, digits, width - 1);
+	p[width - 1] = 0;
+}
+
 /* Fills h (512 bytes) for a member of `type` and `size` payload bytes;
  * names longer than their fields are cut. */
 static inline void tar_header(uint8_t h[512], const struct tar_names *n, char type, uint64_t size)
@@ -20,11 +29,11 @@ static inline void tar_header(uint8_t h[512], const struct tar_names *n, char ty
 	memset(h, 0, 512);
 	if (n->nlen)
 		memcpy(h, n->name, n->nlen < 100 ? n->nlen : 100);
-	memcpy(h + 100, "0000644", 7);
-	memcpy(h + 108, "0000000", 7);
-	memcpy(h + 116, "0000000", 7);
-	snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
-	memcpy(h + 136, "00000000000", 11);
+	put_octal(h + 100, 8, 0644);
+	put_octal(h + 108, 8, 0);
+	put_octal(h + 116, 8, 0);
+	put_octal(h + 124, 12, size);
+	put_octal(h + 136, 12, 0);
 	h[156] = (uint8_t)type;
 	if (n->llen)
 		memcpy(h + 157, n->link, n->llen < 100 ? n->llen : 100);
