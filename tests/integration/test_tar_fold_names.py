@@ -103,12 +103,13 @@ def test_member_under_shardfs(mount, tmp_path, writer):
 
 
 def test_shardfs_file_and_dir_and_dots(mount, tmp_path):
-    """A root file .shardfs, a directory .shardfs, '.', '..' and '..' inside
-    a path: each gets its escape, none is lost, nothing leaves the view."""
+    """A root file .shardfs, a directory .shardfs, '.' and '..' components,
+    '..' inside a path: each gets its escape, none is lost, nothing leaves
+    the view."""
     src = tmp_path / "src"
     src.mkdir()
     members = [(".shardfs", b"F"), (".shardfs/verify", b"V"), ("..", b"up"),
-               ("../esc.txt", b"E"), ("a/../b.txt", b"B"), ("./c.txt", b"C"), (".", b"dot")]
+               ("../esc.txt", b"E"), ("a/../b.txt", b"B"), ("./c.txt", b"C")]
     with tarfile.open(src / "f_0.tar", "w", format=tarfile.PAX_FORMAT) as t:
         for name, data in members:
             ti = tarfile.TarInfo(name)
