@@ -31,14 +31,11 @@ static void file_clear(struct sf_file *fl)
 	fl->size = 0;
 }
 
-static void node_free(struct sf_node *n)
+/* Frees what one node holds, its directory's nodes already freed. */
+static void node_release(struct sf_node *n)
 {
-	if (!n)
-		return;
 	switch (n->kind) {
 	case SF_DIR:
-		for (size_t i = 0; i < n->u.dir.n; i++)
-			node_free(n->u.dir.kids[i]);
 		free(n->u.dir.kids);
 		sf_hash_free(&n->u.dir.index);
 		lazy_free(n->u.dir.lazy);
@@ -55,6 +52,21 @@ static void node_free(struct sf_node *n)
 	}
 	free(n->name);
 	free(n);
+}
+
+/* Frees a subtree without recursing: a tar path of 32,000 levels is a
+ * tree that deep, more than a thread's stack holds frames for. */
+static void node_free(struct sf_node *top)
+{
+	struct sf_node *n = top;
+	while (n) {
+		/* down to a node with no nodes left, taking each from its parent */
+		while (n->kind == SF_DIR && n->u.dir.n)
+			n = n->u.dir.kids[--n->u.dir.n];
+		struct sf_node *up = n == top ? NULL : n->parent;
+		node_release(n);
+		n = up;
+	}
 }
 
 static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char *name)
@@ -419,6 +431,9 @@ static struct sf_node *add_named(struct sf_node *dir, enum sf_kind kind,
 int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_kind kind,
 		    uint32_t key, uint32_t aux)
 {
+	/* only a directory made for on-demand entries takes them */
+	if (!dir->u.dir.lazy)
+		return -EINVAL;
 	char uniq[SF_NAME_MAX + 16];
 	unique_name(dir, raw, len, uniq);
 	return lazy_append(dir->u.dir.lazy, uniq, kind, key, aux);

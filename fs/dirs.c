@@ -71,9 +71,12 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 		return rc;
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = dir->vn;
-	if (!sf_dir_is_populated(vn))
+	bool listed = sf_dir_is_populated(vn);
+	if (!listed)
 		loop_hand_off();
 	rc = sf_dir_ready(vn, &e);
+	if (!listed && sf_dir_is_populated(vn))
+		stat_add(&dm->stats.dirs_listed, 1);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
 		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));

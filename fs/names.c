@@ -136,9 +136,12 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	struct sf_node *kid = NULL;
 	/* a lookup hook answers quickly (but for its first call); a populate
 	 * lists the whole directory */
-	if (!sf_dir_is_populated(dir->vn) && !sf_dir_has_lookup(dir->vn))
+	bool listed = sf_dir_is_populated(dir->vn);
+	if (!listed && !sf_dir_has_lookup(dir->vn))
 		loop_hand_off();
 	rc = sf_dir_find(dir->vn, name, &kid, &e);
+	if (!listed && sf_dir_is_populated(dir->vn))
+		stat_add(&dm->stats.dirs_listed, 1);
 	listing_report_warnings(dm, dir->view);
 	if (rc) {
 		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));

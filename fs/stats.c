@@ -183,6 +183,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_open_peak", num(&s->views_open_peak));
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
+	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
 	struct sf_buf *b = sf_json_pretty(root);
 	json_decref(root);
 	return b;

@@ -39,6 +39,9 @@ struct stats {
 	 * past --max-open (fs/openviews.h) */
 	atomic_uint_fast64_t views_open, views_open_peak, views_closed;
 	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
+	/* lazy view directories whose entries a request had listed (a taridx
+	 * fold root's first listing, or a lookup that needed it) */
+	atomic_uint_fast64_t dirs_listed;
 
 	/* the problem log (log_lock): the text of the latest lines, at most
 	 * ERRLOG_LINES of them in ERRLOG_BYTES; each line's length and the

@@ -1,4 +1,4 @@
-/* shardfs-taridx: index the tars DIR/FOLD_*.tar into DIR/FOLD.taridx,
+/* shardfs-taridx: index the tars DIR/FOLD_*.tar (or DIR/FOLD-*.tar) into DIR/FOLD.taridx,
  * byte-identical to what upstream's indexer writes for the same tars. */
 #include <dirent.h>
 #include <errno.h>
@@ -19,7 +19,8 @@ static void usage(FILE *to)
 	fprintf(to,
 		"usage: %s [--rank-fids] [--quiet] DIR FOLD\n"
 		"\n"
-		"Indexes DIR/FOLD_<S>.tar (S without '_', in string order of S) and writes\n"
+		"Indexes DIR/FOLD_<S>.tar (S without '_', in string order of S), or when there\n"
+		"is none DIR/FOLD-<S>.tar (S without '-': WebDataset's shard names), and writes\n"
 		"DIR/FOLD.taridx atomically. The index is byte-identical to upstream's, which\n"
 		"numbers an empty tar with no fid; --rank-fids numbers every tar by its rank\n"
 		"instead, so that readers find the members of the tars after an empty one.\n",
@@ -162,7 +163,8 @@ int main(int argc, char **argv)
 	if (rc || !n) {
 		fprintf(stderr, "%s: %s\n", prog, rc ? strerror(-rc) : "no tars to index");
 		if (!rc)
-			fprintf(stderr, "%s: looked for %s/%s_<suffix>.tar\n", prog, dir, fold);
+			fprintf(stderr, "%s: looked for %s/%s_<suffix>.tar and %s/%s-<suffix>.tar\n", prog,
+				dir, fold, dir, fold);
 		tx_shards_free(shards, n);
 		return 1;
 	}

@@ -182,7 +182,9 @@ struct tx_shard {
 };
 
 /* Picks the shards of `fold` from a directory's names: "<fold>_<S>.tar"
- * with no '_' in S, sorted by S (the rank is the fid). Fills names only. */
+ * with no '_' in S, or when there is none "<fold>-<S>.tar" with no '-' in
+ * S (WebDataset's names), sorted by S (the rank is the fid). Fills names
+ * only. */
 int tx_shards_find(const char *fold, const char *const *names, size_t n,
 		   struct tx_shard **out, size_t *nout);
 void tx_shards_free(struct tx_shard *s, size_t n);
@@ -214,9 +216,11 @@ struct tx_fold {
 	/* Rows whose name the root's lookup hook gave out before the
 	 * listing: the listing names them first, so the names stay. */
 	uint8_t *hooked_member;
-	/* Whether the root may show names no row keys (tx_fold.c,
-	 * has_unkeyed_names); -1 until first needed. */
-	int8_t unkeyed;
+	/* Hashes of the raw root names the index cannot key (tx_fold.c,
+	 * find_unkeyed): directories, renamed members, hard links. Found on
+	 * the first miss of the root lookup. */
+	struct sf_ids unkeyed;
+	bool unkeyed_done;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
 	/* Guards building the index's lookup: lookups build it under the
@@ -269,13 +273,19 @@ int tx_member_names(const struct tx_fold *f, uint32_t r, const struct tx_member 
 /* Adds samples.jsonl to the fold's .shardfs/ (its size is counted on first
  * use); -ENOMEM. */
 int tx_samples_add(struct tx_fold *f, struct sf_node *meta);
+/* The number of lines samples.jsonl has, counted by a pass of its own
+ * (reading every member's header; no lock held). */
+int tx_samples_count(struct tx_fold *f, uint64_t *n, struct sf_err *e);
 void tx_samples_free(struct tx_samples *sm);
 
 /* ---- the view's metadata (tx_info.c, tx_verify.c) ---------------------- */
 
 /* Counts that need a pass over the rows. */
 struct tx_counts {
-	uint64_t samples, runs;
+	/* (keyhash, crashid) groups of rows and their runs (index only) */
+	uint64_t groups, runs;
+	/* samples.jsonl's lines (tx_samples_count), for info only */
+	uint64_t samples;
 	uint64_t *per_fid;   /* rows per shard, nshards entries */
 	uint64_t beyond;     /* rows whose fid names no shard */
 };
@@ -283,9 +293,10 @@ struct tx_counts {
  * out of memory. */
 typedef struct sf_buf *tx_render_fn(struct tx_fold *f, const struct tx_counts *c);
 /* info.txt, info.json and verify all need a pass over the rows first: makes
- * it, then renders. */
-int tx_render_counted(const struct sf_part *p, tx_render_fn *render, struct sf_buf **out,
-		      struct sf_err *e);
+ * it (with `samples`, also the count of samples.jsonl's lines), then
+ * renders. */
+int tx_render_counted(const struct sf_part *p, tx_render_fn *render, bool samples,
+		      struct sf_buf **out, struct sf_err *e);
 /* Whether upstream's own loader can read the index back: it splits the
  * blocks on any whitespace (spec §6.1). */
 bool tx_upstream_loadable(const struct tx_index *ix);

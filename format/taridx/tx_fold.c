@@ -132,24 +132,27 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
 		return tx_member_set_content(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 	/* a symlink, or a hard link to nothing: the header names the target */
+	/* (a symlink's aux is the row it shows: itself, or for a hard link to
+	 * a symlink, that symlink) */
+	uint32_t r = n->kind == SF_LINK ? (uint32_t)n->aux : n->key;
 	struct tx_member m;
 	struct tx_str link = { 0 };
 	size_t plen;
 	uint8_t *path = malloc(TX_PATH_MAX);
-	tx_member_check(f, n->key, &m);
-	int rc = path ? tx_member_names(f, n->key, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
+	tx_member_check(f, r, &m);
+	int rc = path ? tx_member_names(f, r, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
 	free(path);
 	if (rc)
 		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again",
-			       f->view->path, n->key);
+			       f->view->path, r);
 	if (n->kind == SF_LINK) {
 		if (!(n->u.target = strndup((const char *)link.p, link.len)))
 			return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
 		return 0;
 	}
 	char why[400];
-	snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is not a member",
-		 f->view->path, n->key, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
+	snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is no member stored before it",
+		 f->view->path, r, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
 	return sf_file_set_broken(n, 0, why) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 }
 
@@ -201,43 +204,113 @@ int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 	return rc;
 }
 
-static bool any_row(void *arg, uint32_t row)
+/* ---- names the index cannot key ---------------------------------------- */
+
+/* One pass over the rows with its buffers: the listing's (populate_root)
+ * and the one that finds the root names the index cannot key. */
+struct walk {
+	struct tx_fold *f;
+	/* the listing's: full paths of members map to the latest row with
+	 * each path so far (fid, then offset) in 4 bytes a slot, a bit per row
+	 * says whether the row is the one shown, the row each hard link shows
+	 * and the directories made; all dropped after the listing */
+	struct sf_ids winner;
+	uint8_t *won;
+	uint32_t *link_to;
+	struct sf_hash dirs;
+	/* the path being listed, the path of a row it is compared with, and
+	 * the path a hard link names */
+	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
+};
+
+static struct walk *walk_new(struct tx_fold *f)
 {
-	(void)row;
-	*(bool *)arg = true;
+	struct walk *k = calloc(1, sizeof *k);
+	if (k)
+		k->f = f;
+	return k;
+}
+
+/* True when member m (row r) is a file, link or symlink with a path. */
+static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *plen,
+		      struct tx_str *link)
+{
+	tx_member_check(k->f, r, m);
+	return !m->bad && m->kind != TX_OTHER &&
+	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
+}
+
+/* Whether the root lookup's probe finds member m by its full path: a flat
+ * name the row's key, crash id and extension are derived from, and not a
+ * hard link (which the probe leaves to the listing). */
+static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint8_t *path,
+		  size_t plen)
+{
+	if (m->kind == TX_HARDLINK || plen > 100 || memchr(path, '/', plen))
+		return false;
+	struct tx_key key;
+	tx_key_from(path, plen, &key);
+	return !key.cut && key.stem_len && key.hash == m->row.keyhash &&
+	       tx_ext_id(&f->ix, key.ext, key.ext_len) == m->row.extid &&
+	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
+}
+
+/* Finds, once, the raw names of root entries the probe cannot find: the
+ * root's directories and the flat members that are not keyed (renamed by
+ * a pax path or GNU long name, hard links, names with no stem). Kept by
+ * hash alone: a hash that matches by chance only costs a listing. Pax
+ * records that rename nothing (WebDataset's float mtimes) add nothing, so
+ * such a fold answers misses as cheaply as one without them. */
+static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
+{
+	if (f->unkeyed_done)
+		return 0;
+	struct walk *k = walk_new(f);
+	if (!k)
+		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	struct tx_member m;
+	struct tx_str link;
+	size_t plen;
+	int rc = 0;
+	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
+		read_rows(f);
+		if (!member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen))
+			continue;
+		const uint8_t *slash = memchr(k->path, '/', plen);
+		uint64_t h = XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0);
+		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
+			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	}
+	free(k);
+	if (rc)
+		sf_ids_free(&f->unkeyed);
+	else
+		f->unkeyed_done = true;
+	return rc;
+}
+
+/* Whether a shown name may be one the listing made up: "#<n>" added to
+ * tell names apart, or a name cut to 255 bytes ("~" and 16 hex digits). */
+static bool made_up(const char *name)
+{
+	size_t len = strlen(name), d = len;
+	while (d > 0 && name[d - 1] >= '0' && name[d - 1] <= '9')
+		d--;
+	if (d < len && d > 0 && name[d - 1] == '#')
+		return true;
+	if (len < 17 || name[len - 17] != '~')
+		return false;
+	for (size_t i = len - 16; i < len; i++)
+		if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f')))
+			return false;
 	return true;
 }
 
-/* Whether the fold root may hold an entry that no row's key names: a
- * directory, or a member whose pax path or GNU long name differs from the
- * name field its key was hashed from (Python's tarfile writes '?' there for
- * each non-ASCII character). Tar tools store those as directory records
- * (empty stem and extension) and "@PaxHeader" / "@LongLink" records, which
- * the index keys like members, so telling needs no header read. Needs the
- * lookup. */
-static bool has_unkeyed_names(struct tx_fold *f)
-{
-	static const char *const records[] = { "", "@PaxHeader", "@LongLink" };
-	if (f->unkeyed >= 0)
-		return f->unkeyed;
-	long extid = tx_ext_id(&f->ix, (const uint8_t *)"", 0);
-	bool found = false;
-	for (size_t i = 0; extid >= 0 && !found && i < sizeof records / sizeof *records; i++) {
-		const uint8_t *stem = (const uint8_t *)records[i];
-		size_t len = strlen(records[i]);
-		uint64_t h = XXH64(stem, len, 0);
-		tx_lookup_each(&f->ix, h, tx_crash_id(&f->ix, stem, len, h), (uint16_t)extid, any_row,
-			       &found);
-	}
-	f->unkeyed = found;
-	return found;
-}
-
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
- * crash table, rows, then the tar header's name confirms; a key path with an
- * extension and no row is absent, unless the fold may show names no row
- * keys (has_unkeyed_names). Any other name (directories, hard links, escaped or cut
- * names) needs the listing. */
+ * crash table, rows, then the tar header's full path confirms. A name
+ * found so is a member; any other is absent unless it is a root name the
+ * index cannot key (find_unkeyed) or one the listing may have made up:
+ * only those list the fold. */
 static int root_lookup(struct sf_node *root, const char *name, struct sf_node **out,
 		       struct sf_err *e)
 {
@@ -262,10 +335,12 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 			return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
 						(uint32_t)p.best, (uint32_t)p.best, out, e);
 		}
-		/* A key path the index does not hold is absent: answering without
-		 * the listing keeps misses fast on folds of millions of members.
-		 * Only folds that may show names the index does not key list. */
-		if (p.best < 0 && k.ext_len && !has_unkeyed_names(f))
+	}
+	if (!made_up(name)) {
+		int rc = find_unkeyed(f, e);
+		if (rc)
+			return rc;
+		if (!sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL))
 			return 0;
 	}
 	int rc = populate_root(root, e);
@@ -275,18 +350,6 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 }
 
 /* ---- listing ------------------------------------------------------------ */
-
-/* One listing's walk. Full paths of members map to the row that shows each
- * (the last one in fid, offset order) in 8 bytes a slot, and a bit per row
- * says whether the row is that one; both are dropped after the listing. */
-struct walk {
-	struct tx_fold *f;
-	struct sf_ids winner;
-	uint8_t *won;
-	/* the path being listed, the path of a row it is compared with, and
-	 * the path a hard link names */
-	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
-};
 
 struct path_key {
 	struct walk *k;
@@ -314,77 +377,88 @@ static uint32_t *winner_of(struct walk *k, const uint8_t *path, size_t len, uint
 	return sf_ids_find(&k->winner, *hash, same_path, &key);
 }
 
-/* True when member m (row r) is a file, link or symlink with a path. */
-static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *plen,
-		      struct tx_str *link)
+/* A directory the listing made, found again by its parent and raw name
+ * (its shown name may have gained "#<n>"). Each keeps one component, not
+ * its path, so that a path of 32,000 levels costs linear memory. */
+struct made_dir {
+	struct sf_node *parent, *node;
+	size_t len;
+	uint8_t raw[];
+};
+
+struct made_key {
+	const struct sf_node *parent;
+	const uint8_t *raw;
+	size_t len;
+};
+
+static bool made_is(const void *key, const void *val)
 {
-	tx_member_check(k->f, r, m);
-	return !m->bad && m->kind != TX_OTHER &&
-	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
+	const struct made_key *a = key;
+	const struct made_dir *d = val;
+	return d->parent == a->parent && d->len == a->len && memcmp(d->raw, a->raw, a->len) == 0;
 }
 
-/* The directory `raw` (escaped per component) in dir, created if absent.
- * A file of the same name pushes the directory to "<name>#<n>". */
-static struct sf_node *subdir(struct sf_node *dir, const uint8_t *raw, size_t len)
+/* The directory `raw` in dir, made on first use. Names are escaped and
+ * made unique as every name is (docs/design.md §3.3): one taken by a file,
+ * by ".shardfs" or by another directory pushes this one to "<name>#<n>",
+ * and it is never merged with a directory of another raw name. */
+static struct sf_node *subdir(struct walk *k, struct sf_node *dir, const uint8_t *raw, size_t len)
 {
-	char esc[SF_NAME_MAX + 1], cand[SF_NAME_MAX + 32];
-	sf_name_escape(raw, len, SF_NAME_MAX, esc);
-	for (unsigned long i = 0;; i++) {
-		if (i)
-			snprintf(cand, sizeof cand, "%s#%lu", esc, i);
-		else
-			strcpy(cand, esc);
-		if (!cand[0] || strcmp(cand, ".") == 0 || strcmp(cand, "..") == 0)
-			continue;
-		struct sf_dirent hit;
-		if (!sf_dir_peek(dir, cand, &hit)) {
-			struct sf_node *d = sf_dir_add_dir(dir, raw, len);
-			return d && sf_dir_set_lazy(d, make_member) == 0 ? d : NULL;
-		}
-		if (hit.kind == SF_DIR && hit.node)
-			return hit.node;
+	struct made_key key = { dir, raw, len };
+	uint64_t h = XXH64(raw, len, (uint64_t)(uintptr_t)dir);
+	struct made_dir *d = sf_hash_get(&k->dirs, h, made_is, &key);
+	if (d)
+		return d->node;
+	if (!(d = malloc(sizeof *d + len)))
+		return NULL;
+	*d = (struct made_dir){ .parent = dir, .len = len };
+	memcpy(d->raw, raw, len);
+	if (!(d->node = sf_dir_add_dir(dir, raw, len)) || sf_dir_set_lazy(d->node, make_member) ||
+	    sf_hash_put(&k->dirs, h, d)) {
+		free(d);
+		return NULL;
 	}
+	return d->node;
 }
 
-/* The row a hard link ends at (following links to links), or -1. */
-static long link_target(struct walk *k, struct tx_str link)
+/* The row hard link `link` shows: the latest member stored before it at
+ * the path it names (so a file stored twice, whose second copy tar writes
+ * as a link to itself, shows the first copy's bytes, and a link to a path
+ * overwritten later keeps the older bytes, as tar extracts them); for a
+ * link to a link, that link's row. TX_NO_ROW when there is none. */
+static uint32_t link_row(struct walk *k, struct tx_str link)
 {
-	for (int depth = 0; depth < 8; depth++) {
-		size_t tlen = 0;
-		if (tx_path_append(k->target, TX_PATH_MAX, &tlen, link.p, link.len) || !tlen)
-			return -1;
-		uint64_t h;
-		uint32_t *w = winner_of(k, k->target, tlen, &h);
-		if (!w)
-			return -1;
-		uint32_t r = *w;
-		struct tx_member m;
-		size_t plen;
-		if (!member_at(k, r, &m, &plen, &link))
-			return -1;
-		if (m.kind == TX_FILE)
-			return (long)r;
-		if (m.kind != TX_HARDLINK)
-			return -1;
-	}
-	return -1;
+	size_t tlen = 0;
+	if (tx_path_append(k->target, TX_PATH_MAX, &tlen, link.p, link.len) || !tlen)
+		return TX_NO_ROW;
+	uint64_t h;
+	uint32_t *w = winner_of(k, k->target, tlen, &h);
+	if (!w)
+		return TX_NO_ROW;
+	struct tx_member m;
+	tx_member_check(k->f, *w, &m);
+	return m.kind == TX_HARDLINK ? k->link_to[*w] : *w;
 }
 
-static int populate_root(struct sf_node *root, struct sf_err *e)
+static void walk_free(struct walk *k)
 {
-	struct tx_fold *f = root->view->state;
-	/* entries can now be searched without coming back to the lookup hook */
-	root->u.dir.populated = true;
-	struct walk *k = calloc(1, sizeof *k);
-	/* room for every row, so that no put below fails */
-	if (!k || !(k->won = calloc(f->ix.n_rows / 8 + 1, 1)) ||
-	    sf_ids_reset(&k->winner, f->ix.n_rows)) {
-		if (k)
-			free(k->won);
-		free(k);
-		return sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
-	}
-	k->f = f;
+	size_t pos = 0;
+	void *d;
+	while ((d = sf_hash_next(&k->dirs, &pos)))
+		free(d);
+	sf_hash_free(&k->dirs);
+	sf_ids_free(&k->winner);
+	free(k->won);
+	free(k->link_to);
+	free(k);
+}
+
+/* Pass one, in row order: the row that shows each path, and what each
+ * hard link shows (resolved when it is met, before later versions). */
+static void pick_rows(struct walk *k)
+{
+	struct tx_fold *f = k->f;
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
@@ -392,6 +466,8 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 		read_rows(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
+		if (m.kind == TX_HARDLINK)
+			k->link_to[r] = link_row(k, link);
 		uint64_t h;
 		uint32_t *w = winner_of(k, k->path, plen, &h);
 		if (!w) {
@@ -407,6 +483,51 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 			*w = r;
 		}
 	}
+}
+
+/* Pass two: adds the entry of row r (shown at its path) to the tree. */
+static int add_entry(struct walk *k, struct sf_node *root, uint32_t r, const struct tx_member *m,
+		     size_t plen)
+{
+	enum sf_kind kind = m->kind == TX_SYMLINK ? SF_LINK : SF_FILE;
+	uint32_t aux = r;
+	if (m->kind == TX_HARDLINK) {
+		aux = k->link_to[r];
+		struct tx_member t;
+		if (aux != TX_NO_ROW) {
+			tx_member_check(k->f, aux, &t);
+			if (t.kind == TX_SYMLINK)
+				kind = SF_LINK;
+		}
+	}
+	struct sf_node *dir = root;
+	size_t from = 0;
+	for (const uint8_t *slash; dir && (slash = memchr(k->path + from, '/', plen - from));) {
+		size_t end = (size_t)(slash - k->path);
+		dir = subdir(k, dir, k->path + from, end - from);
+		from = end + 1;
+	}
+	return dir ? sf_dir_add_lazy(dir, k->path + from, plen - from, kind, r, aux) : -ENOMEM;
+}
+
+static int populate_root(struct sf_node *root, struct sf_err *e)
+{
+	struct tx_fold *f = root->view->state;
+	/* entries can now be searched without coming back to the lookup hook */
+	root->u.dir.populated = true;
+	struct walk *k = walk_new(f);
+	/* room for every row, so that no put below fails */
+	if (!k || !(k->won = calloc(f->ix.n_rows / 8 + 1, 1)) ||
+	    !(k->link_to = calloc(f->ix.n_rows + 1, sizeof *k->link_to)) ||
+	    sf_ids_reset(&k->winner, f->ix.n_rows)) {
+		if (k)
+			walk_free(k);
+		return sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
+	}
+	pick_rows(k);
+	struct tx_member m;
+	struct tx_str link;
+	size_t plen;
 	int rc = 0;
 	/* the names the lookup hook gave out come first, as they were given */
 	for (int hooked = 1; hooked >= 0; hooked--) {
@@ -415,32 +536,11 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 			if (bit_get(f->hooked_member, r) != hooked || !bit_get(k->won, r) ||
 			    !member_at(k, r, &m, &plen, &link))
 				continue;
-			uint32_t aux = r;
-			if (m.kind == TX_HARDLINK) {
-				long target = link_target(k, link);
-				aux = target < 0 ? TX_NO_ROW : (uint32_t)target;
-				/* link_target reuses k->path */
-				member_at(k, r, &m, &plen, &link);
-			}
-			struct sf_node *dir = root;
-			size_t from = 0;
-			for (;;) {
-				const uint8_t *slash = memchr(k->path + from, '/', plen - from);
-				if (!slash)
-					break;
-				size_t end = (size_t)(slash - k->path);
-				if (!(dir = subdir(dir, k->path + from, end - from)))
-					break;
-				from = end + 1;
-			}
-			enum sf_kind kind = m.kind == TX_SYMLINK ? SF_LINK : SF_FILE;
-			if (!dir || sf_dir_add_lazy(dir, k->path + from, plen - from, kind, r, aux))
+			if (add_entry(k, root, r, &m, plen))
 				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
 	}
-	sf_ids_free(&k->winner);
-	free(k->won);
-	free(k);
+	walk_free(k);
 	return rc;
 }
 

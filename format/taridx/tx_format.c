@@ -19,6 +19,7 @@ static void fold_free(void *state)
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
 	free((void *)f->plain);
+	sf_ids_free(&f->unkeyed);
 	free(f->fold);
 	free(f);
 }
@@ -29,7 +30,8 @@ static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory", a->path);
 	if (!f->nshards)
-		sf_view_warn(f->view, "%s: no shards %s_*.tar beside the index", a->path, f->fold);
+		sf_view_warn(f->view, "%s: no shards %s_*.tar or %s-*.tar beside the index", a->path,
+			     f->fold, f->fold);
 	for (size_t i = 0; i < f->nshards; i++) {
 		struct tx_shard *s = &f->shards[i];
 		struct sf_err me = { { 0 } };
@@ -54,7 +56,6 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!(*state = f))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	pthread_mutex_init(&f->lookup_lock, NULL);
-	f->unkeyed = -1;
 	f->view = v;
 	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);

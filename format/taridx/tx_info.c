@@ -8,16 +8,18 @@
 #include "sf_json.h"
 #include "tx.h"
 
-static int count_rows(struct tx_fold *f, struct tx_counts *c, struct sf_err *e)
+static int count_rows(struct tx_fold *f, bool samples, struct tx_counts *c, struct sf_err *e)
 {
 	memset(c, 0, sizeof *c);
 	int rc = tx_fold_lookup(f, e);
+	if (!rc && samples)
+		rc = tx_samples_count(f, &c->samples, e);
 	if (rc)
 		return rc;
 	c->per_fid = calloc(f->nshards + 1, sizeof *c->per_fid);
 	if (!c->per_fid)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
-	tx_count_groups(&f->ix, &c->samples, &c->runs);
+	tx_count_groups(&f->ix, &c->groups, &c->runs);
 	for (uint64_t r = 0; r < f->ix.n_rows; r++) {
 		struct tx_row row;
 		tx_row_get(&f->ix, r, &row);
@@ -56,12 +58,12 @@ static void add_strs(struct sf_str *s, const struct tx_str *v, uint32_t n)
 }
 
 /* info.txt, info.json and verify all need a pass over the rows first. */
-int tx_render_counted(const struct sf_part *p, tx_render_fn *render, struct sf_buf **out,
-		      struct sf_err *e)
+int tx_render_counted(const struct sf_part *p, tx_render_fn *render, bool samples,
+		      struct sf_buf **out, struct sf_err *e)
 {
 	struct tx_fold *f = p->arg;
 	struct tx_counts c;
-	int rc = count_rows(f, &c, e);
+	int rc = count_rows(f, samples, &c, e);
 	if (rc)
 		return rc;
 	*out = render(f, &c);
@@ -75,10 +77,10 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 	struct sf_str s = { 0 };
 	sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
 		    ix->major, ix->minor);
-	sf_str_addf(&s, "rows: %llu\nsamples: %llu (header n_stems %llu)\n",
+	sf_str_addf(&s, "rows: %llu\nsamples: %llu (keys in the index %llu, header n_stems %llu)\n",
 		    (unsigned long long)ix->n_rows, (unsigned long long)c->samples,
-		    (unsigned long long)ix->n_stems);
-	sf_str_addf(&s, "contiguous: %s (flag %s)\n", c->runs == c->samples ? "yes" : "no",
+		    (unsigned long long)c->groups, (unsigned long long)ix->n_stems);
+	sf_str_addf(&s, "contiguous: %s (flag %s)\n", c->runs == c->groups ? "yes" : "no",
 		    ix->flags & 1 ? "set" : "clear");
 	sf_str_addf(&s, "extensions (%u):", ix->n_ext);
 	add_strs(&s, ix->ext, ix->n_ext);
@@ -102,7 +104,7 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 
 int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
-	return tx_render_counted(p, info_txt, out, e);
+	return tx_render_counted(p, info_txt, true, out, e);
 }
 
 static json_t *strs_json(const struct tx_str *v, uint32_t n)
@@ -139,7 +141,8 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
 	json_object_set_new(j, "header", h);
 	json_object_set_new(j, "rows", json_integer((json_int_t)ix->n_rows));
 	json_object_set_new(j, "samples", json_integer((json_int_t)c->samples));
-	json_object_set_new(j, "contiguous", json_boolean(c->runs == c->samples));
+	json_object_set_new(j, "keys", json_integer((json_int_t)c->groups));
+	json_object_set_new(j, "contiguous", json_boolean(c->runs == c->groups));
 	json_object_set_new(j, "contiguous_flag", json_boolean(ix->flags & 1));
 	json_object_set_new(j, "extensions", strs_json(ix->ext, ix->n_ext));
 	json_object_set_new(j, "crash_stems", strs_json(ix->crash, ix->n_crash));
@@ -168,5 +171,5 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
 
 int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
-	return tx_render_counted(p, info_json, out, e);
+	return tx_render_counted(p, info_json, true, out, e);
 }

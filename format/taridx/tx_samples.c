@@ -41,7 +41,7 @@ struct tx_samples {
 	bool runs;
 	uint32_t *next;  /* chains: next member row of the sample + 1, 0 = none */
 	uint8_t *first;  /* chains: bit per row, set where a sample starts */
-	uint64_t size;
+	uint64_t size, nsamples;
 	struct pos *marks;
 	size_t nmarks, capmarks;
 	pthread_mutex_t lock; /* guards the cursors */
@@ -98,7 +98,7 @@ static void scratch_free(struct scratch *s)
 
 /* Appends `raw` (a member's full path) escaped per component as the view
  * names it (docs/design.md §3.3): ".." is shown as "..#1", and a root file
- * named ".shardfs" as ".shardfs#1". */
+ * or directory named ".shardfs" as ".shardfs#1". */
 static void escape_path(struct sf_str *out, const uint8_t *raw, size_t len)
 {
 	size_t from = 0;
@@ -111,7 +111,7 @@ static void escape_path(struct sf_str *out, const uint8_t *raw, size_t len)
 		if (!root)
 			sf_str_addc(out, '/');
 		sf_str_add(out, esc, strlen(esc));
-		if (strcmp(esc, "..") == 0 || (root && !slash && strcmp(esc, ".shardfs") == 0))
+		if (strcmp(esc, "..") == 0 || (root && strcmp(esc, ".shardfs") == 0))
 			sf_str_add(out, "#1", 2);
 		if (!slash)
 			return;
@@ -423,7 +423,30 @@ static int count(struct tx_samples *sm, struct scratch *s)
 	}
 	sf_str_free(&line);
 	sm->size = p.off;
+	sm->nsamples = p.i;
 	return rc;
+}
+
+/* The counting pass: by runs when the index says rows are contiguous and
+ * that holds, else by chains. */
+static int count_all(struct tx_samples *sm, struct scratch *s)
+{
+	sm->runs = sm->f->ix.flags & 1;
+	int rc = sm->runs ? count(sm, s) : -EAGAIN;
+	if (rc == -EAGAIN) {
+		sm->runs = false;
+		rc = link_chains(sm, s);
+		if (!rc)
+			rc = count(sm, s);
+	}
+	return rc;
+}
+
+static void samples_clear(struct tx_samples *sm)
+{
+	free(sm->next);
+	free(sm->first);
+	free(sm->marks);
 }
 
 /* ---- the file ----------------------------------------------------------- */
@@ -497,9 +520,7 @@ void tx_samples_free(struct tx_samples *sm)
 {
 	if (!sm)
 		return;
-	free(sm->next);
-	free(sm->first);
-	free(sm->marks);
+	samples_clear(sm);
 	pthread_mutex_destroy(&sm->lock);
 	free(sm);
 }
@@ -511,14 +532,7 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
-	sm->runs = f->ix.flags & 1;
-	int rc = sm->runs ? count(sm, s) : -EAGAIN;
-	if (rc == -EAGAIN) {
-		sm->runs = false;
-		rc = link_chains(sm, s);
-		if (!rc)
-			rc = count(sm, s);
-	}
+	int rc = count_all(sm, s);
 	scratch_free(s);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory counting samples.jsonl", f->view->path);
@@ -538,4 +552,18 @@ int tx_samples_add(struct tx_fold *f, struct sf_node *meta)
 		return -ENOMEM;
 	sf_file_set_build(n, build, f);
 	return 0;
+}
+
+int tx_samples_count(struct tx_fold *f, uint64_t *n, struct sf_err *e)
+{
+	/* a pass of its own: the file's state is built under the view's lock,
+	 * which info (a part) must not take */
+	struct tx_samples sm = { .f = f };
+	struct scratch *s = scratch_new(f);
+	int rc = s ? count_all(&sm, s) : -ENOMEM;
+	if (s)
+		scratch_free(s);
+	*n = sm.nsamples;
+	samples_clear(&sm);
+	return rc ? sf_fail(e, rc, "%s: out of memory counting samples", f->view->path) : 0;
 }

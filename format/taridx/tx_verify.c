@@ -95,12 +95,12 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 	free(bad);
 	free(path);
 	sf_report_unlisted(&rep);
-	if (c->samples != ix->n_stems)
+	if (c->groups != ix->n_stems)
 		sf_report_add(&rep, false, "header n_stems is %llu, the rows hold %llu samples",
-			      (unsigned long long)ix->n_stems, (unsigned long long)c->samples);
-	if ((c->runs == c->samples) != (ix->flags & 1))
+			      (unsigned long long)ix->n_stems, (unsigned long long)c->groups);
+	if ((c->runs == c->groups) != (ix->flags & 1))
 		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
-			      ix->flags & 1 ? "set" : "clear", c->runs == c->samples ? "" : "not ");
+			      ix->flags & 1 ? "set" : "clear", c->runs == c->groups ? "" : "not ");
 	if (!tx_upstream_loadable(ix))
 		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
 	return sf_report_take(&rep);
@@ -108,5 +108,5 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 
 int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
-	return tx_render_counted(p, verify, out, e);
+	return tx_render_counted(p, verify, false, out, e);
 }

@@ -141,3 +141,16 @@ def read_through(path, chunk=None):
             if not b:
                 return b"".join(parts)
             parts.append(b)
+
+
+def shown_path(name):
+    """A tar path as the view shows it: empty and '.' components dropped,
+    bytes escaped (docs/design.md §3.3), '..' made '..#1'."""
+    comps = []
+    for c in name.encode("utf-8", "surrogateescape").split(b"/"):
+        if c in (b"", b"."):
+            continue
+        esc = b"".join(b"%%%02X" % x if x in b"%\\" or x < 0x20 or x == 0x7F else bytes([x])
+                       for x in c)
+        comps.append(b"..#1" if esc == b".." else esc)
+    return os.fsdecode(b"/".join(comps))

@@ -15,7 +15,7 @@ import tarfile
 
 import pytest
 
-from conftest import FIXTURES, TOOLS, WRITERS, read_through
+from conftest import FIXTURES, TOOLS, WRITERS, read_through, shown_path
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as tw  # noqa: E402
@@ -27,19 +27,6 @@ FOLDS = [(case, fold) for case, c in EXPECTED["cases"].items() for fold in c["fo
 
 def sha(b):
     return hashlib.sha256(b).hexdigest()
-
-
-def shown_path(name):
-    """A tar path as the view shows it: empty and '.' components dropped,
-    bytes escaped (docs/design.md §3.3), '..' made '..#1'."""
-    comps = []
-    for c in name.encode("utf-8", "surrogateescape").split(b"/"):
-        if c in (b"", b"."):
-            continue
-        esc = b"".join(b"%%%02X" % x if x in b"%\\" or x < 0x20 or x == 0x7F else bytes([x])
-                       for x in c)
-        comps.append(b"..#1" if esc == b".." else esc)
-    return os.fsdecode(b"/".join(comps))
 
 
 def expected_members(case, fold):

@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "../fuzz/tar_header.h"
 #include "check.h"
 #include "sf_bytes.h"
 #include "sf_format.h"
@@ -109,25 +110,22 @@ static void check_fold(const char *casedir, const char *fold, json_t *fj)
 			fprintf(stderr, "flat name %s of %s/%s not found through the index\n", full, casedir, fold);
 		CHECK(!v->root->u.dir.populated);
 	}
-	/* a key path the index does not hold is absent, also without listing
-	 * unless the fold has directory, pax or long-name records: then the
-	 * root may show names no row keys, and a miss lists the fold */
-	bool unkeyed = false;
-	json_array_foreach(rows, i, row) {
-		const char *stem = json_string_value(json_object_get(row, "stem"));
-		unkeyed |= !*json_string_value(json_object_get(row, "ext")) &&
-			   (!*stem || !strcmp(stem, "@PaxHeader") || !strcmp(stem, "@LongLink"));
-	}
+	/* a name no member has is absent without listing the fold, whatever
+	 * records (directories, pax, long names) the fold holds */
 	size_t x = 0;
 	while (x < f->ix.n_ext && !f->ix.ext[x].len)
 		x++;
+	const char *misses[] = { "no-such-key-xyz", "no-such-key-xyz.unknown-ext", NULL };
+	char missing[300];
 	if (x < f->ix.n_ext) {
-		char missing[300];
 		snprintf(missing, sizeof missing, "no-such-key-xyz.%.*s", (int)f->ix.ext[x].len,
 			 (const char *)f->ix.ext[x].p);
+		misses[2] = missing;
+	}
+	for (size_t m = 0; m < 3 && misses[m]; m++) {
 		struct sf_node *n = NULL;
-		CHECK(sf_dir_find(v->root, missing, &n, &e) == 0 && !n);
-		CHECK(v->root->u.dir.populated == unkeyed);
+		CHECK(sf_dir_find(v->root, misses[m], &n, &e) == 0 && !n);
+		CHECK(!v->root->u.dir.populated);
 	}
 	json_array_foreach(rows, i, row) {
 		const char *tar = json_string_value(json_object_get(row, "tar"));
@@ -261,33 +259,12 @@ static void test_builder(void)
 
 /* ---- hostile folds made here ------------------------------------------ */
 
-/* Writes v as width-1 octal digits and a NUL (v fits: tests keep it small). */
-static void put_octal(uint8_t *p, size_t width, uint64_t v)
-{
-	char digits[24];
-	snprintf(digits, sizeof digits, "%0*llo", (int)width - 1, (unsigned long long)v);
-	memcpy(p, digits, width - 1);
-	p[width - 1] = 0;
-}
-
 /* Appends a ustar member (header + padded data) to b. */
 static void tar_add(struct sf_str *b, const char *name, size_t nlen, char type,
 		    const char *data, size_t len)
 {
-	uint8_t h[512] = { 0 };
-	memcpy(h, name, nlen < 100 ? nlen : 100);
-	put_octal(h + 100, 8, 0644);
-	put_octal(h + 108, 8, 0);
-	put_octal(h + 116, 8, 0);
-	put_octal(h + 124, 12, len);
-	put_octal(h + 136, 12, 0);
-	h[156] = (uint8_t)type;
-	memcpy(h + 257, "ustar\0" "00", 8);
-	memset(h + 148, ' ', 8);
-	unsigned sum = 0;
-	for (int i = 0; i < 512; i++)
-		sum += h[i];
-	snprintf((char *)h + 148, 8, "%06o", sum);
+	uint8_t h[512];
+	tar_header(h, &(struct tar_names){ .name = name, .nlen = nlen }, type, len);
 	sf_str_add(b, h, 512);
 	sf_str_add(b, data, len);
 	static const uint8_t zero[512];
@@ -508,8 +485,8 @@ static void test_broken(const char *dir)
 		struct sf_node *n = NULL;
 		CHECK(sf_dir_find(v->root, "ok.jpg", &n, &e) == 0 && !n);
 		CHECK(!v->root->u.dir.populated);
-		/* a name without an extension lists the fold */
-		CHECK(walk(v, "no-such-name") == NULL && v->root->u.dir.populated);
+		/* nor does a name without an extension list the fold */
+		CHECK(walk(v, "no-such-name") == NULL && !v->root->u.dir.populated);
 		CHECK(walk(v, "ok.jpg") == NULL);
 		int rc = 0;
 		char rowpath[64];
@@ -575,6 +552,26 @@ static void test_shard_order(void)
 		CHECK_STR(s[2].name, "f_10.tar");
 		CHECK_STR(s[3].name, "f_2.tar");
 	}
+	tx_shards_free(s, n);
+	/* WebDataset's names: "<fold>-<S>.tar" with no '-' in S, only when no
+	 * "<fold>_<S>.tar" is there; the fold name may hold '-' */
+	const char *wds[] = { "img-train-000010.tar", "img-train-000002.tar", "img-000001.tar",
+			      "img-train-x-1.tar", "img-train.tar", "img-val-000000.tar" };
+	CHECK(tx_shards_find("img-train", wds, 6, &s, &n) == 0);
+	CHECK_EQ_U(n, 2);
+	if (n == 2) {
+		CHECK_STR(s[0].name, "img-train-000002.tar");
+		CHECK_STR(s[1].name, "img-train-000010.tar");
+	}
+	tx_shards_free(s, n);
+	/* "img-train.tar" is img's shard "train", as the rule says */
+	CHECK(tx_shards_find("img", wds, 6, &s, &n) == 0);
+	CHECK(n == 2 && strcmp(s[0].name, "img-000001.tar") == 0 &&
+	      strcmp(s[1].name, "img-train.tar") == 0);
+	tx_shards_free(s, n);
+	const char *mixed[] = { "m-0.tar", "m_0.tar", "m-1.tar" };
+	CHECK(tx_shards_find("m", mixed, 3, &s, &n) == 0);
+	CHECK(n == 1 && strcmp(s[0].name, "m_0.tar") == 0);
 	tx_shards_free(s, n);
 }
 

@@ -1,0 +1,320 @@
+"""Mounted tests of the taridx fold tree with tars the real writers make at
+test time (GNU tar, bsdtar, Python's tarfile): member names that collide
+with .shardfs, '.', '..', each other or a directory; files stored twice
+(self hard links) and links to a path overwritten later; WebDataset shard
+names and pax records; misses answered without listing the fold; a path of
+32,700 levels. Expected bytes come from tarfile (extractfile resolves a
+hard link to the member stored before it), never from the view."""
+import io
+import os
+import subprocess
+import tarfile
+import time
+
+import pytest
+
+from conftest import TOOLS, mount_stats, read_through, shown_path
+
+WRITERS = ["gnu", "bsdtar", "tarfile"]
+
+
+def index(src, fold):
+    p = subprocess.run([str(TOOLS / "shardfs-taridx"), "--quiet", str(src), fold],
+                       capture_output=True, timeout=120)
+    assert p.returncode == 0, p.stderr.decode()
+
+
+def write_tree(root, files):
+    """files: {relative path: bytes}, written in order (parents made)."""
+    for rel, data in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+
+
+def tar_with(writer, tar, cwd, names, append=False):
+    """Archives `names` (relative to cwd, in this order) with a real writer."""
+    tar = str(tar)
+    if writer == "gnu":
+        cmd = ["tar", "-rf" if append else "-cf", tar, "--", *names]
+    elif writer == "bsdtar":
+        cmd = ["bsdtar", "-rf" if append else "-cf", tar, "--", *names]
+    else:
+        with tarfile.open(tar, "a" if append else "w") as t:
+            for n in names:
+                t.add(os.path.join(cwd, n), arcname=n, recursive=False)
+        return
+    subprocess.run(cmd, cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def expected(tars):
+    """{shown path: bytes or ('symlink', target)} as tarfile reads the tars
+    in fid order; the later of two equal paths wins."""
+    out = {}
+    for tar in tars:
+        with tarfile.open(tar, encoding="utf-8", errors="surrogateescape") as t:
+            for m in t.getmembers():
+                if m.isreg() or m.islnk():
+                    out[shown_path(m.name)] = t.extractfile(m).read()
+                elif m.issym():
+                    out[shown_path(m.name)] = ("symlink", m.linkname)
+    return out
+
+
+def seen(view):
+    """{path: bytes or ('symlink', target)} of everything under the view."""
+    out = {}
+    for root, dirs, files in os.walk(view):
+        for n in files + [d for d in dirs if os.path.islink(os.path.join(root, d))]:
+            p = os.path.join(root, n)
+            rel = os.path.relpath(p, view)
+            out[rel] = ("symlink", os.readlink(p)) if os.path.islink(p) else read_through(p)
+    return out
+
+
+def listed(mnt):
+    return mount_stats(mnt)["view_dirs_listed"]
+
+
+# ---- names that collide with the view's own -------------------------------
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_member_under_shardfs(mount, tmp_path, writer):
+    """A member at .shardfs/... used to kill the daemon (null lazy table in
+    the view's own .shardfs/): it now shows under .shardfs#1/."""
+    work, src = tmp_path / "work", tmp_path / "src"
+    src.mkdir()
+    files = {".shardfs/info.txt": b"member info\n", ".shardfs/rows/0": b"row zero",
+             "x.jpg": b"jpeg bytes"}
+    write_tree(work, files)
+    tar_with(writer, src / "f_0.tar", work, list(files))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    # a lookup first (the crash came from a lookup too), then the listing
+    assert read_through(view / ".shardfs#1" / "info.txt") == b"member info\n"
+    assert sorted(os.listdir(view)) == [".shardfs#1", "x.jpg"]
+    assert seen(view) == {".shardfs#1/info.txt": b"member info\n",
+                          ".shardfs#1/rows/0": b"row zero", "x.jpg": b"jpeg bytes"}
+    # the view's own files are untouched
+    assert read_through(view / ".shardfs" / "info.txt").startswith(b"iTar fold f")
+    samples = read_through(view / ".shardfs" / "samples.jsonl").decode()
+    assert '".shardfs#1/info.txt"' in samples and '".shardfs#1/rows/0"' in samples
+
+
+def test_shardfs_file_and_dir_and_dots(mount, tmp_path):
+    """A root file .shardfs, a directory .shardfs, '.' and '..' components,
+    '..' inside a path: each gets its escape, none is lost, nothing leaves
+    the view."""
+    src = tmp_path / "src"
+    src.mkdir()
+    members = [(".shardfs", b"F"), (".shardfs/verify", b"V"), ("..", b"up"),
+               ("../esc.txt", b"E"), ("a/../b.txt", b"B"), ("./c.txt", b"C")]
+    with tarfile.open(src / "f_0.tar", "w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    assert seen(view) == {".shardfs#1": b"F", ".shardfs#2/verify": b"V", "..#1": b"up",
+                          "..#2/esc.txt": b"E", "a/..#1/b.txt": b"B", "c.txt": b"C"}
+    assert not (mnt / "esc.txt").exists()
+
+
+# ---- names that collide with each other ------------------------------------
+
+@pytest.mark.parametrize("lookups_first", [False, True])
+def test_file_and_directory_of_one_name(mount, tmp_path, lookups_first):
+    """A file `a` and members under `a/`: the directory becomes `a#1`, and a
+    real directory `a#1` is never merged into it (it becomes `a#1#1`). A
+    directory record and a file of one name show the file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    members = [("a", b"A"), ("a/b", b"B"), ("a#1/c", b"C"), ("d/e", b"E"), ("d", b"D"),
+               ("k/", None), ("k", b"K"), ("x.jpg", b"X"), ("x.jpg/y.jpg", b"Y")]
+    with tarfile.open(src / "f_0.tar", "w", format=tarfile.GNU_FORMAT) as t:
+        for name, data in members:
+            ti = tarfile.TarInfo(name)
+            if data is None:
+                ti.type = tarfile.DIRTYPE
+                t.addfile(ti)
+            else:
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    if lookups_first:
+        # the flat names resolve through the index before any listing
+        assert read_through(view / "x.jpg") == b"X"
+        assert read_through(view / "a") == b"A"
+    want = {"a": b"A", "a#1/b": b"B", "a#1#1/c": b"C", "d/e": b"E", "d#1": b"D", "k": b"K",
+            "x.jpg": b"X", "x.jpg#1/y.jpg": b"Y"}
+    assert seen(view) == want
+
+
+# ---- files stored twice, links to overwritten paths -------------------------
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_self_hard_links(mount, tmp_path, writer):
+    """`tar cf x.tar dir dir/f` and `find . | tar -cf x.tar -T -` store the
+    second copy as a hard link to itself: it reads the first copy's bytes."""
+    work, src = tmp_path / "work", tmp_path / "src"
+    src.mkdir()
+    write_tree(work, {"dir/f.txt": b"first file\n" * 100, "dir/g.bin": bytes(range(256)) * 9})
+    tar_with(writer, src / "f_0.tar", work, ["dir", "dir/f.txt"])
+    # what `find . | tar -cf x.tar -T -` writes: every path once more
+    names = [os.path.relpath(os.path.join(r, n), work)
+             for r, ds, fs in os.walk(work) for n in sorted(ds) + sorted(fs)]
+    tar_with(writer, src / "f_1.tar", work, ["."] + names)
+    if writer == "gnu":
+        # GNU tar stores the second copies as hard links to themselves
+        for tar in ("f_0.tar", "f_1.tar"):
+            with tarfile.open(src / tar) as t:
+                assert any(m.islnk() and shown_path(m.name) == shown_path(m.linkname)
+                           == "dir/f.txt" for m in t.getmembers())
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    want = expected([src / "f_0.tar", src / "f_1.tar"])
+    assert want["dir/f.txt"] == b"first file\n" * 100
+    assert seen(view) == want
+    # no row is a member the view could not read
+    assert b"status: ok" in read_through(view / ".shardfs" / "verify")
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_link_to_path_overwritten_later(mount, tmp_path, writer):
+    """A hard link stored before its target's path is written again shows
+    the older bytes, as tar extracts them; a link stored after shows the
+    newer."""
+    work, src = tmp_path / "work", tmp_path / "src"
+    src.mkdir()
+    write_tree(work, {"a.bin": b"old" * 1000})
+    os.link(work / "a.bin", work / "b.bin")
+    tar_with(writer, src / "f_0.tar", work, ["a.bin", "b.bin"])
+    (work / "b.bin").unlink()
+    (work / "a.bin").unlink()
+    write_tree(work, {"a.bin": b"new!" * 777})
+    os.link(work / "a.bin", work / "c.bin")
+    tar_with(writer, src / "f_0.tar", work, ["a.bin", "c.bin"], append=True)
+    index(src, "f")
+    with tarfile.open(src / "f_0.tar") as t:
+        kinds = [(m.name, m.type) for m in t.getmembers()]
+    assert ("b.bin", tarfile.LNKTYPE) in kinds, kinds
+    mnt = mount(src)
+    view = mnt / "f"
+    want = expected([src / "f_0.tar"])
+    assert want == {"a.bin": b"new!" * 777, "b.bin": b"old" * 1000, "c.bin": b"new!" * 777}
+    assert seen(view) == want
+
+
+# ---- WebDataset: shard names and pax records ---------------------------------
+
+def webdataset_shard(path, first, count):
+    """A shard as WebDataset's writer makes it: tarfile, a pax record with a
+    float mtime before every member, samples key.cls + key.jpg."""
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
+        for i in range(first, first + count):
+            for ext, data in (("cls", b"%d" % (i % 7)), ("jpg", os.urandom(100 + i))):
+                ti = tarfile.TarInfo(f"sample{i:06d}.{ext}")
+                ti.size = len(data)
+                ti.mtime = 1700000000.25 + i
+                t.addfile(ti, io.BytesIO(data))
+
+
+def test_webdataset_names_and_pax_records(mount, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    webdataset_shard(src / "img-train-000000.tar", 0, 40)
+    webdataset_shard(src / "img-train-000001.tar", 40, 35)
+    # another fold "img" ("img-train-..." has a '-' in its suffix: not img's)
+    webdataset_shard(src / "img-000000.tar", 500, 3)
+    with tarfile.open(src / "img-train-000000.tar") as t:
+        assert t.getmembers()[0].pax_headers.get("mtime") == "1700000000.25"
+    index(src, "img-train")
+    index(src, "img")
+    mnt = mount(src)
+    view = mnt / "img-train"
+    before = listed(mnt)
+    # members resolve and names that are not members answer ENOENT, all
+    # without listing the fold
+    assert read_through(view / "sample000041.cls") == b"%d" % (41 % 7)
+    for miss in ["sample000999.jpg", "sample000041.png", "nothere", "nothere.xyz",
+                 "@PaxHeader", "sample000041"]:
+        assert not (view / miss).exists(), miss
+    assert listed(mnt) == before
+    # the other fold holds only its own shard
+    assert sorted(os.listdir(mnt / "img")) == [f"sample{i:06d}.{e}" for i in range(500, 503)
+                                                for e in ("cls", "jpg")]
+    info = read_through(view / ".shardfs" / "info.txt").decode()
+    lines = read_through(view / ".shardfs" / "samples.jsonl").decode().splitlines()
+    assert len(lines) == 75
+    assert "samples: 75 " in info, info
+    assert "fid 1  img-train-000001.tar" in info
+    want = expected([src / "img-train-000000.tar", src / "img-train-000001.tar"])
+    assert len(want) == 150
+    assert seen(view) == want
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_misses_never_list(mount, tmp_path, writer):
+    """Root names the index cannot key (a directory with a dot, no directory
+    record; a pax-renamed non-ASCII name) resolve before any listing, and a
+    name no member has answers ENOENT without listing, whatever records the
+    writer adds (GNU and bsdtar pax, tarfile's @PaxHeader)."""
+    work, src = tmp_path / "work", tmp_path / "src"
+    src.mkdir()
+    files = {"n01.d/x.jpg": b"in dir", "plain.jpg": b"plain", "\u00e9t\u00e9.jpg": b"summer",
+             "deep/er/z.cls": b"3"}
+    write_tree(work, files)
+    if writer == "gnu":
+        subprocess.run(["tar", "--format=posix", "-cf", str(src / "f_0.tar"), *files],
+                       cwd=work, check=True, timeout=60)
+    else:
+        tar_with(writer, src / "f_0.tar", work, list(files))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    before = listed(mnt)
+    for miss in ["nothere.jpg", "nothere", "n01.e", "plain.cls", "\u00e9t\u00e9.cls"]:
+        assert not (view / miss).exists(), miss
+    assert read_through(view / "plain.jpg") == b"plain"
+    assert listed(mnt) == before
+    assert read_through(view / "\u00e9t\u00e9.jpg") == b"summer"
+    assert read_through(view / "n01.d" / "x.jpg") == b"in dir"
+    assert seen(view) == expected([src / "f_0.tar"])
+
+
+# ---- deep paths ----------------------------------------------------------------
+
+def test_path_of_32700_levels(mount, tmp_path):
+    """A 64 KiB pax path of 32,700 levels: each directory keeps its own
+    name, not its path, so memory stays linear."""
+    src = tmp_path / "src"
+    src.mkdir()
+    deep = "a/" * 32700 + "f.txt"
+    with tarfile.open(src / "f_0.tar", "w", format=tarfile.PAX_FORMAT) as t:
+        for name, data in ((deep, b"at the bottom"), ("top.txt", b"top")):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    # the tool resolves the whole path in one walk; measure its peak memory
+    t0 = time.monotonic()
+    p = subprocess.run(["/usr/bin/time", "-f", "maxrss_kib=%M", str(TOOLS / "shardfs-cat"),
+                        str(src / "f.taridx"), deep], capture_output=True, timeout=300)
+    err = p.stderr.decode()
+    assert p.returncode == 0, err[-2000:]
+    assert p.stdout == b"at the bottom"
+    # a path copied per level would be 32,700 * 32 KiB = 1 GiB
+    maxrss = int(err.rsplit("maxrss_kib=", 1)[1].split()[0])
+    assert maxrss < 400 * 1024, maxrss
+    assert time.monotonic() - t0 < 240
+    mnt = mount(src)
+    view = mnt / "f"
+    assert sorted(os.listdir(view)) == ["a", "top.txt"]
+    # a few levels down through the kernel, then the bottom from the tool
+    assert os.listdir(view / "/".join(["a"] * 50)) == ["a"]
