@@ -169,7 +169,7 @@ static json_t *doc_json(enum tet_doc kind, const void *arg)
 int tet_produce_doc(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	json_t *j = doc_json((enum tet_doc)p->aux, p->arg);
-	struct sf_buf *b = j ? sf_json_pretty(j) : NULL;
+	struct sf_buf *b = j ? sf_json_pretty_ascii(j) : NULL;
 	json_decref(j);
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", p->view->path, p->what);
