@@ -57,6 +57,7 @@ struct tet_group {
 	char *name;               /* the entry in the parent ("" for the root) */
 	char *path;               /* from the root ("" for the root) */
 	json_t *cand;             /* while building: dimension -> labels, null on conflict */
+	json_t *phony;            /* while building: "size:k" -> phony_dim number */
 };
 
 /* A grid cell, as the argument of its chunk file's generator. */
@@ -90,6 +91,7 @@ struct tet_dataset {
 	char *path;               /* its directory from the view's root */
 	uint32_t leaf_off;        /* where its leaf component starts (nested only) */
 	json_t *meta;             /* footer metadata.datasets[name], borrowed */
+	json_t *dims;             /* its _ARRAY_DIMENSIONS (tet_tree.c) */
 	/* per grid cell, made on first use under the view lock: the decoded
 	 * tile parts (zstd cells only) and the cells' generator arguments */
 	struct sf_part **tile;

@@ -234,6 +234,43 @@ static int place(struct tet_file *tf, struct tet_group *g, struct tet_dataset *d
 	return rc;
 }
 
+/* The dataset's dimension names: its footer dim_names when there is one
+ * distinct name per axis, else phony_dim_<n> as netCDF and h5netcdf name
+ * HDF5 dimensions without scales: one per distinct size in the group (an
+ * axis whose size an earlier axis of the dataset has takes the next one),
+ * numbered in file order. So datasets of a group never disagree on a
+ * dimension's size, which would stop xarray opening the group. */
+static int name_dims(struct tet_dataset *ds)
+{
+	const json_t *names = json_object_get(ds->meta, "dim_names");
+	if (tet_dims_usable(names, ds->ndim)) {
+		ds->dims = json_incref((json_t *)names);
+		return 0;
+	}
+	struct tet_group *g = ds->group;
+	if (!g->phony && !(g->phony = json_object()))
+		return -ENOMEM;
+	if (!(ds->dims = json_array()))
+		return -ENOMEM;
+	for (uint32_t d = 0; d < ds->ndim; d++) {
+		uint32_t k = 0;
+		for (uint32_t i = 0; i < d; i++)
+			k += ds->shape[i] == ds->shape[d];
+		char key[48], name[32];
+		snprintf(key, sizeof key, "%llu:%u", (unsigned long long)ds->shape[d], k);
+		json_t *n = json_object_get(g->phony, key);
+		if (!n) {
+			n = json_integer((json_int_t)json_object_size(g->phony));
+			if (json_object_set_new(g->phony, key, n))
+				return -ENOMEM;
+		}
+		snprintf(name, sizeof name, "phony_dim_%lld", (long long)json_integer_value(n));
+		if (json_array_append_new(ds->dims, json_string(name)))
+			return -ENOMEM;
+	}
+	return 0;
+}
+
 /* Offers the labels of each axis the footer labels to the dataset's group:
  * one label per position, under one of its dimension names. */
 static int offer_coords(struct sf_view *v, struct tet_dataset *ds)
@@ -353,6 +390,8 @@ static int build(struct sf_view *v, struct tet_file *tf)
 		struct tet_dataset *ds = &tf->ds[i];
 		int rc = ds->problem ? 0 : place(tf, ds->group ? ds->group : tf->root, ds);
 		if (rc == 0 && !ds->problem)
+			rc = name_dims(ds);
+		if (rc == 0 && !ds->problem)
 			rc = offer_coords(v, ds);
 		if (rc)
 			return rc;
@@ -389,10 +428,13 @@ void tet_tree_free(struct tet_file *tf)
 			free(c);
 		}
 		json_decref(g->cand);
+		json_decref(g->phony);
 		free(g->name);
 		free(g->path);
 		free(g);
 	}
-	for (uint32_t i = 0; tf->ds && i < tf->dataset_count; i++)
+	for (uint32_t i = 0; tf->ds && i < tf->dataset_count; i++) {
 		free(tf->ds[i].path);
+		json_decref(tf->ds[i].dims);
+	}
 }

@@ -61,20 +61,10 @@ bool tet_dims_usable(const json_t *dims, uint32_t ndim)
 static json_t *array_attrs_json(const struct tet_dataset *ds)
 {
 	json_t *attrs = json_object_get(ds->meta, "attrs");
-	json_t *dims = json_object_get(ds->meta, "dim_names");
 	json_t *j = json_is_object(attrs) ? json_deep_copy(attrs) : json_object();
-	if (!j)
+	if (j && json_object_set(j, "_ARRAY_DIMENSIONS", ds->dims)) {
+		json_decref(j);
 		return NULL;
-	if (tet_dims_usable(dims, ds->ndim)) {
-		json_object_set(j, "_ARRAY_DIMENSIONS", dims);
-	} else {
-		json_t *a = json_array();
-		for (uint32_t d = 0; a && d < ds->ndim; d++) {
-			char name[16];
-			snprintf(name, sizeof name, "dim_%u", d);
-			json_array_append_new(a, json_string(name));
-		}
-		json_object_set_new(j, "_ARRAY_DIMENSIONS", a);
 	}
 	return j;
 }

@@ -11,10 +11,13 @@ import os
 import shutil
 import struct
 import sys
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import xxhash
+import xarray as xr
 import zarr
 import zstandard
 
@@ -48,29 +51,97 @@ def escape(raw, limit=250):
     return out
 
 
-def group_entries(names):
-    """Directory entry of each dataset in a zarr group view."""
-    taken = {b".zgroup", b".zattrs", b".shardfs"}
-    reserved = {b".zarray", b".zmetadata"}
-    out = []
-    for raw in names:
-        base = escape(raw)
+RESERVED = {b"", b".", b"..", b".zgroup", b".zattrs", b".zarray", b".zmetadata", b".shardfs"}
 
-        def free(n):
-            return (n not in (b"", b".", b"..") and n not in taken and n not in reserved
-                    and n + b".npy" not in taken)
-        name, k = base, 0
-        while not free(name):
-            k += 1
-            name = base + b"#%d" % k
-            if len(name) > 250:
-                # "#<n>" may not take an entry past the cut, or its .npy twin
-                # past 255 bytes: the name takes its cut form first
-                base = escape(raw, limit=0)
-                name, k = base, 0
-        taken.update({name, name + b".npy"})
-        out.append(name)
+
+def plain(c):
+    """An entry name as it is (docs/formats/tet.md, Names)."""
+    return (0 < len(c) <= 250 and c not in RESERVED
+            and not any(b in b"/%\\" or b < 0x20 or b == 0x7F for b in c))
+
+
+def unique(taken, base, raw):
+    """base made unique in a group's taken names with #<n>; a name #<n>
+    takes past 250 bytes takes its cut form first."""
+    def free(n):
+        return n not in RESERVED and n not in taken and n + b".npy" not in taken
+    name, k = base, 0
+    while not free(name):
+        k += 1
+        name = base + b"#%d" % k
+        if len(name) > 250:
+            base = escape(raw, limit=0)
+            name, k = base, 0
+    return name
+
+
+def layout(names, shown=None):
+    """(path of each dataset's array, set of group paths) of a view: names
+    that are paths nest, the others are escaped at the root."""
+    shown = [True] * len(names) if shown is None else shown
+    full = {n for n, ok in zip(names, shown) if ok}
+
+    def comps(n):
+        c = n.split(b"/")
+        if len(c) < 2 or len(c) > 32 or not all(plain(x) for x in c):
+            return None
+        if any(b"/".join(c[:j]) in full for j in range(1, len(c))):
+            return None
+        return c
+    taken = {(): set()}
+    for n, ok in zip(names, shown):
+        c = comps(n) if ok else None
+        for j in range(1, len(c) if c else 0):
+            taken.setdefault(tuple(c[:j]), set())
+            taken[tuple(c[:j - 1])].add(c[j - 1])
+    paths = []
+    for n, ok in zip(names, shown):
+        if not ok:
+            paths.append(None)
+            continue
+        c = comps(n)
+        g, leaf = (tuple(c[:-1]), c[-1]) if c else ((), n)
+        entry = unique(taken[g], escape(leaf), leaf)
+        taken[g].update({entry, entry + b".npy"})
+        paths.append(b"/".join(g + (entry,)).decode())
+    return paths, {b"/".join(g).decode() for g in taken}
+
+
+def group_entries(names):
+    """Path of each dataset in a zarr group view."""
+    return [p.encode() for p in layout(names)[0]]
+
+
+def tree(view):
+    """Every group, array and file of a view (arrays not entered)."""
+    out = set()
+    for d, dirs, files in os.walk(view):
+        rel = os.path.relpath(d, view)
+        rel = "" if rel == "." else rel + "/"
+        if ".zarray" in files:
+            out.add(rel)
+            dirs[:] = []
+            continue
+        out.update(rel + f for f in files)
+        out.update(rel + x + "/" for x in dirs if (Path(d) / x / ".zarray").exists())
     return out
+
+
+def expected_tree(dss, coords=()):
+    """What tree() finds: per group .zgroup and .zmetadata (.zattrs at the
+    root), each array and its .npy, and coordinate arrays (paths given)."""
+    paths, groups = layout([d.name for d in dss])
+    out = {".zattrs"} | {coords_ for coords_ in (c + "/" for c in coords)}
+    for g in groups:
+        pre = g + "/" if g else ""
+        out |= {pre + ".zgroup", pre + ".zmetadata"}
+    for p in paths:
+        out |= {p + "/", p + ".npy"}
+    return out
+
+
+def npy_of(view, path):
+    return np.load(view / f"{path}.npy", mmap_mode="r")
 
 
 def view_path(mnt, fname):
