@@ -21,7 +21,7 @@ import xarray as xr
 import zarr
 import zstandard
 
-from conftest import FIXTURES, WRITERS, read_through
+from conftest import FIXTURES, WRITERS, mount_stats, read_through
 
 sys.path.insert(0, str(WRITERS))
 import tet_writer as tw  # noqa: E402
@@ -639,3 +639,35 @@ def test_big_dataset_memory(mount, tmp_path):
         peak = max(peak, rss_anon_kib(pid))
     # decoded tiles are 4 MiB each; the daemon stays near its 64 MiB budget
     assert peak < 160 * 1024, peak
+
+
+def test_xarray_open_reads_one_metadata_file_per_group(mount, tmp_path):
+    """xr.open_zarr of a group of a 1,000-dataset view opens one file (the
+    .zmetadata it reads), counted by the daemon; without consolidated
+    metadata zarr opens every .zarray and .zattrs."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n, groups = 1000, 10
+    tw.write_tet(str(src / "many.tet"),
+                 [tw.Dataset(f"grp{i % groups}/var{i}".encode(), tw.ramp((3, 2), "<f4", i), (2, 2))
+                  for i in range(n)])
+    mnt = mount(src)
+    view = mnt / "many"
+
+    def opens(fn):
+        before = mount_stats(mnt)["requests"]["open"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            x = fn()
+        # the second stats.json read is one open of its own
+        return mount_stats(mnt)["requests"]["open"] - before - 1, x
+    got, x = opens(lambda: xr.open_zarr(view))
+    assert got == 1 and len(x.data_vars) == 0     # the root holds only groups
+    got, x = opens(lambda: xr.open_zarr(view, group="grp3"))
+    assert got == 1 and len(x.data_vars) == n // groups
+    assert np.array_equal(x["var13"].values, tw.ramp((3, 2), "<f4", 13))
+    got, x = opens(lambda: xr.open_zarr(view / "grp4"))
+    assert got == 1 and len(x.data_vars) == n // groups
+    # the same group read array by array: what consolidation saves
+    got, x = opens(lambda: xr.open_zarr(view / "grp5", consolidated=False))
+    assert got >= 2 * n // groups
