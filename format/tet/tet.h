@@ -58,6 +58,10 @@ struct tet_group {
 	char *path;               /* from the root ("" for the root) */
 	json_t *cand;             /* while building: dimension -> labels, null on conflict */
 	json_t *phony;            /* while building: "size:k" -> phony_dim number */
+	/* at most the bytes of its .zmetadata: checked against the cache
+	 * limit before making it (duplicate names share footer metadata, so
+	 * this can grow as their product) */
+	uint64_t zbytes;
 };
 
 /* A grid cell, as the argument of its chunk file's generator. */

@@ -22,6 +22,7 @@ struct tet_name {
 	const struct tet_group *g;
 	struct tet_group *child;  /* the nested group of that name */
 	uint64_t next;            /* the next #<n> to try with this name as a base */
+	uint64_t bytes;           /* g NULL: at most its documents' bytes in a .zmetadata */
 	bool entry;               /* an entry of g, not only a base's counter */
 	size_t len;
 	char name[];
@@ -206,6 +207,25 @@ static int nest(struct tet_file *tf, struct tet_dataset *ds, const size_t *ends,
 	return 0;
 }
 
+/* At most the pretty-printed bytes of footer metadata in a .zmetadata:
+ * compact, times 4 for indenting at that depth. Measured once per
+ * distinct name. */
+static uint64_t doc_bytes(const json_t *meta)
+{
+	return meta ? 4 * (uint64_t)json_dumpb(meta, NULL, 0, JSON_COMPACT | JSON_ENSURE_ASCII) : 0;
+}
+
+/* A .zarray and the fixed part of a .zattrs (8 axes of 20-digit sizes,
+ * phony dimension names), pretty-printed, are under this. */
+#define TET_DOC_FIXED 2048
+
+/* Charges a document of `bytes` to the .zmetadata of g and its parents. */
+static void charge(struct tet_group *g, uint64_t bytes)
+{
+	for (; g; g = g->parent)
+		g->zbytes += bytes;
+}
+
 /* A dataset's entry in its group: escaped (the identity for a nested leaf),
  * cut at 250 bytes, unique; "#<n>" may not take it past the cut, so such a
  * name takes its cut form (200 bytes, "~", hash) first. */
@@ -229,6 +249,9 @@ static int place(struct tet_file *tf, struct tet_group *g, struct tet_dataset *d
 	if (rc == 0 && !(ds->path = join(g->path, ds->entry)))
 		rc = -ENOMEM;
 	ds->group = g;
+	if (rc == 0)
+		charge(g, name_get(tf, NULL, ds->name, ds->name_len)->bytes + TET_DOC_FIXED +
+			   2 * (uint64_t)strlen(ds->path));
 	*(g->ds ? &g->last_ds->next : &g->ds) = ds;
 	g->last_ds = ds;
 	return rc;
@@ -353,6 +376,7 @@ static int make_coords(struct sf_view *v, struct tet_file *tf, struct tet_group 
 		c->width = width;
 		if (!(c->name = strdup(dim)) || !(c->path = join(g->path, dim)) || mark(tf, g, dim))
 			return -ENOMEM;
+		charge(g, TET_DOC_FIXED + 2 * strlen(c->path));
 	}
 	return 0;
 }
@@ -364,6 +388,8 @@ static int build(struct sf_view *v, struct tet_file *tf)
 {
 	if (!(tf->root = group_new(tf, NULL, "", 0)))
 		return -ENOMEM;
+	charge(tf->root, doc_bytes(tf->history) + doc_bytes(tf->metadata) + TET_DOC_FIXED +
+			 (tf->footer_error ? 2 * strlen(tf->footer_error) : 0));
 	const json_t *meta_ds = json_object_get(tf->metadata, "datasets");
 	for (uint32_t i = 0; i < tf->dataset_count; i++) {
 		struct tet_dataset *ds = &tf->ds[i];
@@ -371,6 +397,8 @@ static int build(struct sf_view *v, struct tet_file *tf)
 		struct tet_name *n = ds->problem ? NULL : name_put(tf, NULL, ds->name, ds->name_len);
 		if (!ds->problem && !n)
 			return -ENOMEM;
+		if (n && !n->entry)
+			n->bytes = doc_bytes(ds->meta);
 		if (n)
 			n->entry = true;
 	}

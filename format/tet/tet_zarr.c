@@ -91,27 +91,30 @@ static int put(json_t *m, struct sf_str *key, const char *name, enum tet_doc kin
 	return rc ? -ENOMEM : 0;
 }
 
+/* An array's two documents under "<name>/". */
+static int put_array(json_t *m, struct sf_str *key, const char *name, enum tet_doc zarray,
+		     enum tet_doc attrs, const void *arg)
+{
+	size_t at = key->len;
+	sf_str_addf(key, "%s/", name);
+	int rc = put(m, key, ".zarray", zarray, arg);
+	if (rc == 0)
+		rc = put(m, key, ".zattrs", attrs, arg);
+	key->len = at;
+	return rc;
+}
+
 /* Every document under g, keyed by its path after `key` (g's prefix). */
 static int gather(json_t *m, const struct tet_group *g, struct sf_str *key)
 {
 	int rc = put(m, key, ".zgroup", TET_ZGROUP, g);
 	if (rc == 0 && !g->parent)
 		rc = put(m, key, ".zattrs", TET_GROUP_ATTRS, g->file);
+	for (const struct tet_dataset *ds = g->ds; rc == 0 && ds; ds = ds->next)
+		rc = put_array(m, key, ds->entry, TET_ZARRAY, TET_ARRAY_ATTRS, ds);
+	for (const struct tet_coord *c = g->coords; rc == 0 && c; c = c->next)
+		rc = put_array(m, key, c->name, TET_COORD_ZARRAY, TET_COORD_ATTRS, c);
 	size_t at = key->len;
-	for (const struct tet_dataset *ds = g->ds; rc == 0 && ds; ds = ds->next) {
-		sf_str_addf(key, "%s/", ds->entry);
-		rc = put(m, key, ".zarray", TET_ZARRAY, ds);
-		if (rc == 0)
-			rc = put(m, key, ".zattrs", TET_ARRAY_ATTRS, ds);
-		key->len = at;
-	}
-	for (const struct tet_coord *c = g->coords; rc == 0 && c; c = c->next) {
-		sf_str_addf(key, "%s/", c->name);
-		rc = put(m, key, ".zarray", TET_COORD_ZARRAY, c);
-		if (rc == 0)
-			rc = put(m, key, ".zattrs", TET_COORD_ATTRS, c);
-		key->len = at;
-	}
 	for (const struct tet_group *k = g->kids; rc == 0 && k; k = k->next) {
 		sf_str_addf(key, "%s/", k->name);
 		rc = gather(m, k, key);
@@ -158,6 +161,11 @@ static json_t *doc_json(enum tet_doc kind, const void *arg)
 
 int tet_produce_doc(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
+	const struct tet_group *g = p->aux == TET_ZMETADATA ? p->arg : NULL;
+	if (g && cache->limit && g->zbytes > cache->limit)
+		return sf_fail(e, -EIO, "%s: %s/.zmetadata: up to %llu bytes, past the cache limit of %llu",
+			       p->view->path, g->path, (unsigned long long)g->zbytes,
+			       (unsigned long long)cache->limit);
 	json_t *j = doc_json((enum tet_doc)p->aux, p->arg);
 	struct sf_buf *b = j ? sf_json_pretty_ascii(j) : NULL;
 	json_decref(j);

@@ -671,3 +671,24 @@ def test_xarray_open_reads_one_metadata_file_per_group(mount, tmp_path):
     # the same group read array by array: what consolidation saves
     got, x = opens(lambda: xr.open_zarr(view / "grp5", consolidated=False))
     assert got >= 2 * n // groups
+
+
+def test_zmetadata_bounded_by_cache(mount, tmp_path):
+    """Duplicate names share their footer metadata, so a .zmetadata can grow
+    as the product of the two: past --cache-size it fails with EIO before it
+    is made, and the files it would gather still read."""
+    src = tmp_path / "src"
+    src.mkdir()
+    attrs = {f"k{i}": "v" * 1000 for i in range(60)}
+    tw.write_tet(str(src / "dups.tet"),
+                 [tw.Dataset(b"g/d", tw.ramp((2,), "|u1", i), (2,)) for i in range(300)],
+                 footer={"history": [], "metadata": {"datasets": {"g/d": {"attrs": attrs}}}})
+    mnt = mount(src, "--cache-size", "16M")
+    view = mnt / "dups"
+    for p in (view / ".zmetadata", view / "g" / ".zmetadata"):
+        with pytest.raises(OSError) as err:
+            p.read_bytes()
+        assert err.value.errno == errno.EIO
+    assert json.loads((view / "g" / "d#299" / ".zattrs").read_text())["k59"] == "v" * 1000
+    assert any("dups.tet" in line and ".zmetadata" in line and "cache limit" in line
+               for line in (mnt / ".shardfs" / "errors").read_text().splitlines())
