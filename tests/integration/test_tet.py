@@ -11,6 +11,7 @@ import os
 import shutil
 import struct
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -692,3 +693,23 @@ def test_zmetadata_bounded_by_cache(mount, tmp_path):
     assert json.loads((view / "g" / "d#299" / ".zattrs").read_text())["k59"] == "v" * 1000
     assert any("dups.tet" in line and ".zmetadata" in line and "cache limit" in line
                for line in (mnt / ".shardfs" / "errors").read_text().splitlines())
+
+
+def test_many_duplicate_names_linear(mount, tmp_path):
+    """20,000 datasets of two names: each entry is found with its name's
+    next free number, not by trying #1, #2 ... again (quadratic: some 10^8
+    tries, minutes under ASan; linear: well under a second)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n = 10000
+    tw.write_tet(str(src / "dups.tet"),
+                 [tw.Dataset(b"d" if i < n else b"g/d", tw.ramp((1,), "|u1", i), (1,))
+                  for i in range(2 * n)])
+    mnt = mount(src)
+    t = time.monotonic()
+    top = os.listdir(mnt / "dups")
+    sub = os.listdir(mnt / "dups" / "g")
+    took = time.monotonic() - t
+    assert len(top) == 3 + 1 + 2 * n and len(sub) == 2 + 2 * n
+    assert "d#9999" in top and "d#9999.npy" in sub and "d#10000" not in sub
+    assert took < 60, took
