@@ -135,16 +135,26 @@ int sf_json_add(struct sf_str *s, const json_t *j, int newline)
 	return s->oom ? -ENOMEM : 0;
 }
 
-struct sf_buf *sf_json_pretty(const json_t *j)
+static struct sf_buf *pretty(const json_t *j, size_t flags)
 {
 	struct sf_str s = { 0 };
 	if (json_dump_callback(j, dump_cb, &s, JSON_INDENT(2) | JSON_PRESERVE_ORDER |
-				JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY) < 0) {
+				JSON_REAL_PRECISION(17) | JSON_ENCODE_ANY | flags) < 0) {
 		sf_str_free(&s);
 		return NULL;
 	}
 	sf_str_addc(&s, '\n');
 	return sf_str_take(&s);
+}
+
+struct sf_buf *sf_json_pretty(const json_t *j)
+{
+	return pretty(j, 0);
+}
+
+struct sf_buf *sf_json_pretty_ascii(const json_t *j)
+{
+	return pretty(j, JSON_ENSURE_ASCII);
 }
 
 int sf_npy_header(struct sf_str *s, const char *descr, const uint64_t *shape, size_t ndim)

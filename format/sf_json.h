@@ -36,6 +36,9 @@ int sf_json_add(struct sf_str *s, const json_t *j, int newline);
 /* Serialises j pretty-printed (2-space indent) with a final newline into a
  * new buffer. */
 struct sf_buf *sf_json_pretty(const json_t *j);
+/* The same with every non-ASCII character as \uXXXX (zarr v2 reads its
+ * metadata documents as ASCII). */
+struct sf_buf *sf_json_pretty_ascii(const json_t *j);
 /* Appends a numpy .npy (format 1.0) header for a C-order array of `descr`
  * ("<f4", "|u1", or a structured dtype's list literal such as
  * "[('id', '<u8'), ('v', '<f4', (3,))]") and `shape` (ndim 0 = scalar), padded so that the data

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_err.h"
+#include "sf_hash.h"
 #include "sf_name.h"
 #include "sf_view.h"
 
@@ -31,6 +32,37 @@ struct tet_entry {
 
 struct tet_file;
 struct tet_dataset;
+struct tet_group;
+
+/* A coordinate array: the footer's labels of one dimension of a group's
+ * datasets (docs/formats/tet.md, Coordinates), as fixed-width unicode. */
+struct tet_coord {
+	struct tet_coord *next;
+	struct tet_group *group;
+	char *name;               /* the dimension's name: the entry in the group */
+	char *path;               /* its path in the view, for messages */
+	const json_t *labels;     /* borrowed from the footer */
+	uint64_t n;               /* labels */
+	uint64_t width;           /* code points of the longest label (>= 1) */
+};
+
+/* A zarr group of the view: the root, or one made by names that nest. */
+struct tet_group {
+	struct tet_file *file;
+	struct tet_group *parent;
+	struct tet_group *kids, *last_kid, *next;  /* nested groups, in order made */
+	struct tet_dataset *ds, *last_ds;          /* its datasets, in file order */
+	struct tet_coord *coords;
+	struct tet_group *all_next;                /* every group of the file */
+	char *name;               /* the entry in the parent ("" for the root) */
+	char *path;               /* from the root ("" for the root) */
+	json_t *cand;             /* while building: dimension -> labels, null on conflict */
+	json_t *phony;            /* while building: "size:k" -> phony_dim number */
+	/* at most the bytes of its .zmetadata: checked against the cache
+	 * limit before making it (duplicate names share footer metadata, so
+	 * this can grow as their product) */
+	uint64_t zbytes;
+};
 
 /* A grid cell, as the argument of its chunk file's generator. */
 struct tet_cellref {
@@ -57,8 +89,13 @@ struct tet_dataset {
 	bool zero_copy;           /* spec §7.6: the C-order array is one file span */
 	uint64_t zero_copy_off;
 	char esc[SF_NAME_MAX + 1];       /* the escaped name, for messages */
-	char entry[SF_NAME_MAX + 16];    /* its directory in the group (valid only) */
+	char entry[SF_NAME_MAX + 16];    /* its directory in its group (valid only) */
+	struct tet_group *group;  /* where it is (valid only) */
+	struct tet_dataset *next; /* in its group */
+	char *path;               /* its directory from the view's root */
+	uint32_t leaf_off;        /* where its leaf component starts (nested only) */
 	json_t *meta;             /* footer metadata.datasets[name], borrowed */
+	json_t *dims;             /* its _ARRAY_DIMENSIONS (tet_tree.c) */
 	/* per grid cell, made on first use under the view lock: the decoded
 	 * tile parts (zstd cells only) and the cells' generator arguments */
 	struct sf_part **tile;
@@ -87,6 +124,9 @@ struct tet_file {
 	json_t *history, *metadata; /* borrowed from footer_json / spill_json */
 	json_t *spill_json;
 	char *footer_error;       /* why the footer JSON was not usable */
+	/* the group tree (tet_tree.c), made when the view is built */
+	struct tet_group *root, *groups;
+	struct sf_hash names;     /* struct tet_name by (group, name) */
 };
 
 /* The listing's check (sf_format.check): superblock magic, version, and
@@ -123,11 +163,26 @@ int tet_build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 int tet_assemble(struct tet_dataset *ds, uint64_t off, uint8_t *out, size_t len,
 		 struct sf_cache *c, struct sf_err *e);
 
-/* zarr metadata documents, as parts' produce functions. */
-int tet_produce_zgroup(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int tet_produce_group_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int tet_produce_zarray(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
-int tet_produce_array_attrs(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+/* Places every shown dataset in the group tree, names every entry and
+ * finds the coordinate arrays (docs/formats/tet.md, Names, Coordinates). */
+int tet_tree_build(struct sf_view *v, struct tet_file *tf, struct sf_err *e);
+void tet_tree_free(struct tet_file *tf);
+/* Footer dim_names usable as xarray dimensions: one distinct string per axis. */
+bool tet_dims_usable(const json_t *dims, uint32_t ndim);
+
+/* The zarr metadata documents; a part's aux says which, its arg of what. */
+enum tet_doc {
+	TET_ZGROUP,        /* arg: group */
+	TET_GROUP_ATTRS,   /* arg: the file (the root's .zattrs) */
+	TET_ZARRAY,        /* arg: dataset */
+	TET_ARRAY_ATTRS,   /* arg: dataset */
+	TET_COORD_ZARRAY,  /* arg: coordinate */
+	TET_COORD_ATTRS,   /* arg: coordinate */
+	TET_ZMETADATA,     /* arg: group: all of the above under it */
+};
+int tet_produce_doc(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
+/* A coordinate array's one chunk (UTF-32LE, width code points per label). */
+int tet_produce_coord_chunk(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
 /* A u64 as a JSON integer, or as its decimal string past INT64_MAX (where
  * jansson's signed integers end); and an array of them. */

@@ -22,13 +22,14 @@ static void cell_name(const struct tet_dataset *ds, uint64_t cell, char *out, si
 }
 
 /* A file whose content is one metadata document made on first read. */
-static int add_doc(struct sf_node *dir, const char *name, sf_produce_fn fn, void *arg,
+static int add_doc(struct sf_node *dir, const char *name, enum tet_doc kind, void *arg,
 		   const char *what)
 {
-	struct sf_part *p = sf_view_part(dir->view, fn, arg, SF_SIZE_UNKNOWN, what);
+	struct sf_part *p = sf_view_part(dir->view, tet_produce_doc, arg, SF_SIZE_UNKNOWN, what);
 	struct sf_node *f = p ? sf_dir_add_exact(dir, SF_FILE, name) : NULL;
 	if (!f)
 		return -ENOMEM;
+	p->aux = kind;
 	sf_file_set_whole(f, p);
 	return 0;
 }
@@ -48,15 +49,33 @@ static int add_cell_file(struct sf_node *dir, const char *name, sf_build_fn fn,
 static int populate_array(struct sf_node *dir, struct sf_err *e)
 {
 	struct tet_dataset *ds = dir->arg;
-	int rc = add_doc(dir, ".zarray", tet_produce_zarray, ds, ds->entry);
+	int rc = add_doc(dir, ".zarray", TET_ZARRAY, ds, ds->path);
 	if (rc == 0)
-		rc = add_doc(dir, ".zattrs", tet_produce_array_attrs, ds, ds->entry);
+		rc = add_doc(dir, ".zattrs", TET_ARRAY_ATTRS, ds, ds->path);
 	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
 		char name[TET_MAX_DIM * 21];
 		cell_name(ds, c, name, sizeof name);
 		rc = add_cell_file(dir, name, tet_build_chunk, ds, c);
 	}
-	return rc ? sf_fail(e, rc, "%s: %s: out of memory", ds->file->path, ds->entry) : 0;
+	return rc ? sf_fail(e, rc, "%s: %s: out of memory", ds->file->path, ds->path) : 0;
+}
+
+/* <dim>/: a coordinate array's .zarray, .zattrs and its one chunk. */
+static int populate_coord(struct sf_node *dir, struct sf_err *e)
+{
+	struct tet_coord *c = dir->arg;
+	int rc = add_doc(dir, ".zarray", TET_COORD_ZARRAY, c, c->path);
+	if (rc == 0)
+		rc = add_doc(dir, ".zattrs", TET_COORD_ATTRS, c, c->path);
+	if (rc == 0 && c->n) {
+		struct sf_part *p = sf_view_part(dir->view, tet_produce_coord_chunk, c,
+						 c->n * c->width * 4, c->path);
+		struct sf_node *f = p ? sf_dir_add_exact(dir, SF_FILE, "0") : NULL;
+		if (f)
+			sf_file_set_whole(f, p);
+		rc = f ? 0 : -ENOMEM;
+	}
+	return rc ? sf_fail(e, rc, "%s: %s: out of memory", dir->view->path, c->path) : 0;
 }
 
 /* .shardfs/tiles/<dataset>/: each stored tile, and the stored bytes of the
@@ -74,80 +93,94 @@ static int populate_ds_tiles(struct sf_node *dir, struct sf_err *e)
 			rc = add_cell_file(dir, name, tet_build_stored, ds, c);
 		}
 	}
-	return rc ? sf_fail(e, rc, "%s: tiles of %s: out of memory", ds->file->path, ds->entry) : 0;
+	return rc ? sf_fail(e, rc, "%s: tiles of %s: out of memory", ds->file->path, ds->path) : 0;
 }
 
+/* .shardfs/tiles/<group>/: the group's datasets and nested groups. */
 static int populate_tiles(struct sf_node *dir, struct sf_err *e)
 {
-	struct tet_file *tf = dir->arg;
-	for (uint32_t i = 0; i < tf->dataset_count; i++) {
-		struct tet_dataset *ds = &tf->ds[i];
-		if (ds->problem)
-			continue;
+	struct tet_group *g = dir->arg;
+	for (struct tet_group *k = g->kids; k; k = k->next) {
+		struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, k->name);
+		if (!d)
+			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
+		sf_dir_set_populate(d, populate_tiles, k);
+	}
+	for (struct tet_dataset *ds = g->ds; ds; ds = ds->next) {
 		struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, ds->entry);
 		if (!d)
-			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->path);
+			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
 		sf_dir_set_populate(d, populate_ds_tiles, ds);
 	}
 	return 0;
 }
 
-/* Reserved in the group besides the entries it already holds: zarr's other
- * metadata names, and every dataset's .npy twin (docs/design.md §3.9). */
-static bool group_taken(struct sf_node *dir, const char *name)
+static int add_dataset(struct sf_node *dir, struct tet_dataset *ds)
 {
-	if (strcmp(name, ".zarray") == 0 || strcmp(name, ".zmetadata") == 0)
-		return true;
-	char twin[SF_NAME_MAX + 32];
-	snprintf(twin, sizeof twin, "%s.npy", name);
-	struct sf_node *hit = NULL;
-	struct sf_err e;
-	return sf_dir_find(dir, twin, &hit, &e) == 0 && hit;
-}
-
-static int add_dataset(struct sf_node *root, struct tet_dataset *ds)
-{
-	sf_dir_unique(root, ds->esc, ds->entry, group_taken);
-	if (strlen(ds->entry) > TET_ENTRY_MAX) {
-		/* "#<n>" took a name near the cut past it, and its .npy twin past
-		 * 255 bytes: such a name takes its cut form (200 bytes, "~",
-		 * hash) before "#<n>" is added, as a longer one does */
-		char cut[SF_NAME_MAX + 1];
-		sf_name_escape(ds->name, ds->name_len, 200, cut);
-		sf_dir_unique(root, cut, ds->entry, group_taken);
-	}
-	struct sf_node *dir = sf_dir_add_exact(root, SF_DIR, ds->entry);
-	if (!dir)
+	struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, ds->entry);
+	if (!d)
 		return -ENOMEM;
-	sf_dir_set_populate(dir, populate_array, ds);
+	sf_dir_set_populate(d, populate_array, ds);
 	char npy[SF_NAME_MAX + 32];
 	snprintf(npy, sizeof npy, "%s.npy", ds->entry);
-	struct sf_node *f = sf_dir_add_exact(root, SF_FILE, npy);
+	struct sf_node *f = sf_dir_add_exact(dir, SF_FILE, npy);
 	if (!f)
 		return -ENOMEM;
 	sf_file_set_build(f, tet_build_npy, ds);
 	return 0;
 }
 
+static int populate_group(struct sf_node *dir, struct sf_err *e);
+
+/* A group's entries (names from tet_tree.c): metadata, nested groups made
+ * on first use, arrays with their .npy twins, coordinate arrays. */
+static int fill_group(struct sf_node *dir, struct tet_group *g)
+{
+	const char *what = g->parent ? g->path : ".";
+	int rc = add_doc(dir, ".zgroup", TET_ZGROUP, g, what);
+	if (rc == 0 && !g->parent)
+		rc = add_doc(dir, ".zattrs", TET_GROUP_ATTRS, g->file, ".zattrs");
+	if (rc == 0)
+		rc = add_doc(dir, ".zmetadata", TET_ZMETADATA, g, what);
+	for (struct tet_group *k = g->kids; rc == 0 && k; k = k->next) {
+		struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, k->name);
+		if (d)
+			sf_dir_set_populate(d, populate_group, k);
+		rc = d ? 0 : -ENOMEM;
+	}
+	for (struct tet_dataset *ds = g->ds; rc == 0 && ds; ds = ds->next)
+		rc = add_dataset(dir, ds);
+	for (struct tet_coord *c = g->coords; rc == 0 && c; c = c->next) {
+		struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, c->name);
+		if (d)
+			sf_dir_set_populate(d, populate_coord, c);
+		rc = d ? 0 : -ENOMEM;
+	}
+	return rc;
+}
+
+static int populate_group(struct sf_node *dir, struct sf_err *e)
+{
+	struct tet_group *g = dir->arg;
+	int rc = fill_group(dir, g);
+	return rc ? sf_fail(e, rc, "%s: %s: out of memory", dir->view->path, g->path) : 0;
+}
+
 static int build(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e)
 {
 	struct tet_file *tf = state;
+	for (uint32_t i = 0; i < tf->dataset_count; i++)
+		if (tf->ds[i].problem)
+			sf_view_warn(v, "dataset %u (%s) not shown: %s", i, tf->ds[i].esc,
+				     tf->ds[i].problem);
+	int rc = tet_tree_build(v, tf, e);
+	if (rc)
+		return rc;
 	struct sf_node *tiles = sf_dir_add_exact(meta, SF_DIR, "tiles");
 	if (!tiles)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
-	sf_dir_set_populate(tiles, populate_tiles, tf);
-	int rc = add_doc(v->root, ".zgroup", tet_produce_zgroup, tf, ".zgroup");
-	if (rc == 0)
-		rc = add_doc(v->root, ".zattrs", tet_produce_group_attrs, tf, ".zattrs");
-	const json_t *meta_ds = json_object_get(tf->metadata, "datasets");
-	for (uint32_t i = 0; rc == 0 && i < tf->dataset_count; i++) {
-		struct tet_dataset *ds = &tf->ds[i];
-		ds->meta = json_object_getn(meta_ds, (const char *)ds->name, ds->name_len);
-		if (ds->problem)
-			sf_view_warn(v, "dataset %u (%s) not shown: %s", i, ds->esc, ds->problem);
-		else
-			rc = add_dataset(v->root, ds);
-	}
+	sf_dir_set_populate(tiles, populate_tiles, tf->root);
+	rc = fill_group(v->root, tf->root);
 	return rc ? sf_fail(e, rc, "%s: out of memory", v->path) : 0;
 }
 

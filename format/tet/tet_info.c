@@ -239,7 +239,7 @@ static json_t *dataset_json(const struct tet_dataset *ds)
 	json_object_set_new(d, "codecs", codecs);
 	json_object_set_new(d, "dtype", json_integer(ds->dtype));
 	json_object_set_new(d, "dtype_name", json_string(ds->dtype_name));
-	json_object_set_new(d, "entry", ds->problem ? json_null() : json_string(ds->entry));
+	json_object_set_new(d, "entry", ds->problem ? json_null() : json_string(ds->path));
 	json_object_set_new(d, "grid", ds->problem ? json_null() : tet_json_u64s(ds->grid, ds->ndim));
 	json_object_set_new(d, "id", json_integer(ds->id));
 	json_object_set_new(d, "name", sf_json_bytes_as_text(ds->name, ds->name_len));

@@ -38,6 +38,7 @@ void tet_free(struct tet_file *tf)
 {
 	if (!tf)
 		return;
+	tet_tree_free(tf);
 	for (uint32_t i = 0; tf->ds && i < tf->dataset_count; i++) {
 		free(tf->ds[i].cell);
 		free(tf->ds[i].problem);

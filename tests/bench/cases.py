@@ -500,6 +500,40 @@ def transport_ab(ctx):
     ]
 
 
+# --- tet views opened by xarray ----------------------------------------------
+
+def tet_xarray_open(ctx):
+    """xr.open_zarr of one group of a view of 1,000 datasets in 10 groups:
+    with the view's consolidated metadata against zarr reading every
+    .zarray/.zattrs on its own. Counts the daemon's open requests (one of
+    them is the stats.json read that takes the count) and times the open."""
+    import warnings
+
+    import xarray as xr
+    n, groups = 1000, 10
+    src = data.many_datasets_tet(ctx.work, n, groups)
+    data.warm([src / "many.tet"])
+    fig = {True: [], False: []}
+    opens = {True: [], False: []}
+    for _ in range(ctx.runs):
+        for consolidated in (True, False):
+            with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+                os.stat(mnt / "many" / "grp3")
+                before = stats(mnt)["requests"]["open"]
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    t = timed(lambda: xr.open_zarr(mnt / "many", group="grp3",
+                                                   consolidated=consolidated))
+                opens[consolidated].append(stats(mnt)["requests"]["open"] - before - 1)
+                fig[consolidated].append(t * 1e3)
+    return [
+        row("tet_xr_open_files", max(opens[True]), "opens", "every .zarray/.zattrs",
+            median(opens[False]), 1.0, "<=", ratio=max(opens[True])),
+        row("tet_xr_open_time", median(fig[True]), "ms", "consolidated=False",
+            median(fig[False]), 0.5, "<="),
+    ]
+
+
 GROUPS = {
     "small": small_members,
     "large": large_payload,
@@ -510,4 +544,5 @@ GROUPS = {
     "containers": containers_listing,
     "cpu": polling_cost,
     "transport": transport_ab,
+    "tetopen": tet_xarray_open,
 }

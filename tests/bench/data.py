@@ -130,6 +130,29 @@ def big_member(root, tools, size):
     return src, "payload.bin", 512
 
 
+def many_datasets_tet(root, n, groups):
+    """A .tet file `many.tet` of `n` small float32 datasets named
+    `grp<i % groups>/var<i>` (nested zarr groups in the view), each with
+    dimension names and coordinate labels as converters write them.
+    Returns the src dir."""
+    params = dict(kind="many", n=n, groups=groups, v=1)
+    d = Path(root) / f"many-{n}x{groups}"
+    src = d / "src"
+    if not _fresh(d, params):
+        src.mkdir()
+        dss, meta = [], {}
+        for i in range(n):
+            name = f"grp{i % groups}/var{i}"
+            dss.append(tet_writer.Dataset(name.encode(), tet_writer.ramp((4, 6), "<f4", i),
+                                          (2, 3)))
+            meta[name] = {"attrs": {"units": "K"}, "dim_names": ["y", "x"],
+                          "coords": {"x": {"labels": [f"x{k}" for k in range(6)]}}}
+        tet_writer.write_tet(str(src / "many.tet"), dss,
+                             footer={"history": [], "metadata": {"datasets": meta}})
+        _stamp(d, params)
+    return src
+
+
 def zstd_tet(root, chunks, chunk_bytes=8 * MiB):
     """A .tet file `z.tet` with one float32 dataset `x` of `chunks` zstd
     chunks of `chunk_bytes` each (one row of chunks). The values are smooth

@@ -125,28 +125,34 @@ def test_pytorch_map_dataset_over_samples_jsonl(tmp_path, mount):
     print(tput[0])
 
 
-def test_zarr_and_numpy_read_tet_datasets(tmp_path, mount):
+def test_xarray_zarr_and_numpy_read_tet_datasets(tmp_path, mount):
     tw = writer("tet_writer")
     src = tmp_path / "src"
     src.mkdir()
     w = (np.arange(5 * 7, dtype="<f4").reshape(5, 7) * 0.25 - 3).astype("<f4")
     counts = (np.arange(10, dtype="<i4") ** 2 - 40).astype("<i4")
+    units = [f"unit{i}" for i in range(5)]
     tw.write_tet(str(src / "weights.tet"), [
         tw.Dataset(b"layer/w", w, (2, 3), "zstd"),
         tw.Dataset(b"counts", counts, (4,), "raw"),
-    ])
+    ], footer={"history": [], "metadata": {"datasets": {"layer/w": {
+        "attrs": {"units": "1"}, "dim_names": ["out", "in"],
+        "coords": {"out": {"labels": units}}}}}})
     mnt = mount(src)
     out = run_example(EXAMPLES / "zarr_tet" / "read_tet.py", mnt / "weights")
     got = {d["dataset"]: d for d in map(json.loads, out.splitlines())}
-    # a "/" inside a dataset name is escaped (docs/design.md §3.3)
-    assert set(got) == {"layer%2Fw", "counts"}
-    for name, arr in (("layer%2Fw", w), ("counts", counts)):
+    # "layer/w" is the array w of the group layer (docs/formats/tet.md)
+    assert set(got) == {"layer/w", "counts"}
+    for name, arr in (("layer/w", w), ("counts", counts)):
         d = got[name]
         assert d["shape"] == list(arr.shape)
         assert d["dtype"] == arr.dtype.str
         assert d["sha256"] == sha256(arr.tobytes())
         assert d["npy_equal"] is True
-        assert d["attrs"]["_ARRAY_DIMENSIONS"] == [f"dim_{i}" for i in range(arr.ndim)]
+    assert got["layer/w"]["dims"] == ["out", "in"]
+    assert got["layer/w"]["coords"] == {"out": units}
+    assert got["layer/w"]["attrs"] == {"units": "1"}
+    assert got["counts"]["dims"] == ["phony_dim_0"] and got["counts"]["coords"] == {}
 
 
 def test_numpy_reads_tatami_columns(tmp_path, mount):

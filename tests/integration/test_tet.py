@@ -11,14 +11,18 @@ import os
 import shutil
 import struct
 import sys
+import time
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 import xxhash
+import xarray as xr
 import zarr
 import zstandard
 
-from conftest import FIXTURES, WRITERS, read_through
+from conftest import FIXTURES, WRITERS, mount_stats, read_through
 
 sys.path.insert(0, str(WRITERS))
 import tet_writer as tw  # noqa: E402
@@ -48,29 +52,129 @@ def escape(raw, limit=250):
     return out
 
 
-def group_entries(names):
-    """Directory entry of each dataset in a zarr group view."""
-    taken = {b".zgroup", b".zattrs", b".shardfs"}
-    reserved = {b".zarray", b".zmetadata"}
-    out = []
-    for raw in names:
-        base = escape(raw)
+RESERVED = {b"", b".", b"..", b".zgroup", b".zattrs", b".zarray", b".zmetadata", b".shardfs"}
 
-        def free(n):
-            return (n not in (b"", b".", b"..") and n not in taken and n not in reserved
-                    and n + b".npy" not in taken)
-        name, k = base, 0
-        while not free(name):
-            k += 1
-            name = base + b"#%d" % k
-            if len(name) > 250:
-                # "#<n>" may not take an entry past the cut, or its .npy twin
-                # past 255 bytes: the name takes its cut form first
-                base = escape(raw, limit=0)
-                name, k = base, 0
-        taken.update({name, name + b".npy"})
-        out.append(name)
+
+def plain(c):
+    """An entry name as it is (docs/formats/tet.md, Names)."""
+    return (0 < len(c) <= 250 and c not in RESERVED
+            and not any(b in b"/%\\" or b < 0x20 or b == 0x7F for b in c))
+
+
+def unique(taken, base, raw):
+    """base made unique in a group's taken names with #<n>; a name #<n>
+    takes past 250 bytes takes its cut form first."""
+    def free(n):
+        return n not in RESERVED and n not in taken and n + b".npy" not in taken
+    name, k = base, 0
+    while not free(name):
+        k += 1
+        name = base + b"#%d" % k
+        if len(name) > 250:
+            base = escape(raw, limit=0)
+            name, k = base, 0
+    return name
+
+
+class Layout:
+    """Where a view puts each dataset, computed from the names, shapes and
+    footer metadata alone (docs/formats/tet.md, Names and Coordinates):
+    paths (None: not shown), groups, dims (each dataset's
+    _ARRAY_DIMENSIONS) and coords (path of a coordinate array -> labels)."""
+
+    def __init__(self, names, shapes=None, meta=None, shown=None):
+        shapes = shapes or [()] * len(names)
+        shown = [True] * len(names) if shown is None else shown
+        dsmeta = (meta or {}).get("datasets", {})
+        full = {n for n, ok in zip(names, shown) if ok}
+
+        def comps(n):
+            c = n.split(b"/")
+            if len(c) < 2 or len(c) > 32 or not all(plain(x) for x in c):
+                return None
+            if any(b"/".join(c[:j]) in full for j in range(1, len(c))):
+                return None
+            return c
+        taken = {(): set()}
+        for n, ok in zip(names, shown):
+            c = comps(n) if ok else None
+            for j in range(1, len(c) if c else 0):
+                taken.setdefault(tuple(c[:j]), set())
+                taken[tuple(c[:j - 1])].add(c[j - 1])
+        self.paths, self.dims = [], []
+        phony, cand = {}, {}
+        for n, shape, ok in zip(names, shapes, shown):
+            if not ok:
+                self.paths.append(None)
+                self.dims.append(None)
+                continue
+            c = comps(n)
+            g, leaf = (tuple(c[:-1]), c[-1]) if c else ((), n)
+            entry = unique(taken[g], escape(leaf), leaf)
+            taken[g].update({entry, entry + b".npy"})
+            self.paths.append(b"/".join(g + (entry,)).decode())
+            m = dsmeta.get(n.decode("utf-8", "replace"), {})
+            names_ = m.get("dim_names")
+            if not (isinstance(names_, list) and len(names_) == len(shape)
+                    and len(set(names_)) == len(shape)):
+                names_ = []
+                for d, size in enumerate(shape):
+                    key = (g, size, list(shape[:d]).count(size))
+                    phony.setdefault(key, sum(1 for k in phony if k[0] == g))
+                    names_.append(f"phony_dim_{phony[key]}")
+            else:
+                for d, dim in enumerate(names_):
+                    labels = m.get("coords", {}).get(dim, {}).get("labels")
+                    if labels is not None and len(labels) == shape[d]:
+                        had = cand.setdefault((g, dim), labels)
+                        if had != labels:
+                            cand[(g, dim)] = None
+            self.dims.append(names_)
+        self.coords = {}
+        for (g, dim), labels in cand.items():
+            raw = dim.encode()
+            if labels is not None and plain(raw) and unique(taken[g], raw, raw) == raw:
+                self.coords[b"/".join(g + (raw,)).decode()] = labels
+        self.groups = {b"/".join(g).decode() for g in taken}
+
+    def tree(self):
+        """What tree() finds: per group .zgroup and .zmetadata (.zattrs at
+        the root), each array and its .npy, each coordinate array."""
+        out = {".zattrs"} | {c + "/" for c in self.coords}
+        for g in self.groups:
+            pre = g + "/" if g else ""
+            out |= {pre + ".zgroup", pre + ".zmetadata"}
+        for p in self.paths:
+            if p is not None:
+                out |= {p + "/", p + ".npy"}
+        return out
+
+
+def layout_of(dss, meta=None):
+    return Layout([d.name for d in dss], [d.array.shape for d in dss], meta)
+
+
+def group_entries(names):
+    """Path of each dataset in a zarr group view."""
+    return [p.encode() for p in Layout(names).paths]
+
+
+def tree(view):
+    """Every group, array and file of a view (arrays not entered)."""
+    out = set()
+    for d, dirs, files in os.walk(view):
+        rel = os.path.relpath(d, view)
+        rel = "" if rel == "." else rel + "/"
+        if ".zarray" in files:
+            out.add(rel)
+            dirs[:] = []
+            continue
+        out.update(rel + f for f in files)
     return out
+
+
+def npy_of(view, path):
+    return np.load(view / f"{path}.npy", mmap_mode="r")
 
 
 def view_path(mnt, fname):
@@ -96,7 +200,14 @@ def test_fixtures(mount):
             z = zarr.open(str(view), mode="r")[name]
             assert np.array_equal(z[...], arr)
             zattrs = json.loads((view / name / ".zattrs").read_text())
-            assert zattrs["_ARRAY_DIMENSIONS"] == [f"dim_{i}" for i in range(ds["ndim"])]
+            assert zattrs["_ARRAY_DIMENSIONS"] == Layout(
+                [name.encode()], [tuple(ds["shape"])]).dims[0]
+            # xarray opens it from the consolidated metadata, without a warning
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                xds = xr.open_zarr(view)
+                assert np.array_equal(xds[name].values, arr)
+            assert np.array_equal(zarr.open_consolidated(str(view), mode="r")[name][...], arr)
         for ch in fx["chunks"]:
             name = fx["datasets"][ch["dataset_id"]]["name"]
             coords = ".".join(map(str, ch["coords"]))
@@ -148,15 +259,18 @@ def stored_entries(path):
     return out
 
 
+def corpus_meta(fname):
+    return tw.corpus()[fname[:-len(".tet")]][1].get("footer", {}).get("metadata")
+
+
 def test_corpus_arrays_and_chunks(mount, corpus):
     src, files = corpus
     mnt = mount(src)
     for fname, dss in files.items():
         view = view_path(mnt, fname)
-        entries = group_entries([d.name for d in dss])
-        assert sorted(os.listdir(view)) == sorted(
-            [".zgroup", ".zattrs"] + [e.decode() for e in entries] +
-            [e.decode() + ".npy" for e in entries])
+        lay = layout_of(dss, corpus_meta(fname))
+        entries = [p.encode() for p in lay.paths]
+        assert tree(view) == lay.tree(), fname
         raw = (src / fname).read_bytes()
         index = stored_entries(src / fname)
         for did, (ds, entry) in enumerate(zip(dss, entries)):
@@ -191,17 +305,99 @@ def test_corpus_arrays_and_chunks(mount, corpus):
         assert verify.startswith("status: ok\n"), (fname, verify)
 
 
+def zmetadata_agrees(group):
+    """A group's .zmetadata holds exactly the metadata files under it, each
+    with the same JSON."""
+    meta = json.loads((group / ".zmetadata").read_bytes().decode("ascii"))
+    assert meta["zarr_consolidated_format"] == 1
+    files = {}
+    for d, _, names in os.walk(group):
+        for n in names:
+            if n in (".zgroup", ".zattrs", ".zarray"):
+                p = Path(d) / n
+                files[str(p.relative_to(group))] = json.loads(p.read_bytes().decode("ascii"))
+    assert meta["metadata"] == files, group
+
+
 def test_corpus_zarr_clients(mount, corpus):
+    """Every corpus file through zarr and xarray: each group of the view
+    opens consolidated with warnings as errors, straight and from the
+    root, values equal the .npy files, dims and coordinates as documented."""
     src, files = corpus
     mnt = mount(src)
     for fname, dss in files.items():
-        if fname in ("names.tet", "empty.tet"):
-            continue
-        g = zarr.open(str(view_path(mnt, fname)), mode="r")
-        for ds, entry in zip(dss, group_entries([d.name for d in dss])):
-            z = g[entry.decode()]
+        view = view_path(mnt, fname)
+        lay = layout_of(dss, corpus_meta(fname))
+        root = zarr.open_consolidated(str(view), mode="r")
+        for ds, path, dims in zip(dss, lay.paths, lay.dims):
+            z = zarr.open(str(view), mode="r")[path]
             assert z.dtype == ds.array.dtype and z.shape == ds.array.shape
             assert np.array_equal(z[...], ds.array), fname
+            assert np.array_equal(root[path][...], ds.array), fname
+            assert z.attrs["_ARRAY_DIMENSIONS"] == dims, (fname, path)
+        for g in lay.groups:
+            zmetadata_agrees(view / g)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                for x in (xr.open_zarr(view, group=g or None), xr.open_zarr(view / g)):
+                    for ds, path, dims in zip(dss, lay.paths, lay.dims):
+                        if path.rpartition("/")[0] != g:
+                            continue
+                        v = x[path.rpartition("/")[2]]
+                        assert list(v.dims) == dims
+                        assert np.array_equal(v.values, npy_of(view, path)), (fname, path)
+                        assert np.array_equal(v.values, ds.array)
+                    for cpath, labels in lay.coords.items():
+                        if cpath.rpartition("/")[0] == g:
+                            dim = cpath.rpartition("/")[2]
+                            assert list(x.indexes[dim]) == labels
+                            assert x[dim].dims == (dim,)
+                    # (xarray takes a dataset named like a dimension,
+                    # a/b/p, as a coordinate too)
+                    here = {p.rpartition("/")[2] for p in list(lay.paths) + list(lay.coords)
+                            if p.rpartition("/")[0] == g}
+                    assert set(x.variables) == here
+
+
+def files_paths(dss):
+    return Layout([d.name for d in dss]).paths
+
+
+def test_hierarchy_and_coordinates(mount, corpus):
+    """The nested corpus file, spelled out (docs/formats/tet.md, Names)."""
+    src, files = corpus
+    mnt = mount(src)
+    view = mnt / "nested"
+    assert sorted(p for p in tree(view) if not p.startswith(".")) == sorted([
+        "a/.zgroup", "a/.zmetadata", "a/b/.zgroup", "a/b/.zmetadata",
+        "a/b/c/", "a/b/c.npy", "a/b/d/", "a/b/d.npy", "a/b/p/", "a/b/p.npy",
+        "a/b/q/",                              # coordinate q of a/b/c
+        "a/e/", "a/e.npy", "a/e#1/", "a/e#1.npy",  # a duplicate name
+        "a/b.npy/", "a/b.npy.npy",             # a prefix of a/b.npy/z, which stays escaped
+        "x/", "x.npy", "x%2Fy/", "x%2Fy.npy",  # x is an array, so x/y cannot nest
+        "a%2F%2Fb/", "a%2F%2Fb.npy", "a%2F.%2Fb/", "a%2F.%2Fb.npy",
+        "g%2F.zarray/", "g%2F.zarray.npy", "h%2Fi%25j/", "h%2Fi%25j.npy",
+        "a%2Fb.npy%2Fz/", "a%2Fb.npy%2Fz.npy"])
+    g = zarr.open_group(str(view), mode="r")
+    assert np.array_equal(g["a/b/c"][...], files["nested.tet"][0].array)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x = xr.open_zarr(view, group="a/b")
+    assert list(x["q"].values) == ["q0", "\u00e9t\u00e9"] and x["c"].dims == ("p", "q")
+    assert x["c"].attrs == {"units": "m"}
+    q = json.loads((view / "a" / "b" / "q" / ".zarray").read_text())
+    assert q["dtype"] == "<U3" and q["shape"] == [2] and q["fill_value"] is None
+    assert (view / "a" / "b" / "q" / "0").read_bytes() == "q0\0\u00e9t\u00e9".encode("utf-32-le")
+    # p is both a coordinate of a/b's datasets and the dataset a/b/p: the
+    # dataset keeps the name; s has one label for two positions
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "coordinate p not shown" in errors and "coordinate s not shown" in errors
+    assert "coordinate u not shown: datasets give it different labels" in errors
+    # tiles follow the hierarchy
+    assert sorted(os.listdir(view / ".shardfs" / "tiles" / "a" / "b")) == ["c", "d", "p"]
+    info = json.loads((view / ".shardfs" / "info.json").read_text())
+    entries = [d["entry"] for d in info["summary"]["datasets"]]
+    assert entries == files_paths(files["nested.tet"])
 
 
 def zero_copy_span(path, ds_id, ds):
@@ -346,8 +542,8 @@ def test_bad_input(mount, tmp_path):
         assert (mnt / late / ".shardfs" / "verify").read_text().startswith("status: failed\n")
         assert read_through(mnt / f"{late}.tet") == files[late]
     # a dataset that fails validation has no entries; the other one reads
-    assert sorted(os.listdir(mnt / "dup_coords")) == [".zattrs", ".zgroup", "b", "b.npy"]
-    assert sorted(os.listdir(mnt / "zero_chunk_extent")) == [".zattrs", ".zgroup", "a", "a.npy"]
+    assert sorted(os.listdir(mnt / "dup_coords")) == [".zattrs", ".zgroup", ".zmetadata", "b", "b.npy"]
+    assert sorted(os.listdir(mnt / "zero_chunk_extent")) == [".zattrs", ".zgroup", ".zmetadata", "a", "a.npy"]
     errors = (mnt / ".shardfs" / "errors").read_text()
     for refused in ("bad_magic", "index_past_end", "chunk_outside", "bad_codec", "torn"):
         assert f"{refused}.tet" in errors
@@ -444,3 +640,76 @@ def test_big_dataset_memory(mount, tmp_path):
         peak = max(peak, rss_anon_kib(pid))
     # decoded tiles are 4 MiB each; the daemon stays near its 64 MiB budget
     assert peak < 160 * 1024, peak
+
+
+def test_xarray_open_reads_one_metadata_file_per_group(mount, tmp_path):
+    """xr.open_zarr of a group of a 1,000-dataset view opens one file (the
+    .zmetadata it reads), counted by the daemon; without consolidated
+    metadata zarr opens every .zarray and .zattrs."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n, groups = 1000, 10
+    tw.write_tet(str(src / "many.tet"),
+                 [tw.Dataset(f"grp{i % groups}/var{i}".encode(), tw.ramp((3, 2), "<f4", i), (2, 2))
+                  for i in range(n)])
+    mnt = mount(src)
+    view = mnt / "many"
+
+    def opens(fn):
+        before = mount_stats(mnt)["requests"]["open"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            x = fn()
+        # the second stats.json read is one open of its own
+        return mount_stats(mnt)["requests"]["open"] - before - 1, x
+    got, x = opens(lambda: xr.open_zarr(view))
+    assert got == 1 and len(x.data_vars) == 0     # the root holds only groups
+    got, x = opens(lambda: xr.open_zarr(view, group="grp3"))
+    assert got == 1 and len(x.data_vars) == n // groups
+    assert np.array_equal(x["var13"].values, tw.ramp((3, 2), "<f4", 13))
+    got, x = opens(lambda: xr.open_zarr(view / "grp4"))
+    assert got == 1 and len(x.data_vars) == n // groups
+    # the same group read array by array: what consolidation saves
+    got, x = opens(lambda: xr.open_zarr(view / "grp5", consolidated=False))
+    assert got >= 2 * n // groups
+
+
+def test_zmetadata_bounded_by_cache(mount, tmp_path):
+    """Duplicate names share their footer metadata, so a .zmetadata can grow
+    as the product of the two: past --cache-size it fails with EIO before it
+    is made, and the files it would gather still read."""
+    src = tmp_path / "src"
+    src.mkdir()
+    attrs = {f"k{i}": "v" * 1000 for i in range(60)}
+    tw.write_tet(str(src / "dups.tet"),
+                 [tw.Dataset(b"g/d", tw.ramp((2,), "|u1", i), (2,)) for i in range(300)],
+                 footer={"history": [], "metadata": {"datasets": {"g/d": {"attrs": attrs}}}})
+    mnt = mount(src, "--cache-size", "16M")
+    view = mnt / "dups"
+    for p in (view / ".zmetadata", view / "g" / ".zmetadata"):
+        with pytest.raises(OSError) as err:
+            p.read_bytes()
+        assert err.value.errno == errno.EIO
+    assert json.loads((view / "g" / "d#299" / ".zattrs").read_text())["k59"] == "v" * 1000
+    assert any("dups.tet" in line and ".zmetadata" in line and "cache limit" in line
+               for line in (mnt / ".shardfs" / "errors").read_text().splitlines())
+
+
+def test_many_duplicate_names_linear(mount, tmp_path):
+    """20,000 datasets of two names: each entry is found with its name's
+    next free number, not by trying #1, #2 ... again (quadratic: some 10^8
+    tries, minutes under ASan; linear: well under a second)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n = 10000
+    tw.write_tet(str(src / "dups.tet"),
+                 [tw.Dataset(b"d" if i < n else b"g/d", tw.ramp((1,), "|u1", i), (1,))
+                  for i in range(2 * n)])
+    mnt = mount(src)
+    t = time.monotonic()
+    top = os.listdir(mnt / "dups")
+    sub = os.listdir(mnt / "dups" / "g")
+    took = time.monotonic() - t
+    assert len(top) == 3 + 1 + 2 * n and len(sub) == 2 + 2 * n
+    assert "d#9999" in top and "d#9999.npy" in sub and "d#10000" not in sub
+    assert took < 60, took

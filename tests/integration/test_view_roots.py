@@ -15,7 +15,7 @@ from conftest import FIXTURES, mount_stats
 
 TET = FIXTURES / "tet" / "sample.tet"
 COUNT = 300
-SHOWN = [".zattrs", ".zgroup", "temperature", "temperature.npy"]  # the sample's view
+SHOWN = [".zattrs", ".zgroup", ".zmetadata", "temperature", "temperature.npy"]  # the sample's view
 
 
 def opened(mnt):

@@ -213,6 +213,19 @@ def corpus():
              b"L" * 300, b"L" * 300, "\u00e9".encode() * 130, b"N" * 250, b"N" * 250,
              b"P" * 249] + [b"P" * 248] * 12
     cases["names"] = ([Dataset(n, ramp((2, 2), "|u1", i), (2, 1)) for i, n in enumerate(names)], {})
+    # names that are paths nest as zarr groups; the others stay escaped at
+    # the root (docs/formats/tet.md, Names); coordinate labels per group
+    nested = [b"a/b/c", b"a/b/d", b"a/e", b"x", b"x/y", b"a//b", b"a/./b", b"g/.zarray",
+              b"a/e", b"a/b.npy/z", b"a/b.npy", b"h/i%j", b"a/b/p"]
+    nmeta = {"datasets": {
+        "a/b/c": {"dim_names": ["p", "q"], "attrs": {"units": "m"},
+                  "coords": {"p": {"labels": ["p0", "p1"]}, "q": {"labels": ["q0", "\u00e9t\u00e9"]}}},
+        "a/b/d": {"dim_names": ["p", "r"], "coords": {"p": {"labels": ["p0", "p1"]}}},
+        "a/e": {"dim_names": ["s", "t"], "coords": {"s": {"labels": ["only one"]}}},
+        "x": {"dim_names": ["u", "v"], "coords": {"u": {"labels": ["1", "2"]}}},
+        "x/y": {"dim_names": ["u", "w"], "coords": {"u": {"labels": ["3", "4"]}}}}}
+    cases["nested"] = ([Dataset(n, ramp((2, 2), "<i2", i), (1, 2)) for i, n in enumerate(nested)],
+                       dict(footer={"history": [], "metadata": nmeta}))
     cases["empty"] = ([], {})
     return cases
 
@@ -234,8 +247,10 @@ def write_sample(outdir):
     t = np.linspace(250, 300, 6 * 8, dtype="<f4").reshape(6, 8)
     mask = (np.arange(10) % 3 == 0).astype("|u1")
     meta = {"file": {"tool": "tet_writer.py"},
-            "datasets": {"weather/temperature": {"attrs": {"units": "K"},
-                                                 "dim_names": ["lat", "lon"]}}}
+            "datasets": {"weather/temperature": {
+                "attrs": {"units": "K"}, "dim_names": ["lat", "lon"],
+                "coords": {"lat": {"labels": [f"{10 * i}N" for i in range(6)]},
+                           "lon": {"labels": [f"{15 * i}E" for i in range(8)]}}}}}
     path = os.path.join(outdir, "weather.tet")
     write_tet(path, [Dataset(b"weather/temperature", t, (4, 3), "zstd"),
                      Dataset(b"mask", mask, (4,))],
