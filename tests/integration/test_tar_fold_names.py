@@ -318,3 +318,24 @@ def test_path_of_32700_levels(mount, tmp_path):
     assert sorted(os.listdir(view)) == ["a", "top.txt"]
     # a few levels down through the kernel, then the bottom from the tool
     assert os.listdir(view / "/".join(["a"] * 50)) == ["a"]
+    # and the whole way down through the daemon, a directory at a time: no
+    # inode keeps its whole path (32,700 of them would hold 1 GiB)
+    pid = mount.last.proc.pid
+    before = rss_kib(pid)
+    fd = os.open(view, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for _ in range(32700):
+            nfd = os.open("a", os.O_PATH | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        with open(os.open("f.txt", os.O_RDONLY, dir_fd=fd), "rb") as f:
+            assert f.read() == b"at the bottom"
+    finally:
+        os.close(fd)
+    grown = rss_kib(pid) - before
+    assert grown < 256 * 1024, f"the daemon grew {grown} KiB walking 32,700 levels"
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
