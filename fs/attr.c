@@ -1,6 +1,6 @@
 /* Attributes: what a node shows to stat (GETATTR), a symlink's target
  * (READLINK) and the filesystem's figures (STATFS). The .shardfs/ files
- * take a new snapshot of their content at each stat. */
+ * show the size of the snapshot their caller reads (fs/meta.h). */
 #include "attr.h"
 
 #include <limits.h>
@@ -11,30 +11,11 @@
 #include "access.h"
 #include "listing.h"
 #include "loop.h"
+#include "meta.h"
 #include "request.h"
 #include "src.h"
 
-static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
-{
-	return m == META_STATS ? stats_json(&dm->stats, dcache_bytes(dm->cache),
-					    dcache_budget(dm->cache))
-			       : errlog_text(&dm->stats);
-}
-
-/* Takes a new snapshot of a .shardfs/ file for the reads that follow this
- * lookup or stat; returns its length (0 when out of memory). */
-static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
-{
-	struct sf_buf *b = meta_content(dm, n->meta);
-	pthread_mutex_lock(&n->map_lock);
-	sf_buf_unref(n->snap);
-	n->snap = b;
-	clock_gettime(CLOCK_REALTIME, &n->snap_at);
-	pthread_mutex_unlock(&n->map_lock);
-	return b ? b->len : 0;
-}
-
-void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+void fill_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
@@ -60,12 +41,11 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 		st->st_rdev = n->st.st_rdev;
 		break;
 	case FK_META_FILE:
-		/* live content: a new snapshot at every stat (attr timeout 0);
-		 * its new mtime makes the kernel drop the pages of the old one */
+		/* live content: the caller's snapshot (attr timeout 0) */
 		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
-		st->st_size = (off_t)meta_snapshot(dm, n);
-		st->st_mtim = st->st_ctim = n->snap_at;
+		meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
+		st->st_ctim = st->st_mtim;
 		break;
 	case FK_VIEW: {
 		/* a root not entered yet is a directory (fs/roots.h) */
@@ -118,7 +98,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct fnode *n = fn_of(req, ino);
 	struct stat st;
 	view_file_ready(daemon_of(req), n);
-	fill_attr(daemon_of(req), n, &st);
+	fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
 	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }

@@ -192,7 +192,7 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 	ep->generation = 1;
 	ep->attr_timeout = t;
 	ep->entry_timeout = t;
-	fill_attr(dm, n, &ep->attr);
+	fill_attr(dm, n, 0, false, &ep->attr); /* never a live .shardfs/ file */
 	return n;
 }
 

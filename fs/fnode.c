@@ -1,6 +1,7 @@
 #include "fnode.h"
 
 #include "listing.h"
+#include "meta.h"
 #include "sf_map.h"
 
 #include <errno.h>
@@ -93,7 +94,7 @@ static void release(struct ftree *t, struct fnode *n)
 		sf_node_set_host(n->vn, NULL);
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
-	sf_buf_unref(n->snap);
+	meta_live_free(n->live);
 	listing_unref(n->listing);
 	pthread_mutex_destroy(&n->map_lock);
 	sf_hash_free(&n->kids);

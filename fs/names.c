@@ -21,7 +21,7 @@ static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 	ep.attr_timeout = timeout;
 	ep.entry_timeout = timeout;
 	view_file_ready(dm, n);
-	fill_attr(dm, n, &ep.attr);
+	fill_attr(dm, n, fuse_req_ctx(req)->pid, true, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
 		fnode_forget(&dm->tree, n, 1);
 }

@@ -11,6 +11,7 @@
 
 #include "attr.h"
 #include "loop.h"
+#include "meta.h"
 #include "request.h"
 #include "sf_fault.h"
 #include "sf_read.h"
@@ -23,12 +24,25 @@
  * read. When the version is already gone, ESTALE makes the kernel look the
  * name up again and retry the open once, which then finds the new version.
  * Content never changes under an inode, so the kernel keeps its page cache
- * across opens; files keep no per-open state (RELEASE and FLUSH have no
- * handler). Answering costs one round trip per open (docs/performance.md). */
+ * across opens; content files keep no per-open state. The live .shardfs/
+ * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md). */
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE) {
+		/* one snapshot per handle, read past the page cache (fs/meta.h) */
+		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
+		if (!h) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->direct_io = 1;
+		if (fuse_reply_open(req, fi) != 0)
+			meta_release(n, h);
+		return;
+	}
 	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
 	if (rc) {
 		reply_src_err(req, -rc);
@@ -140,13 +154,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (n->kind == FK_META_FILE) {
-		pthread_mutex_lock(&n->map_lock);
-		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
-		pthread_mutex_unlock(&n->map_lock);
-		if (!b) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
+		/* held past the reply: its reader may release the handle as
+		 * soon as the kernel has the bytes, before writev returns */
+		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
 		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
 		if (len > size)
 			len = size;
@@ -227,6 +237,15 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	free(copy);
 	sf_readv_release(&rv);
 	dcache_read_done();
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_RELEASE);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE)
+		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,

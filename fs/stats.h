@@ -9,6 +9,7 @@
 
 #include "sf_buf.h"
 #include "sf_hash.h"
+#include "stall.h"
 
 enum req_kind {
 	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
@@ -42,6 +43,8 @@ struct stats {
 	const char *transport;
 	atomic_uint_fast64_t *queues;
 	unsigned nqueues;
+
+	struct waits waits;  /* the requests at the source now */
 };
 
 void stats_init(struct stats *s);
@@ -60,7 +63,8 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
 /* Records a problem once: the same (path, message) pair is logged only the
  * first time. `path` is relative to the mount root. */
 void errlog_add(struct stats *s, const char *path, const char *msg);
-/* The log's text (one line per problem) and stats.json, as new buffers. */
+/* The log's text (one line per problem, then one per request stuck at the
+ * source now) and stats.json, as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);
 struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget);
 
