@@ -85,7 +85,10 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
 	if (!sf_file_size(n->vn).known)
 		loop_hand_off();
+	/* a build reads the container (nested in the request's own section) */
+	src_begin_must(dm, "build", n->vpath);
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
+	src_end(dm, "build", n->vpath, NULL);
 	if (rc)
 		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
 	listing_report_warnings(dm, n->view);
@@ -116,7 +119,10 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
+	if (!src_begin(req, "readlink", n->rel, NULL))
+		return;
 	int rc = src_readlink(daemon_of(req), n, buf);
+	src_end(daemon_of(req), "readlink", n->rel, NULL);
 	if (rc)
 		reply_src_err(req, -rc);
 	else
@@ -127,8 +133,12 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_STATFS);
 	struct statvfs sv;
-	if (fstatvfs(daemon_of(req)->src_fd, &sv) < 0) {
-		reply_src_err(req, errno);
+	if (!src_begin(req, "statfs", ".", NULL))
+		return;
+	int rc = fstatvfs(daemon_of(req)->src_fd, &sv) < 0 ? errno : 0;
+	src_end(daemon_of(req), "statfs", ".", NULL);
+	if (rc) {
+		reply_src_err(req, rc);
 		return;
 	}
 	sv.f_flag |= ST_RDONLY;

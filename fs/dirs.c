@@ -129,6 +129,11 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
+	bool src = n->kind == FK_SRC_DIR || fnode_view_is(n, SF_DIR);
+	if (rc == 0 && src && !src_begin(req, "opendir", node_path(n), NULL)) {
+		snap_free(s);
+		return;
+	}
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
 			rc = snap_src(daemon_of(req), n, s);
@@ -138,6 +143,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			rc = snap_meta(n, s, &cap);
 		else
 			rc = -ENOTDIR;
+		if (src)
+			src_end(daemon_of(req), "opendir", node_path(n), NULL);
 	}
 	if (rc) {
 		if (s)
@@ -196,12 +203,27 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 	return n;
 }
 
+static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
+		     bool plus);
+
 /* One READDIR or READDIRPLUS reply from the handle's snapshot. */
 static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		      struct fuse_file_info *fi, bool plus)
 {
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
+	/* a plain listing is read from memory; readdirplus looks names up */
+	bool src = plus && dir->kind != FK_META_DIR;
+	if (src && !src_begin(req, "readdir", node_path(dir), NULL))
+		return;
+	list_dir(req, s, dir, size, off, plus);
+	if (src)
+		src_end(daemon_of(req), "readdir", node_path(dir), NULL);
+}
+
+static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
+		     bool plus)
+{
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
 	 * takes at least FUSE_NAME_OFFSET_DIRENTPLUS (152) bytes */
@@ -271,6 +293,10 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_RELEASEDIR);
+	/* the last hold of a listing or view closes their files */
+	struct daemon *dm = daemon_of(req);
+	src_begin_must(dm, "releasedir", node_path(fn_of(req, ino)));
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	src_end(dm, "releasedir", node_path(fn_of(req, ino)), NULL);
 	fuse_reply_err(req, 0);
 }

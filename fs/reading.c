@@ -43,7 +43,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			meta_release(n, h);
 		return;
 	}
-	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
+	int rc = 0;
+	if (n->kind == FK_SRC_FILE) {
+		if (!src_begin(req, "open", n->rel, NULL))
+			return;
+		rc = src_map_file(daemon_of(req), n);
+		src_end(daemon_of(req), "open", n->rel, NULL);
+	}
 	if (rc) {
 		reply_src_err(req, -rc);
 		return;
@@ -137,12 +143,10 @@ static void reply_readv(fuse_req_t req, struct sf_readv *rv, const char *path)
 		errlog_add(&dm->stats, path, "the answer could not be written to /dev/fuse");
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+/* Reads a SRC file or a view file (in a section at the source). */
+static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off)
 {
-	count(req, REQ_READ);
 	struct daemon *dm = daemon_of(req);
-	struct fnode *n = fn_of(req, ino);
 	struct sf_readv rv = { 0 };
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
@@ -151,17 +155,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			reply_readv(req, &rv, n->rel);
 		sf_readv_release(&rv);
-		return;
-	}
-	if (n->kind == FK_META_FILE) {
-		/* held past the reply: its reader may release the handle as
-		 * soon as the kernel has the bytes, before writev returns */
-		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
-		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
-		if (len > size)
-			len = size;
-		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
-		sf_buf_unref(b);
 		return;
 	}
 	if (!fnode_view_is(n, SF_FILE)) {
@@ -183,6 +176,28 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sf_readv_release(&rv);
 	dcache_read_done();
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	count(req, REQ_READ);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE) {
+		/* held past the reply: its reader may release the handle as
+		 * soon as the kernel has the bytes, before writev returns */
+		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
+		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
+		if (len > size)
+			len = size;
+		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+		sf_buf_unref(b);
+		return;
+	}
+	if (!src_begin(req, "read", node_path(n), NULL))
+		return;
+	read_content(req, n, size, off);
+	src_end(daemon_of(req), "read", node_path(n), NULL);
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
@@ -216,6 +231,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	 * that no entry is left to take (fs/uring.h) */
 	if (!dm->push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
 		return;
+	src_begin_must(dm, "read", node_path(n));
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
@@ -237,6 +253,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	free(copy);
 	sf_readv_release(&rv);
 	dcache_read_done();
+	src_end(dm, "read", node_path(n), NULL);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -11,7 +11,6 @@ struct waiter {
 	struct waiter *prev, *next;
 	pthread_mutex_t lock;       /* what it waits for (op, path, since) */
 	unsigned depth;             /* nested sections */
-	bool refused;               /* the outermost section was refused */
 	uint64_t start_ns;          /* monotonic; 0 while not at the source */
 	struct timespec since;
 	const char *op;
@@ -94,7 +93,7 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 	if (r->depth++)
 		return 0;
 	if (w->enter && w->enter(may_refuse)) {
-		r->refused = true;
+		r->depth--;
 		return -EIO;
 	}
 	pthread_mutex_lock(&r->lock);
@@ -114,10 +113,6 @@ unsigned long long src_leave(struct waits *w)
 	struct waiter *r = me && me->w == w ? me : NULL;
 	if (!r || !r->depth || --r->depth)
 		return 0;
-	if (r->refused) {
-		r->refused = false;
-		return 0;
-	}
 	pthread_mutex_lock(&r->lock);
 	uint64_t took = mono_ns() - r->start_ns;
 	r->start_ns = 0;
