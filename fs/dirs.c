@@ -214,11 +214,12 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct fnode *dir = fn_of(req, ino);
 	/* a plain listing is read from memory; readdirplus looks names up */
 	bool src = plus && dir->kind != FK_META_DIR;
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	if (src && !src_begin(req, "readdir", node_path(dir), NULL))
 		return;
 	list_dir(req, s, dir, size, off, plus);
 	if (src)
-		src_end(daemon_of(req), "readdir", node_path(dir), NULL);
+		src_end(dm, "readdir", node_path(dir), NULL);
 }
 
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,

@@ -156,10 +156,11 @@ static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	if (!src_begin(req, "lookup", dir->vpath, name))
 		return;
 	look_in_view(req, dir, name);
-	src_end(daemon_of(req), "lookup", dir->vpath, name);
+	src_end(dm, "lookup", dir->vpath, name);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)

@@ -194,10 +194,11 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		sf_buf_unref(b);
 		return;
 	}
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	if (!src_begin(req, "read", node_path(n), NULL))
 		return;
 	read_content(req, n, size, off);
-	src_end(daemon_of(req), "read", node_path(n), NULL);
+	src_end(dm, "read", node_path(n), NULL);
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
