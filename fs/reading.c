@@ -14,6 +14,8 @@
 #include "meta.h"
 #include "request.h"
 #include "sf_fault.h"
+#include "sf_map.h"
+#include "sf_open.h"
 #include "sf_read.h"
 #include "src.h"
 #include "uring.h"
@@ -257,12 +259,52 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	src_end(dm, "read", node_path(n), NULL);
 }
 
+/* Whether view `v`'s container is no longer the file its path names in
+ * SRC (deleted, replaced, or renamed by a client keeping it for its last
+ * holders: NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX). */
+static bool container_gone(struct daemon *dm, const struct sf_view *v)
+{
+	const struct sf_map *m = sf_view_source(v);
+	struct stat st;
+	if (!m || !m->path)
+		return false;
+	int rc = sf_lstat_beneath(dm->src_fd, m->path, &st);
+	return rc == -ENOENT || (rc == 0 && (st.st_dev != m->st.st_dev || st.st_ino != m->st.st_ino));
+}
+
+/* The last reader of a view file whose container is gone lets the view go:
+ * the listing's entry drops it, and the kernel is told to forget the
+ * entries leading to the file, so that nothing keeps the container open
+ * (a client then removes the file it renamed). */
+static void let_gone_view_go(struct daemon *dm, struct fnode *n)
+{
+	if (!container_gone(dm, n->view))
+		return;
+	uint64_t dirs[64];
+	char *names[64];
+	size_t k = 0;
+	pthread_mutex_lock(&dm->tree.lock);
+	for (struct fnode *x = n; x && x->kind == FK_VIEW && x->parent && k < 64; x = x->parent) {
+		if (!(names[k] = strdup(x->name)))
+			break;
+		dirs[k++] = fnode_ino(x->parent);
+	}
+	pthread_mutex_unlock(&dm->tree.lock);
+	openviews_gone(&dm->views, n->view, dirs, names, k);
+}
+
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_RELEASE);
+	struct daemon *dm = daemon_of(req);
 	struct fnode *n = fn_of(req, ino);
-	if (n->kind == FK_META_FILE)
+	if (n->kind == FK_META_FILE) {
 		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
+	} else if (n->kind == FK_VIEW && n->view) {
+		src_begin_must(dm, "release", n->vpath);
+		let_gone_view_go(dm, n);
+		src_end(dm, "release", n->vpath, NULL);
+	}
 	fuse_reply_err(req, 0);
 }
 

@@ -194,3 +194,36 @@ def test_stall_stays_with_its_files(source, mount):
         time.sleep(0.1)
     assert stats(mnt)["stuck"] == []
     assert "a read request waited" in (mnt / ".shardfs" / "errors").read_text()
+
+
+def test_silly_renamed_container(source, mount):
+    src = source()
+    a = np.arange(64 * 64, dtype="<u4").reshape(64, 64)
+    tw.write_tet(str(src.backing / "w.tet"), [tw.Dataset(b"x", a, (32, 32))])
+    container = (src.backing / "w.tet").read_bytes()
+    mnt = mount(src.mnt)
+    want = np.ascontiguousarray(a[:32, 32:]).tobytes()
+    f = open(mnt / "w" / "x" / "0.1", "rb")
+    try:
+        assert f.read() == want
+        # deleted through the client while shardfs holds it: the client
+        # renames it .fuse_hidden<N> and removes it at its last release
+        os.unlink(src.mnt / "w.tet")
+        hidden = [p for p in os.listdir(src.backing) if p.startswith(".fuse_hidden")]
+        assert len(hidden) == 1, os.listdir(src.backing)
+        assert (src.backing / hidden[0]).read_bytes() == container
+        # shown as the plain file it is, with no view
+        names = os.listdir(mnt)
+        assert hidden[0] in names and "w" not in names, names
+        assert not any(n.startswith(".fuse_hidden") and n != hidden[0] for n in names)
+        assert os.stat(mnt / hidden[0]).st_size == len(container)
+        # its open view keeps reading the bytes it opened
+        f.seek(0)
+        assert f.read() == want
+    finally:
+        f.close()
+    # once its last reader is done, shardfs lets the container go
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and hidden[0] in os.listdir(src.backing):
+        time.sleep(0.05)
+    assert hidden[0] not in os.listdir(src.backing)
