@@ -88,7 +88,7 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 	/* a build reads the container (nested in the request's own section) */
 	src_begin_must(dm, "build", n->vpath);
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
-	src_end(dm, "build", n->vpath, NULL);
+	src_end(dm);
 	if (rc)
 		errlog_add(&dm->stats, n->vpath, sf_err_msg(&e, rc));
 	listing_report_warnings(dm, n->view);
@@ -122,7 +122,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	if (!src_begin(req, "readlink", n->rel, NULL))
 		return;
 	int rc = src_readlink(daemon_of(req), n, buf);
-	src_end(daemon_of(req), "readlink", n->rel, NULL);
+	src_end(daemon_of(req));
 	if (rc)
 		reply_src_err(req, -rc);
 	else
@@ -136,7 +136,7 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	if (!src_begin(req, "statfs", ".", NULL))
 		return;
 	int rc = fstatvfs(daemon_of(req)->src_fd, &sv) < 0 ? errno : 0;
-	src_end(daemon_of(req), "statfs", ".", NULL);
+	src_end(daemon_of(req));
 	if (rc) {
 		reply_src_err(req, rc);
 		return;

@@ -144,7 +144,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		else
 			rc = -ENOTDIR;
 		if (src)
-			src_end(daemon_of(req), "opendir", node_path(n), NULL);
+			src_end(daemon_of(req));
 	}
 	if (rc) {
 		if (s)
@@ -219,7 +219,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	list_dir(req, s, dir, size, off, plus);
 	if (src)
-		src_end(dm, "readdir", node_path(dir), NULL);
+		src_end(dm);
 }
 
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
@@ -298,6 +298,6 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *dm = daemon_of(req);
 	src_begin_must(dm, "releasedir", node_path(fn_of(req, ino)));
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
-	src_end(dm, "releasedir", node_path(fn_of(req, ino)), NULL);
+	src_end(dm);
 	fuse_reply_err(req, 0);
 }

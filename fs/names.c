@@ -115,7 +115,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, SRC_TIMEOUT);
 	else
 		reply_entry(req, n, SRC_TIMEOUT);
-	src_end(dm, "lookup", dir->rel, name);
+	src_end(dm);
 }
 
 static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
@@ -160,7 +160,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	if (!src_begin(req, "lookup", dir->vpath, name))
 		return;
 	look_in_view(req, dir, name);
-	src_end(dm, "lookup", dir->vpath, name);
+	src_end(dm);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
@@ -204,7 +204,7 @@ void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	src_begin_must(dm, "forget", ".");
 	if (ino != FUSE_ROOT_ID)
 		fnode_forget(&dm->tree, fn_of(req, ino), nlookup);
-	src_end(dm, "forget", ".", NULL);
+	src_end(dm);
 	fuse_reply_none(req);
 }
 
@@ -217,6 +217,6 @@ void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
 		if (f[i].ino != FUSE_ROOT_ID)
 			fnode_forget(&dm->tree, fn_of(req, f[i].ino), f[i].nlookup);
 	}
-	src_end(dm, "forget", ".", NULL);
+	src_end(dm);
 	fuse_reply_none(req);
 }

@@ -50,7 +50,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (!src_begin(req, "open", n->rel, NULL))
 			return;
 		rc = src_map_file(daemon_of(req), n);
-		src_end(daemon_of(req), "open", n->rel, NULL);
+		src_end(daemon_of(req));
 	}
 	if (rc) {
 		reply_src_err(req, -rc);
@@ -200,7 +200,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (!src_begin(req, "read", node_path(n), NULL))
 		return;
 	read_content(req, n, size, off);
-	src_end(dm, "read", node_path(n), NULL);
+	src_end(dm);
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
@@ -256,7 +256,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	free(copy);
 	sf_readv_release(&rv);
 	dcache_read_done();
-	src_end(dm, "read", node_path(n), NULL);
+	src_end(dm);
 }
 
 /* Whether view `v`'s container is no longer the file its path names in
@@ -303,7 +303,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	} else if (n->kind == FK_VIEW && n->view) {
 		src_begin_must(dm, "release", n->vpath);
 		let_gone_view_go(dm, n);
-		src_end(dm, "release", n->vpath, NULL);
+		src_end(dm);
 	}
 	fuse_reply_err(req, 0);
 }

@@ -66,12 +66,14 @@ static inline void src_begin_must(struct daemon *dm, const char *op, const char 
 	src_enter(&dm->stats.waits, op, path, NULL, false);
 }
 
-/* Closes the section; a request that waited a second or more is logged. */
-static inline void src_end(struct daemon *dm, const char *op, const char *path, const char *name)
+/* Closes the section; a request that waited a second or more is logged.
+ * Its node may be gone once the request is answered: what is logged is
+ * the section's own copy. */
+static inline void src_end(struct daemon *dm)
 {
-	unsigned long long ns = src_leave(&dm->stats.waits);
-	if (ns >= STUCK_NS)
-		errlog_waited(&dm->stats, op, path, name, ns);
+	struct stuck w;
+	if (src_leave(&dm->stats.waits, &w))
+		errlog_waited(&dm->stats, &w);
 }
 
 /* Whether the node is one the kernel may cache for long (a view's, or

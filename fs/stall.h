@@ -50,9 +50,9 @@ void waits_fini(struct waits *w);
  * and always enter. */
 int src_enter(struct waits *w, const char *op, const char *path, const char *name,
 	      bool may_refuse);
-/* Closes it; returns how long the outermost section took (ns), 0 for a
- * nested one. */
-unsigned long long src_leave(struct waits *w);
+/* Closes it; true when it was the outermost one and took STUCK_NS or
+ * more, which *out then describes. */
+bool src_leave(struct waits *w, struct stuck *out);
 
 /* Up to `max` requests that have waited at least STUCK_NS, oldest first;
  * returns how many, and in *total how many are at the source now. */

@@ -96,16 +96,11 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 	pthread_mutex_unlock(&s->log_lock);
 }
 
-void errlog_waited(struct stats *s, const char *op, const char *path, const char *name,
-		   unsigned long long ns)
+void errlog_waited(struct stats *s, const struct stuck *w)
 {
-	char full[1024], msg[96];
-	if (name && strcmp(path, ".") != 0)
-		snprintf(full, sizeof full, "%s/%s", path, name);
-	else
-		snprintf(full, sizeof full, "%s", name ? name : path);
-	snprintf(msg, sizeof msg, "a %s request waited %.1f s for the source", op, (double)ns / 1e9);
-	errlog_add(s, full, msg);
+	char msg[96];
+	snprintf(msg, sizeof msg, "a %s request waited %.1f s for the source", w->op, w->seconds);
+	errlog_add(s, w->path, msg);
 }
 
 /* Requests listed as stuck, at most. */

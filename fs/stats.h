@@ -63,10 +63,8 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
 /* Records a problem once: the same (path, message) pair is logged only the
  * first time. `path` is relative to the mount root. */
 void errlog_add(struct stats *s, const char *path, const char *msg);
-/* Logs that request `op` on `path` (its entry `name`, when not NULL)
- * waited `ns` for the source. */
-void errlog_waited(struct stats *s, const char *op, const char *path, const char *name,
-		   unsigned long long ns);
+/* Logs that a request waited long for the source. */
+void errlog_waited(struct stats *s, const struct stuck *w);
 /* The log's text (one line per problem, then one per request stuck at the
  * source now) and stats.json, as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);

@@ -149,7 +149,7 @@ def test_stall_stays_with_its_files(source, mount):
         while time.monotonic() < deadline:
             s, dt = timed(lambda: stats(mnt))
             took.append(dt)
-            stuck = [w for w in s["stuck"] if w["path"] == "big.bin"]
+            stuck = [w for w in s["stuck"] if w["path"] in cold]
             if stuck and stuck[0]["seconds"] >= 1.5:
                 break
             time.sleep(0.05)
@@ -158,14 +158,15 @@ def test_stall_stays_with_its_files(source, mount):
         assert s["at_source"] >= 2
         text, dt = timed(lambda: (mnt / ".shardfs" / "errors").read_text())
         took.append(dt)
-        assert any(line.split(" ", 1)[1].startswith("big.bin: stuck: a read request has waited")
+        path = stuck[0]["path"]
+        assert any(line.split(" ", 1)[1].startswith(f"{path}: stuck: a read request has waited")
                    for line in text.splitlines()), text
         # the mount's root and .shardfs/, and bytes the kernel holds
         for fn in (lambda: os.stat(mnt), lambda: os.stat(mnt / ".shardfs"),
                    lambda: os.stat(mnt / ".shardfs" / "stats.json"),
                    lambda: os.pread(small, 100, 0), lambda: os.listdir(mnt / ".shardfs")):
             took.append(timed(fn)[1])
-        assert all(t.is_alive() for t in readers[:2])  # still waiting
+        assert sum(t.is_alive() for t in readers) >= 2  # still waiting
         # honest margins on a shared 2-CPU machine under sanitizers: the
         # typical answer is well under 100 ms, none waits on the source
         assert statistics.median(took) < 0.1, took
