@@ -203,25 +203,7 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 	return n;
 }
 
-static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
-		     bool plus);
-
-/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
-static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		      struct fuse_file_info *fi, bool plus)
-{
-	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
-	struct fnode *dir = fn_of(req, ino);
-	/* a plain listing is read from memory; readdirplus looks names up */
-	bool src = plus && dir->kind != FK_META_DIR;
-	struct daemon *dm = daemon_of(req); /* req is gone once answered */
-	if (src && !src_begin(req, "readdir", node_path(dir), NULL))
-		return;
-	list_dir(req, s, dir, size, off, plus);
-	if (src)
-		src_end(dm);
-}
-
+/* The entries of a handle from `off` that fit in `size`, as one reply. */
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
 		     bool plus)
 {
@@ -271,6 +253,22 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 			fnode_forget(&daemon_of(req)->tree, held[i], 1);
 	free(buf);
 	free(held);
+}
+
+/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool plus)
+{
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	struct fnode *dir = fn_of(req, ino);
+	/* a plain listing is read from memory; readdirplus looks names up */
+	bool src = plus && dir->kind != FK_META_DIR;
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	if (src && !src_begin(req, "readdir", node_path(dir), NULL))
+		return;
+	list_dir(req, s, dir, size, off, plus);
+	if (src)
+		src_end(dm);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

@@ -66,14 +66,13 @@ static inline void src_begin_must(struct daemon *dm, const char *op, const char 
 	src_enter(&dm->stats.waits, op, path, NULL, false);
 }
 
-/* Closes the section; a request that waited a second or more is logged.
- * Its node may be gone once the request is answered: what is logged is
- * the section's own copy. */
+/* Closes the section (what the request was for is not needed: its node
+ * may be gone once the request is answered). A request that ran long is
+ * not logged as a problem: long work (a decode, a first listing) is no
+ * fault, and while it lasts .shardfs/ shows it. */
 static inline void src_end(struct daemon *dm)
 {
-	struct stuck w;
-	if (src_leave(&dm->stats.waits, &w))
-		errlog_waited(&dm->stats, &w);
+	src_leave(&dm->stats.waits);
 }
 
 /* Whether the node is one the kernel may cache for long (a view's, or

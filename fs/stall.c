@@ -108,25 +108,16 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 	return 0;
 }
 
-bool src_leave(struct waits *w, struct stuck *out)
+void src_leave(struct waits *w)
 {
 	struct waiter *r = me && me->w == w ? me : NULL;
 	if (!r || !r->depth || --r->depth)
-		return false;
+		return;
 	pthread_mutex_lock(&r->lock);
-	uint64_t took = mono_ns() - r->start_ns;
-	bool long_ = took >= STUCK_NS;
-	if (long_) {
-		memcpy(out->path, r->path, sizeof out->path);
-		out->op = r->op;
-		out->since = r->since;
-		out->seconds = (double)took / 1e9;
-	}
 	r->start_ns = 0;
 	pthread_mutex_unlock(&r->lock);
 	if (w->leave)
 		w->leave();
-	return long_;
 }
 
 static int older(const void *a, const void *b)

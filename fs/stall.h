@@ -50,9 +50,8 @@ void waits_fini(struct waits *w);
  * and always enter. */
 int src_enter(struct waits *w, const char *op, const char *path, const char *name,
 	      bool may_refuse);
-/* Closes it; true when it was the outermost one and took STUCK_NS or
- * more, which *out then describes. */
-bool src_leave(struct waits *w, struct stuck *out);
+/* Closes it. */
+void src_leave(struct waits *w);
 
 /* Up to `max` requests that have waited at least STUCK_NS, oldest first;
  * returns how many, and in *total how many are at the source now. */

@@ -96,13 +96,6 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 	pthread_mutex_unlock(&s->log_lock);
 }
 
-void errlog_waited(struct stats *s, const struct stuck *w)
-{
-	char msg[96];
-	snprintf(msg, sizeof msg, "a %s request waited %.1f s for the source", w->op, w->seconds);
-	errlog_add(s, w->path, msg);
-}
-
 /* Requests listed as stuck, at most. */
 #define STUCK_SHOWN 64
 
@@ -114,7 +107,7 @@ struct sf_buf *errlog_text(struct stats *s)
 	for (size_t i = 0; i < n; i++) {
 		char when[32], msg[96];
 		utc(&stuck[i].since, when);
-		snprintf(msg, sizeof msg, "stuck: a %s request has waited %.1f s for the source",
+		snprintf(msg, sizeof msg, "stuck: a %s request has run for %.1f s (waiting on the source, or long work)",
 			 stuck[i].op, stuck[i].seconds);
 		add_line(&now, when, stuck[i].path, msg);
 	}

@@ -63,8 +63,6 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
 /* Records a problem once: the same (path, message) pair is logged only the
  * first time. `path` is relative to the mount root. */
 void errlog_add(struct stats *s, const char *path, const char *msg);
-/* Logs that a request waited long for the source. */
-void errlog_waited(struct stats *s, const struct stuck *w);
 /* The log's text (one line per problem, then one per request stuck at the
  * source now) and stats.json, as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);

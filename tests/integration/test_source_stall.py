@@ -159,7 +159,7 @@ def test_stall_stays_with_its_files(source, mount):
         text, dt = timed(lambda: (mnt / ".shardfs" / "errors").read_text())
         took.append(dt)
         path = stuck[0]["path"]
-        assert any(line.split(" ", 1)[1].startswith(f"{path}: stuck: a read request has waited")
+        assert any(line.split(" ", 1)[1].startswith(f"{path}: stuck: a read request has run for")
                    for line in text.splitlines()), text
         # the mount's root and .shardfs/, and bytes the kernel holds
         for fn in (lambda: os.stat(mnt), lambda: os.stat(mnt / ".shardfs"),
@@ -194,7 +194,8 @@ def test_stall_stays_with_its_files(source, mount):
     while stats(mnt)["stuck"] and time.monotonic() < deadline:
         time.sleep(0.1)
     assert stats(mnt)["stuck"] == []
-    assert "a read request waited" in (mnt / ".shardfs" / "errors").read_text()
+    # stuck lines last only while requests wait
+    assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
 
 
 def test_silly_renamed_container(source, mount):
