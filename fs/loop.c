@@ -166,8 +166,10 @@ static void *worker(void *arg)
 		uint64_t t = now_ns();
 		if (!l->idle && !l->done && may_spawn(l))
 			spawn(l); /* someone must be there to keep watch */
-		else if (t - l->last_take >= IDLE_NS && l->idle)
-			pthread_cond_signal(&l->turn); /* the watch resumes */
+		else if (l->idle && !l->watching)
+			/* the watch resumes (idle for a while, or its watcher
+			 * just took the lead) */
+			pthread_cond_signal(&l->turn);
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
 		serving = l;
@@ -213,6 +215,8 @@ int loop_src_enter(bool may_refuse)
 	/* someone must be left to keep watch, should this one be held */
 	if (!l->idle && !l->done && may_spawn(l))
 		spawn(l);
+	else if (l->idle && !l->watching)
+		pthread_cond_signal(&l->turn);
 	pthread_mutex_unlock(&l->lock);
 	return 0;
 }
