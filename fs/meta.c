@@ -18,8 +18,8 @@ struct pending {
  * path walk of stat and of open both look the name up, and open also asks
  * GETATTR to check permissions), but takes a new one after a pause. */
 #define PENDING_MAX 64
-#define PENDING_NS 1000000000ull
-#define REUSE_NS 100000000ull
+#define PENDING_NS 5000000000ull
+#define REUSE_NS 1000000000ull
 
 struct meta_live {
 	pthread_mutex_t lock;
@@ -98,14 +98,14 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 		return;
 	uint64_t now = mono_ns();
 	pthread_mutex_lock(&m->lock);
-	/* a lookup: the thread's snapshot of the last second; a GETATTR:
-	 * its open handle's (fstat), else the one it just took */
-	struct pending *p = lookup ? pending_of(m, tid, now, PENDING_NS) : NULL;
-	struct meta_handle *h = lookup ? NULL : m->handles;
+	/* a lookup: the thread's pending snapshot; a GETATTR: the one it
+	 * just used (the stat or open of a path walk), else its latest open
+	 * handle's (fstat). A handle is released asynchronously: one still
+	 * listed may be one the thread has closed already. */
+	struct pending *p = pending_of(m, tid, now, lookup ? PENDING_NS : REUSE_NS);
+	struct meta_handle *h = p || lookup ? NULL : m->handles;
 	while (h && h->tid != tid)
 		h = h->next;
-	if (!lookup && !h)
-		p = pending_of(m, tid, now, REUSE_NS);
 	if (p || h) {
 		*size = (off_t)(p ? p->snap->len : h->snap->len);
 		*at = p ? p->at : h->at;

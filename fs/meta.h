@@ -4,10 +4,11 @@
  *
  * The size a stat shows is that of the snapshot the caller reads. FUSE's
  * GETATTR does not say which handle a stat is for (fstat and stat look
- * alike), but it does say which thread asks: a thread holding a handle is
- * shown its latest handle's size; any other stat (or lookup) takes a new
- * snapshot for the thread (reused by the requests of one path walk), and
- * its next open within a second reads that very one. So stat-then-open and open-then-fstat agree with the bytes
+ * alike), but it does say which thread asks: a stat (or lookup) takes a
+ * snapshot for the thread (reused by the requests of one path walk and of
+ * the open after it), and its next open within 5 s reads that very one; a
+ * GETATTR with no such snapshot in use is shown the size of the thread's
+ * latest open handle (fstat). So stat-then-open and open-then-fstat agree with the bytes
  * read, in every thread, whatever other readers do meanwhile. The
  * attribute timeout is 0, so the kernel asks at every stat; the files are
  * opened with direct_io (no page cache shared between handles of different

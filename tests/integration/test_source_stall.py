@@ -189,7 +189,7 @@ def test_stall_stays_with_its_files(source, mount):
             assert f.read(len(want)) == want
         os.close(handles[p])
     os.close(small)
-    # (a stat's snapshot serves the thread's opens for a second)
+    # (a stat's snapshot serves the thread's next open for up to 5 s)
     deadline = time.monotonic() + 10
     while stats(mnt)["stuck"] and time.monotonic() < deadline:
         time.sleep(0.1)
