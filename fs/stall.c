@@ -84,6 +84,21 @@ static struct waiter *mine(struct waits *w)
 	return me = r;
 }
 
+/* Whether some request has been at the source STUCK_NS or more. */
+static bool any_stuck(struct waits *w)
+{
+	uint64_t now = mono_ns();
+	bool stuck = false;
+	pthread_mutex_lock(&w->lock);
+	for (struct waiter *r = w->head; r && !stuck; r = r->next) {
+		pthread_mutex_lock(&r->lock);
+		stuck = r->start_ns && now - r->start_ns >= STUCK_NS;
+		pthread_mutex_unlock(&r->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return stuck;
+}
+
 int src_enter(struct waits *w, const char *op, const char *path, const char *name,
 	      bool may_refuse)
 {
@@ -92,9 +107,14 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 		return 0; /* out of memory: the request runs unrecorded */
 	if (r->depth++)
 		return 0;
+	/* a full pool refuses only while the source is stuck: a burst of
+	 * quick requests (thousands of releases) just waits its turn */
 	if (w->enter && w->enter(may_refuse)) {
-		r->depth--;
-		return -EIO;
+		if (any_stuck(w)) {
+			r->depth--;
+			return -EIO;
+		}
+		w->enter(false);
 	}
 	pthread_mutex_lock(&r->lock);
 	r->op = op;

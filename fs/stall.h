@@ -45,9 +45,10 @@ void waits_fini(struct waits *w);
  * on `path` (relative to the mount root; `name` is appended when not NULL,
  * for a lookup in a directory). Sections nest: only the outermost one
  * counts. `may_refuse`: when the request loop has no thread left to give
- * the source, returns -EIO instead, with no section open (the request is
- * answered EIO); requests that cannot fail (FORGET, RELEASE) pass false
- * and always enter. */
+ * the source and some request has been stuck there STUCK_NS or more,
+ * returns -EIO instead, with no section open (the request is answered
+ * EIO); requests that cannot fail (FORGET, RELEASE) pass false and always
+ * enter. */
 int src_enter(struct waits *w, const char *op, const char *path, const char *name,
 	      bool may_refuse);
 /* Closes it. */
