@@ -57,7 +57,9 @@ void loop_hand_off(void);
  * A pool of `threads` lets the source hold up to twice as many, starting
  * threads beyond `threads` as needed, and always keeps two for requests
  * that need no source: entering returns -EIO when `may_refuse` and only
- * those are left. Does nothing outside the loop. */
+ * those are left (fs/stall.c then refuses the request if one is stuck at
+ * the source, else enters without refusal). Does nothing outside the
+ * loop. */
 int loop_src_enter(bool may_refuse);
 void loop_src_leave(void);
 
