@@ -151,7 +151,10 @@ def containers(c, build, work, n):
             c.error("containers_find_count", f"find listed {int(out)} paths for {n} containers")
             return
         peak = kib(proc.pid, "VmHWM")
-        c.add("containers_find_peak", (peak - base) / 1024, 40, f"MiB ({n} containers)")
+        # 40 MiB until tet views became zarr hierarchies with consolidated
+        # metadata (issue 28): about 10 KiB more per open view, 44 MiB here;
+        # the full-size case's limit stays 64 MiB (docs/performance.md)
+        c.add("containers_find_peak", (peak - base) / 1024, 48, f"MiB ({n} containers)")
         with open(f"/proc/{proc.pid}/maps") as f:
             c.add("containers_find_mappings", sum(1 for _ in f), 2048, f"({n} containers)")
 
