@@ -152,10 +152,7 @@ class View:
     def read(self, path, size=-1, offset=0):
         """Up to `size` bytes (all if negative) of file `path` from
         `offset`, copied into a new bytes object."""
-        h, p = self._handle(), _rel(path)
-        if size < 0:
-            size = max(h.stat(p)[2] - offset, 0)
-        return h.read(p, size, offset)
+        return self._handle().read(_rel(path), size if size >= 0 else -1, offset)
 
     def readinto(self, path, buffer, offset=0):
         """Copies bytes of file `path` from `offset` into the writable

@@ -216,6 +216,10 @@ static PyObject *Handle_listdir(Handle *self, PyObject *args)
 	return r;
 }
 
+/* A whole file up to this size is read in one call (one lookup) into a
+ * scratch buffer, then copied: cheaper than learning its size first. */
+#define READ_AT_ONCE (64 * 1024)
+
 static PyObject *Handle_read(Handle *self, PyObject *args)
 {
 	PyObject *pathobj;
@@ -223,19 +227,44 @@ static PyObject *Handle_read(Handle *self, PyObject *args)
 	unsigned long long off;
 	if (!PyArg_ParseTuple(args, "O&nK", PyUnicode_FSConverter, &pathobj, &size, &off))
 		return NULL;
-	if (size < 0) {
-		Py_DECREF(pathobj);
-		return PyErr_Format(PyExc_ValueError, "size must not be negative");
-	}
 	struct shardfs *h = enter(self);
 	if (!h) {
 		Py_DECREF(pathobj);
 		return NULL;
 	}
 	const char *path = PyBytes_AS_STRING(pathobj);
-	PyObject *r = PyBytes_FromStringAndSize(NULL, size);
+	PyObject *r = NULL;
+	ssize_t n = 0;
+	if (size < 0) {
+		/* to the end: small files in one call */
+		char *scratch = malloc(READ_AT_ONCE);
+		if (!scratch) {
+			PyErr_NoMemory();
+			goto out;
+		}
+		struct shardfs_entry e = { 0 };
+		int more = 0;
+		Py_BEGIN_ALLOW_THREADS
+		n = shardfs_read(h, path, scratch, READ_AT_ONCE, off);
+		if (n == READ_AT_ONCE) {
+			/* a larger file: its size, then one read into the result */
+			int rc = shardfs_stat(h, path, &e);
+			more = 1;
+			if (rc < 0)
+				n = rc;
+		}
+		Py_END_ALLOW_THREADS
+		if (n < 0)
+			api_error((int)n, path);
+		else if (!more)
+			r = PyBytes_FromStringAndSize(scratch, n);
+		free(scratch);
+		if (n < 0 || !more)
+			goto out;
+		size = e.size > off ? (Py_ssize_t)(e.size - off) : 0;
+	}
+	r = PyBytes_FromStringAndSize(NULL, size);
 	if (r) {
-		ssize_t n;
 		char *buf = PyBytes_AS_STRING(r);
 		Py_BEGIN_ALLOW_THREADS
 		n = shardfs_read(h, path, buf, (size_t)size, off);
@@ -247,6 +276,7 @@ static PyObject *Handle_read(Handle *self, PyObject *args)
 			_PyBytes_Resize(&r, n);
 		}
 	}
+out:
 	leave(self);
 	Py_DECREF(pathobj);
 	return r;
@@ -379,7 +409,7 @@ static PyMethodDef Handle_methods[] = {
 	{ "listdir", (PyCFunction)Handle_listdir, METH_VARARGS,
 	  "listdir(dir) -> [(name, kind, size, target, error), ...] in listing order" },
 	{ "read", (PyCFunction)Handle_read, METH_VARARGS,
-	  "read(path, size, offset) -> bytes (shorter at the end)" },
+	  "read(path, size, offset) -> bytes (shorter at the end; size -1: to the end)" },
 	{ "readinto", (PyCFunction)Handle_readinto, METH_VARARGS,
 	  "readinto(path, buffer, offset) -> number of bytes read into the writable buffer" },
 	{ "hold", (PyCFunction)Handle_hold, METH_VARARGS,

@@ -188,3 +188,38 @@ def test_threads_read_at_once_with_the_gil_released(samples):
     for v in views.values():
         v.close()
     assert not bad
+
+
+def test_large_empty_and_partial_reads(tmp_path, mount):
+    """Members past the one-call read size (64 KiB), an empty one, and
+    pieces at offsets, as the mount reads them."""
+    import io
+    import subprocess
+    import tarfile
+    from conftest import BUILD
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    sizes = {"big.bin": 200_003, "edge.bin": 65_536, "edge1.bin": 65_537, "empty.bin": 0,
+             "small.bin": 17}
+    with tarfile.open(src / "t_0000.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, n in sizes.items():
+            info = tarfile.TarInfo(name)
+            info.size = n
+            tf.addfile(info, io.BytesIO(rng.bytes(n)))
+    subprocess.run([str(BUILD / "tools" / "shardfs-taridx"), "--quiet", str(src), "t"],
+                   check=True, timeout=60)
+    mnt = mount(src)
+    with shardfs.open(src / "t.taridx") as v:
+        for name, n in sizes.items():
+            want = (mnt / "t" / name).read_bytes()
+            assert len(want) == n
+            assert v.read(name) == want, name
+            assert v.read(name, offset=n // 3) == want[n // 3:], name
+            assert v.read(name, 1000, n // 2) == want[n // 2:n // 2 + 1000], name
+            assert v.read(name, offset=n + 5) == b""
+            assert bytes(v.buffer(name)) == want
+            with v.open(name) as f:
+                assert f.read() == want
+                f.seek(-min(n, 10), io.SEEK_END)
+                assert f.read() == want[-10:] if n else f.read() == b""
