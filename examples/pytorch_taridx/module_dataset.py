@@ -13,42 +13,21 @@ per sample (index, key, then `ext=sha256` of each member's bytes, extensions
 sorted) and, on stderr, the throughput.
 """
 import argparse
-import hashlib
-import io
 import sys
 import time
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
+import map_dataset  # beside this file: the same decoding and output
 import shardfs
 
 
 def decode(sample):
-    """.npy members as tensors, .cls as ints, the rest as bytes."""
-    out = {}
-    for ext, data in sample.items():
-        if ext.lower() == "npy":
-            out[ext] = torch.from_numpy(np.load(io.BytesIO(data)))
-        elif ext.lower() == "cls":
-            out[ext] = int(data)
-        else:
-            out[ext] = data
-    return sample.index, sample.key, out
-
-
-def member_bytes(v):
-    if isinstance(v, torch.Tensor):
-        return v.contiguous().numpy().tobytes()
-    if isinstance(v, int):
-        return str(v).encode()
-    return v
-
-
-def collate(batch):
-    """Keeps each sample whole: members differ from sample to sample."""
-    return batch
+    """As map_dataset.py decodes: .npy members as tensors, .cls as ints,
+    the rest as bytes."""
+    return sample.index, sample.key, {ext: map_dataset.decode(ext, data)
+                                      for ext, data in sample.items()}
 
 
 def main(argv=None):
@@ -64,18 +43,9 @@ def main(argv=None):
     ds = shardfs.FoldDataset(a.taridx, transform=decode)
     t1 = time.perf_counter()
     loader = DataLoader(ds, batch_size=a.batch_size, num_workers=a.workers, shuffle=a.shuffle,
-                        generator=torch.Generator().manual_seed(0), collate_fn=collate,
+                        generator=torch.Generator().manual_seed(0), collate_fn=map_dataset.collate,
                         multiprocessing_context=a.start if a.workers else None)
-    n = nbytes = 0
-    for batch in loader:
-        for i, key, members in batch:
-            parts = []
-            for ext in sorted(members):
-                b = member_bytes(members[ext])
-                nbytes += len(b)
-                parts.append(f"{ext}={hashlib.sha256(b).hexdigest()}")
-            print(f"{i}\t{key}\t{' '.join(parts)}")
-            n += 1
+    n, nbytes = map_dataset.print_samples(loader)
     t2 = time.perf_counter()
     print(f"throughput: {n} samples ({nbytes / 1e6:.2f} MB) in {t2 - t1:.2f} s with "
           f"{a.workers} workers ({a.start}): {n / (t2 - t1):.0f} samples/s; "

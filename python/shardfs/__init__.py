@@ -167,8 +167,7 @@ class View:
         numpy.memmap, should the source file shrink while the memoryview
         lives, touching the lost pages kills the process with SIGBUS;
         read() copies instead and raises OSError then."""
-        n = (1 << 62) if size < 0 else size
-        return memoryview(self._handle().hold(_rel(path), n, offset))
+        return memoryview(self._handle().hold(_rel(path), size if size >= 0 else -1, offset))
 
     def open(self, path):
         """A read-only binary file object over file `path` (seekable;

@@ -60,6 +60,47 @@ static void leave(Handle *self)
 	}
 }
 
+/* enter() for a call taking a path (converted by PyUnicode_FSConverter):
+ * on failure the path is released. */
+static struct shardfs *enter_path(Handle *self, PyObject *pathobj)
+{
+	struct shardfs *h = enter(self);
+	if (!h)
+		Py_DECREF(pathobj);
+	return h;
+}
+
+/* One call's arguments: (path[, size[, offset]]), size -1 and offset 0
+ * when left out. */
+struct call {
+	struct shardfs *h;
+	PyObject *pathobj;
+	const char *path;
+	Py_ssize_t size;
+	unsigned long long off;
+};
+
+/* Parses the arguments and enters the call: 0, or -1 with the error set. */
+static int begin(Handle *self, PyObject *args, struct call *c)
+{
+	c->size = -1;
+	c->off = 0;
+	if (!PyArg_ParseTuple(args, "O&|nK", PyUnicode_FSConverter, &c->pathobj, &c->size,
+			      &c->off))
+		return -1;
+	c->path = PyBytes_AS_STRING(c->pathobj);
+	c->h = enter_path(self, c->pathobj);
+	return c->h ? 0 : -1;
+}
+
+/* Ends a call that enter_path began, returning r. */
+static PyObject *done(Handle *self, PyObject *pathobj, PyObject *r)
+{
+	leave(self);
+	Py_DECREF(pathobj);
+	return r;
+}
+
 static int Handle_init(Handle *self, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "path", NULL };
@@ -137,24 +178,15 @@ static PyObject *entry_tuple(const struct shardfs_entry *e)
 
 static PyObject *Handle_stat(Handle *self, PyObject *args)
 {
-	PyObject *pathobj;
-	if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &pathobj))
+	struct call c;
+	if (begin(self, args, &c))
 		return NULL;
-	struct shardfs *h = enter(self);
-	if (!h) {
-		Py_DECREF(pathobj);
-		return NULL;
-	}
-	const char *path = PyBytes_AS_STRING(pathobj);
 	struct shardfs_entry e;
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = shardfs_stat(h, path, &e);
+	rc = shardfs_stat(c.h, c.path, &e);
 	Py_END_ALLOW_THREADS
-	PyObject *r = rc < 0 ? api_error(rc, path) : entry_tuple(&e);
-	leave(self);
-	Py_DECREF(pathobj);
-	return r;
+	return done(self, c.pathobj, rc < 0 ? api_error(rc, c.path) : entry_tuple(&e));
 }
 
 /* The entries of a listing, gathered without the GIL (their strings are
@@ -181,25 +213,19 @@ static int collect(const struct shardfs_entry *e, void *arg)
 
 static PyObject *Handle_listdir(Handle *self, PyObject *args)
 {
-	PyObject *pathobj;
-	if (!PyArg_ParseTuple(args, "O&", PyUnicode_FSConverter, &pathobj))
+	struct call c;
+	if (begin(self, args, &c))
 		return NULL;
-	struct shardfs *h = enter(self);
-	if (!h) {
-		Py_DECREF(pathobj);
-		return NULL;
-	}
-	const char *path = PyBytes_AS_STRING(pathobj);
 	struct entries l = { 0 };
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = shardfs_list(h, path, collect, &l);
+	rc = shardfs_list(c.h, c.path, collect, &l);
 	Py_END_ALLOW_THREADS
 	PyObject *r = NULL;
 	if (rc == -ENOMEM && !shardfs_last_error()[0])
 		PyErr_NoMemory();
 	else if (rc < 0)
-		api_error(rc, path);
+		api_error(rc, c.path);
 	else if ((r = PyList_New((Py_ssize_t)l.n))) {
 		for (size_t i = 0; i < l.n; i++) {
 			PyObject *t = entry_tuple(&l.v[i]);
@@ -211,9 +237,7 @@ static PyObject *Handle_listdir(Handle *self, PyObject *args)
 		}
 	}
 	free(l.v);
-	leave(self);
-	Py_DECREF(pathobj);
-	return r;
+	return done(self, c.pathobj, r);
 }
 
 /* A whole file up to this size is read in one call (one lookup) into a
@@ -222,20 +246,12 @@ static PyObject *Handle_listdir(Handle *self, PyObject *args)
 
 static PyObject *Handle_read(Handle *self, PyObject *args)
 {
-	PyObject *pathobj;
-	Py_ssize_t size;
-	unsigned long long off;
-	if (!PyArg_ParseTuple(args, "O&nK", PyUnicode_FSConverter, &pathobj, &size, &off))
+	struct call c;
+	if (begin(self, args, &c))
 		return NULL;
-	struct shardfs *h = enter(self);
-	if (!h) {
-		Py_DECREF(pathobj);
-		return NULL;
-	}
-	const char *path = PyBytes_AS_STRING(pathobj);
 	PyObject *r = NULL;
 	ssize_t n = 0;
-	if (size < 0) {
+	if (c.size < 0) {
 		/* to the end: small files in one call */
 		char *scratch = malloc(READ_AT_ONCE);
 		if (!scratch) {
@@ -245,41 +261,39 @@ static PyObject *Handle_read(Handle *self, PyObject *args)
 		struct shardfs_entry e = { 0 };
 		int more = 0;
 		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_read(h, path, scratch, READ_AT_ONCE, off);
+		n = shardfs_read(c.h, c.path, scratch, READ_AT_ONCE, c.off);
 		if (n == READ_AT_ONCE) {
 			/* a larger file: its size, then one read into the result */
-			int rc = shardfs_stat(h, path, &e);
+			int rc = shardfs_stat(c.h, c.path, &e);
 			more = 1;
 			if (rc < 0)
 				n = rc;
 		}
 		Py_END_ALLOW_THREADS
 		if (n < 0)
-			api_error((int)n, path);
+			api_error((int)n, c.path);
 		else if (!more)
 			r = PyBytes_FromStringAndSize(scratch, n);
 		free(scratch);
 		if (n < 0 || !more)
 			goto out;
-		size = e.size > off ? (Py_ssize_t)(e.size - off) : 0;
+		c.size = e.size > c.off ? (Py_ssize_t)(e.size - c.off) : 0;
 	}
-	r = PyBytes_FromStringAndSize(NULL, size);
+	r = PyBytes_FromStringAndSize(NULL, c.size);
 	if (r) {
 		char *buf = PyBytes_AS_STRING(r);
 		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_read(h, path, buf, (size_t)size, off);
+		n = shardfs_read(c.h, c.path, buf, (size_t)c.size, c.off);
 		Py_END_ALLOW_THREADS
 		if (n < 0) {
 			Py_CLEAR(r);
-			api_error((int)n, path);
-		} else if (n < size) {
+			api_error((int)n, c.path);
+		} else if (n < c.size) {
 			_PyBytes_Resize(&r, n);
 		}
 	}
 out:
-	leave(self);
-	Py_DECREF(pathobj);
-	return r;
+	return done(self, c.pathobj, r);
 }
 
 static PyObject *Handle_readinto(Handle *self, PyObject *args)
@@ -289,20 +303,18 @@ static PyObject *Handle_readinto(Handle *self, PyObject *args)
 	unsigned long long off;
 	if (!PyArg_ParseTuple(args, "O&w*K", PyUnicode_FSConverter, &pathobj, &b, &off))
 		return NULL;
-	struct shardfs *h = enter(self);
-	PyObject *r = NULL;
-	if (h) {
-		const char *path = PyBytes_AS_STRING(pathobj);
-		ssize_t n;
-		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_read(h, path, b.buf, (size_t)b.len, off);
-		Py_END_ALLOW_THREADS
-		r = n < 0 ? api_error((int)n, path) : PyLong_FromSsize_t(n);
-		leave(self);
+	struct shardfs *h = enter_path(self, pathobj);
+	if (!h) {
+		PyBuffer_Release(&b);
+		return NULL;
 	}
+	const char *path = PyBytes_AS_STRING(pathobj);
+	ssize_t n;
+	Py_BEGIN_ALLOW_THREADS
+	n = shardfs_read(h, path, b.buf, (size_t)b.len, off);
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
-	Py_DECREF(pathobj);
-	return r;
+	return done(self, pathobj, n < 0 ? api_error((int)n, path) : PyLong_FromSsize_t(n));
 }
 
 /* ---- Held: bytes where they lie, as a read-only buffer ---- */
@@ -318,38 +330,25 @@ static PyTypeObject HeldType;
 
 static PyObject *Handle_hold(Handle *self, PyObject *args)
 {
-	PyObject *pathobj;
-	Py_ssize_t size;
-	unsigned long long off;
-	if (!PyArg_ParseTuple(args, "O&nK", PyUnicode_FSConverter, &pathobj, &size, &off))
+	struct call c;
+	if (begin(self, args, &c))
 		return NULL;
-	if (size < 0) {
-		Py_DECREF(pathobj);
-		return PyErr_Format(PyExc_ValueError, "size must not be negative");
-	}
-	struct shardfs *h = enter(self);
-	if (!h) {
-		Py_DECREF(pathobj);
-		return NULL;
-	}
-	const char *path = PyBytes_AS_STRING(pathobj);
 	Held *r = PyObject_New(Held, &HeldType);
 	if (r) {
 		ssize_t n;
 		r->hold = NULL;
 		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_hold(h, path, off, (size_t)size, &r->data, &r->hold);
+		n = shardfs_hold(c.h, c.path, c.off, c.size < 0 ? SIZE_MAX : (size_t)c.size, &r->data,
+				 &r->hold);
 		Py_END_ALLOW_THREADS
 		if (n < 0) {
 			Py_CLEAR(r);
-			api_error((int)n, path);
+			api_error((int)n, c.path);
 		} else {
 			r->len = n;
 		}
 	}
-	leave(self);
-	Py_DECREF(pathobj);
-	return (PyObject *)r;
+	return done(self, c.pathobj, (PyObject *)r);
 }
 
 static void Held_dealloc(Held *self)
@@ -409,11 +408,11 @@ static PyMethodDef Handle_methods[] = {
 	{ "listdir", (PyCFunction)Handle_listdir, METH_VARARGS,
 	  "listdir(dir) -> [(name, kind, size, target, error), ...] in listing order" },
 	{ "read", (PyCFunction)Handle_read, METH_VARARGS,
-	  "read(path, size, offset) -> bytes (shorter at the end; size -1: to the end)" },
+	  "read(path, size=-1, offset=0) -> bytes (shorter at the end; size -1: to the end)" },
 	{ "readinto", (PyCFunction)Handle_readinto, METH_VARARGS,
 	  "readinto(path, buffer, offset) -> number of bytes read into the writable buffer" },
 	{ "hold", (PyCFunction)Handle_hold, METH_VARARGS,
-	  "hold(path, size, offset) -> Held, the bytes where they lie" },
+	  "hold(path, size=-1, offset=0) -> Held, the bytes where they lie (size -1: to the end)" },
 	{ NULL },
 };
 
