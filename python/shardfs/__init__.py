@@ -31,6 +31,7 @@ from ._fold import Fold, Sample
 __all__ = ["open", "View", "Tree", "Entry", "Fold", "Sample", "FoldDataset"]
 
 _KINDS = {1: "dir", 2: "file", 3: "link"}
+_INHERITED = []  # handles a forked process got from its parent
 
 
 class Entry(namedtuple("Entry", "name kind size target")):
@@ -77,6 +78,9 @@ class View:
 
     def _handle(self):
         if self._pid != os.getpid():  # a forked child: its own handle
+            # the parent's is left alone, never closed here: another thread
+            # of the parent may have held one of its locks at the fork
+            _INHERITED.append(self._h)
             self._h, self._pid = _shardfs.Handle(self.path), os.getpid()
         return self._h
 
@@ -91,7 +95,12 @@ class View:
 
     def close(self):
         """Lets go of the container. Buffers handed out stay valid."""
-        self._h.close()
+        if self._pid == os.getpid():
+            self._h.close()
+        else:  # a forked child's view, never used there: nothing to close
+            _INHERITED.append(self._h)
+            self._h = _shardfs.Handle.__new__(_shardfs.Handle)
+            self._pid = os.getpid()
 
     @property
     def closed(self):
