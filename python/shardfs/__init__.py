@@ -9,10 +9,10 @@ files itself through libshardfs-format.
 
     import shardfs
     with shardfs.open("train.taridx") as v:
-        v.listdir()                      # ['000000.cls', '000000.txt', ...]
-        v.read("000003.txt")             # b'caption of sample 3'
+        v.listdir()                      # ['000000.txt', '000000.cls', ...]
+        v.read("000003.txt")             # b'caption of sample 3\n'
         fold = v.fold()                  # the samples, in samples.jsonl order
-        fold[3]                          # {'txt': b'caption...', 'cls': b'3'}
+        fold[3]                          # {'txt': b'caption of sample 3\n', 'cls': b'0'}
 
 Paths inside a view are relative ("columns/price/values.npy"); the hidden
 ".shardfs/" is reachable by name (info(), verify()). Failures raise OSError

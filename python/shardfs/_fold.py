@@ -1,8 +1,6 @@
 """A tar fold's samples as a sequence (shardfs.View.fold)."""
 import json
 
-import numpy as np
-
 
 class Sample(dict):
     """One sample: its members' bytes by extension ({"jpg": b"...",
@@ -34,6 +32,7 @@ class Fold:
 
     def __init__(self, view, path="", buffers=False):
         self.view, self.path, self.buffers = view, path.strip("/"), buffers
+        import numpy as np  # here: `import shardfs` alone needs no numpy
         index = self._p(".shardfs/samples.jsonl")
         data = view.buffer(index)
         nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0x0A)
