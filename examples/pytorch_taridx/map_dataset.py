@@ -87,6 +87,22 @@ def member_bytes(v):
     return v
 
 
+def print_samples(loader):
+    """One line per sample: index, key, `ext=sha256` of each member (sorted
+    by extension). Returns the number of samples and of bytes."""
+    n = nbytes = 0
+    for batch in loader:
+        for i, key, members in batch:
+            parts = []
+            for ext in sorted(members):
+                b = member_bytes(members[ext])
+                nbytes += len(b)
+                parts.append(f"{ext}={hashlib.sha256(b).hexdigest()}")
+            print(f"{i}\t{key}\t{' '.join(parts)}")
+            n += 1
+    return n, nbytes
+
+
 def collate(batch):
     """Keeps each sample whole: members differ from sample to sample."""
     return batch
@@ -104,16 +120,7 @@ def main(argv=None):
     t1 = time.perf_counter()
     loader = DataLoader(ds, batch_size=a.batch_size, num_workers=a.workers, shuffle=a.shuffle,
                         generator=torch.Generator().manual_seed(0), collate_fn=collate)
-    n = nbytes = 0
-    for batch in loader:
-        for i, key, members in batch:
-            parts = []
-            for ext in sorted(members):
-                b = member_bytes(members[ext])
-                nbytes += len(b)
-                parts.append(f"{ext}={hashlib.sha256(b).hexdigest()}")
-            print(f"{i}\t{key}\t{' '.join(parts)}")
-            n += 1
+    n, nbytes = print_samples(loader)
     t2 = time.perf_counter()
     print(f"throughput: {n} samples ({nbytes / 1e6:.2f} MB) in {t2 - t1:.2f} s with "
           f"{a.workers} workers: {n / (t2 - t1):.0f} samples/s, {nbytes / 1e6 / (t2 - t1):.1f} MB/s; "
