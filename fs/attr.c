@@ -11,7 +11,7 @@
 
 #include "access.h"
 #include "listing.h"
-#include "loop.h"
+#include "transport.h"
 #include "request.h"
 #include "src.h"
 
@@ -105,7 +105,7 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
 	if (!sf_file_size(n->vn).known)
-		loop_hand_off();
+		transport_hand_off();
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
 	if (rc)
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
