@@ -27,11 +27,11 @@ static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
 static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
 {
 	struct sf_buf *b = meta_content(dm, n->meta);
-	pthread_mutex_lock(&n->map_lock);
+	pthread_mutex_lock(&n->snap_lock);
 	sf_buf_unref(n->snap);
 	n->snap = b;
 	clock_gettime(CLOCK_REALTIME, &n->snap_at);
-	pthread_mutex_unlock(&n->map_lock);
+	pthread_mutex_unlock(&n->snap_lock);
 	return b ? b->len : 0;
 }
 

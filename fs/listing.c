@@ -595,16 +595,16 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 		close(*dirfd);
 		return rc;
 	}
-	if (pthread_mutex_trylock(&dir->map_lock)) {
+	if (pthread_mutex_trylock(&dir->listing_lock)) {
 		transport_hand_off();
-		pthread_mutex_lock(&dir->map_lock);
+		pthread_mutex_lock(&dir->listing_lock);
 	}
 	return 0;
 }
 
 static void unlock_dir(struct fnode *dir, int dirfd)
 {
-	pthread_mutex_unlock(&dir->map_lock);
+	pthread_mutex_unlock(&dir->listing_lock);
 	close(dirfd);
 }
 

@@ -139,9 +139,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (n->kind == FK_META_FILE) {
-		pthread_mutex_lock(&n->map_lock);
+		pthread_mutex_lock(&n->snap_lock);
 		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
-		pthread_mutex_unlock(&n->map_lock);
+		pthread_mutex_unlock(&n->snap_lock);
 		if (!b) {
 			fuse_reply_err(req, ENOMEM);
 			return;
