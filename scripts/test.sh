@@ -24,7 +24,7 @@ tail -n 12 "$build/unit.log"
 /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
   --junitxml="$build/pytest.xml" "$@"
 
-# --- the mounted tests again over FUSE over io_uring (fs/uring.c): every
+# --- the mounted tests again over FUSE over io_uring (fs/transport/uring.c): every
 # mount asks for it (--io-uring on), with the kernel's switch turned on for
 # the pass and put back.
 switch=/sys/module/fuse/parameters/enable_uring

@@ -23,7 +23,7 @@
  *
  * The pool is the same for every source: the FUSE device (below, where the
  * leader polls the device briefly before it sleeps) or one io_uring queue
- * (fs/uring.c, one pool per CPU). */
+ * (uring.c, one pool per CPU). */
 #include "loop.h"
 
 #include <errno.h>

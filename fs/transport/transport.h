@@ -43,7 +43,7 @@ int transport_check(struct transport *t, enum io_uring_mode mode, char *why, siz
  * writes when io_uring will be tried. Returns 0 or -1. */
 int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
 		     struct stats *stats);
-/* Serves the session until it ends (fs/loop.c on the device, and the
+/* Serves the session until it ends (loop.c on the device, and the
  * io_uring queues once the kernel accepted them), then stops the queues.
  * Prints what failed; returns 0 or 1. */
 int transport_run(struct transport *t, unsigned threads, unsigned spin_us);
