@@ -35,7 +35,7 @@ static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
 	return b ? b->len : 0;
 }
 
-void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+static void fill(struct daemon *dm, struct fnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
@@ -96,6 +96,18 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 	}
 	access_fill(n, st);
 	st->st_blocks = (st->st_size + 511) / 512;
+}
+
+void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+{
+	/* a SRC directory's stat is updated in place as its entries change
+	 * (src_child, under the tree's lock): it is read under that lock */
+	bool dir = n->kind == FK_SRC_DIR;
+	if (dir)
+		pthread_mutex_lock(&dm->tree.lock);
+	fill(dm, n, st);
+	if (dir)
+		pthread_mutex_unlock(&dm->tree.lock);
 }
 
 int view_file_ready(struct daemon *dm, struct fnode *n)

@@ -193,8 +193,10 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	pthread_mutex_lock(&l->lock);
 	if (l->tids)
 		spawn(l);
+	/* read under the lock: the first thread may already be starting more */
+	bool started = l->threads > 0;
 	pthread_mutex_unlock(&l->lock);
-	if (!l->threads) {
+	if (!started) {
 		free(l->tids);
 		free(l);
 		return NULL;
