@@ -193,7 +193,8 @@ struct sf_node {
 
 struct sf_view {
 	atomic_uint refs;
-	pthread_mutex_t lock;     /* guards lazy population and building */
+	pthread_mutex_t lock;     /* lazy population and building, on-demand nodes' pins,
+				   * parts and warnings; hooks run under it (not recursive) */
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
 	/* The cache the host reads this view through (sf_nocache until the host
