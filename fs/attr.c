@@ -11,7 +11,7 @@
 
 #include "access.h"
 #include "listing.h"
-#include "loop.h"
+#include "transport.h"
 #include "request.h"
 #include "src.h"
 
@@ -27,15 +27,15 @@ static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
 static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
 {
 	struct sf_buf *b = meta_content(dm, n->meta);
-	pthread_mutex_lock(&n->map_lock);
+	pthread_mutex_lock(&n->snap_lock);
 	sf_buf_unref(n->snap);
 	n->snap = b;
 	clock_gettime(CLOCK_REALTIME, &n->snap_at);
-	pthread_mutex_unlock(&n->map_lock);
+	pthread_mutex_unlock(&n->snap_lock);
 	return b ? b->len : 0;
 }
 
-void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+static void fill(struct daemon *dm, struct fnode *n, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
@@ -98,6 +98,18 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
+void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+{
+	/* a SRC directory's stat is updated in place as its entries change
+	 * (src_child, under the tree's lock): it is read under that lock */
+	bool dir = n->kind == FK_SRC_DIR;
+	if (dir)
+		pthread_mutex_lock(&dm->tree.lock);
+	fill(dm, n, st);
+	if (dir)
+		pthread_mutex_unlock(&dm->tree.lock);
+}
+
 int view_file_ready(struct daemon *dm, struct fnode *n)
 {
 	if (!fnode_view_is(n, SF_FILE))
@@ -105,7 +117,7 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
 	if (!sf_file_size(n->vn).known)
-		loop_hand_off();
+		transport_hand_off();
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
 	if (rc)
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));

@@ -9,7 +9,7 @@
 
 #include "attr.h"
 #include "listing.h"
-#include "loop.h"
+#include "transport.h"
 #include "names.h"
 #include "request.h"
 #include "roots.h"
@@ -73,7 +73,7 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 	struct sf_node *vn = dir->vn;
 	bool listed = sf_dir_is_populated(vn);
 	if (!listed)
-		loop_hand_off();
+		transport_hand_off();
 	rc = sf_dir_ready(vn, &e);
 	if (!listed && sf_dir_is_populated(vn))
 		stat_add(&dm->stats.dirs_listed, 1);

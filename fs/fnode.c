@@ -23,13 +23,11 @@ struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 		free(n);
 		return NULL;
 	}
-	pthread_mutex_init(&n->map_lock, NULL);
-	pthread_mutex_lock(&t->lock);
+	pthread_mutex_init(&n->map_lock, NULL); /* whichever job its kind gives it */
 	n->all_next = t->all;
 	if (t->all)
 		t->all->all_prev = n;
 	t->all = n;
-	pthread_mutex_unlock(&t->lock);
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
@@ -39,11 +37,8 @@ struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 
 int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e)
 {
-	pthread_mutexattr_t a;
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&t->lock, &a);
-	pthread_mutexattr_destroy(&a);
+	pthread_mutex_init(&t->lock, NULL);
+	/* no other thread runs yet: the root is made without the lock */
 	struct fnode *root = t->root = fnode_new(t, FK_SRC_DIR, NULL, "");
 	if (!root || !(root->rel = strdup(".")))
 		return sf_fail(e, -ENOMEM, "out of memory");
@@ -121,6 +116,11 @@ static void fnode_free(struct ftree *t, struct fnode *n)
 			p->refs--;
 		n = p;
 	}
+}
+
+void fnode_discard(struct ftree *t, struct fnode *n)
+{
+	fnode_free(t, n);
 }
 
 void fnode_lookup_ref(struct fnode *n)

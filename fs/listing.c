@@ -13,7 +13,7 @@
 
 #include "access.h"
 #include "daemon.h"
-#include "loop.h"
+#include "transport.h"
 #include "sf_big.h"
 #include "sf_hash.h"
 #include "sf_fault.h"
@@ -595,16 +595,16 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 		close(*dirfd);
 		return rc;
 	}
-	if (pthread_mutex_trylock(&dir->map_lock)) {
-		loop_hand_off();
-		pthread_mutex_lock(&dir->map_lock);
+	if (pthread_mutex_trylock(&dir->listing_lock)) {
+		transport_hand_off();
+		pthread_mutex_lock(&dir->listing_lock);
 	}
 	return 0;
 }
 
 static void unlock_dir(struct fnode *dir, int dirfd)
 {
-	pthread_mutex_unlock(&dir->map_lock);
+	pthread_mutex_unlock(&dir->listing_lock);
 	close(dirfd);
 }
 
@@ -641,7 +641,7 @@ static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct 
 	l->mtime = st->st_mtim;
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
-	loop_hand_off();
+	transport_hand_off();
 	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), st->st_size, old, l);
 	if (rc) {
 		listing_free(l);
@@ -800,7 +800,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 		size_t n = 0;
 		for (size_t i = 0; sib && names && i < l->nsrc; i++)
 			names[n++] = l->e[i].name;
-		loop_hand_off(); /* an open may wait for the disk */
+		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
 			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, NULL);
 		free(names);

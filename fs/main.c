@@ -15,7 +15,6 @@
 #include "daemon.h"
 #include "fnode.h"
 #include "listing.h"
-#include "loop.h"
 #include "ops.h"
 #include "options.h"
 #include "src.h"
@@ -264,7 +263,7 @@ int main(int argc, char **argv)
 		fail("out of memory%s%s", "", "");
 		goto out;
 	}
-	dcache_on_slow(dm.cache, loop_hand_off);
+	dcache_on_slow(dm.cache, transport_hand_off);
 	dm.view_cache = dcache_iface(dm.cache);
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {

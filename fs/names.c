@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "attr.h"
-#include "loop.h"
+#include "transport.h"
 #include "request.h"
 #include "roots.h"
 #include "src.h"
@@ -138,7 +138,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	 * lists the whole directory */
 	bool listed = sf_dir_is_populated(dir->vn);
 	if (!listed && !sf_dir_has_lookup(dir->vn))
-		loop_hand_off();
+		transport_hand_off();
 	rc = sf_dir_find(dir->vn, name, &kid, &e);
 	if (!listed && sf_dir_is_populated(dir->vn))
 		stat_add(&dm->stats.dirs_listed, 1);

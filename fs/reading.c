@@ -10,12 +10,11 @@
 #include <unistd.h>
 
 #include "attr.h"
-#include "loop.h"
+#include "transport.h"
 #include "request.h"
 #include "sf_fault.h"
 #include "sf_read.h"
 #include "src.h"
-#include "uring.h"
 
 /* An open pins the version its inode stands for: a SRC file is mapped here
  * (a view holds its container's mapping already), so a handle keeps reading
@@ -73,12 +72,12 @@ static void hand_off_unless_resident(struct daemon *dm, const struct sf_readv *r
 			if (len > sizeof vec * page)
 				len = sizeof vec * page;
 			if (mincore((void *)a, len, vec) != 0) {
-				loop_hand_off();
+				transport_hand_off();
 				return;
 			}
 			for (size_t k = 0; k < (len + page - 1) / page; k++)
 				if (!(vec[k] & 1)) {
-					loop_hand_off();
+					transport_hand_off();
 					return;
 				}
 			a += len;
@@ -140,9 +139,9 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	if (n->kind == FK_META_FILE) {
-		pthread_mutex_lock(&n->map_lock);
+		pthread_mutex_lock(&n->snap_lock);
 		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
-		pthread_mutex_unlock(&n->map_lock);
+		pthread_mutex_unlock(&n->snap_lock);
 		if (!b) {
 			fuse_reply_err(req, ENOMEM);
 			return;
@@ -202,9 +201,9 @@ static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *r
 
 static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 {
-	/* over io_uring a READ is cheap, and a store could wait for one
-	 * that no entry is left to take (fs/uring.h) */
-	if (!dm->push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
+	/* a store could wait for a READ that nothing is left to take
+	 * (fs/transport/transport.h) */
+	if (!dm->push_on_open || !transport_may_store() || atomic_exchange(&n->pushed, true))
 		return;
 	struct sf_readv rv = { 0 };
 	struct sf_err e;

@@ -1,4 +1,4 @@
-/* What every room of request handlers (attr.c, names.c, reading.c,
+/* What every file of request handlers (attr.c, names.c, reading.c,
  * dirs.c) starts from: the node an inode number stands for, the count of
  * requests, the kernel's cache timeouts, and how errors of SRC are
  * answered. */

@@ -38,7 +38,7 @@ static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *n
 		return NULL;
 	n->st = *st;
 	if (!(n->rel = sf_path_join(dir->rel, name))) {
-		fnode_forget(t, n, 0);
+		fnode_discard(t, n);
 		return NULL;
 	}
 	fnode_attach(n);

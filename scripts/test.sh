@@ -34,7 +34,7 @@ LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
   /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider \
   --junitxml="$build/pytest-python.xml" "$@"
 
-# --- the mounted tests again over FUSE over io_uring (fs/uring.c): every
+# --- the mounted tests again over FUSE over io_uring (fs/transport/uring.c): every
 # mount asks for it (--io-uring on), with the kernel's switch turned on for
 # the pass and put back.
 switch=/sys/module/fuse/parameters/enable_uring

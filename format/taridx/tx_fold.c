@@ -421,10 +421,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		if (!sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL))
 			return 0;
 	}
-	int rc = populate_root(root, e);
-	if (rc)
-		return rc;
-	return sf_dir_find(root, name, out, e);
+	return SF_LOOKUP_LIST;
 }
 
 /* ---- listing ------------------------------------------------------------ */

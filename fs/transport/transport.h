@@ -1,6 +1,9 @@
 /* How requests reach us: /dev/fuse alone, or FUSE over io_uring queues
- * (fs/uring.c) with /dev/fuse still carrying INIT, FORGET, INTERRUPT and
- * our notifications (--io-uring, docs/options.md). */
+ * (uring.c) with /dev/fuse still carrying INIT, FORGET, INTERRUPT and
+ * our notifications (--io-uring, docs/options.md). This is the folder's
+ * one interface: main.c sets the transport up and runs it, and request
+ * handlers know only transport_hand_off and transport_may_store, whichever
+ * transport serves them. */
 #ifndef FS_TRANSPORT_H
 #define FS_TRANSPORT_H
 
@@ -40,9 +43,21 @@ int transport_check(struct transport *t, enum io_uring_mode mode, char *why, siz
  * writes when io_uring will be tried. Returns 0 or -1. */
 int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
 		     struct stats *stats);
-/* Serves the session until it ends (fs/loop.c on the device, and the
+/* Serves the session until it ends (loop.c on the device, and the
  * io_uring queues once the kernel accepted them), then stops the queues.
  * Prints what failed; returns 0 or 1. */
 int transport_run(struct transport *t, unsigned threads, unsigned spin_us);
+
+/* For request handlers. Called before work that may take long or wait for
+ * other requests (a decode, a listing, a read from disk): another thread
+ * takes the next request meanwhile. Does nothing the second time within a
+ * request, or on a thread that serves none. */
+void transport_hand_off(void);
+/* Whether the request the calling thread serves may store into the
+ * kernel's page cache (fuse_lowlevel_notify_store): a store waits for any
+ * READ of the same pages, and over io_uring only an entry of the same
+ * queue can take that READ, while every entry may be held by a request
+ * waiting the same way. */
+bool transport_may_store(void);
 
 #endif

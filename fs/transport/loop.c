@@ -23,7 +23,7 @@
  *
  * The pool is the same for every source: the FUSE device (below, where the
  * leader polls the device briefly before it sleeps) or one io_uring queue
- * (fs/uring.c, one pool per CPU). */
+ * (uring.c, one pool per CPU). */
 #include "loop.h"
 
 #include <errno.h>
@@ -193,8 +193,10 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	pthread_mutex_lock(&l->lock);
 	if (l->tids)
 		spawn(l);
+	/* read under the lock: the first thread may already be starting more */
+	bool started = l->threads > 0;
 	pthread_mutex_unlock(&l->lock);
-	if (!l->threads) {
+	if (!started) {
 		free(l->tids);
 		free(l);
 		return NULL;

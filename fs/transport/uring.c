@@ -3,7 +3,7 @@
  * The kernel makes one queue per possible CPU and puts each request on the
  * queue of the CPU its caller runs on; a queue never lends its requests to
  * another. So each queue has its own ring and its own pool of threads
- * (fs/loop.c), pinned to its CPU while they wait: the caller and the
+ * (loop.c), pinned to its CPU while they wait: the caller and the
  * thread serving it share a CPU, and a round trip wakes nobody elsewhere.
  *
  * An entry is a pair of buffers registered with the kernel: the headers and
