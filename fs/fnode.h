@@ -27,6 +27,7 @@ enum fkind {
 enum meta_file { META_STATS, META_ERRORS };
 
 struct fnode;
+struct meta_live;
 
 struct fnode {
 	enum fkind kind;
@@ -63,10 +64,9 @@ struct fnode {
 	char *file;
 
 	enum meta_file meta;          /* FK_META_FILE */
-	/* FK_META_FILE: the content the last lookup or stat saw, served to
-	 * reads (map_lock), and when it was taken, shown as its mtime */
-	struct sf_buf *snap;
-	struct timespec snap_at;
+	/* FK_META_FILE: its snapshots (fs/meta.h), made at first use
+	 * (map_lock) */
+	struct meta_live *live;
 
 	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };

@@ -55,6 +55,10 @@ struct loop {
 	bool watching;         /* a waiting thread keeps watch */
 	uint64_t last_take;    /* when the last request was taken */
 	unsigned threads, idle;
+	/* threads in a section at the source (fs/stall.h): beyond
+	 * max_threads, the pool grows by as many as the source holds, up to
+	 * ceiling, so that requests needing no source find a thread */
+	unsigned at_src, ceiling;
 	int error;
 	pthread_t *tids;
 };
@@ -112,6 +116,20 @@ static void wait_turn(struct loop *l)
  * what the thread is doing, and loop_hand_off() is called from deep inside
  * handlers (the cache, a view's populate) that are not handed the loop. */
 static _Thread_local struct loop *serving;
+/* The pool this thread belongs to, for its sections at the source: per
+ * thread for the same reason. */
+static _Thread_local struct loop *home;
+
+/* Threads kept for requests that need no source: the one waiting for the
+ * next request, and one to take over from it. */
+#define FREE_KEPT 2
+
+/* Whether one more thread may start (lock held). */
+static bool may_spawn(const struct loop *l)
+{
+	return l->threads < l->max_threads ||
+	       (l->threads - l->at_src < FREE_KEPT && l->threads < l->ceiling);
+}
 
 /* Starts a request thread (lock held) with every signal blocked: signals go
  * to the main thread. Failing is not fatal, the pool stays smaller. */
@@ -129,6 +147,7 @@ static void *worker(void *arg)
 {
 	struct loop *l = arg;
 	struct loop_slot s = { .req = NULL };
+	home = l;
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
 		while (l->leading && !l->done)
@@ -145,10 +164,12 @@ static void *worker(void *arg)
 			break;
 		}
 		uint64_t t = now_ns();
-		if (!l->idle && !l->done && l->threads < l->max_threads)
+		if (!l->idle && !l->done && may_spawn(l))
 			spawn(l); /* someone must be there to keep watch */
-		else if (t - l->last_take >= IDLE_NS && l->idle)
-			pthread_cond_signal(&l->turn); /* the watch resumes */
+		else if (l->idle && !l->watching)
+			/* the watch resumes (idle for a while, or its watcher
+			 * just took the lead) */
+			pthread_cond_signal(&l->turn);
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
 		serving = l;
@@ -173,9 +194,40 @@ void loop_hand_off(void)
 	if (!l->leading && !l->done) {
 		if (l->idle)
 			pthread_cond_signal(&l->turn);
-		else if (l->threads < l->max_threads)
+		else if (may_spawn(l))
 			spawn(l);
 	}
+	pthread_mutex_unlock(&l->lock);
+}
+
+int loop_src_enter(bool may_refuse)
+{
+	struct loop *l = home;
+	if (!l)
+		return 0;
+	pthread_mutex_lock(&l->lock);
+	/* the source may hold every thread but those kept free */
+	if (may_refuse && l->at_src + FREE_KEPT >= l->ceiling) {
+		pthread_mutex_unlock(&l->lock);
+		return -EIO;
+	}
+	l->at_src++;
+	/* someone must be left to keep watch, should this one be held */
+	if (!l->idle && !l->done && may_spawn(l))
+		spawn(l);
+	else if (l->idle && !l->watching)
+		pthread_cond_signal(&l->turn);
+	pthread_mutex_unlock(&l->lock);
+	return 0;
+}
+
+void loop_src_leave(void)
+{
+	struct loop *l = home;
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->lock);
+	l->at_src--;
 	pthread_mutex_unlock(&l->lock);
 }
 
@@ -187,7 +239,8 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	l->ops = ops;
 	l->src = src;
 	l->max_threads = threads ? threads : 1;
-	l->tids = calloc(l->max_threads, sizeof *l->tids);
+	l->ceiling = 2 * l->max_threads + FREE_KEPT;
+	l->tids = calloc(l->ceiling, sizeof *l->tids);
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->turn, NULL);
 	pthread_mutex_lock(&l->lock);

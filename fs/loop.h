@@ -5,6 +5,7 @@
 #define FS_LOOP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -51,5 +52,15 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
  * other requests: another thread waits for the next request meanwhile.
  * Does nothing the second time within a request, or outside the loop. */
 void loop_hand_off(void);
+
+/* A request thread enters or leaves a section at the source (fs/stall.h).
+ * A pool of `threads` lets the source hold up to twice as many, starting
+ * threads beyond `threads` as needed, and always keeps two for requests
+ * that need no source: entering returns -EIO when `may_refuse` and only
+ * those are left (fs/stall.c then refuses the request if one is stuck at
+ * the source, else enters without refusal). Does nothing outside the
+ * loop. */
+int loop_src_enter(bool may_refuse);
+void loop_src_leave(void);
 
 #endif

@@ -217,6 +217,8 @@ int main(int argc, char **argv)
 	struct daemon dm = { .src_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
+	dm.stats.waits.enter = loop_src_enter;
+	dm.stats.waits.leave = loop_src_leave;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 
