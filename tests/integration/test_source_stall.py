@@ -88,10 +88,26 @@ def source(tmp_path):
         s.close()
 
 
-def timed(fn):
+def timed(fn, limit=10):
+    """(fn's result, seconds taken); a call that has not answered within
+    `limit` seconds fails the test instead of hanging it (the caller's
+    finally lets the source go, which frees the waiting thread)."""
+    got = {}
+
+    def run():
+        try:
+            got["out"] = fn()
+        except BaseException as e:  # noqa: BLE001  (re-raised below)
+            got["err"] = e
+
     t = time.monotonic()
-    out = fn()
-    return out, time.monotonic() - t
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(limit)
+    assert not th.is_alive(), f"no answer within {limit} s"
+    if "err" in got:
+        raise got["err"]
+    return got["out"], time.monotonic() - t
 
 
 def stats(mnt):
@@ -120,8 +136,12 @@ def cold_tree(root):
 def test_stall_stays_with_its_files(source, mount):
     src = source()
     cold = cold_tree(src.backing)
-    # few threads: the stuck readers outnumber them
-    mnt = mount(src.mnt, "--threads", "2")
+    # few threads: the stuck readers outnumber them. Over /dev/fuse: over
+    # FUSE over io_uring the kernel hands a request only to a free entry of
+    # its CPU's queue (2 to 8 each, fs/uring.c), and readers stuck on SRC
+    # keep theirs, so nine of them leave none for stats.json; not solved yet
+    # (docs/distributed.md)
+    mnt = mount(src.mnt, "--threads", "2", "--io-uring", "off")
     daemon = mount.last.proc
     handles = {p: os.open(mnt / p, os.O_RDONLY) for p in cold}
     small = os.open(mnt / "small.txt", os.O_RDONLY)
