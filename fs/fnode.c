@@ -3,6 +3,7 @@
 
 #include "listing.h"
 #include "meta.h"
+#include "stall.h"
 #include "sf_map.h"
 
 #include <errno.h>
@@ -136,13 +137,29 @@ static void fnode_free(struct ftree *t, struct fnode *n, struct fnode **dead)
 	}
 }
 
-static void drop_all(struct fnode *dead)
+/* Whether dropping n may close a file of SRC: a view's reference does
+ * only if it is the last (most nodes of a view share it). */
+static bool holds_src(struct fnode *n)
 {
+	if (n->view && sf_view_unref_shared(n->view))
+		n->view = NULL;
+	return n->view || n->map || n->listing;
+}
+
+static void drop_all(struct ftree *t, struct fnode *dead)
+{
+	bool src = false;
+	for (struct fnode *x = dead; x; x = x->all_next)
+		src |= holds_src(x);
+	if (src && t->waits)
+		src_enter(t->waits, "forget", ".", NULL, false);
 	while (dead) {
 		struct fnode *next = dead->all_next;
 		drop(dead);
 		dead = next;
 	}
+	if (src && t->waits)
+		src_leave(t->waits);
 }
 
 /* Frees a node just made that holds nothing yet (the tree's lock held). */
@@ -150,7 +167,7 @@ static void fnode_unmake(struct ftree *t, struct fnode *n)
 {
 	struct fnode *dead = NULL;
 	fnode_free(t, n, &dead);
-	drop_all(dead);
+	drop_all(t, dead);
 }
 
 void fnode_lookup_ref(struct fnode *n)
@@ -184,7 +201,7 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 	if (trim)
 		t->freed_since_trim = 0;
 	pthread_mutex_unlock(&t->lock);
-	drop_all(dead);
+	drop_all(t, dead);
 	/* When the kernel forgets many inodes (memory pressure, drop_caches),
 	 * what they held is scattered over the heap: free() keeps it, and
 	 * only a trim returns the emptied pages. */

@@ -96,19 +96,22 @@ static struct timespec in_ns(uint64_t ns)
 	return t;
 }
 
-/* Waits (lock held) until the lead may be free; see the watch above. */
-static void wait_turn(struct loop *l)
+/* Waits (lock held) until the lead may be free; see the watch above.
+ * Whether it kept watch and its time ran out. */
+static bool wait_turn(struct loop *l)
 {
+	bool out = false;
 	l->idle++;
 	if (!l->watching && now_ns() - l->last_take < IDLE_NS) {
 		l->watching = true;
 		struct timespec t = in_ns(WATCH_NS);
-		pthread_cond_timedwait(&l->turn, &l->lock, &t);
+		out = pthread_cond_timedwait(&l->turn, &l->lock, &t) == ETIMEDOUT;
 		l->watching = false;
 	} else {
 		pthread_cond_wait(&l->turn, &l->lock);
 	}
 	l->idle--;
+	return out;
 }
 
 /* The loop whose lead this thread gave up to serve the request it took,
@@ -120,15 +123,11 @@ static _Thread_local struct loop *serving;
  * thread for the same reason. */
 static _Thread_local struct loop *home;
 
-/* Threads kept for requests that need no source: the one waiting for the
- * next request, and one to take over from it. */
-#define FREE_KEPT 2
-
 /* Whether one more thread may start (lock held). */
 static bool may_spawn(const struct loop *l)
 {
 	return l->threads < l->max_threads ||
-	       (l->threads - l->at_src < FREE_KEPT && l->threads < l->ceiling);
+	       (l->threads - l->at_src < LOOP_FREE_KEPT && l->threads < l->ceiling);
 }
 
 /* Starts a request thread (lock held) with every signal blocked: signals go
@@ -150,8 +149,11 @@ static void *worker(void *arg)
 	home = l;
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
+		/* whether this thread, keeping watch, takes over a lead left
+		 * by a request that runs long (it may be stuck at the source) */
+		bool took_over = false;
 		while (l->leading && !l->done)
-			wait_turn(l);
+			took_over = wait_turn(l);
 		if (l->done)
 			break;
 		l->leading = true;
@@ -166,9 +168,11 @@ static void *worker(void *arg)
 		uint64_t t = now_ns();
 		if (!l->idle && !l->done && may_spawn(l))
 			spawn(l); /* someone must be there to keep watch */
-		else if (l->idle && !l->watching)
+		else if (l->idle && (took_over ? !l->watching : t - l->last_take >= IDLE_NS))
 			/* the watch resumes (idle for a while, or its watcher
-			 * just took the lead) */
+			 * just took the lead). Not after every request: the
+			 * woken thread would lead while this one serves, and a
+			 * burst of quick requests would grow the pool. */
 			pthread_cond_signal(&l->turn);
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
@@ -207,16 +211,20 @@ int loop_src_enter(bool may_refuse)
 		return 0;
 	pthread_mutex_lock(&l->lock);
 	/* the source may hold every thread but those kept free */
-	if (may_refuse && l->at_src + FREE_KEPT >= l->ceiling) {
+	if (may_refuse && l->at_src + LOOP_FREE_KEPT >= l->ceiling) {
 		pthread_mutex_unlock(&l->lock);
 		return -EIO;
 	}
 	l->at_src++;
-	/* someone must be left to keep watch, should this one be held */
-	if (!l->idle && !l->done && may_spawn(l))
+	/* someone must be left to take requests, should this one be held:
+	 * a thread is started only when nobody leads or waits and the source
+	 * holds all but LOOP_FREE_KEPT. Not sooner: quick sections (a burst of
+	 * FORGETs) would grow the pool, and every thread keeps its stack and
+	 * malloc arena. A leader that takes a request starts one in the same
+	 * case (worker()). */
+	if (!l->leading && !l->idle && !l->done && l->threads - l->at_src < LOOP_FREE_KEPT &&
+	    l->threads < l->ceiling)
 		spawn(l);
-	else if (l->idle && !l->watching)
-		pthread_cond_signal(&l->turn);
 	pthread_mutex_unlock(&l->lock);
 	return 0;
 }
@@ -239,7 +247,7 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	l->ops = ops;
 	l->src = src;
 	l->max_threads = threads ? threads : 1;
-	l->ceiling = 2 * l->max_threads + FREE_KEPT;
+	l->ceiling = LOOP_CEILING(l->max_threads);
 	l->tids = calloc(l->ceiling, sizeof *l->tids);
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->turn, NULL);

@@ -63,4 +63,12 @@ void loop_hand_off(void);
 int loop_src_enter(bool may_refuse);
 void loop_src_leave(void);
 
+/* Threads kept for requests that need no source: the one waiting for the
+ * next request, and one to take over from it. */
+#define LOOP_FREE_KEPT 2
+/* The most threads a pool of `threads` runs at once: twice as many, while
+ * the source holds them, and those kept free. A transport whose requests
+ * each hold a slot of the kernel's (FUSE over io_uring) needs as many. */
+#define LOOP_CEILING(threads) (2 * (threads) + LOOP_FREE_KEPT)
+
 #endif

@@ -257,6 +257,7 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
+	dm.tree.waits = &dm.stats.waits;
 	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;

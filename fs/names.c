@@ -209,24 +209,20 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	count(req, REQ_FORGET);
-	/* a node freed closes its files */
+	/* a node freed that closes files opens its own section (fnode.c) */
 	struct daemon *dm = daemon_of(req);
-	src_begin_must(dm, "forget", ".");
 	if (ino != FUSE_ROOT_ID)
 		fnode_forget(&dm->tree, fn_of(req, ino), nlookup);
-	src_end(dm);
 	fuse_reply_none(req);
 }
 
 void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
 {
 	struct daemon *dm = daemon_of(req);
-	src_begin_must(dm, "forget", ".");
 	for (size_t i = 0; i < n; i++) {
 		count(req, REQ_FORGET);
 		if (f[i].ino != FUSE_ROOT_ID)
 			fnode_forget(&dm->tree, fn_of(req, f[i].ino), f[i].nlookup);
 	}
-	src_end(dm);
 	fuse_reply_none(req);
 }

@@ -46,7 +46,14 @@
 #define SLACK 256
 _Static_assert(SLACK >= sizeof(struct fuse_in_header) +
 	       sizeof(((struct fuse_uring_req_header *)0)->op_in), "SLACK");
-#define MAX_DEPTH 8
+/* Threads per queue at most: each serves one entry at a time, and entries
+ * are memory (a payload each, resident once used). */
+#define MAX_QUEUE_THREADS 8
+/* Entries per queue: one for every thread its pool may run (fs/loop.h),
+ * so that requests stuck at the source, each holding its entry, never
+ * hold all of them: the kernel hands a request only to a free entry of
+ * its CPU's queue, and .shardfs/stats.json must still get one. */
+#define MAX_DEPTH LOOP_CEILING(MAX_QUEUE_THREADS)
 /* REGISTER before the kernel saw the INIT reply fails with EAGAIN */
 #define REGISTER_TRIES 100
 
@@ -497,10 +504,11 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
 	u->stats = stats;
 	u->nq = nq;
 	u->payload = payload;
-	/* a thread serving slow work keeps its entry: one each, and at least
-	 * one more for the requests that come meanwhile */
-	u->threads = threads / nq > 1 ? threads / nq : 1;
-	u->depth = u->threads < 2 ? 2 : u->threads > MAX_DEPTH ? MAX_DEPTH : u->threads;
+	/* a thread serving slow work keeps its entry: one for each thread
+	 * the queue's pool may run, those kept free included */
+	u->threads = threads / nq < 1 ? 1 : threads / nq > MAX_QUEUE_THREADS ? MAX_QUEUE_THREADS
+									   : threads / nq;
+	u->depth = LOOP_CEILING(u->threads);
 	CPU_ZERO(&u->all);
 	for (unsigned i = 0; i < nq; i++)
 		CPU_SET(i, &u->all);
