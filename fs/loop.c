@@ -210,10 +210,13 @@ int loop_src_enter(bool may_refuse)
 	if (!l)
 		return 0;
 	pthread_mutex_lock(&l->lock);
-	/* the source may hold every thread but those kept free */
+	/* the source may hold every thread but those kept free (-EAGAIN:
+	 * the caller refuses while the source is stuck), and never the last
+	 * one (-EBUSY: refused) */
 	if (may_refuse && l->at_src + LOOP_FREE_KEPT >= l->ceiling) {
+		int rc = l->at_src + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
 		pthread_mutex_unlock(&l->lock);
-		return -EIO;
+		return rc;
 	}
 	l->at_src++;
 	/* someone must be left to take requests, should this one be held:

@@ -56,10 +56,11 @@ void loop_hand_off(void);
 /* A request thread enters or leaves a section at the source (fs/stall.h).
  * A pool of `threads` lets the source hold up to twice as many, starting
  * threads beyond `threads` as needed, and always keeps two for requests
- * that need no source: entering returns -EIO when `may_refuse` and only
+ * that need no source: entering returns -EAGAIN when `may_refuse` and only
  * those are left (fs/stall.c then refuses the request if one is stuck at
- * the source, else enters without refusal). Does nothing outside the
- * loop. */
+ * the source, else enters without refusal), and -EBUSY when only the last
+ * is left (refused: a burst in the second before anything counts as stuck
+ * must not take every thread). Does nothing outside the loop. */
 int loop_src_enter(bool may_refuse);
 void loop_src_leave(void);
 

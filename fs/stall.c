@@ -109,8 +109,9 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 		return 0;
 	/* a full pool refuses only while the source is stuck: a burst of
 	 * quick requests (thousands of releases) just waits its turn */
-	if (w->enter && w->enter(may_refuse)) {
-		if (any_stuck(w)) {
+	int rc = w->enter ? w->enter(may_refuse) : 0;
+	if (rc) {
+		if (rc == -EBUSY || any_stuck(w)) {
 			r->depth--;
 			return -EIO;
 		}

@@ -46,7 +46,8 @@ void waits_fini(struct waits *w);
  * for a lookup in a directory). Sections nest: only the outermost one
  * counts. `may_refuse`: when the request loop has no thread left to give
  * the source and some request has been stuck there STUCK_NS or more,
- * returns -EIO instead, with no section open (the request is answered
+ * returns -EIO instead (and when only its last thread is left, stuck or
+ * not: fs/loop.h), with no section open (the request is answered
  * EIO); requests that cannot fail (FORGET, RELEASE) pass false and always
  * enter. */
 int src_enter(struct waits *w, const char *op, const char *path, const char *name,
