@@ -101,9 +101,18 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_GETATTR);
 	struct fnode *n = fn_of(req, ino);
+	struct daemon *dm = daemon_of(req);
 	struct stat st;
-	view_file_ready(daemon_of(req), n);
-	fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
+	if (fnode_view_is(n, SF_FILE)) {
+		/* a build reads the container: refused like any request at the
+		 * source rather than take a pool's last thread */
+		char pb[FNODE_PATH_MAX];
+		if (!src_begin(req, "getattr", node_path(n, pb), NULL))
+			return;
+		view_file_ready(dm, n);
+		src_end(dm);
+	}
+	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
 	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }
