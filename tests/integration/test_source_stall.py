@@ -141,7 +141,7 @@ def test_stall_stays_with_its_files(source, mount):
     # pool may run (fs/uring.c), and this test passed there in 3 of 5 runs,
     # but in 2 stats.json got no answer within 10 s (not yet understood:
     # docs/distributed.md)
-    mnt = mount(src.mnt, "--threads", "2", "--io-uring", "off")
+    mnt = mount(src.mnt, "--threads", "2")
     daemon = mount.last.proc
     handles = {p: os.open(mnt / p, os.O_RDONLY) for p in cold}
     small = os.open(mnt / "small.txt", os.O_RDONLY)
@@ -149,6 +149,7 @@ def test_stall_stays_with_its_files(source, mount):
     for p, fd in handles.items():
         assert len(os.pread(fd, 4096, 0)) == 4096  # opened, first pages read
     results = {}
+    print("transport:", stats(mnt)["transport"], flush=True)
 
     def reader(i, path):
         off, want = cold[path]
