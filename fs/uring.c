@@ -4,7 +4,7 @@
  * queue of the CPU its caller runs on; a queue never lends its requests to
  * another. So each queue has its own ring and its own pool of threads
  * (fs/loop.c), pinned to its CPU while they wait: the caller and the
- * thread serving it share a CPU, and a round trip wakes nobody elsewhere.
+ * thread serving it share a CPU.
  *
  * An entry is a pair of buffers registered with the kernel: the headers and
  * the payload. A request arrives as a completion on the entry; the reply
@@ -15,12 +15,17 @@
  * the reply, written by libfuse through our writev hook (fs/transport.c),
  * is copied into the entry when it answers the request this thread serves.
  *
- * Only the thread leading the pool touches the ring. A reply finished by a
- * thread that gave up the lead for slow work (loop_hand_off) joins the
- * queue's pending list, and the leader is woken through an eventfd whose
- * read is always in the ring; the leader commits pending replies before it
- * waits. The thread doing slow work is unpinned, so it may run on another
- * CPU and leave this one to the callers and the new leader. */
+ * Only the queue's ring thread touches the ring: the kernel completes a
+ * command in the task that submitted it, and a request thread stuck on SRC
+ * (a hard NFS mount whose server is gone) would keep every request the
+ * kernel hands to the entries it committed, stats.json's included. The
+ * ring thread reaps requests into the ready list, where the pool's leader
+ * takes them (loop.c); a finished reply joins the pending list, and the
+ * ring thread, woken through an eventfd whose read is always in the ring,
+ * commits pending replies before it waits. A queue has an entry for every
+ * thread its pool may run, so requests stuck on SRC never hold them all.
+ * A thread doing slow work (loop_hand_off) is unpinned, so it may run on
+ * another CPU and leave this one to the callers and the new leader. */
 #include "uring.h"
 
 #include <errno.h>
