@@ -136,11 +136,9 @@ def cold_tree(root):
 def test_stall_stays_with_its_files(source, mount):
     src = source()
     cold = cold_tree(src.backing)
-    # few threads: the stuck readers outnumber them. Over /dev/fuse: over
-    # FUSE over io_uring each queue now has an entry for every thread its
-    # pool may run (fs/uring.c), and this test passed there in 3 of 5 runs,
-    # but in 2 stats.json got no answer within 10 s (not yet understood:
-    # docs/distributed.md)
+    # few threads: the stuck readers outnumber them. Over either transport
+    # (SHARDFS_IO_URING=on: each queue has an entry for every thread its
+    # pool may run, and a ring thread that never calls into SRC, fs/uring.c)
     mnt = mount(src.mnt, "--threads", "2")
     daemon = mount.last.proc
     handles = {p: os.open(mnt / p, os.O_RDONLY) for p in cold}
