@@ -635,6 +635,15 @@ bool sf_view_held_once(const struct sf_view *v)
 	return atomic_load(&v->refs) == 1;
 }
 
+bool sf_view_unref_shared(struct sf_view *v)
+{
+	unsigned r = atomic_load(&v->refs);
+	while (r > 1)
+		if (atomic_compare_exchange_weak(&v->refs, &r, r - 1))
+			return true;
+	return false;
+}
+
 void sf_view_unref(struct sf_view *v)
 {
 	if (!v || atomic_fetch_sub(&v->refs, 1) != 1)

@@ -232,6 +232,9 @@ struct sf_view *sf_view_ref(struct sf_view *v);
 void sf_view_unref(struct sf_view *v);
 /* Whether a single reference holds v (a host closing views nobody uses). */
 bool sf_view_held_once(const struct sf_view *v);
+/* Drops a reference unless it is the last one (which would free the view
+ * and close its files); true when dropped. */
+bool sf_view_unref_shared(struct sf_view *v);
 /* Keeps `m` alive as long as the view (takes a new reference). */
 int sf_view_hold_map(struct sf_view *v, struct sf_map *m);
 void sf_view_warn(struct sf_view *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -27,6 +27,7 @@ enum fkind {
 enum meta_file { META_STATS, META_ERRORS };
 
 struct fnode;
+struct meta_live;
 
 struct fnode {
 	enum fkind kind;
@@ -66,10 +67,9 @@ struct fnode {
 	char *file;
 
 	enum meta_file meta;          /* FK_META_FILE */
-	/* FK_META_FILE: the content the last lookup or stat saw, served to
-	 * reads (snap_lock), and when it was taken, shown as its mtime */
-	struct sf_buf *snap;
-	struct timespec snap_at;
+	/* FK_META_FILE: its snapshots (fs/meta.h), made at first use
+	 * (snap_lock) */
+	struct meta_live *live;
 
 	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };
@@ -88,6 +88,11 @@ struct ftree {
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
+	/* The sections at the source (fs/stall.h) that freeing nodes which
+	 * may close SRC files runs in (NULL: none). Only those: a burst of
+	 * FORGETs of nodes holding nothing stays out of the count that grows
+	 * the request pool. */
+	struct waits *waits;
 };
 
 /* Makes the tree with its root, SRC directory `src`. */

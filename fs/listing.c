@@ -323,13 +323,25 @@ static char *view_name(struct sf_ids *names, struct listing *l, const char *file
 	return sf_strs_add(&l->names, name, n);
 }
 
+/* The format that claims SRC file `name` of `rel`, if any. A file a
+ * network filesystem's client renamed because it was deleted while open
+ * (NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX) is only waiting for its last
+ * holder to close it: it shows through as the plain file it is, and a view
+ * would keep it open. */
+static const struct sf_format *claim(const char *rel, const char *name)
+{
+	if (strncmp(name, ".nfs", 4) == 0 || strncmp(name, ".fuse_hidden", 12) == 0)
+		return NULL;
+	return sf_format_for(rel, name);
+}
+
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
 static bool container_at(struct daemon *dm, const char *rel, const char *file,
 			 const struct sf_format **fmt, struct stat *st)
 {
 	char *path = sf_path_join(rel, file);
 	bool yes = path && sf_lstat_beneath(dm->src_fd, path, st) == 0 &&
-		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
+		   S_ISREG(st->st_mode) && (*fmt = claim(rel, file));
 	free(path);
 	return yes;
 }
@@ -445,7 +457,7 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 	size_t k = 0, n = 0;
 	for (size_t i = 0; i < l->nsrc; i++) {
 		const struct lentry *src = &l->e[i];
-		if (src->type == DT_REG && (cl[i].f = sf_format_for(rel, src->name)))
+		if (src->type == DT_REG && (cl[i].f = claim(rel, src->name)))
 			k++;
 	}
 	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
