@@ -34,6 +34,13 @@ static uint64_t mono_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* How long ago `t` was at `now`: 0 when `t` is later (another thread may
+ * have stamped it after `now` was read). */
+static uint64_t age(uint64_t now, uint64_t t)
+{
+	return now > t ? now - t : 0;
+}
+
 /* The node's state, made on first use (the node's snap_lock guards it). */
 static struct meta_live *live(struct fnode *n)
 {
@@ -58,8 +65,8 @@ static struct pending *pending_of(struct meta_live *m, pid_t tid, uint64_t now, 
 {
 	for (int i = 0; i < PENDING_MAX; i++) {
 		struct pending *p = &m->pending[i];
-		if (p->snap && p->tid == tid && now - p->taken_ns < PENDING_NS &&
-		    now - p->used_ns < within) {
+		if (p->snap && p->tid == tid && age(now, p->taken_ns) < PENDING_NS &&
+		    age(now, p->used_ns) < within) {
 			p->used_ns = now;
 			return p;
 		}
@@ -79,9 +86,9 @@ static void keep_pending(struct meta_live *m, pid_t tid, struct sf_buf *b,
 			slot = p;
 			break;
 		}
-		if (!slot->snap || now - slot->taken_ns >= PENDING_NS)
+		if (!slot->snap || age(now, slot->taken_ns) >= PENDING_NS)
 			continue; /* a free slot found: kept unless the thread's own comes */
-		if (!p->snap || now - p->taken_ns >= PENDING_NS || p->taken_ns < slot->taken_ns)
+		if (!p->snap || age(now, p->taken_ns) >= PENDING_NS || p->taken_ns < slot->taken_ns)
 			slot = p;
 	}
 	sf_buf_unref(slot->snap);
@@ -104,7 +111,7 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 	 * listed may be one the thread has closed already. */
 	struct pending *p = pending_of(m, tid, now, lookup ? PENDING_NS : REUSE_NS);
 	struct meta_handle *h = p || lookup ? NULL : m->handles;
-	while (h && h->tid != tid)
+	while (h && (h->tid != tid || h->closed))
 		h = h->next;
 	if (p || h) {
 		*size = (off_t)(p ? p->snap->len : h->snap->len);
@@ -119,7 +126,8 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 		return;
 	*size = (off_t)b->len;
 	pthread_mutex_lock(&m->lock);
-	keep_pending(m, tid, b, at, now);
+	/* read again: others may have stamped slots while it was taken */
+	keep_pending(m, tid, b, at, mono_ns());
 	pthread_mutex_unlock(&m->lock);
 }
 
@@ -152,6 +160,13 @@ struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
 	m->handles = h;
 	pthread_mutex_unlock(&m->lock);
 	return h;
+}
+
+void meta_closed(struct fnode *n, struct meta_handle *h)
+{
+	pthread_mutex_lock(&n->live->lock);
+	h->closed = true;
+	pthread_mutex_unlock(&n->live->lock);
 }
 
 void meta_release(struct fnode *n, struct meta_handle *h)

@@ -31,6 +31,9 @@ struct meta_handle {
 	struct sf_buf *snap;
 	struct timespec at;        /* when it was taken: the file's mtime */
 	pid_t tid;                 /* the thread that opened it */
+	/* its thread closed it (FLUSH, which close() waits for, unlike the
+	 * RELEASE that comes later): a stat of that thread no longer means it */
+	bool closed;
 	struct meta_handle *prev, *next;
 };
 
@@ -41,6 +44,8 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 	       struct timespec *at);
 /* Opens a handle for thread `tid`; NULL when out of memory. */
 struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid);
+/* The handle's thread closed it (FLUSH). */
+void meta_closed(struct fnode *n, struct meta_handle *h);
 void meta_release(struct fnode *n, struct meta_handle *h);
 /* Frees what a node of a live file holds (its handles are released first). */
 void meta_live_free(struct meta_live *m);

@@ -117,6 +117,7 @@ const struct fuse_lowlevel_ops shardfs_ops = {
 	.readlink = op_readlink,
 	.open = op_open,
 	.read = op_read,
+	.flush = op_flush,
 	.release = op_release,
 	.ioctl = op_ioctl,
 	.opendir = op_opendir,

@@ -56,6 +56,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->keep_cache = 1;
+	fi->noflush = 1; /* only the live files need to hear of a close */
 	fuse_reply_open(req, fi);
 }
 
@@ -292,6 +293,17 @@ static void let_gone_view_go(struct daemon *dm, struct fnode *n)
 	}
 	pthread_mutex_unlock(&dm->tree.lock);
 	openviews_gone(&dm->views, n->view, dirs, names, k);
+}
+
+/* Only the live files ask for it (noflush elsewhere): close() waits for
+ * it, so a stat that follows in the same thread knows the handle is done. */
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_FLUSH);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE)
+		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -174,7 +174,7 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
 static const char *const req_names[REQ_KINDS] = {
 	"lookup", "forget", "getattr", "readlink", "open", "read", "release",
 	"opendir", "readdir", "releasedir", "statfs", "getxattr", "listxattr",
-	"access", "write_refused", "ioctl",
+	"access", "write_refused", "ioctl", "flush",
 };
 
 static json_t *num(atomic_uint_fast64_t *c)
