@@ -16,9 +16,6 @@ import argparse
 import sys
 import time
 
-import torch
-from torch.utils.data import DataLoader
-
 import map_dataset  # beside this file: the same decoding and output
 import shardfs
 
@@ -41,15 +38,8 @@ def main(argv=None):
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     ds = shardfs.FoldDataset(a.taridx, transform=decode)
-    t1 = time.perf_counter()
-    loader = DataLoader(ds, batch_size=a.batch_size, num_workers=a.workers, shuffle=a.shuffle,
-                        generator=torch.Generator().manual_seed(0), collate_fn=map_dataset.collate,
-                        multiprocessing_context=a.start if a.workers else None)
-    n, nbytes = map_dataset.print_samples(loader)
-    t2 = time.perf_counter()
-    print(f"throughput: {n} samples ({nbytes / 1e6:.2f} MB) in {t2 - t1:.2f} s with "
-          f"{a.workers} workers ({a.start}): {n / (t2 - t1):.0f} samples/s; "
-          f"fold of {len(ds)} samples opened in {t1 - t0:.3f} s", file=sys.stderr)
+    map_dataset.run(ds, a, time.perf_counter() - t0, f"fold opened ({a.start} workers)",
+                    multiprocessing_context=a.start if a.workers else None)
     return 0
 
 
