@@ -438,6 +438,8 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 	return rc;
 }
 
+static char **siblings(const struct listing *l, char ***names);
+
 /* A SRC file some format claims, on its way to a view. */
 struct claim {
 	const struct sf_format *f;  /* NULL once it is known to get none */
@@ -450,15 +452,24 @@ struct claim {
  * are checked, all together (sf_format_check_many). Returns how many
  * containers there are, or -ENOMEM. */
 static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
-				const struct listing *old, struct listing *l, struct claim *cl)
+				const struct listing *old, struct listing *l, struct claim *cl,
+				char ***names)
 {
 	/* which entries are containers: a directory of a million plain files
 	 * touches no claim, and stats and checks are made for containers only */
 	size_t k = 0, n = 0;
 	for (size_t i = 0; i < l->nsrc; i++) {
 		const struct lentry *src = &l->e[i];
-		if (src->type == DT_REG && (cl[i].f = claim(rel, src->name)))
-			k++;
+		if (src->type != DT_REG || !(cl[i].f = claim(rel, src->name)))
+			continue;
+		if (cl[i].f->covered) {
+			if (!siblings(l, names))
+				return -ENOMEM;
+			/* another container shows it (a fold, its shard) */
+			if (cl[i].f->covered(src->name, (const char *const *)*names, l->nsrc))
+				cl[i].f = NULL;
+		}
+		k += cl[i].f != NULL;
 	}
 	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
 	l->stats = sf_big_alloc(k, sizeof *l->stats);
@@ -530,7 +541,7 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
-	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl) : -ENOMEM;
+	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl, &names) : -ENOMEM;
 	/* the names taken: every SRC entry's, and room for a view a container */
 	if (k < 0 || (k > 0 && sf_ids_reset(&taken_names, nsrc + (size_t)k)))
 		rc = -ENOMEM;
@@ -736,10 +747,11 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	}
 	struct listing *old = dir->listing;
 	/* the whole listing when it is at hand, is needed (several files could
-	 * take the name, or the format reads its siblings), was made before
+	 * take the name, or the format reads its siblings or is covered by
+	 * them), was made before
 	 * (its views are to be reused, not opened again beside it), or when
 	 * many views were placed one by one (each copies the partial listing) */
-	if (k > 1 || f->uses_siblings || fresh(old, &st) ||
+	if (k > 1 || f->uses_siblings || f->covered || fresh(old, &st) ||
 	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
 		rc = relist(dm, dir, dirfd, &st, out);
 		goto done;

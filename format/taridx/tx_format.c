@@ -8,13 +8,18 @@
 #include "sf_map.h"
 #include "tx.h"
 
-static void fold_free(void *state)
+void tx_fold_free(void *state)
 {
 	struct tx_fold *f = state;
 	if (!f)
 		return;
 	tx_index_free(&f->ix);
 	pthread_mutex_destroy(&f->lookup_lock);
+	pthread_mutex_destroy(&f->ready_lock);
+	sf_buf_unref(f->built);
+	free(f->unready);
+	if (f->charged)
+		sf_cache_uncharge(f->charged_to, f->charged);
 	tx_shards_free(f->shards, f->nshards);
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
@@ -56,6 +61,8 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!(*state = f))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	pthread_mutex_init(&f->lookup_lock, NULL);
+	pthread_mutex_init(&f->ready_lock, NULL);
+	atomic_init(&f->ready, true);
 	f->view = v;
 	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
@@ -77,7 +84,7 @@ const struct sf_format tx_format = {
 	.maps_beside = true, /* the shards */
 	.check = tx_check,
 	.parse = parse,
-	.free_state = fold_free,
+	.free_state = tx_fold_free,
 	.info_txt = tx_info_txt,
 	.info_json = tx_info_json,
 	.verify = tx_verify,
