@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_fault.h"
 #include "sf_map.h"
 #include "tx.h"
 
@@ -112,17 +113,12 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 /* Walks the tar's headers into an index (tx_index_tar, through copies),
  * then holds its memory in the budget: 32 bytes and two bits a row, as a
  * fold's index takes. */
-static int build_index(struct tx_fold *f, struct sf_err *e)
+static int build_index(void *ctx, struct sf_err *e)
 {
-	const struct sf_map *tar = f->shards[0].map;
-	atomic_fetch_add(&sf_progress.walking, 1);
-	atomic_fetch_add(&sf_progress.bytes_to_walk, tar->size);
-	int rc = tx_index_tar(tar, f->view->path, &sf_progress, &f->built, e);
-	atomic_fetch_sub(&sf_progress.walking, 1);
-	atomic_fetch_sub(&sf_progress.bytes_to_walk, tar->size);
+	struct tx_fold *f = ctx;
+	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
 	if (rc)
 		return rc;
-	atomic_fetch_add(&sf_progress.walks_done, 1);
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
@@ -145,7 +141,15 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 	if (f->unready) {
 		rc = sf_fail(e, -EIO, "%s", f->unready);
 	} else if (!atomic_load(&f->ready)) {
-		rc = build_index(f, e);
+		/* in a guard of its own inside the lock, so that a fault on the
+		 * tar (cut short meanwhile) cannot leave the lock held */
+		uint64_t size = f->shards[0].map->size;
+		atomic_fetch_add(&sf_progress.walking, 1);
+		atomic_fetch_add(&sf_progress.bytes_to_walk, size);
+		rc = sf_guard_run(f->view, NULL, build_index, f, e);
+		atomic_fetch_sub(&sf_progress.walking, 1);
+		atomic_fetch_sub(&sf_progress.bytes_to_walk, size);
+		atomic_fetch_add(&sf_progress.walks_done, !rc);
 		if (!rc) {
 			atomic_store(&f->ready, true);
 		} else {
