@@ -33,6 +33,10 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
+	/* The container lies apart from the files it reads (a fold's index in
+	 * the daemon's --index-dir, its shards in dirrel): the format checks
+	 * that it matches them before it shows anything. */
+	bool apart;
 };
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_map.h"
 #include "tx.h"
 
@@ -53,6 +54,87 @@ static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf
 	return 0;
 }
 
+static bool later(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec > b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec > b->tv_nsec);
+}
+
+/* Whether the header of row `row` lies in its tar, passes its checksum and
+ * holds the key the row states. */
+static bool header_matches(const struct tx_fold *f, const struct tx_row *row)
+{
+	const struct sf_map *m = f->shards[row->fid].map;
+	if (!sf_range_ok(m->size, row->off, TX_BLOCK) || !tx_hdr_checksum_ok(m->data + row->off))
+		return false;
+	struct tx_key k;
+	tx_key_from(m->data + row->off, tx_field_len(m->data + row->off, 100), &k);
+	return k.hash == row->keyhash;
+}
+
+#define SAMPLED 64
+
+/* An index apart from its tars (--index-dir) must match them before
+ * anything is shown: every shard readable and not changed after the index
+ * was written (mtime), every row inside its shard and each shard holding
+ * nothing after its last row but the archive's end (size), and the
+ * headers of SAMPLED rows spread over the index, and each shard's last,
+ * holding the key their rows state (a sampled header). */
+static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
+{
+	const char *why = "refused: an index in --index-dir must match its tars";
+	if (!f->nshards)
+		return sf_fail(e, -EINVAL, "%s: %s, and there are none beside it", a->path, why);
+	for (size_t i = 0; i < f->nshards; i++) {
+		const struct tx_shard *sh = &f->shards[i];
+		if (!sh->map)
+			return sf_fail(e, -EINVAL, "%s: %s: shard %s: %s", a->path, why, sh->name, sh->problem);
+		if (later(&sh->map->st.st_mtim, &a->map->st.st_mtim))
+			return sf_fail(e, -EINVAL, "%s: %s: %s was modified after the index was written (mtime)",
+				       a->path, why, sh->name);
+	}
+	uint64_t *end = calloc(f->nshards, sizeof *end);
+	uint64_t *last = calloc(f->nshards, sizeof *last);
+	int rc = end && last ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	uint64_t step = f->ix.n_rows / SAMPLED + 1;
+	for (uint64_t r = 0; !rc && r < f->ix.n_rows; r++) {
+		struct tx_row row;
+		tx_row_get(&f->ix, r, &row);
+		const struct sf_map *m = row.fid < f->nshards ? f->shards[row.fid].map : NULL;
+		/* both under the tar's size: no sum below wraps */
+		uint64_t stop = m && row.off <= m->size && row.size <= m->size ?
+				row.off + TX_BLOCK + (row.size + TX_BLOCK - 1) / TX_BLOCK * TX_BLOCK : 0;
+		if (!stop)
+			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu lies outside the shards (size)", a->path, why,
+				     (unsigned long long)r);
+		else if (r % step == 0 && !header_matches(f, &row))
+			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu: the header at offset %llu of %s does not hold its key (a sampled header)",
+				     a->path, why, (unsigned long long)r, (unsigned long long)row.off,
+				     f->shards[row.fid].name);
+		else if (stop >= end[row.fid]) {
+			end[row.fid] = stop;
+			last[row.fid] = r;
+		}
+	}
+	for (size_t i = 0; !rc && i < f->nshards; i++) {
+		const struct sf_map *m = f->shards[i].map;
+		struct tx_row row;
+		tx_row_get(&f->ix, last[i], &row);
+		/* the last member's padding may be cut at the tar's end */
+		if (end[i] > m->size + TX_BLOCK)
+			rc = sf_fail(e, -EINVAL, "%s: %s: its rows run past the end of %s (%zu bytes) (size)",
+				     a->path, why, f->shards[i].name, m->size);
+		else if (end[i] && !header_matches(f, &row))
+			rc = sf_fail(e, -EINVAL, "%s: %s: the last row of %s does not match its header (a sampled header)",
+				     a->path, why, f->shards[i].name);
+		else if (end[i] + TX_BLOCK <= m->size && !tx_block_is_zero(m->data + end[i]))
+			rc = sf_fail(e, -EINVAL, "%s: %s: %s holds more than its rows after offset %llu (size)",
+				     a->path, why, f->shards[i].name, (unsigned long long)end[i]);
+	}
+	free(end);
+	free(last);
+	return rc;
+}
+
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
@@ -72,7 +154,9 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)) ||
 	    !(f->plain = calloc(f->ix.n_rows / 8 + 1, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	return map_shards(f, a, e);
+	if ((rc = map_shards(f, a, e)))
+		return rc;
+	return a->apart ? check_apart(f, a, e) : 0;
 }
 
 const struct sf_format tx_format = {
