@@ -280,6 +280,11 @@ struct tx_fold {
  * never). 0, or a negative errno with e->msg (-EIO for a tar that cannot
  * be indexed, saying why). */
 int tx_fold_ready(struct tx_fold *f, struct sf_err *e);
+/* A fold's state for container a, named "<fold><ext>", set in *state
+ * (freed by tx_fold_free whatever follows), not ready; NULL with e set
+ * when out of memory. */
+struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
+			    const char *ext, struct sf_err *e);
 /* Frees a fold's state (both descriptors'). */
 void tx_fold_free(void *state);
 

@@ -30,6 +30,24 @@ void tx_fold_free(void *state)
 	free(f);
 }
 
+struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
+			    const char *ext, struct sf_err *e)
+{
+	struct tx_fold *f = calloc(1, sizeof *f);
+	if ((*state = f)) {
+		pthread_mutex_init(&f->lookup_lock, NULL);
+		pthread_mutex_init(&f->ready_lock, NULL);
+		atomic_init(&f->ready, false);
+		f->view = v;
+		f->fold = strndup(a->name, strlen(a->name) - strlen(ext));
+	}
+	if (!f || !f->fold) {
+		sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+		return NULL;
+	}
+	return f;
+}
+
 static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
 {
 	int rc = tx_shards_find(f->fold, a->siblings, a->nsiblings, &f->shards, &f->nshards);
@@ -138,16 +156,10 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
-	size_t nlen = strlen(a->name);
-	struct tx_fold *f = calloc(1, sizeof *f);
-	if (!(*state = f))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&f->lookup_lock, NULL);
-	pthread_mutex_init(&f->ready_lock, NULL);
-	atomic_init(&f->ready, true);
-	f->view = v;
-	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	struct tx_fold *f = tx_fold_new(a, v, state, ".taridx", e);
+	if (!f)
+		return -ENOMEM;
+	atomic_store(&f->ready, true);
 	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
 	if (rc)
 		return rc;

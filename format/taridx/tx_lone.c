@@ -94,16 +94,11 @@ static bool covered(const char *name, const char *const *names, size_t n)
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
-	struct tx_fold *f = calloc(1, sizeof *f);
-	if (!(*state = f))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&f->lookup_lock, NULL);
-	pthread_mutex_init(&f->ready_lock, NULL);
-	atomic_init(&f->ready, false);
+	struct tx_fold *f = tx_fold_new(a, v, state, ".tar", e);
+	if (!f)
+		return -ENOMEM;
 	f->lone = true;
-	f->view = v;
-	if (!(f->fold = strndup(a->name, strlen(a->name) - strlen(".tar"))) ||
-	    !(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
+	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	f->nshards = 1;
 	f->shards[0].map = sf_map_ref(a->map);

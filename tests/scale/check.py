@@ -59,27 +59,33 @@ class Checks:
             f.write(json.dumps({"name": f"scale {name}", "result": "FAIL", "why": why}) + "\n")
 
 
-def fold(c, build, work, n):
-    """find of an n-member fold: peak memory per member (150 bytes: the
-    1,000,000-member target of 150 MiB), and after the kernel forgets
-    what it looked up, what is left per member (64 bytes)."""
-    src, _, _, _ = data.small_fold(work, build / "tools", n, 10, lo=16, hi=64, native=False)
+def find_members(c, build, src, view, n, what, forget_limit):
+    """find of the n members of MNT/view: peak memory per member (150
+    bytes: the 1,000,000-member target of 150 MiB), and after the kernel
+    forgets what it looked up, what is left per member (forget_limit)."""
     with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
         os.stat(mnt / ".shardfs")
         base = kib(proc.pid, "VmRSS")
-        out = subprocess.run(f"find '{mnt}/f' | wc -l", shell=True, check=True,
+        out = subprocess.run(f"find '{mnt}/{view}' | wc -l", shell=True, check=True,
                              capture_output=True, text=True).stdout
         if int(out) != n + 1:
-            c.error("fold_find_count", f"find listed {int(out) - 1} members of {n}")
+            c.error(f"{what}_find_count", f"find listed {int(out) - 1} members of {n}")
             return
         peak = kib(proc.pid, "VmHWM")
-        c.add("fold_find_peak_per_member", (peak - base) * 1024 / n, 150, "bytes/member")
+        c.add(f"{what}_find_peak_per_member", (peak - base) * 1024 / n, 150, "bytes/member")
         # every member looked up (fnodes and nodes made), then forgotten
-        subprocess.run(f"find '{mnt}/f' -size -1000000 | wc -l", shell=True, check=True,
+        subprocess.run(f"find '{mnt}/{view}' -size -1000000 | wc -l", shell=True, check=True,
                        capture_output=True)
         drop_kernel_entries()
         left = kib(proc.pid, "VmRSS")
-        c.add("fold_after_forget_per_member", (left - base) * 1024 / n, 64, "bytes/member")
+        c.add(f"{what}_after_forget_per_member", (left - base) * 1024 / n, forget_limit,
+              "bytes/member")
+
+
+def fold(c, build, work, n):
+    """find of an n-member fold: 64 bytes a member left after forget."""
+    src, _, _, _ = data.small_fold(work, build / "tools", n, 10, lo=16, hi=64, native=False)
+    find_members(c, build, src, "f", n, "fold", 64)
 
 
 def tar_alone(c, build, work, n):
@@ -88,23 +94,7 @@ def tar_alone(c, build, work, n):
     peak; what is left per member once the kernel forgets also holds the
     index itself (32 bytes and 2 bits a member, charged to the budget),
     which a fold reads from its file."""
-    src = data.lone_tar(work, n)
-    with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
-        os.stat(mnt / ".shardfs")
-        base = kib(proc.pid, "VmRSS")
-        out = subprocess.run(f"find '{mnt}/t' | wc -l", shell=True, check=True,
-                             capture_output=True, text=True).stdout
-        if int(out) != n + 1:
-            c.error("tar_alone_find_count", f"find listed {int(out) - 1} members of {n}")
-            return
-        peak = kib(proc.pid, "VmHWM")
-        c.add("tar_alone_find_peak_per_member", (peak - base) * 1024 / n, 150, "bytes/member")
-        subprocess.run(f"find '{mnt}/t' -size -1000000 | wc -l", shell=True, check=True,
-                       capture_output=True)
-        drop_kernel_entries()
-        left = kib(proc.pid, "VmRSS")
-        c.add("tar_alone_after_forget_per_member", (left - base) * 1024 / n, 64 + 33,
-              "bytes/member")
+    find_members(c, build, data.lone_tar(work, n), "t", n, "tar_alone", 64 + 33)
 
 
 def names_come_and_go(c, build, work, n):
