@@ -118,8 +118,10 @@ static int build_index(void *ctx, struct sf_err *e)
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
 	struct sf_cache *c = f->view->cache;
-	if ((rc = sf_cache_charge(c, f->built->len + 2 * bits, f->view->path, "its index", e)))
-		return rc;
+	/* no room in the budget now is no fault of the tar: tried again at
+	 * the next use */
+	if (sf_cache_charge(c, f->built->len + 2 * bits, f->view->path, "its index", e))
+		return -ENOBUFS;
 	f->charged_to = c;
 	f->charged = f->built->len + 2 * bits;
 	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
@@ -162,10 +164,10 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 			if (f->charged)
 				sf_cache_uncharge(f->charged_to, f->charged);
 			f->charged = 0;
-			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE && rc != -ENOBUFS)
 				f->unready = strdup(e->msg);
+			if (rc != -ENOMEM)
 				rc = -EIO;
-			}
 		}
 	}
 	pthread_mutex_unlock(&f->ready_lock);
