@@ -118,12 +118,13 @@ static int build_index(void *ctx, struct sf_err *e)
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
 	struct sf_cache *c = f->view->cache;
-	/* no room in the budget now is no fault of the tar: tried again at
-	 * the next use */
-	if (sf_cache_charge(c, f->built->len + 2 * bits, f->view->path, "its index", e))
-		return -ENOBUFS;
+	/* an index larger than the whole budget never fits (remembered); no
+	 * room now is tried again at the next use */
+	uint64_t need = f->built->len + 2 * bits;
+	if (sf_cache_charge(c, need, f->view->path, "its index", e))
+		return c->limit && need > c->limit ? -EIO : -ENOBUFS;
 	f->charged_to = c;
-	f->charged = f->built->len + 2 * bits;
+	f->charged = need;
 	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
 	return 0;

@@ -223,3 +223,20 @@ def test_progress_and_other_views_not_held(mount, tmp_path):
     assert result["n"] == 400_000
     w = walks(mnt)
     assert w["tars_now"] == 0 and w["headers_walked"] >= 400_001
+
+
+def test_index_beyond_the_budget(mount, tmp_path):
+    """The index of a tar alone is held in the --cache-size budget: one
+    larger than the whole budget is refused, saying so, and the tar is not
+    walked again at each lookup; a small tar beside it is served."""
+    many_member_tar(tmp_path / "big.tar", 4000)  # 4000 rows of 32 bytes > 64 KiB
+    small_tar(tmp_path / "small.tar", {"s.txt": b"small\n"})
+    mnt = mount(tmp_path, "--cache-size", "64K")
+    for _ in range(3):
+        with pytest.raises(OSError) as ex:
+            os.stat(mnt / "big" / "0000001.txt")
+        assert ex.value.errno == errno.EIO
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "big.tar: its index needs" in errors and "--cache-size" in errors, errors
+    assert walks(mnt)["headers_walked"] == 4000
+    assert (mnt / "small" / "s.txt").read_bytes() == b"small\n"
