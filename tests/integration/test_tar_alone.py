@@ -240,3 +240,17 @@ def test_index_beyond_the_budget(mount, tmp_path):
     assert "big.tar: its index needs" in errors and "--cache-size" in errors, errors
     assert walks(mnt)["headers_walked"] == 4000
     assert (mnt / "small" / "s.txt").read_bytes() == b"small\n"
+
+
+def test_tools_read_a_tar_alone(tmp_path):
+    """shardfs-cat, shardfs-verify and shardfs-inspect take a tar with no
+    index as the mount shows it."""
+    small_tar(tmp_path / "x.tar", {"d/a.txt": b"alpha\n", "b.bin": bytes(range(256))})
+    tool = lambda *a: subprocess.run([str(TOOLS / a[0]), *map(str, a[1:])], capture_output=True)  # noqa: E731
+    r = tool("shardfs-cat", tmp_path / "x.tar", "d/a.txt")
+    assert r.returncode == 0 and r.stdout == b"alpha\n", r.stderr
+    assert tool("shardfs-cat", tmp_path / "x.tar", "b.bin").stdout == bytes(range(256))
+    r = tool("shardfs-verify", tmp_path / "x.tar")
+    assert r.returncode == 0 and r.stdout.endswith(b"status: ok\n"), r
+    r = tool("shardfs-inspect", "--json", tmp_path / "x.tar")
+    assert r.returncode == 0 and json.loads(r.stdout)["format"] == "tar"
