@@ -6,6 +6,7 @@
 SF_FORMAT(tsumugi, tsm_format)
 SF_FORMAT(tatami, tat_format)
 SF_FORMAT(taridx, tx_format)
+SF_FORMAT(taridx, tx_tar_format)
 SF_FORMAT(shardlake, sl_sidx_format)
 SF_FORMAT(shardlake, sl_alias_format)
 SF_FORMAT(tet, tet_format)

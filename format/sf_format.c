@@ -26,6 +26,8 @@ static const struct sf_format *all[] = {
 #undef SF_FORMAT
 };
 
+struct sf_progress sf_progress;
+
 const struct sf_format *sf_format_for(const char *dirpath, const char *name)
 {
 	size_t n = strlen(name);

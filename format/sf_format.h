@@ -8,6 +8,7 @@
 #ifndef SF_FORMAT_H
 #define SF_FORMAT_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -32,6 +33,10 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
+	/* The container lies apart from the files it reads (a fold's index in
+	 * the daemon's --index-dir, its shards in dirrel): the format checks
+	 * that it matches them before it shows anything. */
+	bool apart;
 };
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
@@ -66,6 +71,12 @@ struct sf_format {
 			    * is named without it */
 	/* Optional further test (e.g. alias JSON only inside "aliases/"). */
 	bool (*match)(const char *dirpath, const char *name);
+	/* Optional: whether another container among the directory's entries
+	 * (`names`, sorted bytewise) already shows file `name` (a fold's
+	 * shard is no tar alone): it then gets no view of its own. Decided
+	 * with the whole directory at hand, so a view of a format with it is
+	 * placed by a listing, never by one lookup. */
+	bool (*covered)(const char *name, const char *const *names, size_t n);
 	/* The view depends on sibling files too (taridx shards): reopen it
 	 * whenever the directory changes, not only when the file does. */
 	bool uses_siblings;
@@ -106,6 +117,15 @@ struct sf_format {
 	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
 	const char *(*link)(const void *state);
 };
+
+/* Long work under way in views now, for the mount's stats.json: tars
+ * whose headers are being walked to index them (a tar with no index), with
+ * their bytes, the bytes and headers walked so far, and the walks done. */
+struct sf_progress {
+	atomic_uint_fast64_t walking, bytes_to_walk, bytes_walked, headers_walked;
+	atomic_uint_fast64_t walks_done;
+};
+extern struct sf_progress sf_progress;
 
 /* Runs a check on the probe of a mapped file: a full open starts with the
  * same check the listing made. */

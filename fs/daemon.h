@@ -20,6 +20,9 @@
 
 struct daemon {
 	int src_fd;                   /* SRC's root: every access is beneath it */
+	/* --index-dir: indexes of SRC's folds kept apart from their tars
+	 * (fs/indexdir.h), every access beneath it; -1 without */
+	int index_fd;
 	struct ftree tree;            /* the inodes */
 	struct openviews views;       /* the views listings hold open (--max-open) */
 	struct watch watch;           /* inotify on the SRC directories shown */

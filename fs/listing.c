@@ -37,6 +37,7 @@ static void listing_free(struct listing *l)
 	}
 	sf_strs_free(&l->names);
 	sf_big_free(l->stats);
+	indexdir_free(&l->apart);
 	sf_big_free(l->e);
 	free(l);
 }
@@ -81,7 +82,8 @@ bool listing_container_now(struct daemon *dm, const struct fnode *dir, const str
 {
 	char *path = sf_path_join(dir->rel, e->file);
 	struct stat st;
-	bool same = path && sf_lstat_beneath(dm->src_fd, path, &st) == 0 && same_version(e->st, &st);
+	bool same = path && (e->apart ? indexdir_lstat(dm, dir->rel, e->file, &st) :
+			     sf_lstat_beneath(dm->src_fd, path, &st)) == 0 && same_version(e->st, &st);
 	free(path);
 	return same;
 }
@@ -196,17 +198,23 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 	return true;
 }
 
-/* Maps container `name` and opens its view into *v. */
+/* Maps container `name` (of dirfd, or `apart` in --index-dir) and opens
+ * its view into *v. */
 static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
-		     const char *name, const char *path, char **names, size_t nnames,
+		     const char *name, const char *path, char **names, size_t nnames, bool apart,
 		     struct sf_view **v, struct sf_err *e)
 {
 	struct sf_map *map = NULL;
-	int rc = sf_map_beneath(dirfd, name, path, &map, e);
+	int fd = apart ? indexdir_open(dm, rel) : dirfd;
+	int rc = fd < 0 ? sf_fail(e, fd, "%s: its directory in --index-dir cannot be opened", path) :
+		 sf_map_beneath(fd, name, path, &map, e);
+	if (apart && fd >= 0)
+		close(fd);
 	if (rc == 0) {
 		struct sf_open_args a = {
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
+			.apart = apart,
 		};
 		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
@@ -219,17 +227,17 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
  * short of descriptors or memory gets none, and sets *retry (if given). */
 static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
 				      const char *rel, const char *name, char **names,
-				      size_t nnames, bool checked, atomic_bool *retry)
+				      size_t nnames, bool checked, bool apart, atomic_bool *retry)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
 		return NULL;
 	struct sf_err e = { { 0 } };
 	struct sf_view *v = NULL;
-	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
+	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
 	/* once more after the views nobody uses are closed */
 	if (openviews_short(rc) && openviews_reclaim(&dm->views))
-		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, &v, &e);
+		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
 	struct stat st;
 	if (openviews_short(rc)) {
 		/* not the file's fault: no failed view is kept, the next entry
@@ -438,6 +446,8 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 	return rc;
 }
 
+static char **siblings(const struct listing *l, char ***names);
+
 /* A SRC file some format claims, on its way to a view. */
 struct claim {
 	const struct sf_format *f;  /* NULL once it is known to get none */
@@ -450,15 +460,29 @@ struct claim {
  * are checked, all together (sf_format_check_many). Returns how many
  * containers there are, or -ENOMEM. */
 static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
-				const struct listing *old, struct listing *l, struct claim *cl)
+				const struct listing *old, struct listing *l, struct claim *cl,
+				char ***names)
 {
 	/* which entries are containers: a directory of a million plain files
 	 * touches no claim, and stats and checks are made for containers only */
 	size_t k = 0, n = 0;
 	for (size_t i = 0; i < l->nsrc; i++) {
 		const struct lentry *src = &l->e[i];
-		if (src->type == DT_REG && (cl[i].f = claim(rel, src->name)))
-			k++;
+		if (src->type != DT_REG || !(cl[i].f = claim(rel, src->name)))
+			continue;
+		if (cl[i].f->covered) {
+			/* the names of SRC and of its indexes in --index-dir */
+			size_t nc = l->nsrc;
+			const char *const *cover = !siblings(l, names) ? NULL :
+						   l->apart.n ? indexdir_cover(&l->apart, *names, l->nsrc, &nc) :
+						   (const char *const *)*names;
+			if (!cover)
+				return -ENOMEM;
+			/* another container shows it (a fold, its shard) */
+			if (cl[i].f->covered(src->name, cover, nc))
+				cl[i].f = NULL;
+		}
+		k += cl[i].f != NULL;
 	}
 	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
 	l->stats = sf_big_alloc(k, sizeof *l->stats);
@@ -517,6 +541,43 @@ static size_t room_for(off_t size)
 	return n * sizeof(struct lentry) < SF_BIG_MIN ? 32 : n;
 }
 
+/* The views of the folds whose indexes lie in --index-dir (after SRC's
+ * own: a SRC entry's name or view takes a name first, and an index beside
+ * its tars is read instead of one apart), each checked as a listing checks
+ * a container. */
+static int place_apart(struct daemon *dm, const char *rel, struct listing *l, size_t *cap,
+		       struct sf_ids *taken_names)
+{
+	int fd = l->apart.n ? indexdir_open(dm, rel) : -1;
+	int rc = 0;
+	for (size_t i = 0; fd >= 0 && rc == 0 && i < l->apart.n; i++) {
+		struct apart_index *ix = &l->apart.ix[i];
+		const struct sf_format *f = claim(rel, ix->name);
+		bool clash;
+		char *vname;
+		if (!f || taken(taken_names, l, ix->name))
+			continue;
+		char *path = sf_path_join(rel, ix->name);
+		struct sf_err e = { { 0 } };
+		int crc = path ? sf_format_check(f, fd, ix->name, path, &ix->st, &e) : -ENOMEM;
+		if (crc && path)
+			check_failed(dm, path, sf_err_msg(&e, crc));
+		else if (!crc && !(vname = view_name(taken_names, l, ix->name, f->ext, &clash)))
+			errlog_add(&dm->stats, path, clash ? "no view: its name and the .d name are both taken"
+							   : "no view: out of memory");
+		else if (!crc) {
+			struct lentry x = { .name = vname, .fmt = f, .st = &ix->st, .file = ix->name,
+					    .type = DT_DIR, .apart = true };
+			if (!(rc = push(l, cap, x)))
+				rc = sf_ids_put(taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
+		}
+		free(path);
+	}
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, off_t size,
 		 const struct listing *old, struct listing *l)
 {
@@ -527,14 +588,17 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	if (rc)
 		return rc;
 	size_t nsrc = l->nsrc = l->n;
+	if (dm->index_fd >= 0 && (rc = indexdir_find(dm, rel, &l->apart)))
+		return rc;
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
-	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl) : -ENOMEM;
+	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl, &names) : -ENOMEM;
 	/* the names taken: every SRC entry's, and room for a view a container */
-	if (k < 0 || (k > 0 && sf_ids_reset(&taken_names, nsrc + (size_t)k)))
+	size_t views = k < 0 ? 0 : (size_t)k + l->apart.n;
+	if (k < 0 || (views > 0 && sf_ids_reset(&taken_names, nsrc + views)))
 		rc = -ENOMEM;
-	for (size_t i = 0; rc == 0 && k > 0 && i < nsrc; i++)
+	for (size_t i = 0; rc == 0 && views > 0 && i < nsrc; i++)
 		rc = sf_ids_put(&taken_names, name_hash(l->e[i].name), (uint32_t)i);
 	/* Views are placed in byte order of their files' names, so an earlier
 	 * file's view wins a clash (docs/design.md §3.1). A view names its file
@@ -551,7 +615,7 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 			v = openviews_get(&dm->views, &cl[i].was->open, false);
 		else if (!f->check &&
 			 (!siblings(l, &names) ||
-			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false,
+			  !(v = open_container(dm, f, dirfd, rel, file, names, nsrc, false, false,
 						 &l->stale))))
 			continue;
 		bool clash;
@@ -578,6 +642,8 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 			rc = sf_ids_put(&taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
 		}
 	}
+	if (rc == 0)
+		rc = place_apart(dm, rel, l, &cap, &taken_names);
 	free(names);
 	sf_big_free(cl);
 	sf_ids_free(&taken_names);
@@ -725,6 +791,9 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	const struct sf_format *f = NULL;
 	struct stat fst;
 	int k = candidates(dm, dir->rel, name, &file, &f, &fst);
+	/* a fold whose index is in --index-dir: placed by the whole listing */
+	if (k == 0 && dm->index_fd >= 0 && indexdir_has_view(dm, dir->rel, name))
+		k = 2;
 	if (k == 0)
 		return 0;
 	int dirfd;
@@ -736,10 +805,11 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	}
 	struct listing *old = dir->listing;
 	/* the whole listing when it is at hand, is needed (several files could
-	 * take the name, or the format reads its siblings), was made before
+	 * take the name, or the format reads its siblings or is covered by
+	 * them), was made before
 	 * (its views are to be reused, not opened again beside it), or when
 	 * many views were placed one by one (each copies the partial listing) */
-	if (k > 1 || f->uses_siblings || fresh(old, &st) ||
+	if (k > 1 || f->uses_siblings || f->covered || fresh(old, &st) ||
 	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
 		rc = relist(dm, dir, dirfd, &st, out);
 		goto done;
@@ -755,7 +825,7 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		goto done;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, NULL)))
+	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, false, NULL)))
 		goto done;
 	struct lentry x = {
 		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
@@ -814,7 +884,8 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, NULL);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, e->apart,
+					   NULL);
 		free(names);
 		if (v)
 			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),

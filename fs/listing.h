@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "fnode.h"
+#include "indexdir.h"
 #include "openviews.h"
 #include "sf_big.h"
 
@@ -33,6 +34,7 @@ struct lentry {
 	char *file;
 	struct stat *st;
 	ino_t ino;              /* a SRC entry's, as its directory gives it */
+	bool apart;             /* its container is an index in --index-dir */
 };
 
 struct listing {
@@ -56,6 +58,8 @@ struct listing {
 	 * listing's entries own theirs. */
 	struct sf_strs names;
 	struct stat *stats;
+	/* the indexes in --index-dir its apart views stand for (names, stats) */
+	struct apart apart;
 };
 
 /* Logs the warnings a view raised since the last call (opening, or lazy

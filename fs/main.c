@@ -213,7 +213,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_session *se = NULL;
 	bool mounted = false, handlers = false;
-	struct daemon dm = { .src_fd = -1, .view_cache = &sf_nocache };
+	struct daemon dm = { .src_fd = -1, .index_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
 	dm.stats.waits.enter = transport_src_enter;
@@ -252,6 +252,10 @@ int main(int argc, char **argv)
 	struct sf_err e = { { 0 } };
 	if (dm.src_fd < 0) {
 		fail("source %s: %s", src, strerror(errno));
+		goto out;
+	}
+	if (o.index_dir && (dm.index_fd = open(o.index_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
+		fail("--index-dir %s: %s", o.index_dir, strerror(errno));
 		goto out;
 	}
 	dm.tree.dir_gone = watch_forget;
@@ -337,6 +341,8 @@ out:
 	stats_fini(&dm.stats);
 	if (dm.src_fd >= 0)
 		close(dm.src_fd);
+	if (dm.index_fd >= 0)
+		close(dm.index_fd);
 	free(src);
 	free(mnt_abs);
 	free(o.fuse_opts);

@@ -47,6 +47,12 @@ void options_usage(FILE *to)
 	      "                      and opened again when entered (each costs memory and\n"
 	      "                      a mapping of its container); their descriptors stay\n"
 	      "                      within (RLIMIT_NOFILE - 192) / 2 whatever N is\n"
+	      "  --index-dir DIR     where folds' indexes may lie apart from their tars (a\n"
+	      "                      dataset directory its readers cannot write): the index\n"
+	      "                      of the fold F whose shards are SRC/P/F_*.tar is read\n"
+	      "                      from DIR/P/F.taridx (shardfs-taridx --out DIR/P SRC/P F),\n"
+	      "                      unless SRC/P/F.taridx exists. One that does not match\n"
+	      "                      its tars is refused, saying why (docs/tools.md)\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"
@@ -209,6 +215,10 @@ int options_parse(int argc, char **argv, struct options *o)
 				o->io_uring = IO_URING_OFF;
 			else
 				return bad("--io-uring needs auto, on or off", val);
+		} else if ((val = long_value(argc, argv, &i, "--index-dir"))) {
+			if (val == MISSING || !*val)
+				return bad("--index-dir needs a directory", NULL);
+			o->index_dir = val;
 		} else if ((val = long_value(argc, argv, &i, "--ready-fd"))) {
 			if (number(val, 0, INT_MAX, &n) || fcntl((int)n, F_GETFD) < 0)
 				return bad("--ready-fd needs an open file descriptor number", val);

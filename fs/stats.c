@@ -8,6 +8,7 @@
 #include <time.h>
 #include <xxhash.h>
 
+#include "sf_format.h"
 #include "sf_hash.h"
 #include "sf_json.h"
 
@@ -223,6 +224,15 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
 	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
+	/* tars with no index whose headers are being walked now (their
+	 * views' first use), and what every walk so far has read */
+	json_t *walk = json_object();
+	json_object_set_new(walk, "tars_now", num(&sf_progress.walking));
+	json_object_set_new(walk, "bytes_of_tars_now", num(&sf_progress.bytes_to_walk));
+	json_object_set_new(walk, "bytes_walked", num(&sf_progress.bytes_walked));
+	json_object_set_new(walk, "headers_walked", num(&sf_progress.headers_walked));
+	json_object_set_new(walk, "tars_indexed", num(&sf_progress.walks_done));
+	json_object_set_new(root, "tar_indexing", walk);
 	/* requests waiting on the source now, and those waiting a second or
 	 * more, oldest first: which files are stuck, and since when */
 	struct stuck stuck[STUCK_SHOWN];

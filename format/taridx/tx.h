@@ -110,12 +110,42 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 /* Called for each piece of a sparse member's data, in order: `len` bytes
  * at `off` of the member are at `src`. 0 or a negative errno. */
 typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, const uint8_t *src);
+/* tx_entry_read when only tar[0 .. have) is at hand of a tar of tarsize
+ * bytes (a copy of a stretch of it): -EAGAIN when a header, record or
+ * sparse map block it must read lies beyond `have`. */
+int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64_t at,
+		     struct tx_entry *en);
 /* Walks a sparse member's map (en->sparse set, en read from tar): 0, or
  * -EINVAL with *why when the map is malformed, out of order, has more than
  * TX_SPARSE_MAX pieces or does not account for the stored bytes exactly;
  * or what fn returned. Linear in the map. */
 int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
 		   const char **why);
+
+/* ---- reading headers through copies (tx_window.c) ----------------------- */
+
+/* A pass over every header of a tar reads them through copies of
+ * TX_WINDOW_BYTES stretches where they lie close together (small members:
+ * a page fault a header costs more than reading the whole stretch). */
+#define TX_WINDOW_BYTES (1u << 20)
+struct tx_window {
+	uint8_t *buf;               /* TX_WINDOW_BYTES, or NULL: the mapping alone */
+	const struct sf_map *map;   /* what the copy is of */
+	uint64_t off, len;
+};
+
+/* The `need` bytes at `at` of map from the copy, refilled from `at` when
+ * they are not in it; NULL when they cannot be had so (no buffer, past the
+ * end, a failed read): the caller reads the mapping instead. */
+const uint8_t *tx_window_at(struct tx_window *w, const struct sf_map *map, uint64_t at,
+			    uint64_t need);
+/* Reads the entry at `at` of map as tx_entry_read does, from the copy when
+ * its header blocks fit in one, else (and for sparse members, whose maps
+ * are read from the tar) from the mapping. Offsets in en are the tar's;
+ * the block at offset x is at *base + (x - *base_off), valid until the
+ * window moves. */
+int tx_entry_read_copy(struct tx_window *w, const struct sf_map *map, uint64_t at,
+		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 
@@ -232,7 +262,31 @@ struct tx_fold {
 	 * and no sparse map, so its row's size is its size (tx_member.c). Set
 	 * by any thread that checks the row, outside the view's lock too. */
 	_Atomic uint8_t *plain;
+	/* A tar with no index (tx_lone.c): the index is built from its
+	 * headers when the view is first used (tx_fold_ready) into `built`,
+	 * its memory charged to `charged_to`. Folds of a .taridx are ready
+	 * when opened. */
+	bool lone;
+	atomic_bool ready;
+	pthread_mutex_t ready_lock;
+	struct sf_buf *built;
+	char *unready; /* why the tar could not be indexed: not walked again */
+	struct sf_cache *charged_to;
+	uint64_t charged;
 };
+
+/* Makes sure the fold has its index (a lone tar's is built on first use,
+ * once, whichever thread asks first; the others wait for it, other views
+ * never). 0, or a negative errno with e->msg (-EIO for a tar that cannot
+ * be indexed, saying why). */
+int tx_fold_ready(struct tx_fold *f, struct sf_err *e);
+/* A fold's state for container a, named "<fold><ext>", set in *state
+ * (freed by tx_fold_free whatever follows), not ready; NULL with e set
+ * when out of memory. */
+struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
+			    const char *ext, struct sf_err *e);
+/* Frees a fold's state (both descriptors'). */
+void tx_fold_free(void *state);
 
 /* The index's (keyhash, crashid) lookup, built once whichever thread asks
  * first. */
@@ -319,6 +373,10 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   bool rank_fids, tx_progress_fn progress, void *parg,
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
+/* The index of one tar with no index of its own (fid 0), built in memory
+ * as tx_build_index builds it, its walk counted in `walked`. */
+int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
+		 struct sf_buf **out, struct sf_err *e);
 
 extern const struct sf_format tx_format;
 

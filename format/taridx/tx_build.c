@@ -72,6 +72,7 @@ struct state {
 	uint64_t last_hash;
 	uint32_t last_crash;
 	uint16_t last_fid;
+	struct sf_progress *progress; /* or NULL */
 };
 
 static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, const struct tx_key *k)
@@ -163,12 +164,16 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		    struct sf_err *e)
 {
 	uint8_t *path = malloc(TX_PATH_MAX);
-	if (!path)
+	struct tx_window w = { .buf = malloc(TX_WINDOW_BYTES) };
+	if (!path) {
+		free(w.buf);
 		return sf_fail(e, -ENOMEM, "out of memory");
-	uint64_t pos = 0;
+	}
+	uint64_t pos = 0, boff;
+	const uint8_t *base;
 	int rc = 0;
 	struct tx_entry en;
-	while (!rc && tx_entry_read(m->data, m->size, pos, &en) == 0) {
+	while (!rc && tx_entry_read_copy(&w, m, pos, &en, &base, &boff) == 0) {
 		const char *why = en.bad;
 		if (!why && en.sparse)
 			tx_sparse_each(m->data, &en, NULL, NULL, &why);
@@ -180,29 +185,35 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		uint64_t at = en.first;
 		for (uint32_t i = 0; !rc && i < en.nrec; i++) {
 			uint64_t size;
-			tx_num(m->data + at + 124, 12, &size);
-			rc = add_header(st, fid, at, size, m->data + at, name, e);
+			tx_num(base + (at - boff) + 124, 12, &size);
+			rc = add_header(st, fid, at, size, base + (at - boff), name, e);
 			at += TX_BLOCK + (size + TX_BLOCK - 1) / TX_BLOCK * TX_BLOCK;
 		}
+		const uint8_t *hdr = base + (en.hdr - boff);
 		if (!rc)
-			rc = add_header(st, fid, en.hdr, en.row_size, m->data + en.hdr, name, e);
+			rc = add_header(st, fid, en.hdr, en.row_size, hdr, name, e);
 		size_t plen;
-		if (!rc && tx_kind_of(en.type) != TX_OTHER &&
-		    tx_path_of(&en, m->data + en.hdr, path, TX_PATH_MAX, &plen))
+		if (!rc && tx_kind_of(en.type) != TX_OTHER && tx_path_of(&en, hdr, path, TX_PATH_MAX, &plen))
 			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: a member whose path is empty or longer than %d bytes, which the view cannot show",
 				     name, (unsigned long long)en.hdr, TX_PATH_MAX);
+		if (st->progress) {
+			atomic_fetch_add_explicit(&st->progress->headers_walked, 1 + en.nrec, memory_order_relaxed);
+			atomic_fetch_add_explicit(&st->progress->bytes_walked, en.next - pos, memory_order_relaxed);
+		}
 		pos = en.next;
 	}
+	free(w.buf);
 	free(path);
 	return rc;
 }
 
-int tx_build_index(const struct sf_map *const *tars, const char *const *names, size_t n,
-		   bool rank_fids, tx_progress_fn progress, void *parg,
-		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
-		   struct sf_err *e)
+/* tx_build_index, counting what it walks in `walked` (if not NULL). */
+static int build_index(const struct sf_map *const *tars, const char *const *names, size_t n,
+		       bool rank_fids, tx_progress_fn progress, void *parg,
+		       void (*warn)(void *arg, const char *msg), struct sf_progress *walked,
+		       struct sf_buf **out, struct sf_err *e)
 {
-	struct state st = { 0 };
+	struct state st = { .progress = walked };
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {
 		/* upstream numbers a tar "fid of the last row + 1", so an empty
@@ -253,4 +264,18 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 	sf_str_free(&st.crash_block);
 	sf_str_free(&st.ext_block);
 	return rc;
+}
+
+int tx_build_index(const struct sf_map *const *tars, const char *const *names, size_t n,
+		   bool rank_fids, tx_progress_fn progress, void *parg,
+		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
+		   struct sf_err *e)
+{
+	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, out, e);
+}
+
+int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
+		 struct sf_buf **out, struct sf_err *e)
+{
+	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, out, e);
 }

@@ -98,6 +98,9 @@ static int rows_lookup(struct sf_node *dir, const char *name, struct sf_node **o
 {
 	struct tx_fold *f = dir->view->state;
 	*out = NULL;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	uint64_t r = 0;
 	size_t i = 0;
 	/* canonical decimal only: "007" is not row 7 */
@@ -111,10 +114,13 @@ static int rows_lookup(struct sf_node *dir, const char *name, struct sf_node **o
 static int rows_populate(struct sf_node *dir, struct sf_err *e)
 {
 	struct tx_fold *f = dir->view->state;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	for (uint64_t r = 0; r < f->ix.n_rows; r++) {
 		char name[24];
 		int len = snprintf(name, sizeof name, "%llu", (unsigned long long)r);
-		int rc = sf_dir_add_lazy(dir, name, (size_t)len, SF_FILE, (uint32_t)r, (uint32_t)r);
+		rc = sf_dir_add_lazy(dir, name, (size_t)len, SF_FILE, (uint32_t)r, (uint32_t)r);
 		if (rc)
 			return sf_fail(e, rc, "%s: out of memory listing rows", dir->view->path);
 	}
@@ -265,21 +271,13 @@ static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint
 	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
 }
 
-/* A pass over every header reads them through copies of the tar where
- * they lie close together (small members: a page fault a header costs
- * more than reading the whole stretch), and from the mapping elsewhere. */
-#define WINDOW_BYTES (1u << 20)
+/* A pass over every row's header reads it through copies (tx_window)
+ * where the next WINDOW_ROWS rows' headers lie in one, else from the
+ * mapping. */
 #define WINDOW_ROWS 128
-struct window {
-	uint8_t *buf; /* WINDOW_BYTES, or NULL: the mapping alone */
-	uint16_t fid;
-	uint64_t off, len;
-};
 
-/* The header of row r when it lies inside its tar, else NULL: from the
- * window, refilled at r when the next WINDOW_ROWS rows' headers lie in
- * it, else from the mapping. */
-static const uint8_t *row_header(const struct tx_fold *f, struct window *w, uint32_t r)
+/* The header of row r when it lies inside its tar, else NULL. */
+static const uint8_t *row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r)
 {
 	struct tx_row row, ahead;
 	tx_row_get(&f->ix, r, &row);
@@ -288,23 +286,14 @@ static const uint8_t *row_header(const struct tx_fold *f, struct window *w, uint
 	const struct sf_map *map = f->shards[row.fid].map;
 	if (!sf_range_ok(map->size, row.off, TX_BLOCK))
 		return NULL;
-	if (w->len && row.fid == w->fid && row.off >= w->off && row.off - w->off <= w->len - TX_BLOCK)
+	if (w->len && w->map == map && row.off >= w->off && row.off - w->off <= w->len - TX_BLOCK)
 		return w->buf + (row.off - w->off);
-	w->len = 0;
 	uint64_t last = r + (uint64_t)WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
 	tx_row_get(&f->ix, last, &ahead);
-	if (w->buf && ahead.fid == row.fid && ahead.off >= row.off &&
-	    ahead.off - row.off < WINDOW_BYTES - TX_BLOCK) {
-		size_t len = map->size - row.off < WINDOW_BYTES ? (size_t)(map->size - row.off) : WINDOW_BYTES;
-		ssize_t got = pread(map->fd, w->buf, len, (off_t)row.off);
-		/* a failed read leaves it to the mapping, whose fault the guard
-		 * turns into EIO */
-		if (got >= TX_BLOCK) {
-			*w = (struct window){ w->buf, row.fid, row.off, (uint64_t)got };
-			return w->buf;
-		}
-	}
-	return map->data + row.off;
+	const uint8_t *p = NULL;
+	if (ahead.fid == row.fid && ahead.off >= row.off && ahead.off - row.off < TX_WINDOW_BYTES - TX_BLOCK)
+		p = tx_window_at(w, map, row.off, TX_BLOCK);
+	return p ? p : map->data + row.off;
 }
 
 /* Whether row r, if a member, is keyed by its name field alone, seen from
@@ -341,7 +330,7 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
-	struct window w = { .buf = malloc(WINDOW_BYTES) };
+	struct tx_window w = { .buf = malloc(TX_WINDOW_BYTES) };
 	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		read_rows(f);
 		const uint8_t *hdr = row_header(f, &w, r);
@@ -394,14 +383,16 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 {
 	struct tx_fold *f = root->view->state;
 	*out = NULL;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	uint8_t raw[SF_NAME_MAX + 16];
 	size_t n = sf_name_unescape(name, raw);
 	struct tx_key k;
 	tx_key_from(raw, n, &k);
 	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
 	if (n <= 100 && !memchr(raw, '/', n) && !k.cut && k.stem_len && extid >= 0) {
-		int rc = tx_fold_lookup(f, e);
-		if (rc)
+		if ((rc = tx_fold_lookup(f, e)))
 			return rc;
 		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1 };
 		tx_lookup_each(&f->ix, k.hash, tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash),
@@ -415,8 +406,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		}
 	}
 	if (!made_up(name)) {
-		int rc = find_unkeyed(f, e);
-		if (rc)
+		if ((rc = find_unkeyed(f, e)))
 			return rc;
 		if (!sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL))
 			return 0;
@@ -614,6 +604,9 @@ static int add_dir(struct walk *k, struct sf_node *root, size_t plen)
 static int populate_root(struct sf_node *root, struct sf_err *e)
 {
 	struct tx_fold *f = root->view->state;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	/* entries can now be searched without coming back to the lookup hook */
 	root->u.dir.populated = true;
 	struct walk *k = walk_new(f);
@@ -629,7 +622,6 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
-	int rc = 0;
 	/* the names the lookup hook gave out come first, as they were given */
 	for (int hooked = 1; hooked >= 0; hooked--) {
 		for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {

@@ -5,16 +5,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_bytes.h"
 #include "sf_map.h"
 #include "tx.h"
 
-static void fold_free(void *state)
+void tx_fold_free(void *state)
 {
 	struct tx_fold *f = state;
 	if (!f)
 		return;
 	tx_index_free(&f->ix);
 	pthread_mutex_destroy(&f->lookup_lock);
+	pthread_mutex_destroy(&f->ready_lock);
+	sf_buf_unref(f->built);
+	free(f->unready);
+	if (f->charged)
+		sf_cache_uncharge(f->charged_to, f->charged);
 	tx_shards_free(f->shards, f->nshards);
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
@@ -22,6 +28,24 @@ static void fold_free(void *state)
 	sf_ids_free(&f->unkeyed);
 	free(f->fold);
 	free(f);
+}
+
+struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
+			    const char *ext, struct sf_err *e)
+{
+	struct tx_fold *f = calloc(1, sizeof *f);
+	if ((*state = f)) {
+		pthread_mutex_init(&f->lookup_lock, NULL);
+		pthread_mutex_init(&f->ready_lock, NULL);
+		atomic_init(&f->ready, false);
+		f->view = v;
+		f->fold = strndup(a->name, strlen(a->name) - strlen(ext));
+	}
+	if (!f || !f->fold) {
+		sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+		return NULL;
+	}
+	return f;
 }
 
 static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
@@ -48,24 +72,103 @@ static int map_shards(struct tx_fold *f, const struct sf_open_args *a, struct sf
 	return 0;
 }
 
+static bool later(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec > b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec > b->tv_nsec);
+}
+
+/* Whether the header of row `row` lies in its tar, passes its checksum and
+ * holds the key the row states. */
+static bool header_matches(const struct tx_fold *f, const struct tx_row *row)
+{
+	const struct sf_map *m = f->shards[row->fid].map;
+	if (!sf_range_ok(m->size, row->off, TX_BLOCK) || !tx_hdr_checksum_ok(m->data + row->off))
+		return false;
+	struct tx_key k;
+	tx_key_from(m->data + row->off, tx_field_len(m->data + row->off, 100), &k);
+	return k.hash == row->keyhash;
+}
+
+#define SAMPLED 64
+
+/* An index apart from its tars (--index-dir) must match them before
+ * anything is shown: every shard readable and not changed after the index
+ * was written (mtime), every row inside its shard and each shard holding
+ * nothing after its last row but the archive's end (size), and the
+ * headers of SAMPLED rows spread over the index, and each shard's last,
+ * holding the key their rows state (a sampled header). */
+static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
+{
+	const char *why = "refused: an index in --index-dir must match its tars";
+	if (!f->nshards)
+		return sf_fail(e, -EINVAL, "%s: %s, and there are none beside it", a->path, why);
+	for (size_t i = 0; i < f->nshards; i++) {
+		const struct tx_shard *sh = &f->shards[i];
+		if (!sh->map)
+			return sf_fail(e, -EINVAL, "%s: %s: shard %s: %s", a->path, why, sh->name, sh->problem);
+		if (later(&sh->map->st.st_mtim, &a->map->st.st_mtim))
+			return sf_fail(e, -EINVAL, "%s: %s: %s was modified after the index was written (mtime)",
+				       a->path, why, sh->name);
+	}
+	uint64_t *end = calloc(f->nshards, sizeof *end);
+	uint64_t *last = calloc(f->nshards, sizeof *last);
+	int rc = end && last ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	uint64_t step = f->ix.n_rows / SAMPLED + 1;
+	for (uint64_t r = 0; !rc && r < f->ix.n_rows; r++) {
+		struct tx_row row;
+		tx_row_get(&f->ix, r, &row);
+		const struct sf_map *m = row.fid < f->nshards ? f->shards[row.fid].map : NULL;
+		/* both under the tar's size: no sum below wraps */
+		uint64_t stop = m && row.off <= m->size && row.size <= m->size ?
+				row.off + TX_BLOCK + (row.size + TX_BLOCK - 1) / TX_BLOCK * TX_BLOCK : 0;
+		if (!stop)
+			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu lies outside the shards (size)", a->path, why,
+				     (unsigned long long)r);
+		else if (r % step == 0 && !header_matches(f, &row))
+			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu: the header at offset %llu of %s does not hold its key (a sampled header)",
+				     a->path, why, (unsigned long long)r, (unsigned long long)row.off,
+				     f->shards[row.fid].name);
+		else if (stop >= end[row.fid]) {
+			end[row.fid] = stop;
+			last[row.fid] = r;
+		}
+	}
+	for (size_t i = 0; !rc && i < f->nshards; i++) {
+		const struct sf_map *m = f->shards[i].map;
+		struct tx_row row;
+		tx_row_get(&f->ix, last[i], &row);
+		/* the last member's padding may be cut at the tar's end */
+		if (end[i] > m->size + TX_BLOCK)
+			rc = sf_fail(e, -EINVAL, "%s: %s: its rows run past the end of %s (%zu bytes) (size)",
+				     a->path, why, f->shards[i].name, m->size);
+		else if (end[i] && !header_matches(f, &row))
+			rc = sf_fail(e, -EINVAL, "%s: %s: the last row of %s does not match its header (a sampled header)",
+				     a->path, why, f->shards[i].name);
+		else if (end[i] + TX_BLOCK <= m->size && !tx_block_is_zero(m->data + end[i]))
+			rc = sf_fail(e, -EINVAL, "%s: %s: %s holds more than its rows after offset %llu (size)",
+				     a->path, why, f->shards[i].name, (unsigned long long)end[i]);
+	}
+	free(end);
+	free(last);
+	return rc;
+}
+
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
-	size_t nlen = strlen(a->name);
-	struct tx_fold *f = calloc(1, sizeof *f);
-	if (!(*state = f))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&f->lookup_lock, NULL);
-	f->view = v;
-	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	struct tx_fold *f = tx_fold_new(a, v, state, ".taridx", e);
+	if (!f)
+		return -ENOMEM;
+	atomic_store(&f->ready, true);
 	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
 	if (rc)
 		return rc;
 	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)) ||
 	    !(f->plain = calloc(f->ix.n_rows / 8 + 1, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	return map_shards(f, a, e);
+	if ((rc = map_shards(f, a, e)))
+		return rc;
+	return a->apart ? check_apart(f, a, e) : 0;
 }
 
 const struct sf_format tx_format = {
@@ -77,7 +180,7 @@ const struct sf_format tx_format = {
 	.maps_beside = true, /* the shards */
 	.check = tx_check,
 	.parse = parse,
-	.free_state = fold_free,
+	.free_state = tx_fold_free,
 	.info_txt = tx_info_txt,
 	.info_json = tx_info_json,
 	.verify = tx_verify,

@@ -160,6 +160,12 @@ static bool header_only(uint8_t t)
 
 int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_entry *en)
 {
+	return tx_entry_read_in(tar, tarsize, tarsize, at, en);
+}
+
+int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64_t at,
+		     struct tx_entry *en)
+{
 	memset(en, 0, sizeof *en);
 	en->first = at;
 	struct pax_state ps = { .en = en };
@@ -171,6 +177,8 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 			return en->nrec ? fail(en, at, "extension records describe no header (truncated?)") : 1;
 		if (tarsize - at < TX_BLOCK)
 			return fail(en, at, "stray bytes shorter than a header at the end (truncated?)");
+		if (at > have || have - at < TX_BLOCK)
+			return -EAGAIN;
 		const uint8_t *h = tar + at;
 		if (tx_block_is_zero(h))
 			return en->nrec ? fail(en, at, "extension records describe no header") : 1;
@@ -188,6 +196,8 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 			return fail(en, at, "an extension record runs past the end of the tar (truncated?)");
 		if (size > TX_RECORDS_MAX - recbytes)
 			return fail(en, at, "extension records of more than " TX_RECORDS_MAX_S " before one header");
+		if (at + TX_BLOCK + size > have)
+			return -EAGAIN;
 		recbytes += size;
 		struct tx_str rec = { h + TX_BLOCK, (size_t)size };
 		if (t == 'L') {
@@ -227,6 +237,8 @@ int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_e
 				return fail(en, at, "a sparse map of more than " TX_SPARSE_MAX_S " pieces");
 			if (!sf_range_ok(tarsize, data, TX_BLOCK))
 				return fail(en, at, "sparse map blocks run past the end of the tar (truncated?)");
+			if (data > have || have - data < TX_BLOCK)
+				return -EAGAIN;
 			data += TX_BLOCK;
 			ext++;
 		}

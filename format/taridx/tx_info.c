@@ -11,7 +11,9 @@
 static int count_rows(struct tx_fold *f, bool samples, struct tx_counts *c, struct sf_err *e)
 {
 	memset(c, 0, sizeof *c);
-	int rc = tx_fold_lookup(f, e);
+	int rc = tx_fold_ready(f, e);
+	if (!rc)
+		rc = tx_fold_lookup(f, e);
 	if (!rc && samples)
 		rc = tx_samples_count(f, &c->samples, e);
 	if (rc)
@@ -75,8 +77,12 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 {
 	const struct tx_index *ix = &f->ix;
 	struct sf_str s = { 0 };
-	sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
-		    ix->major, ix->minor);
+	if (f->lone)
+		sf_str_addf(&s, "tar %s with no index: indexed in memory from its headers (as version %u.%u)\n",
+			    f->view->path, ix->major, ix->minor);
+	else
+		sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
+			    ix->major, ix->minor);
 	sf_str_addf(&s, "rows: %llu\nsamples: %llu (keys in the index %llu, header n_stems %llu)\n",
 		    (unsigned long long)ix->n_rows, (unsigned long long)c->samples,
 		    (unsigned long long)c->groups, (unsigned long long)ix->n_stems);
@@ -86,7 +92,8 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 	add_strs(&s, ix->ext, ix->n_ext);
 	sf_str_addf(&s, "crash stems (%u):", ix->n_crash);
 	add_strs(&s, ix->crash, ix->n_crash);
-	sf_str_addf(&s, "upstream loader can read it: %s\n", tx_upstream_loadable(ix) ? "yes" : "no");
+	if (!f->lone)
+		sf_str_addf(&s, "upstream loader can read it: %s\n", tx_upstream_loadable(ix) ? "yes" : "no");
 	sf_str_addf(&s, "shards (%zu):\n", f->nshards);
 	for (size_t i = 0; i < f->nshards; i++) {
 		const struct tx_shard *sh = &f->shards[i];
@@ -119,9 +126,11 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
 {
 	const struct tx_index *ix = &f->ix;
 	json_t *j = json_object(), *h = json_object(), *shards = json_array();
-	json_object_set_new(j, "format", json_string("taridx"));
+	json_object_set_new(j, "format", json_string(f->lone ? "tar" : "taridx"));
 	json_object_set_new(j, "fold", sf_json_bytes_as_text(f->fold, strlen(f->fold)));
-	json_object_set_new(j, "index", sf_json_bytes_as_text(f->view->path, strlen(f->view->path)));
+	/* a tar alone has its index in memory, built from its headers */
+	json_object_set_new(j, "index", f->lone ? json_string("in memory") :
+			    sf_json_bytes_as_text(f->view->path, strlen(f->view->path)));
 	json_object_set_new(h, "magic", json_string("TARIDX"));
 	json_object_set_new(h, "major", json_integer(ix->major));
 	json_object_set_new(h, "minor", json_integer(ix->minor));

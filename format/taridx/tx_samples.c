@@ -529,10 +529,13 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 {
 	struct tx_fold *f = n->arg;
 	struct tx_samples *sm = f->samples;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
-	int rc = count_all(sm, s);
+	rc = count_all(sm, s);
 	scratch_free(s);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory counting samples.jsonl", f->view->path);

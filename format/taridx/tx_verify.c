@@ -101,12 +101,20 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 	if ((c->runs == c->groups) != (ix->flags & 1))
 		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
 			      ix->flags & 1 ? "set" : "clear", c->runs == c->groups ? "" : "not ");
-	if (!tx_upstream_loadable(ix))
+	/* no upstream reader reads the index of a tar alone: it is ours */
+	if (!f->lone && !tx_upstream_loadable(ix))
 		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
 	return sf_report_take(&rep);
 }
 
 int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
+	struct tx_fold *f = p->arg;
+	/* a tar that cannot be indexed: verify says why */
+	if (tx_fold_ready(f, e) == -EIO && f->unready) {
+		struct sf_report rep = { 0 };
+		sf_report_add(&rep, true, "%s", f->unready);
+		return (*out = sf_report_take(&rep)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
 	return tx_render_counted(p, verify, false, out, e);
 }

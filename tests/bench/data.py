@@ -108,6 +108,23 @@ def small_fold(root, tools, members, shards, lo=1 * KiB, hi=16 * KiB, native=Tru
     return src, nat, img, names
 
 
+def lone_tar(root, members, lo=16, hi=64):
+    """One tar `t.tar` with no index, of `members` flat members
+    `<key>.bin` of lo..hi bytes (a tar alone, issue 27). Returns the src
+    dir."""
+    params = dict(kind="lone", members=members, lo=lo, hi=hi, v=1)
+    d = Path(root) / f"lone-{members}-{lo}-{hi}"
+    src = d / "src"
+    if _fresh(d, params):
+        return src
+    src.mkdir()
+    rng = random.Random(members)
+    pool = _Pool(rng)
+    _write_tar(src / "t.tar", ((f"s{i:07d}.bin", pool.take(rng.randint(lo, hi))) for i in range(members)))
+    _stamp(d, params)
+    return src
+
+
 def big_member(root, tools, size):
     """A fold `big` whose one member `payload.bin` is `size` bytes of random
     data. Returns (src dir, member name, byte offset of the payload in
@@ -189,6 +206,22 @@ def many_containers(root, count):
         for i in range(count):
             (src / f"c{i:05d}.tet").write_bytes(blob)
         shutil.rmtree(tmp)
+        _stamp(d, params)
+    return src
+
+
+def many_tars(root, count):
+    """A SRC with `count` small tars and no index (a tar alone each, issue
+    27): one member of 1 KiB in each. Returns the src dir."""
+    params = dict(kind="manytars", count=count, v=1)
+    d = Path(root) / f"manytars-{count}"
+    src = d / "src"
+    if not _fresh(d, params):
+        src.mkdir()
+        _write_tar(d / "one.tar", [("member.bin", bytes(range(256)) * 4)])
+        blob = (d / "one.tar").read_bytes()
+        for i in range(count):
+            (src / f"t{i:05d}.tar").write_bytes(blob)
         _stamp(d, params)
     return src
 

@@ -216,7 +216,7 @@ def run(*args, timeout=30):
 def test_cli_help_and_version():
     r = run("--help")
     assert r.returncode == 0 and "usage: shardfs SRC MNT" in r.stdout
-    for opt in ("--cache-size", "--threads", "-o", "-f", "-d"):
+    for opt in ("--cache-size", "--threads", "-o", "-f", "-d", "--index-dir"):
         assert opt in r.stdout
     r = run("--version")
     assert r.returncode == 0 and r.stdout.startswith("shardfs ")
@@ -239,6 +239,8 @@ def test_cli_bad_arguments(tmp_path):
         ((full, empty, "--cache-size", "lots"), "--cache-size"),
         ((full, empty, "--threads", "0"), "--threads"),
         ((full, empty, "--bogus"), "unknown option"),
+        ((full, empty, "--index-dir"), "--index-dir needs a directory"),
+        ((full, empty, "--index-dir", tmp_path / "nope"), "--index-dir"),
     ]
     for args, words in cases:
         r = run(*args)

@@ -1,5 +1,6 @@
 /* The daemon's command line: sizes, options, and refusals. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "options.h"
@@ -69,5 +70,11 @@ int main(void)
 	CHECK(parse(&o, 4, a14) != 0);
 	const char *a15[] = { "shardfs", "s", "m", "--threads=2x" };
 	CHECK(parse(&o, 4, a15) != 0);
+	/* --index-dir: none by default, a directory name, never empty */
+	CHECK(parse(&o, 3, a8) == 0 && !o.index_dir);
+	const char *a16[] = { "shardfs", "s", "m", "--index-dir", "/idx" };
+	CHECK(parse(&o, 5, a16) == 0 && o.index_dir && strcmp(o.index_dir, "/idx") == 0);
+	const char *a17[] = { "shardfs", "s", "m", "--index-dir=" };
+	CHECK(parse(&o, 4, a17) != 0);
 	CHECK_DONE();
 }

@@ -679,6 +679,14 @@ static void test_headers(void)
 	tar_add(&t, "p.bin", 5, '0', big, 700);
 	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 700 && en.row_size == 700 &&
 	      en.next == t.len);
+	/* read from a copy of a stretch (tx_entry_read_in): the same entry
+	 * when its header blocks are at hand, whatever data follows them;
+	 * -EAGAIN when the record or the header is past the copy */
+	struct tx_entry cp;
+	CHECK(tx_entry_read_in(t.p, 1536, t.len, 0, &cp) == 0 && !cp.bad && cp.size == 700 &&
+	      cp.next == t.len);
+	CHECK(tx_entry_read_in(t.p, 1535, t.len, 0, &cp) == -EAGAIN);
+	CHECK(tx_entry_read_in(t.p, 600, t.len, 0, &cp) == -EAGAIN);
 	tar_add(&t, "old/", 4, '\0', "", 0);
 	CHECK(tx_entry_read(t.p, t.len, en.next, &en) == 0 && !en.bad && en.type == '5');
 	pax_text(&t, (const char *)recs.p);

@@ -1,0 +1,189 @@
+/* A tar with no index (docs/tree-layout.md §3.7, "a tar alone"): the view
+ * `<name>/` beside `<name>.tar` is a fold of that one tar, whose index is
+ * built in memory from the tar's headers when the view is first used, so
+ * every rule of a fold's view applies to it. A tar some fold beside it
+ * takes as a shard gets no view of its own. */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_fault.h"
+#include "sf_map.h"
+#include "tx.h"
+
+/* The listing's check: a first block that is a tar header, or the zero
+ * block of an empty archive. */
+static int check(const struct sf_probe *p, struct sf_err *e)
+{
+	uint64_t size;
+	if (p->size < TX_BLOCK || p->nhead < TX_BLOCK)
+		return sf_fail(e, -EINVAL, "%s: shorter than a tar header", p->path);
+	if (tx_block_is_zero(p->head))
+		return 0;
+	if (!tx_hdr_checksum_ok(p->head) || tx_num(p->head + 124, 12, &size))
+		return sf_fail(e, -EINVAL, "%s: its first block is no tar header (checksum or size field)",
+			       p->path);
+	return 0;
+}
+
+static bool has(const char *const *names, size_t n, const char *name)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(names[mid], name);
+		if (!c)
+			return true;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
+/* Whether fold `fold` (len bytes of name) has a shard "<fold>_<S>.tar"
+ * (S without '_') among the sorted names: those come first in
+ * tx_shards_find's choice. */
+static bool has_underscore_shard(const char *const *names, size_t n, const char *fold, size_t len)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) { /* the first name not below "<fold>_" */
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strncmp(names[mid], fold, len);
+		if (c < 0 || (c == 0 && (unsigned char)names[mid][len] < '_'))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < n && strncmp(names[lo], fold, len) == 0 && names[lo][len] == '_'; lo++) {
+		const char *s = names[lo] + len + 1;
+		size_t k = strlen(s);
+		if (k > 4 && strcmp(s + k - 4, ".tar") == 0 && !memchr(s, '_', k - 4))
+			return true;
+	}
+	return false;
+}
+
+/* Whether "<fold>.taridx" is among the names, fold being the first len
+ * bytes of `name`. */
+static bool index_of(const char *const *names, size_t n, const char *name, size_t len)
+{
+	char idx[NAME_MAX + 8];
+	if (len + sizeof ".taridx" > sizeof idx)
+		return false;
+	memcpy(idx, name, len);
+	memcpy(idx + len, ".taridx", sizeof ".taridx");
+	return has(names, n, idx);
+}
+
+/* A tar is a fold's shard (tx_shards_find) when it is "<F>_<S>.tar" with
+ * no '_' in S, or "<F>-<S>.tar" with no '-' in S and F has no '_' shard,
+ * and F.taridx is beside it. */
+static bool covered(const char *name, const char *const *names, size_t n)
+{
+	size_t stem = strlen(name) - strlen(".tar");
+	const char *u = memrchr(name, '_', stem), *d = memrchr(name, '-', stem);
+	if (u && index_of(names, n, name, (size_t)(u - name)))
+		return true;
+	return d && index_of(names, n, name, (size_t)(d - name)) &&
+	       !has_underscore_shard(names, n, name, (size_t)(d - name));
+}
+
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
+{
+	struct tx_fold *f = tx_fold_new(a, v, state, ".tar", e);
+	if (!f)
+		return -ENOMEM;
+	f->lone = true;
+	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	f->nshards = 1;
+	f->shards[0].map = sf_map_ref(a->map);
+	return 0;
+}
+
+/* Walks the tar's headers into an index (tx_index_tar, through copies),
+ * then holds its memory in the budget: 32 bytes and two bits a row, as a
+ * fold's index takes. */
+static int build_index(void *ctx, struct sf_err *e)
+{
+	struct tx_fold *f = ctx;
+	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
+	if (rc)
+		return rc;
+	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
+		return rc;
+	uint64_t bits = f->ix.n_rows / 8 + 1;
+	struct sf_cache *c = f->view->cache;
+	/* an index larger than the whole budget never fits (remembered); no
+	 * room now is tried again at the next use */
+	uint64_t need = f->built->len + 2 * bits;
+	if (sf_cache_charge(c, need, f->view->path, "its index", e))
+		return c->limit && need > c->limit ? -EIO : -ENOBUFS;
+	f->charged_to = c;
+	f->charged = need;
+	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	return 0;
+}
+
+int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
+{
+	if (atomic_load(&f->ready))
+		return 0;
+	pthread_mutex_lock(&f->ready_lock);
+	int rc = 0;
+	if (f->unready) {
+		rc = sf_fail(e, -EIO, "%s", f->unready);
+	} else if (!atomic_load(&f->ready)) {
+		/* in a guard of its own inside the lock, so that a fault on the
+		 * tar (cut short meanwhile) cannot leave the lock held */
+		uint64_t size = f->shards[0].map->size;
+		atomic_fetch_add(&sf_progress.walking, 1);
+		atomic_fetch_add(&sf_progress.bytes_to_walk, size);
+		rc = sf_guard_run(f->view, NULL, build_index, f, e);
+		atomic_fetch_sub(&sf_progress.walking, 1);
+		atomic_fetch_sub(&sf_progress.bytes_to_walk, size);
+		atomic_fetch_add(&sf_progress.walks_done, !rc);
+		if (!rc) {
+			atomic_store(&f->ready, true);
+		} else {
+			/* what is left of a failed build goes; a tar readers
+			 * cannot read is not walked again (its view is made anew
+			 * when it changes) */
+			tx_index_free(&f->ix);
+			memset(&f->ix, 0, sizeof f->ix);
+			sf_buf_unref(f->built);
+			f->built = NULL;
+			free(f->hooked_member);
+			free((void *)f->plain);
+			f->hooked_member = NULL;
+			f->plain = NULL;
+			if (f->charged)
+				sf_cache_uncharge(f->charged_to, f->charged);
+			f->charged = 0;
+			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE && rc != -ENOBUFS)
+				f->unready = strdup(e->msg);
+			if (rc != -ENOMEM)
+				rc = -EIO;
+		}
+	}
+	pthread_mutex_unlock(&f->ready_lock);
+	return rc;
+}
+
+const struct sf_format tx_tar_format = {
+	.name = "tar",
+	.ext = ".tar",
+	.covered = covered,
+	.check = check,
+	.parse = parse,
+	.free_state = tx_fold_free,
+	.info_txt = tx_info_txt,
+	.info_json = tx_info_json,
+	.verify = tx_verify,
+	.build = tx_fold_build,
+};

@@ -1,0 +1,110 @@
+#include "indexdir.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "sf_open.h"
+
+static int cmp_index(const void *a, const void *b)
+{
+	return strcmp(((const struct apart_index *)a)->name, ((const struct apart_index *)b)->name);
+}
+
+int indexdir_open(struct daemon *dm, const char *rel)
+{
+	struct sf_err e = { { 0 } };
+	return sf_open_beneath(dm->index_fd, rel, SF_WANT_DIR, rel, &e);
+}
+
+int indexdir_lstat(struct daemon *dm, const char *rel, const char *name, struct stat *st)
+{
+	char *path = sf_path_join(rel, name);
+	int rc = path ? sf_lstat_beneath(dm->index_fd, path, st) : -ENOMEM;
+	free(path);
+	return rc;
+}
+
+bool indexdir_has_view(struct daemon *dm, const char *rel, const char *name)
+{
+	char *file = NULL;
+	struct stat st;
+	bool yes = asprintf(&file, "%s.taridx", name) >= 0 &&
+		   indexdir_lstat(dm, rel, file, &st) == 0 && S_ISREG(st.st_mode);
+	free(file);
+	return yes;
+}
+
+void indexdir_free(struct apart *ap)
+{
+	for (size_t i = 0; i < ap->n; i++)
+		free(ap->ix[i].name);
+	free(ap->ix);
+	free(ap->cover);
+	*ap = (struct apart){ 0 };
+}
+
+static bool is_index(const char *name)
+{
+	size_t n = strlen(name);
+	return n > 7 && strcmp(name + n - 7, ".taridx") == 0;
+}
+
+int indexdir_find(struct daemon *dm, const char *rel, struct apart *ap)
+{
+	*ap = (struct apart){ 0 };
+	int fd = indexdir_open(dm, rel);
+	if (fd < 0)
+		return fd == -ENOMEM ? fd : 0; /* no such directory: no indexes */
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return -errno;
+	}
+	size_t cap = 0;
+	int rc = 0;
+	struct dirent *de;
+	while (!rc && (de = readdir(d))) {
+		struct stat st;
+		if (!is_index(de->d_name) || sf_lstat_beneath(dirfd(d), de->d_name, &st) || !S_ISREG(st.st_mode))
+			continue;
+		if (ap->n == cap) {
+			cap = cap ? 2 * cap : 8;
+			struct apart_index *more = realloc(ap->ix, cap * sizeof *more);
+			if (!more) {
+				rc = -ENOMEM;
+				break;
+			}
+			ap->ix = more;
+		}
+		if (!(ap->ix[ap->n].name = strdup(de->d_name)))
+			rc = -ENOMEM;
+		else
+			ap->ix[ap->n++].st = st;
+	}
+	closedir(d);
+	if (rc)
+		indexdir_free(ap);
+	else if (ap->n)
+		qsort(ap->ix, ap->n, sizeof *ap->ix, cmp_index);
+	return rc;
+}
+
+const char *const *indexdir_cover(struct apart *ap, char *const *src, size_t n, size_t *total)
+{
+	if (!ap->cover) {
+		if (!(ap->cover = malloc((n + ap->n + 1) * sizeof *ap->cover)))
+			return NULL;
+		size_t i = 0, j = 0, k = 0;
+		while (i < n || j < ap->n)
+			ap->cover[k++] = j == ap->n || (i < n && strcmp(src[i], ap->ix[j].name) <= 0) ?
+					 src[i++] : ap->ix[j++].name;
+		ap->ncover = k;
+	}
+	*total = ap->ncover;
+	return ap->cover;
+}
