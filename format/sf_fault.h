@@ -37,11 +37,6 @@ typedef int (*sf_guarded_fn)(void *ctx, struct sf_err *e);
 int sf_guard_run(struct sf_view *v, struct sf_map *m, sf_guarded_fn fn, void *ctx,
 		 struct sf_err *e);
 
-struct sf_readv;
-/* Copies what `rv` gathered into dst (rv->bytes long), a fault on the way
- * failing it with -EIO: for a host that copies mapped bytes itself. */
-int sf_guard_copy(const struct sf_readv *rv, void *dst, struct sf_err *e);
-
 struct sf_buf;
 /* sf_buf.c tells the armed guard of each buffer made and each reference
  * dropped, so that a fault drops the buffers the jump orphans (a decode's

@@ -178,7 +178,7 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 	rc = sf_file_read(f, off, len, &h->cache, &rv, &e);
 	uint64_t got = rv.bytes;
 	if (rc == 0)
-		rc = sf_guard_copy(&rv, buf, &e);
+		rc = sf_readv_copy(&rv, buf, &e);
 	sf_readv_release(&rv);
 	return rc ? fail(rc, &e) : (ssize_t)got;
 }

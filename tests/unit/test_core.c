@@ -133,7 +133,7 @@ static void test_extents(void)
 			struct sf_readv rv = { 0 };
 			CHECK(sf_file_read(f, off, len, &sf_nocache, &rv, &e) == 0);
 			uint8_t got[32];
-			sf_readv_copy(&rv, got);
+			sf_readv_copy(&rv, got, NULL);
 			uint64_t expect = off + len > 15 ? 15 - off : len;
 			CHECK_EQ_U(rv.bytes, expect);
 			CHECK(memcmp(got, want + off, rv.bytes) == 0);
@@ -178,7 +178,7 @@ static void test_fit(void)
 	uint8_t *want = malloc(size), *got = malloc(size);
 	struct sf_readv all = { 0 };
 	CHECK(sf_file_read(f, 0, size, &sf_nocache, &all, &e) == 0);
-	sf_readv_copy(&all, want);
+	sf_readv_copy(&all, want, NULL);
 	sf_readv_release(&all);
 	static const size_t limits[] = { 2, 3, 16, 1023, 100000 };
 	for (size_t k = 0; k < sizeof limits / sizeof *limits; k++)
@@ -194,7 +194,7 @@ static void test_fit(void)
 				longs += rv.iov[i].iov_base >= (void *)src &&
 					 rv.iov[i].iov_base < (void *)(src + sizeof src);
 			CHECK(limits[k] < 1023 || longs > 0);
-			sf_readv_copy(&rv, got);
+			sf_readv_copy(&rv, got, NULL);
 			CHECK_EQ_U(rv.bytes, size - off);
 			CHECK(memcmp(got, want + off, size - off) == 0);
 			sf_readv_release(&rv);
@@ -586,7 +586,7 @@ static void expect_text(struct sf_node *f, const char *want)
 	CHECK(sf_file_ready(f, &sf_nocache, &e) == 0);
 	CHECK(sf_file_read(f, 0, 64, &sf_nocache, &rv, &e) == 0);
 	uint8_t got[64];
-	sf_readv_copy(&rv, got);
+	sf_readv_copy(&rv, got, NULL);
 	CHECK(rv.bytes == strlen(want) && memcmp(got, want, rv.bytes) == 0);
 	sf_readv_release(&rv);
 }
