@@ -8,6 +8,7 @@
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_map.h"
 #include "tsm.h"
 
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
@@ -26,31 +27,73 @@ const struct tsm_dict *tsm_dict_find(const struct tsm_shard *s, uint32_t id)
 	return NULL;
 }
 
-int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
+/* The CRC of the region's stored bytes, found once: from `copy` when the
+ * caller has them, else read a window at a time. */
+static int region_crc(struct tsm_shard *s, struct tsm_region *r, const uint8_t *copy,
 		      struct sf_err *e)
 {
 	if (r->bad)
 		return sf_fail(e, -EIO, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
-	const uint8_t *b = s->data + r->offset;
 	int st = atomic_load(&r->checked);
-	if (st == 0) {
-		/* Racing threads compute the same answer; storing it twice is fine. */
-		st = sf_crc32c(0, b, r->length) == r->crc ? 1 : -1;
-		atomic_store(&r->checked, st);
+	if (st == 0 && copy) {
+		st = sf_crc32c(0, copy, r->length) == r->crc ? 1 : -1;
+	} else if (st == 0) {
+		struct sf_win w = { .m = s->map };
+		uint32_t crc = 0;
+		uint64_t end = r->offset + r->length;
+		int rc = 0;
+		for (uint64_t at = r->offset, k; at < end && !rc; at += k) {
+			const uint8_t *b;
+			k = end - at < 65536 ? end - at : 65536;
+			if (!(rc = sf_win_get(&w, at, (size_t)k, end, &b, r->name, e)))
+				crc = sf_crc32c(crc, b, (size_t)k);
+		}
+		sf_win_free(&w);
+		if (rc)
+			return rc;
+		st = crc == r->crc ? 1 : -1;
 	}
+	/* Racing threads compute the same answer; storing it twice is fine. */
+	atomic_store(&r->checked, st);
 	if (st < 0)
 		return sf_fail(e, -EIO, "%s: regions/%s: region CRC mismatch", s->view->path, r->name);
-	*p = b;
 	return 0;
 }
 
-int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
 		      struct sf_err *e)
 {
-	const uint8_t *src;
-	int rc = tsm_region_stored(s, r, &src, e);
-	if (rc)
+	int rc = region_crc(s, r, NULL, e);
+	if (rc == 0)
+		*p = s->map->data + r->offset;
+	return rc;
+}
+
+int tsm_region_copy(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		    struct sf_err *e)
+{
+	*out = NULL;
+	if (r->bad)
+		return region_crc(s, r, NULL, e);
+	struct sf_buf *b = sf_buf_new(r->length);
+	if (!b)
+		return sf_fail(e, -ENOMEM, "%s: regions/%s: out of memory", s->view->path, r->name);
+	int rc = sf_map_read(s->map, r->offset, r->length, b->data, r->name, e);
+	if (!rc)
+		rc = region_crc(s, r, b->data, e);
+	if (rc) {
+		sf_buf_unref(b);
 		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+/* Decodes the region's stored bytes `src` (a copy) into a new buffer. */
+static int decode_from(struct tsm_shard *s, struct tsm_region *r, const uint8_t *src,
+		       struct sf_buf **out, struct sf_err *e)
+{
+	int rc;
 	const void *dict = NULL;
 	size_t dictlen = 0;
 	if (r->codec == TSM_ZSTD_DICT) {
@@ -84,6 +127,20 @@ int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf *
 	}
 	*out = b;
 	return 0;
+}
+
+int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		      struct sf_err *e)
+{
+	struct sf_buf *stored;
+	int rc = tsm_region_copy(s, r, &stored, e);
+	if (rc || r->codec == TSM_NONE) {
+		*out = stored;
+		return rc;
+	}
+	rc = decode_from(s, r, stored->data, out, e);
+	sf_buf_unref(stored);
+	return rc;
 }
 
 static int produce_region(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
