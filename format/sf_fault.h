@@ -1,4 +1,7 @@
-/* Containing faults of mapped source bytes.
+/* Containing faults of mapped source bytes, for the formats that still
+ * parse them in place (tatami, taridx, tsumugi's codec-0 forward region);
+ * the others read copies (sf_map_read) and never fault, and copies for the
+ * kernel go through sf_readv_copy. To be removed with the last of them.
  *
  * A page of a mapping raises SIGBUS when the file was truncated under it or
  * its storage fails (a disk error, a network filesystem that lost its
