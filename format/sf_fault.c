@@ -164,7 +164,7 @@ static int check(struct sf_view *v, struct sf_map *m, struct sf_err *e)
 }
 
 /* A SIGBUS raised while blocked kills the process whatever the handler,
- * and request threads are started with every signal blocked (fs/loop.c,
+ * and request threads are started with every signal blocked (fs/transport/loop.c,
  * libfuse): each thread lets it through before its first guard. */
 static void let_sigbus_through(void)
 {

@@ -269,10 +269,7 @@ static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, u
 int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e)
 {
-	pthread_mutex_lock(&dir->view->lock);
-	int rc = lazy_node(dir, kind, name, key, aux, out, e);
-	pthread_mutex_unlock(&dir->view->lock);
-	return rc;
+	return lazy_node(dir, kind, name, key, aux, out, e);
 }
 
 static int lazy_at(struct sf_node *dir, size_t i, struct sf_node **out, struct sf_err *e)
@@ -589,12 +586,9 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	if (!v)
 		return NULL;
 	atomic_init(&v->refs, 1);
-	pthread_mutexattr_t a;
-	pthread_mutexattr_init(&a);
-	/* populate/build callbacks may look names up in their own view */
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&v->lock, &a);
-	pthread_mutexattr_destroy(&a);
+	/* not recursive: a hook, which runs under it, calls only what
+	 * expects it held (sf_dir_lazy_node, sf_dir_ready_held) */
+	pthread_mutex_init(&v->lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
 	v->path = strdup(path);
@@ -639,6 +633,15 @@ struct sf_view *sf_view_ref(struct sf_view *v)
 bool sf_view_held_once(const struct sf_view *v)
 {
 	return atomic_load(&v->refs) == 1;
+}
+
+bool sf_view_unref_shared(struct sf_view *v)
+{
+	unsigned r = atomic_load(&v->refs);
+	while (r > 1)
+		if (atomic_compare_exchange_weak(&v->refs, &r, r - 1))
+			return true;
+	return false;
 }
 
 void sf_view_unref(struct sf_view *v)
@@ -767,17 +770,23 @@ static int run_build(void *ctx, struct sf_err *e)
 	return b->f->u.file.build(b->f, b->c, e);
 }
 
-int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
+int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e)
 {
 	if (dir->kind != SF_DIR)
 		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
 	int rc = 0;
-	pthread_mutex_lock(&dir->view->lock);
 	if (!dir->u.dir.populated) {
 		rc = populate(dir, e);
 		if (rc == 0)
 			dir->u.dir.populated = true;
 	}
+	return rc;
+}
+
+int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
+{
+	pthread_mutex_lock(&dir->view->lock);
+	int rc = sf_dir_ready_held(dir, e);
 	pthread_mutex_unlock(&dir->view->lock);
 	return rc;
 }
@@ -796,7 +805,8 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		if (dir->u.dir.lookup) {
 			struct lookup_call l = { dir, name, &hit };
 			rc = sf_guard_run(dir->view, NULL, run_lookup, &l, e);
-		} else {
+		}
+		if (!dir->u.dir.lookup || rc == SF_LOOKUP_LIST) {
 			rc = populate(dir, e);
 			if (rc == 0) {
 				dir->u.dir.populated = true;

@@ -123,7 +123,10 @@ struct sf_node;
 /* Adds a lazily populated directory's entries (called once). */
 typedef int (*sf_populate_fn)(struct sf_node *dir, struct sf_err *e);
 /* Resolves one name in a directory without populating it (optional; e.g. the
- * taridx flat-name lookup). Sets *out to NULL when the name does not exist. */
+ * taridx flat-name lookup). Sets *out to NULL when the name does not exist;
+ * returns SF_LOOKUP_LIST when only the directory's listing can tell (it is
+ * then populated and searched). Runs under the view's lock. */
+#define SF_LOOKUP_LIST 1
 typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 			    struct sf_node **out, struct sf_err *e);
 /* Builds a lazily described file's extents (called once), using
@@ -190,7 +193,8 @@ struct sf_node {
 
 struct sf_view {
 	atomic_uint refs;
-	pthread_mutex_t lock;     /* guards lazy population and building */
+	pthread_mutex_t lock;     /* lazy population and building, on-demand nodes' pins,
+				   * parts and warnings; hooks run under it (not recursive) */
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
 	/* The cache the host reads this view through (sf_nocache until the host
@@ -228,6 +232,9 @@ struct sf_view *sf_view_ref(struct sf_view *v);
 void sf_view_unref(struct sf_view *v);
 /* Whether a single reference holds v (a host closing views nobody uses). */
 bool sf_view_held_once(const struct sf_view *v);
+/* Drops a reference unless it is the last one (which would free the view
+ * and close its files); true when dropped. */
+bool sf_view_unref_shared(struct sf_view *v);
 /* Keeps `m` alive as long as the view (takes a new reference). */
 int sf_view_hold_map(struct sf_view *v, struct sf_map *m);
 void sf_view_warn(struct sf_view *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -273,7 +280,8 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
 		    uint32_t key, uint32_t aux);
 /* The node of entry `key`, named `name` (escaped, unique), made now if it is
  * not alive: for a lookup hook answering before the directory is populated
- * (its populate must then give the entry of `key` this name). Pinned. */
+ * (its populate must then give the entry of `key` this name). Pinned. Only
+ * from a lookup hook: the view's lock is held. */
 int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e);
 void sf_node_unpin(struct sf_node *n);
@@ -322,6 +330,9 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
 /* Makes sure a directory is populated. */
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e);
+/* The same from a hook of the directory's view (its lock held: the lock
+ * is not recursive). */
+int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e);
 /* Entries of a ready directory: its nodes, then its on-demand entries. */
 size_t sf_dir_count(const struct sf_node *dir);
 /* Entry i without making its node (view lock held): `node` is NULL for an

@@ -157,8 +157,10 @@ int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *a
 	return 0;
 }
 
-ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
-		     uint64_t off)
+/* Gathers [off, off+len) of the file at `path` into rv: 0 (rv->bytes may
+ * be 0, at or past the end) or a negative errno, the message set. */
+static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
+		  struct sf_readv *rv)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *f;
@@ -174,11 +176,69 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 		return 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
+	rc = sf_file_read(f, off, len, &h->cache, rv, &e);
+	return rc ? fail(rc, &e) : 0;
+}
+
+ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
+		     uint64_t off)
+{
+	struct sf_err e = { { 0 } };
 	struct sf_readv rv = { 0 };
-	rc = sf_file_read(f, off, len, &h->cache, &rv, &e);
+	int rc = gather(h, path, off, len, &rv);
 	uint64_t got = rv.bytes;
-	if (rc == 0)
-		rc = sf_readv_copy(&rv, buf, &e);
+	if (rc == 0 && got && (rc = sf_readv_copy(&rv, buf, &e)))
+		fail(rc, &e);
 	sf_readv_release(&rv);
-	return rc ? fail(rc, &e) : (ssize_t)got;
+	return rc ? rc : (ssize_t)got;
+}
+
+struct shardfs_hold {
+	struct sf_readv rv;
+	void *copy; /* the bytes, when they lay in several pieces */
+	int mapped;
+};
+
+ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t len,
+		     const void **data, struct shardfs_hold **out)
+{
+	struct sf_err e = { { 0 } };
+	struct shardfs_hold *hd = calloc(1, sizeof *hd);
+	if (!hd)
+		return fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path, path), &e);
+	int rc = gather(h, path, off, len, &hd->rv);
+	const struct sf_readv *rv = &hd->rv;
+	if (rc == 0 && rv->n == 1) {
+		*data = rv->iov[0].iov_base;
+		hd->mapped = rv->from_map == rv->bytes;
+	} else if (rc == 0) {
+		/* zero bytes, or pieces of a synthesized file: one copy */
+		hd->copy = malloc(rv->bytes ? rv->bytes : 1);
+		if (!hd->copy)
+			rc = fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path,
+					  path), &e);
+		else if (rv->bytes && (rc = sf_readv_copy(rv, hd->copy, &e)))
+			fail(rc, &e);
+		*data = hd->copy;
+	}
+	if (rc) {
+		shardfs_release(hd);
+		return rc;
+	}
+	*out = hd;
+	return (ssize_t)rv->bytes;
+}
+
+int shardfs_hold_mapped(const struct shardfs_hold *hold)
+{
+	return hold->mapped;
+}
+
+void shardfs_release(struct shardfs_hold *hold)
+{
+	if (!hold)
+		return;
+	sf_readv_release(&hold->rv);
+	free(hold->copy);
+	free(hold);
 }

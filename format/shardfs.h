@@ -87,6 +87,23 @@ int shardfs_stat(struct shardfs *h, const char *path, struct shardfs_entry *out)
 ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 		     uint64_t off);
 
+/* The bytes of a file where they lie, without a copy (shardfs_hold). */
+struct shardfs_hold;
+
+/* Like shardfs_read, but sets *data to the bytes [off, off+len) where they
+ * lie instead of copying them: in the container's mapping for a part stored
+ * as-is, in the decoded part for a compressed one; a range that lies in
+ * several pieces is copied once into memory the hold owns. Returns the
+ * number of bytes and sets *out (0 bytes at or past the end), or a negative
+ * errno. The bytes stay valid until shardfs_release(*out), also past
+ * shardfs_close. Mapped bytes are the source file's pages, as with mmap(2):
+ * should the file shrink meanwhile, touching them raises SIGBUS. */
+ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t len,
+		     const void **data, struct shardfs_hold **out);
+/* 1 when the held bytes are the source file's mapped pages, else 0. */
+int shardfs_hold_mapped(const struct shardfs_hold *hold);
+void shardfs_release(struct shardfs_hold *hold);
+
 /* The message of the calling thread's last failure ("" if none). */
 const char *shardfs_last_error(void);
 

@@ -1,6 +1,6 @@
 /* Attributes: what a node shows to stat (GETATTR), a symlink's target
  * (READLINK) and the filesystem's figures (STATFS). The .shardfs/ files
- * take a new snapshot of their content at each stat. */
+ * show the size of the snapshot their caller reads (fs/meta.h). */
 #include "attr.h"
 
 #include <limits.h>
@@ -11,31 +11,12 @@
 
 #include "access.h"
 #include "listing.h"
-#include "loop.h"
+#include "transport.h"
+#include "meta.h"
 #include "request.h"
 #include "src.h"
 
-static struct sf_buf *meta_content(struct daemon *dm, enum meta_file m)
-{
-	return m == META_STATS ? stats_json(&dm->stats, dcache_bytes(dm->cache),
-					    dcache_budget(dm->cache))
-			       : errlog_text(&dm->stats);
-}
-
-/* Takes a new snapshot of a .shardfs/ file for the reads that follow this
- * lookup or stat; returns its length (0 when out of memory). */
-static uint64_t meta_snapshot(struct daemon *dm, struct fnode *n)
-{
-	struct sf_buf *b = meta_content(dm, n->meta);
-	pthread_mutex_lock(&n->map_lock);
-	sf_buf_unref(n->snap);
-	n->snap = b;
-	clock_gettime(CLOCK_REALTIME, &n->snap_at);
-	pthread_mutex_unlock(&n->map_lock);
-	return b ? b->len : 0;
-}
-
-void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
+static void fill(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
 	st->st_ino = fnode_ino(n);
@@ -61,12 +42,11 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 		st->st_rdev = n->st.st_rdev;
 		break;
 	case FK_META_FILE:
-		/* live content: a new snapshot at every stat (attr timeout 0);
-		 * its new mtime makes the kernel drop the pages of the old one */
+		/* live content: the caller's snapshot (attr timeout 0) */
 		st->st_mode = S_IFREG;
 		st->st_nlink = 1;
-		st->st_size = (off_t)meta_snapshot(dm, n);
-		st->st_mtim = st->st_ctim = n->snap_at;
+		meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
+		st->st_ctim = st->st_mtim;
 		break;
 	case FK_VIEW: {
 		/* a root not entered yet is a directory (fs/roots.h) */
@@ -98,6 +78,18 @@ void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st)
 	st->st_blocks = (st->st_size + 511) / 512;
 }
 
+void fill_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struct stat *st)
+{
+	/* a SRC directory's stat is updated in place as its entries change
+	 * (src_child, under the tree's lock): it is read under that lock */
+	bool dir = n->kind == FK_SRC_DIR;
+	if (dir)
+		pthread_mutex_lock(&dm->tree.lock);
+	fill(dm, n, tid, lookup, st);
+	if (dir)
+		pthread_mutex_unlock(&dm->tree.lock);
+}
+
 int view_file_ready(struct daemon *dm, struct fnode *n)
 {
 	if (!fnode_view_is(n, SF_FILE))
@@ -105,8 +97,12 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
 	if (!sf_file_size(n->vn).known)
-		loop_hand_off();
+		transport_hand_off();
+	/* a build reads the container (nested in the request's own section) */
+	char pb[FNODE_PATH_MAX];
+	src_begin_must(dm, "build", node_path(n, pb));
 	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
+	src_end(dm);
 	if (rc)
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 	listing_report_warnings(dm, n->view);
@@ -117,9 +113,18 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_GETATTR);
 	struct fnode *n = fn_of(req, ino);
+	struct daemon *dm = daemon_of(req);
 	struct stat st;
-	view_file_ready(daemon_of(req), n);
-	fill_attr(daemon_of(req), n, &st);
+	if (fnode_view_is(n, SF_FILE)) {
+		/* a build reads the container: refused like any request at the
+		 * source rather than take a pool's last thread */
+		char pb[FNODE_PATH_MAX];
+		if (!src_begin(req, "getattr", node_path(n, pb), NULL))
+			return;
+		view_file_ready(dm, n);
+		src_end(dm);
+	}
+	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
 	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }
@@ -149,7 +154,7 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 	if (fnode_view_is(n, SF_LINK)) {
 		/* its target is the alias file's content: for its readers */
 		struct stat st;
-		fill_attr(daemon_of(req), n, &st);
+		fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
 		if (caller_may_read(req, &st))
 			fuse_reply_readlink(req, sf_link_target(n->vn));
 		else
@@ -161,7 +166,10 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
+	if (!src_begin(req, "readlink", n->rel, NULL))
+		return;
 	int rc = src_readlink(daemon_of(req), n, buf);
+	src_end(daemon_of(req));
 	if (rc)
 		reply_src_err(req, -rc);
 	else
@@ -172,8 +180,12 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_STATFS);
 	struct statvfs sv;
-	if (fstatvfs(daemon_of(req)->src_fd, &sv) < 0) {
-		reply_src_err(req, errno);
+	if (!src_begin(req, "statfs", ".", NULL))
+		return;
+	int rc = fstatvfs(daemon_of(req)->src_fd, &sv) < 0 ? errno : 0;
+	src_end(daemon_of(req));
+	if (rc) {
+		reply_src_err(req, rc);
 		return;
 	}
 	sv.f_flag |= ST_RDONLY;

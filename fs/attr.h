@@ -2,6 +2,7 @@
 #ifndef FS_ATTR_H
 #define FS_ATTR_H
 
+#include <stdbool.h>
 #include <sys/stat.h>
 
 #define FUSE_USE_VERSION 314
@@ -11,8 +12,10 @@
 #include "fnode.h"
 
 /* Attributes of a node: owner and mode as access.h says, times of the
- * source; a view file not built yet shows the size its format announced. */
-void fill_attr(struct daemon *dm, struct fnode *n, struct stat *st);
+ * source; a view file not built yet shows the size its format announced;
+ * a live .shardfs/ file, the size of the snapshot thread `tid` reads
+ * (`lookup`: asked by a LOOKUP, fs/meta.h). */
+void fill_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struct stat *st);
 /* Makes a view file's size known (builds it); other nodes are ready. A
  * failure is logged and the file stays listed (see fill_attr) while reads
  * fail with EIO. Returns 0 or a negative errno. */

@@ -9,7 +9,7 @@
 
 #include "attr.h"
 #include "listing.h"
-#include "loop.h"
+#include "transport.h"
 #include "names.h"
 #include "request.h"
 #include "roots.h"
@@ -73,7 +73,7 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 	struct sf_node *vn = dir->vn;
 	bool listed = sf_dir_is_populated(vn);
 	if (!listed)
-		loop_hand_off();
+		transport_hand_off();
 	rc = sf_dir_ready(vn, &e);
 	if (!listed && sf_dir_is_populated(vn))
 		stat_add(&dm->stats.dirs_listed, 1);
@@ -132,6 +132,12 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
+	bool src = n->kind == FK_SRC_DIR || fnode_view_is(n, SF_DIR);
+	char pb[FNODE_PATH_MAX];
+	if (rc == 0 && src && !src_begin(req, "opendir", node_path(n, pb), NULL)) {
+		snap_free(s);
+		return;
+	}
 	if (rc == 0) {
 		if (n->kind == FK_SRC_DIR)
 			rc = snap_src(daemon_of(req), n, s);
@@ -141,6 +147,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			rc = snap_meta(n, s, &cap);
 		else
 			rc = -ENOTDIR;
+		if (src)
+			src_end(daemon_of(req));
 	}
 	if (rc) {
 		if (s)
@@ -195,16 +203,14 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 	ep->generation = 1;
 	ep->attr_timeout = t;
 	ep->entry_timeout = t;
-	fill_attr(dm, n, &ep->attr);
+	fill_attr(dm, n, 0, false, &ep->attr); /* never a live .shardfs/ file */
 	return n;
 }
 
-/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
-static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		      struct fuse_file_info *fi, bool plus)
+/* The entries of a handle from `off` that fit in `size`, as one reply. */
+static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
+		     bool plus)
 {
-	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
-	struct fnode *dir = fn_of(req, ino);
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
 	 * takes at least FUSE_NAME_OFFSET_DIRENTPLUS (152) bytes */
@@ -253,6 +259,23 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(held);
 }
 
+/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		      struct fuse_file_info *fi, bool plus)
+{
+	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
+	struct fnode *dir = fn_of(req, ino);
+	/* a plain listing is read from memory; readdirplus looks names up */
+	bool src = plus && dir->kind != FK_META_DIR;
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	char pb[FNODE_PATH_MAX];
+	if (src && !src_begin(req, "readdir", node_path(dir, pb), NULL))
+		return;
+	list_dir(req, s, dir, size, off, plus);
+	if (src)
+		src_end(dm);
+}
+
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
@@ -274,6 +297,11 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_RELEASEDIR);
+	/* the last hold of a listing or view closes their files */
+	struct daemon *dm = daemon_of(req);
+	char pb[FNODE_PATH_MAX];
+	src_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	src_end(dm);
 	fuse_reply_err(req, 0);
 }

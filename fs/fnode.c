@@ -2,6 +2,8 @@
 #include "stats.h"
 
 #include "listing.h"
+#include "meta.h"
+#include "stall.h"
 #include "sf_map.h"
 
 #include <errno.h>
@@ -23,13 +25,11 @@ struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 		free(n);
 		return NULL;
 	}
-	pthread_mutex_init(&n->map_lock, NULL);
-	pthread_mutex_lock(&t->lock);
+	pthread_mutex_init(&n->map_lock, NULL); /* whichever job its kind gives it */
 	n->all_next = t->all;
 	if (t->all)
 		t->all->all_prev = n;
 	t->all = n;
-	pthread_mutex_unlock(&t->lock);
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
@@ -39,11 +39,8 @@ struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 
 int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e)
 {
-	pthread_mutexattr_t a;
-	pthread_mutexattr_init(&a);
-	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
-	pthread_mutex_init(&t->lock, &a);
-	pthread_mutexattr_destroy(&a);
+	pthread_mutex_init(&t->lock, NULL);
+	/* no other thread runs yet: the root is made without the lock */
 	struct fnode *root = t->root = fnode_new(t, FK_SRC_DIR, NULL, "");
 	if (!root || !(root->rel = strdup(".")))
 		return sf_fail(e, -ENOMEM, "out of memory");
@@ -82,7 +79,8 @@ void fnode_attach(struct fnode *n)
 	(void)sf_hash_put(k, h, n);
 }
 
-static void release(struct ftree *t, struct fnode *n)
+/* Takes a node out of the tree (the tree's lock held). */
+static void detach(struct ftree *t, struct fnode *n)
 {
 	if (n->kind == FK_SRC_DIR && atomic_load(&n->watched) && t->dir_gone)
 		t->dir_gone(t->dir_gone_arg, n);
@@ -94,9 +92,16 @@ static void release(struct ftree *t, struct fnode *n)
 		n->all_next->all_prev = n->all_prev;
 	if (n->vn && sf_node_host(n->vn) == n)
 		sf_node_set_host(n->vn, NULL);
+}
+
+/* Frees a detached node and drops what it held: a mapping or a view may
+ * close a file of SRC, which can wait on a stalled source, so this runs
+ * without the tree's lock. */
+static void drop(struct fnode *n)
+{
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
-	sf_buf_unref(n->snap);
+	meta_live_free(n->live);
 	listing_unref(n->listing);
 	pthread_mutex_destroy(&n->map_lock);
 	sf_hash_free(&n->kids);
@@ -109,18 +114,54 @@ static void release(struct ftree *t, struct fnode *n)
 /* Memory is given back to the system after so many nodes were freed. */
 #define TRIM_EVERY 16384
 
-static void fnode_free(struct ftree *t, struct fnode *n)
+/* Detaches n and the parents it was the last to hold, onto *dead (linked
+ * through all_next) for drop() once the lock is let go (lock held). */
+static void fnode_free(struct ftree *t, struct fnode *n, struct fnode **dead)
 {
 	while (n && n != t->root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
 		if (p)
 			sf_hash_del(&p->kids, name_hash(n->name), is, n);
-		release(t, n);
+		detach(t, n);
+		n->all_next = *dead;
+		*dead = n;
 		t->freed_since_trim++;
 		if (p)
 			p->refs--;
 		n = p;
 	}
+}
+
+/* Whether dropping n may close a file of SRC: a view's reference does
+ * only if it is the last (most nodes of a view share it). */
+static bool holds_src(struct fnode *n)
+{
+	if (n->view && sf_view_unref_shared(n->view))
+		n->view = NULL;
+	return n->view || n->map || n->listing;
+}
+
+static void drop_all(struct ftree *t, struct fnode *dead)
+{
+	bool src = false;
+	for (struct fnode *x = dead; x; x = x->all_next)
+		src |= holds_src(x);
+	if (src && t->waits)
+		src_enter(t->waits, "forget", ".", NULL, false);
+	while (dead) {
+		struct fnode *next = dead->all_next;
+		drop(dead);
+		dead = next;
+	}
+	if (src && t->waits)
+		src_leave(t->waits);
+}
+
+void fnode_discard(struct ftree *t, struct fnode *n)
+{
+	struct fnode *dead = NULL;
+	fnode_free(t, n, &dead);
+	drop_all(t, dead);
 }
 
 void fnode_lookup_ref(struct fnode *n)
@@ -148,11 +189,13 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 		fprintf(stderr, "shardfs: forget %llu of %s with %llu lookups\n",
 			(unsigned long long)k, n->name, (unsigned long long)n->nlookup);
 	n->nlookup = k > n->nlookup ? 0 : n->nlookup - k;
-	fnode_free(t, n);
+	struct fnode *dead = NULL;
+	fnode_free(t, n, &dead);
 	bool trim = t->freed_since_trim >= TRIM_EVERY;
 	if (trim)
 		t->freed_since_trim = 0;
 	pthread_mutex_unlock(&t->lock);
+	drop_all(t, dead);
 	/* When the kernel forgets many inodes (memory pressure, drop_caches),
 	 * what they held is scattered over the heap: free() keeps it, and
 	 * only a trim returns the emptied pages. */
@@ -191,8 +234,9 @@ const char *fnode_path(const struct fnode *n, char *buf, size_t cap)
 		if (whole && p && (p->kind == FK_VIEW || (p->rel && strcmp(p->rel, ".") != 0)))
 			whole = prepend(buf, &at, "/", 1);
 	}
-	if (whole && n && n->rel && strcmp(n->rel, ".") != 0)
-		whole = prepend(buf, &at, n->rel, strlen(n->rel));
+	const char *top = !n ? NULL : n->rel ? n->rel : n->name;
+	if (whole && top && strcmp(top, ".") != 0)
+		whole = prepend(buf, &at, top, strlen(top));
 	if (!whole && cap > 4)
 		memcpy(buf, "...", 3);
 	return buf + (whole ? at : 0);
@@ -235,7 +279,7 @@ struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *nam
 	if (!n)
 		return NULL;
 	if (!(n->file = strdup(file))) {
-		fnode_free(t, n);
+		fnode_discard(t, n);
 		return NULL;
 	}
 	n->st = *st;
@@ -247,8 +291,11 @@ void fnode_fini(struct ftree *t)
 	if (!t->root)
 		return; /* never made */
 	pthread_mutex_lock(&t->lock);
-	while (t->all)
-		release(t, t->all);
+	while (t->all) {
+		struct fnode *n = t->all;
+		detach(t, n);
+		drop(n);
+	}
 	t->root = NULL;
 	pthread_mutex_unlock(&t->lock);
 	pthread_mutex_destroy(&t->lock);

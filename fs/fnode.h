@@ -27,6 +27,7 @@ enum fkind {
 enum meta_file { META_STATS, META_ERRORS };
 
 struct fnode;
+struct meta_live;
 
 struct fnode {
 	enum fkind kind;
@@ -41,10 +42,13 @@ struct fnode {
 	 * by name (not owned: a node leaves it when freed) */
 	struct sf_hash kids;
 
-	/* FK_SRC_FILE: mapped at first open, kept for the node's life.
-	 * FK_SRC_DIR: map_lock serialises computing the listing. */
-	pthread_mutex_t map_lock;
-	struct sf_map *map;
+	/* One lock a node, for its kind's one job (the same storage). */
+	union {
+		pthread_mutex_t map_lock;     /* FK_SRC_FILE: mapping it at first open */
+		pthread_mutex_t listing_lock; /* FK_SRC_DIR: one thread computes its listing */
+		pthread_mutex_t snap_lock;    /* FK_META_FILE: its snapshot */
+	};
+	struct sf_map *map;           /* FK_SRC_FILE: mapped at first open, kept */
 	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
 	int wd;                       /* FK_SRC_DIR, watched: its watch descriptor */
@@ -63,18 +67,18 @@ struct fnode {
 	char *file;
 
 	enum meta_file meta;          /* FK_META_FILE */
-	/* FK_META_FILE: the content the last lookup or stat saw, served to
-	 * reads (map_lock), and when it was taken, shown as its mtime */
-	struct sf_buf *snap;
-	struct timespec snap_at;
+	/* FK_META_FILE: its snapshots (fs/meta.h), made at first use
+	 * (snap_lock) */
+	struct meta_live *live;
 
 	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };
 
 /* The daemon's inodes (fs/daemon.h). */
 struct ftree {
-	/* over every fnode's counts, kids table and attachment; recursive:
-	 * a node is made (fnode_new) inside a lookup holding it */
+	/* over every fnode's counts, kids table and attachment, and the
+	 * list of all nodes; taken once (fnode_find, fnode_forget), and what
+	 * runs under it never takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
 	struct fnode *all;        /* every live node, freed at unmount */
@@ -84,6 +88,11 @@ struct ftree {
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
+	/* The sections at the source (fs/stall.h) that freeing nodes which
+	 * may close SRC files runs in (NULL: none). Only those: a burst of
+	 * FORGETs of nodes holding nothing stays out of the count that grows
+	 * the request pool. */
+	struct waits *waits;
 };
 
 /* Makes the tree with its root, SRC directory `src`. */
@@ -91,8 +100,11 @@ int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e);
 /* Frees every node. */
 void fnode_fini(struct ftree *t);
 
+/* A new node (the tree's lock held). */
 struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 			const char *name);
+/* Frees `n`, just made and held by nobody (the tree's lock held). */
+void fnode_discard(struct ftree *t, struct fnode *n);
 /* Looks a current child up by name (the tree's lock held). */
 struct fnode *fnode_child(struct fnode *dir, const char *name);
 /* Makes `n` the current child of its parent under its name, detaching any

@@ -13,7 +13,7 @@
 
 #include "access.h"
 #include "daemon.h"
-#include "loop.h"
+#include "transport.h"
 #include "sf_big.h"
 #include "sf_hash.h"
 #include "sf_fault.h"
@@ -323,13 +323,25 @@ static char *view_name(struct sf_ids *names, struct listing *l, const char *file
 	return sf_strs_add(&l->names, name, n);
 }
 
+/* The format that claims SRC file `name` of `rel`, if any. A file a
+ * network filesystem's client renamed because it was deleted while open
+ * (NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX) is only waiting for its last
+ * holder to close it: it shows through as the plain file it is, and a view
+ * would keep it open. */
+static const struct sf_format *claim(const char *rel, const char *name)
+{
+	if (strncmp(name, ".nfs", 4) == 0 || strncmp(name, ".fuse_hidden", 12) == 0)
+		return NULL;
+	return sf_format_for(rel, name);
+}
+
 /* Whether `file` in `rel` is a regular file some format claims (*fmt). */
 static bool container_at(struct daemon *dm, const char *rel, const char *file,
 			 const struct sf_format **fmt, struct stat *st)
 {
 	char *path = sf_path_join(rel, file);
 	bool yes = path && sf_lstat_beneath(dm->src_fd, path, st) == 0 &&
-		   S_ISREG(st->st_mode) && (*fmt = sf_format_for(rel, file));
+		   S_ISREG(st->st_mode) && (*fmt = claim(rel, file));
 	free(path);
 	return yes;
 }
@@ -445,7 +457,7 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 	size_t k = 0, n = 0;
 	for (size_t i = 0; i < l->nsrc; i++) {
 		const struct lentry *src = &l->e[i];
-		if (src->type == DT_REG && (cl[i].f = sf_format_for(rel, src->name)))
+		if (src->type == DT_REG && (cl[i].f = claim(rel, src->name)))
 			k++;
 	}
 	struct sf_check *checks = sf_big_alloc(k, sizeof *checks);
@@ -595,16 +607,16 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 		close(*dirfd);
 		return rc;
 	}
-	if (pthread_mutex_trylock(&dir->map_lock)) {
-		loop_hand_off();
-		pthread_mutex_lock(&dir->map_lock);
+	if (pthread_mutex_trylock(&dir->listing_lock)) {
+		transport_hand_off();
+		pthread_mutex_lock(&dir->listing_lock);
 	}
 	return 0;
 }
 
 static void unlock_dir(struct fnode *dir, int dirfd)
 {
-	pthread_mutex_unlock(&dir->map_lock);
+	pthread_mutex_unlock(&dir->listing_lock);
 	close(dirfd);
 }
 
@@ -641,7 +653,7 @@ static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct 
 	l->mtime = st->st_mtim;
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
-	loop_hand_off();
+	transport_hand_off();
 	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), st->st_size, old, l);
 	if (rc) {
 		listing_free(l);
@@ -800,7 +812,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 		size_t n = 0;
 		for (size_t i = 0; sib && names && i < l->nsrc; i++)
 			names[n++] = l->e[i].name;
-		loop_hand_off(); /* an open may wait for the disk */
+		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
 			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, NULL);
 		free(names);

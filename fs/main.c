@@ -15,7 +15,6 @@
 #include "daemon.h"
 #include "fnode.h"
 #include "listing.h"
-#include "loop.h"
 #include "ops.h"
 #include "options.h"
 #include "src.h"
@@ -217,6 +216,8 @@ int main(int argc, char **argv)
 	struct daemon dm = { .src_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
+	dm.stats.waits.enter = transport_src_enter;
+	dm.stats.waits.leave = transport_src_leave;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 
@@ -255,6 +256,7 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
+	dm.tree.waits = &dm.stats.waits;
 	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
@@ -264,7 +266,7 @@ int main(int argc, char **argv)
 		fail("out of memory%s%s", "", "");
 		goto out;
 	}
-	dcache_on_slow(dm.cache, loop_hand_off);
+	dcache_on_slow(dm.cache, transport_hand_off);
 	dm.view_cache = dcache_iface(dm.cache);
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {

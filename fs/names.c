@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "attr.h"
-#include "loop.h"
+#include "transport.h"
 #include "request.h"
 #include "roots.h"
 #include "src.h"
@@ -21,7 +21,7 @@ static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
 	ep.attr_timeout = timeout;
 	ep.entry_timeout = timeout;
 	view_file_ready(dm, n);
-	fill_attr(dm, n, &ep.attr);
+	fill_attr(dm, n, fuse_req_ctx(req)->pid, true, &ep.attr);
 	if (fuse_reply_entry(req, &ep) != 0)
 		fnode_forget(&dm->tree, n, 1);
 }
@@ -102,12 +102,15 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req);
-	watch_dir(&dm->watch, dir);
+	/* answered from memory, whatever the source does */
 	if (dir == dm->tree.root && strcmp(name, ".shardfs") == 0) {
 		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS),
 			   VIEW_TIMEOUT);
 		return;
 	}
+	if (!src_begin(req, "lookup", dir->rel, name))
+		return;
+	watch_dir(&dm->watch, dir);
 	struct listing *l = NULL;
 	struct fnode *n = NULL;
 	int rc = find_src(dm, dir, name, false, &l, &n);
@@ -118,9 +121,10 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, SRC_TIMEOUT);
 	else
 		reply_entry(req, n, SRC_TIMEOUT);
+	src_end(dm);
 }
 
-static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
+static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req);
 	int rc = root_enter(dm, dir);
@@ -138,7 +142,7 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	 * lists the whole directory */
 	bool listed = sf_dir_is_populated(dir->vn);
 	if (!listed && !sf_dir_has_lookup(dir->vn))
-		loop_hand_off();
+		transport_hand_off();
 	rc = sf_dir_find(dir->vn, name, &kid, &e);
 	if (!listed && sf_dir_is_populated(dir->vn))
 		stat_add(&dm->stats.dirs_listed, 1);
@@ -157,6 +161,16 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 	/* the fnode holds the node now (or, out of memory, nothing does) */
 	sf_node_unpin(kid);
 	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
+}
+
+static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
+{
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	char pb[FNODE_PATH_MAX];
+	if (!src_begin(req, "lookup", node_path(dir, pb), name))
+		return;
+	look_in_view(req, dir, name);
+	src_end(dm);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
@@ -195,17 +209,20 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
 	count(req, REQ_FORGET);
+	/* a node freed that closes files opens its own section (fnode.c) */
+	struct daemon *dm = daemon_of(req);
 	if (ino != FUSE_ROOT_ID)
-		fnode_forget(&daemon_of(req)->tree, fn_of(req, ino), nlookup);
+		fnode_forget(&dm->tree, fn_of(req, ino), nlookup);
 	fuse_reply_none(req);
 }
 
 void op_forget_multi(fuse_req_t req, size_t n, struct fuse_forget_data *f)
 {
+	struct daemon *dm = daemon_of(req);
 	for (size_t i = 0; i < n; i++) {
 		count(req, REQ_FORGET);
 		if (f[i].ino != FUSE_ROOT_ID)
-			fnode_forget(&daemon_of(req)->tree, fn_of(req, f[i].ino), f[i].nlookup);
+			fnode_forget(&dm->tree, fn_of(req, f[i].ino), f[i].nlookup);
 	}
 	fuse_reply_none(req);
 }

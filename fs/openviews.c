@@ -193,6 +193,65 @@ static bool close_unused(struct openviews *ov, struct vopen *o, struct sf_view *
 	return true;
 }
 
+/* An entry of a view whose container is gone, to be told about. */
+struct gone {
+	struct gone *next;
+	struct tell t;
+};
+
+/* Tells the kernel to drop entries (outside the lock: the kernel may call
+ * back into the daemon while it drops them; ENOENT: it had none). */
+static void tell_kernel(struct fuse_session *se, const struct tell *t)
+{
+	fuse_lowlevel_notify_inval_entry(se, t->dir, t->name, strlen(t->name));
+}
+
+void openviews_gone(struct openviews *ov, struct sf_view *v, const uint64_t *dirs, char **names,
+		    size_t n)
+{
+	struct sf_view *closed = NULL;
+	pthread_mutex_lock(&ov->lock);
+	for (struct vopen *o = ov->tail; o; o = o->prev) {
+		if (o->view != v || !o->slot)
+			continue;
+		unlink_one(ov, o);
+		*o->slot = NULL;
+		closed = o->view;
+		tally(ov, o, -1);
+		free(o);
+		break;
+	}
+	/* in order: the node's entry first, so that it dies with its
+	 * reader's last hold, then its parents' */
+	struct gone **tail = &ov->gone;
+	while (*tail)
+		tail = &(*tail)->next;
+	bool queued = ov->running;
+	for (size_t i = 0; i < n; i++) {
+		struct gone *g = queued ? malloc(sizeof *g) : NULL;
+		if (!g) {
+			/* no thread to tell it (or out of memory): told now */
+			struct tell t = { dirs[i], names[i] };
+			pthread_mutex_unlock(&ov->lock);
+			if (ov->se)
+				tell_kernel(ov->se, &t);
+			free(names[i]);
+			pthread_mutex_lock(&ov->lock);
+			continue;
+		}
+		*g = (struct gone){ NULL, { dirs[i], names[i] } };
+		*tail = g;
+		tail = &g->next;
+	}
+	if (ov->gone)
+		pthread_cond_signal(&ov->wake);
+	pthread_mutex_unlock(&ov->lock);
+	if (closed) {
+		sf_view_unref(closed);
+		stat_add(&ov->stats->views_closed, 1);
+	}
+}
+
 /* One pass from the least recently entered view while over the bounds
  * (lock held): a view only its entry holds is closed (into `closed`); one
  * held by the kernel's nodes is told about (into `tell`), and closed by a
@@ -253,19 +312,27 @@ static void *run(void *arg)
 	while (!ov->stop) {
 		size_t nc = 0, nt = 0;
 		bool waiting = pass(ov, closed, &nc, tell, &nt);
+		struct gone *gone = ov->gone;
+		ov->gone = NULL;
 		pthread_mutex_unlock(&ov->lock);
+		while (gone) {
+			struct gone *next = gone->next;
+			tell_kernel(ov->se, &gone->t);
+			free(gone->t.name);
+			free(gone);
+			gone = next;
+		}
 		for (size_t i = 0; i < nc; i++)
 			sf_view_unref(closed[i]);
 		stat_add(&ov->stats->views_closed, nc);
 		/* outside the lock: the kernel may call back into the daemon
 		 * while it drops the entries (ENOENT: it had none) */
 		for (size_t i = 0; i < nt; i++) {
-			fuse_lowlevel_notify_inval_entry(ov->se, tell[i].dir, tell[i].name,
-							 strlen(tell[i].name));
+			tell_kernel(ov->se, &tell[i]);
 			free(tell[i].name);
 		}
 		pthread_mutex_lock(&ov->lock);
-		if (ov->stop || nc == BATCH || nt == BATCH)
+		if (ov->stop || nc == BATCH || nt == BATCH || ov->gone)
 			continue;
 		if (!over(ov)) {
 			pthread_cond_wait(&ov->wake, &ov->lock);
@@ -316,4 +383,10 @@ void openviews_stop(struct openviews *ov)
 	pthread_mutex_unlock(&ov->lock);
 	if (running)
 		pthread_join(ov->thread, NULL);
+	while (ov->gone) {
+		struct gone *g = ov->gone;
+		ov->gone = g->next;
+		free(g->t.name);
+		free(g);
+	}
 }

@@ -37,6 +37,7 @@ struct openviews {
 	struct fuse_session *se;
 	pthread_t thread;
 	bool running, stop;
+	struct gone *gone;         /* entries to tell the kernel about soon */
 };
 
 /* No bound until openviews_start. */
@@ -73,6 +74,14 @@ struct sf_view *openviews_get(struct openviews *ov, struct vopen *const *slot, b
  * thread's view when it filled the slot first. */
 struct sf_view *openviews_put(struct openviews *ov, struct vopen **slot, struct sf_view *v,
 			      uint64_t dir, const char *name);
+/* View `v`'s container is gone from SRC (deleted, or renamed by a client
+ * that keeps it for its holders): the entry holding it lets it go, and the
+ * kernel is told to drop the `n` entries (dirs[i], names[i]) that lead to
+ * the node just released (the node's, then its parents' up to the view's
+ * root), so that their nodes are forgotten and nothing keeps the file open
+ * but readers still reading. Takes over the names. */
+void openviews_gone(struct openviews *ov, struct sf_view *v, const uint64_t *dirs, char **names,
+		    size_t n);
 /* Empties the slot, dropping its view (the entry is freed). */
 void openviews_drop(struct openviews *ov, struct vopen **slot);
 

@@ -10,12 +10,14 @@
 #include <unistd.h>
 
 #include "attr.h"
-#include "loop.h"
+#include "transport.h"
+#include "meta.h"
 #include "request.h"
 #include "sf_fault.h"
+#include "sf_map.h"
+#include "sf_open.h"
 #include "sf_read.h"
 #include "src.h"
-#include "uring.h"
 
 /* An open pins the version its inode stands for: a SRC file is mapped here
  * (a view holds its container's mapping already), so a handle keeps reading
@@ -23,18 +25,38 @@
  * read. When the version is already gone, ESTALE makes the kernel look the
  * name up again and retry the open once, which then finds the new version.
  * Content never changes under an inode, so the kernel keeps its page cache
- * across opens; files keep no per-open state (RELEASE and FLUSH have no
- * handler). Answering costs one round trip per open (docs/performance.md). */
+ * across opens; content files keep no per-open state. The live .shardfs/
+ * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md). */
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(req, ino);
-	int rc = n->kind == FK_SRC_FILE ? src_map_file(daemon_of(req), n) : 0;
+	if (n->kind == FK_META_FILE) {
+		/* one snapshot per handle, read past the page cache (fs/meta.h) */
+		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
+		if (!h) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->direct_io = 1;
+		if (fuse_reply_open(req, fi) != 0)
+			meta_release(n, h);
+		return;
+	}
+	int rc = 0;
+	if (n->kind == FK_SRC_FILE) {
+		if (!src_begin(req, "open", n->rel, NULL))
+			return;
+		rc = src_map_file(daemon_of(req), n);
+		src_end(daemon_of(req));
+	}
 	if (rc) {
 		reply_src_err(req, -rc);
 		return;
 	}
 	fi->keep_cache = 1;
+	fi->noflush = 1; /* only the live files need to hear of a close */
 	fuse_reply_open(req, fi);
 }
 
@@ -73,12 +95,12 @@ static void hand_off_unless_resident(struct daemon *dm, const struct sf_readv *r
 			if (len > sizeof vec * page)
 				len = sizeof vec * page;
 			if (mincore((void *)a, len, vec) != 0) {
-				loop_hand_off();
+				transport_hand_off();
 				return;
 			}
 			for (size_t k = 0; k < (len + page - 1) / page; k++)
 				if (!(vec[k] & 1)) {
-					loop_hand_off();
+					transport_hand_off();
 					return;
 				}
 			a += len;
@@ -123,12 +145,10 @@ static void reply_readv(fuse_req_t req, struct sf_readv *rv, const struct fnode 
 		fnode_errlog(&dm->stats, n, "the answer could not be written to /dev/fuse");
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+/* Reads a SRC file or a view file (in a section at the source). */
+static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off)
 {
-	count(req, REQ_READ);
 	struct daemon *dm = daemon_of(req);
-	struct fnode *n = fn_of(req, ino);
 	struct sf_readv rv = { 0 };
 	if (n->kind == FK_SRC_FILE) {
 		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
@@ -137,21 +157,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		else
 			reply_readv(req, &rv, n);
 		sf_readv_release(&rv);
-		return;
-	}
-	if (n->kind == FK_META_FILE) {
-		pthread_mutex_lock(&n->map_lock);
-		struct sf_buf *b = n->snap ? sf_buf_ref(n->snap) : NULL;
-		pthread_mutex_unlock(&n->map_lock);
-		if (!b) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
-		if (len > size)
-			len = size;
-		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
-		sf_buf_unref(b);
 		return;
 	}
 	if (!fnode_view_is(n, SF_FILE)) {
@@ -173,6 +178,30 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	sf_readv_release(&rv);
 	dcache_read_done();
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	count(req, REQ_READ);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE) {
+		/* held past the reply: its reader may release the handle as
+		 * soon as the kernel has the bytes, before writev returns */
+		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
+		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
+		if (len > size)
+			len = size;
+		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+		sf_buf_unref(b);
+		return;
+	}
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	char pb[FNODE_PATH_MAX];
+	if (!src_begin(req, "read", node_path(n, pb), NULL))
+		return;
+	read_content(req, n, size, off);
+	src_end(dm);
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
@@ -202,10 +231,12 @@ static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *r
 
 static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 {
-	/* over io_uring a READ is cheap, and a store could wait for one
-	 * that no entry is left to take (fs/uring.h) */
-	if (!dm->push_on_open || uring_serving() || atomic_exchange(&n->pushed, true))
+	/* a store could wait for a READ that nothing is left to take
+	 * (fs/transport/transport.h) */
+	if (!dm->push_on_open || !transport_may_store() || atomic_exchange(&n->pushed, true))
 		return;
+	char pb[FNODE_PATH_MAX];
+	src_begin_must(dm, "read", node_path(n, pb));
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
@@ -228,6 +259,68 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	free(copy);
 	sf_readv_release(&rv);
 	dcache_read_done();
+	src_end(dm);
+}
+
+/* Whether view `v`'s container is no longer the file its path names in
+ * SRC (deleted, replaced, or renamed by a client keeping it for its last
+ * holders: NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX). */
+static bool container_gone(struct daemon *dm, const struct sf_view *v)
+{
+	const struct sf_map *m = sf_view_source(v);
+	struct stat st;
+	if (!m || !m->path)
+		return false;
+	int rc = sf_lstat_beneath(dm->src_fd, m->path, &st);
+	return rc == -ENOENT || (rc == 0 && (st.st_dev != m->st.st_dev || st.st_ino != m->st.st_ino));
+}
+
+/* The last reader of a view file whose container is gone lets the view go:
+ * the listing's entry drops it, and the kernel is told to forget the
+ * entries leading to the file, so that nothing keeps the container open
+ * (a client then removes the file it renamed). */
+static void let_gone_view_go(struct daemon *dm, struct fnode *n)
+{
+	if (!container_gone(dm, n->view))
+		return;
+	uint64_t dirs[64];
+	char *names[64];
+	size_t k = 0;
+	pthread_mutex_lock(&dm->tree.lock);
+	for (struct fnode *x = n; x && x->kind == FK_VIEW && x->parent && k < 64; x = x->parent) {
+		if (!(names[k] = strdup(x->name)))
+			break;
+		dirs[k++] = fnode_ino(x->parent);
+	}
+	pthread_mutex_unlock(&dm->tree.lock);
+	openviews_gone(&dm->views, n->view, dirs, names, k);
+}
+
+/* Only the live files ask for it (noflush elsewhere): close() waits for
+ * it, so a stat that follows in the same thread knows the handle is done. */
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_FLUSH);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE)
+		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_RELEASE);
+	struct daemon *dm = daemon_of(req);
+	struct fnode *n = fn_of(req, ino);
+	if (n->kind == FK_META_FILE) {
+		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
+	} else if (n->kind == FK_VIEW && n->view) {
+		char pb[FNODE_PATH_MAX];
+		src_begin_must(dm, "release", node_path(n, pb));
+		let_gone_view_go(dm, n);
+		src_end(dm);
+	}
+	fuse_reply_err(req, 0);
 }
 
 void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,

@@ -1,4 +1,4 @@
-/* What every room of request handlers (attr.c, names.c, reading.c,
+/* What every file of request handlers (attr.c, names.c, reading.c,
  * dirs.c) starts from: the node an inode number stands for, the count of
  * requests, the kernel's cache timeouts, and how errors of SRC are
  * answered. */
@@ -37,6 +37,43 @@ static inline void count(fuse_req_t req, enum req_kind k)
 static inline void reply_src_err(fuse_req_t req, int err)
 {
 	fuse_reply_err(req, err == ENOTCONN ? EIO : err);
+}
+
+/* The path of a node relative to the mount root, for error lines and the
+ * list of requests waiting on SRC, built into buf (fnode_path). */
+static inline const char *node_path(const struct fnode *n, char buf[FNODE_PATH_MAX])
+{
+	return fnode_path(n, buf, FNODE_PATH_MAX);
+}
+
+/* Opens a section at the source for request `op` on `path` (or its entry
+ * `name`): fs/stall.h. False when the source holds every thread it may:
+ * the request is then answered EIO, and logged. */
+static inline bool src_begin(fuse_req_t req, const char *op, const char *path, const char *name)
+{
+	struct stats *s = &daemon_of(req)->stats;
+	if (src_enter(&s->waits, op, path, name, true) == 0)
+		return true;
+	errlog_add(s, path,
+		   "refused: every request thread the source may hold (twice --threads) waits on it");
+	fuse_reply_err(req, EIO);
+	return false;
+}
+
+/* The same for work that cannot fail (closing what a FORGET or a release
+ * dropped): it always enters. */
+static inline void src_begin_must(struct daemon *dm, const char *op, const char *path)
+{
+	src_enter(&dm->stats.waits, op, path, NULL, false);
+}
+
+/* Closes the section (what the request was for is not needed: its node
+ * may be gone once the request is answered). A request that ran long is
+ * not logged as a problem: long work (a decode, a first listing) is no
+ * fault, and while it lasts .shardfs/ shows it. */
+static inline void src_end(struct daemon *dm)
+{
+	src_leave(&dm->stats.waits);
 }
 
 /* Whether the node is one the kernel may cache for long (a view's, or

@@ -38,7 +38,7 @@ static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *n
 		return NULL;
 	n->st = *st;
 	if (!(n->rel = sf_path_join(dir->rel, name))) {
-		fnode_forget(t, n, 0);
+		fnode_discard(t, n);
 		return NULL;
 	}
 	fnode_attach(n);
@@ -70,28 +70,37 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 
 int src_map_file(struct daemon *dm, struct fnode *n)
 {
-	int rc = 0;
+	pthread_mutex_lock(&n->map_lock);
+	bool mapped = n->map != NULL;
+	pthread_mutex_unlock(&n->map_lock);
+	if (mapped)
+		return 0;
+	/* mapped without the lock, which a stalled source would hold: a
+	 * racing open maps it too, and the first to finish is kept */
+	struct sf_err e = { { 0 } };
+	struct sf_map *m = NULL;
+	int rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
+	/* out of descriptors: views nobody uses give theirs back */
+	if (openviews_short(rc) && openviews_reclaim(&dm->views))
+		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
+	if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
+		errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
+	if (rc)
+		return rc;
+	if (!same_version(&m->st, &n->st)) {
+		/* replaced between lookup and open: the version this inode
+		 * stands for is gone */
+		sf_map_unref(m);
+		return -ESTALE;
+	}
 	pthread_mutex_lock(&n->map_lock);
 	if (!n->map) {
-		struct sf_err e = { { 0 } };
-		struct sf_map *m = NULL;
-		rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
-		/* out of descriptors: views nobody uses give theirs back */
-		if (openviews_short(rc) && openviews_reclaim(&dm->views))
-			rc = sf_map_beneath(dm->src_fd, n->rel, n->rel, &m, &e);
-		if (rc == -ELOOP || rc == -EXDEV || rc == -EINVAL)
-			errlog_add(&dm->stats, n->rel, e.msg); /* replaced by what is not served */
-		if (rc == 0 && !same_version(&m->st, &n->st)) {
-			/* replaced between lookup and open: the version
-			 * this inode stands for is gone */
-			sf_map_unref(m);
-			rc = -ESTALE;
-		} else if (rc == 0) {
-			n->map = m;
-		}
+		n->map = m;
+		m = NULL;
 	}
 	pthread_mutex_unlock(&n->map_lock);
-	return rc;
+	sf_map_unref(m);
+	return 0;
 }
 
 int src_read(struct daemon *dm, struct fnode *n, uint64_t off, uint64_t size,

@@ -17,6 +17,7 @@ void stats_init(struct stats *s)
 	s->transport = "dev_fuse";
 	pthread_mutex_init(&s->log_lock, NULL);
 	pthread_mutex_init(&s->transport_lock, NULL);
+	waits_init(&s->waits);
 }
 
 void stats_fini(struct stats *s)
@@ -26,6 +27,7 @@ void stats_fini(struct stats *s)
 	sf_hash_free(&s->seen);
 	pthread_mutex_destroy(&s->log_lock);
 	pthread_mutex_destroy(&s->transport_lock);
+	waits_fini(&s->waits);
 }
 
 /* Drops the oldest lines until a quarter of each bound is free, so that
@@ -65,6 +67,36 @@ static void errlog_keep(struct stats *s, uint64_t h, size_t len)
 	errlog_trim(s);
 }
 
+static void utc(const struct timespec *t, char when[32])
+{
+	struct tm tm;
+	gmtime_r(&t->tv_sec, &tm);
+	strftime(when, 32, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* A path with control bytes and `%` (and, with `ascii`, every byte past
+ * 0x7f) written as %XX. */
+static void add_path(struct sf_str *out, const char *path, bool ascii)
+{
+	for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
+		if (*c < 0x20 || *c == 0x7f || *c == '%' || (ascii && *c > 0x7f))
+			sf_str_addf(out, "%%%02X", *c);
+		else
+			sf_str_addc(out, (char)*c);
+	}
+}
+
+/* One line of the log, whatever bytes the path or message hold. */
+static void add_line(struct sf_str *out, const char *when, const char *path, const char *msg)
+{
+	sf_str_addf(out, "%s ", when);
+	add_path(out, path, false);
+	sf_str_add(out, ": ", 2);
+	for (const char *c = msg; *c; c++)
+		sf_str_addc(out, *c == '\n' || *c == '\r' ? ' ' : *c);
+	sf_str_addc(out, '\n');
+}
+
 void errlog_add(struct stats *s, const char *path, const char *msg)
 {
 	/* messages name their file; the line already starts with it */
@@ -81,27 +113,15 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 	XXH3_freeState(st);
 
 	char when[32];
-	time_t now = time(NULL);
-	struct tm tm;
-	gmtime_r(&now, &tm);
-	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	utc(&now, when);
 
 	pthread_mutex_lock(&s->log_lock);
 	/* the hash is the whole key, so the values only need to be non-NULL */
 	if (!sf_hash_get(&s->seen, h, NULL, NULL)) {
 		size_t from = s->log_text.len;
-		/* one line per problem, whatever bytes the path or message hold */
-		sf_str_addf(&s->log_text, "%s ", when);
-		for (const unsigned char *c = (const unsigned char *)path; *c; c++) {
-			if (*c < 0x20 || *c == 0x7f || *c == '%')
-				sf_str_addf(&s->log_text, "%%%02X", *c);
-			else
-				sf_str_addc(&s->log_text, (char)*c);
-		}
-		sf_str_add(&s->log_text, ": ", 2);
-		for (const char *c = msg; *c; c++)
-			sf_str_addc(&s->log_text, *c == '\n' || *c == '\r' ? ' ' : *c);
-		sf_str_addc(&s->log_text, '\n');
+		add_line(&s->log_text, when, path, msg);
 		if (s->log_text.oom) /* not logged: the text is left as it was */
 			s->log_text = (struct sf_str){ s->log_text.p, from, s->log_text.cap, false };
 		else
@@ -110,8 +130,25 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 	pthread_mutex_unlock(&s->log_lock);
 }
 
+/* Requests listed as stuck, at most. */
+#define STUCK_SHOWN 64
+
 struct sf_buf *errlog_text(struct stats *s)
 {
+	struct stuck stuck[STUCK_SHOWN];
+	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	struct sf_str now = { 0 };
+	for (size_t i = 0; i < n; i++) {
+		char when[32], msg[96];
+		utc(&stuck[i].since, when);
+		snprintf(msg, sizeof msg, "stuck: a %s request has run for %.1f s (waiting on the source, or long work)",
+			 stuck[i].op, stuck[i].seconds);
+		add_line(&now, when, stuck[i].path, msg);
+	}
+	if (now.oom) {
+		sf_str_free(&now);
+		return NULL;
+	}
 	pthread_mutex_lock(&s->log_lock);
 	struct sf_str t = { 0 };
 	if (s->dropped)
@@ -120,6 +157,8 @@ struct sf_buf *errlog_text(struct stats *s)
 			    ERRLOG_BYTES >> 10);
 	sf_str_add(&t, s->log_text.p, s->log_text.len);
 	pthread_mutex_unlock(&s->log_lock);
+	sf_str_add(&t, now.p, now.len);
+	sf_str_free(&now);
 	return sf_str_take(&t);
 }
 
@@ -135,7 +174,7 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
 static const char *const req_names[REQ_KINDS] = {
 	"lookup", "forget", "getattr", "readlink", "open", "read", "release",
 	"opendir", "readdir", "releasedir", "statfs", "getxattr", "listxattr",
-	"access", "write_refused", "ioctl",
+	"access", "write_refused", "ioctl", "flush",
 };
 
 static json_t *num(atomic_uint_fast64_t *c)
@@ -184,6 +223,29 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
 	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
+	/* requests waiting on the source now, and those waiting a second or
+	 * more, oldest first: which files are stuck, and since when */
+	struct stuck stuck[STUCK_SHOWN];
+	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	json_t *list = json_array();
+	for (size_t i = 0; i < n; i++) {
+		char when[32];
+		utc(&stuck[i].since, when);
+		json_t *o = json_object();
+		/* escaped as in the errors log, bytes past 0x7f too (JSON takes
+		 * UTF-8 only) */
+		struct sf_str p = { 0 };
+		add_path(&p, stuck[i].path, true);
+		sf_str_addc(&p, 0);
+		json_object_set_new(o, "path", json_string(p.oom ? "" : (const char *)p.p));
+		sf_str_free(&p);
+		json_object_set_new(o, "request", json_string(stuck[i].op));
+		json_object_set_new(o, "since", json_string(when));
+		json_object_set_new(o, "seconds", json_real(stuck[i].seconds));
+		json_array_append_new(list, o);
+	}
+	json_object_set_new(root, "at_source", json_integer((json_int_t)total));
+	json_object_set_new(root, "stuck", list);
 	struct sf_buf *b = sf_json_pretty(root);
 	json_decref(root);
 	return b;

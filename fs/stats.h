@@ -9,6 +9,7 @@
 
 #include "sf_buf.h"
 #include "sf_hash.h"
+#include "stall.h"
 
 /* What .shardfs/errors keeps (docs/tree-layout.md): the latest lines only,
  * so that a tree of bad files cannot grow the daemon's memory. */
@@ -23,7 +24,7 @@ struct errline {
 enum req_kind {
 	REQ_LOOKUP, REQ_FORGET, REQ_GETATTR, REQ_READLINK, REQ_OPEN, REQ_READ,
 	REQ_RELEASE, REQ_OPENDIR, REQ_READDIR, REQ_RELEASEDIR, REQ_STATFS,
-	REQ_GETXATTR, REQ_LISTXATTR, REQ_ACCESS, REQ_WRITE_LIKE, REQ_IOCTL,
+	REQ_GETXATTR, REQ_LISTXATTR, REQ_ACCESS, REQ_WRITE_LIKE, REQ_IOCTL, REQ_FLUSH,
 	REQ_KINDS
 };
 
@@ -61,6 +62,8 @@ struct stats {
 	const char *transport;
 	atomic_uint_fast64_t *queues;
 	unsigned nqueues;
+
+	struct waits waits;  /* the requests at the source now */
 };
 
 void stats_init(struct stats *s);
@@ -81,7 +84,8 @@ void stats_set_transport(struct stats *s, const char *name, atomic_uint_fast64_t
  * to the mount root. */
 void errlog_add(struct stats *s, const char *path, const char *msg);
 /* The log's text (one line per problem kept, after a line counting those
- * dropped) and stats.json, as new buffers. */
+ * dropped, then one per request stuck at the source now) and stats.json,
+ * as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);
 struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget);
 

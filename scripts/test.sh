@@ -8,7 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-test
-scripts/setup.sh "$build" -Db_sanitize=address,undefined -Db_lundef=false || {
+scripts/setup.sh "$build" -Db_sanitize=address,undefined -Db_lundef=false -Dpython=/usr/bin/python3 || {
   echo "0 passed, 1 failed"; exit 1; }
 
 export SHARDFS_BUILD="$PWD/$build"
@@ -24,7 +24,17 @@ tail -n 12 "$build/unit.log"
 /usr/bin/python3 -m pytest tests/integration -q -p no:cacheprovider \
   --junitxml="$build/pytest.xml" "$@"
 
-# --- the mounted tests again over FUSE over io_uring (fs/uring.c): every
+# --- the Python module (tests/python, docs/python.md), against mounts of
+# the same build: the ASan-built extension needs the ASan runtime loaded
+# before the interpreter starts, and leak checks stay off for this pass (the
+# interpreter's own allocations would count as leaks).
+rm -f "$build/pytest-python.xml"
+LD_PRELOAD="$(gcc -print-file-name=libasan.so)" \
+  ASAN_OPTIONS="detect_leaks=0:abort_on_error=0:quarantine_size_mb=8" \
+  /usr/bin/python3 -m pytest tests/python -q -p no:cacheprovider \
+  --junitxml="$build/pytest-python.xml" "$@"
+
+# --- the mounted tests again over FUSE over io_uring (fs/transport/uring.c): every
 # mount asks for it (--io-uring on), with the kernel's switch turned on for
 # the pass and put back.
 switch=/sys/module/fuse/parameters/enable_uring
@@ -50,7 +60,7 @@ FUZZ_BUILD=build-fuzz FUZZ_RESULTS="$PWD/$build/fuzz.json" \
 # the mounted suite run on it as well: timing and uninitialised memory show
 # differently without the sanitizers.
 rm -rf build-release
-if out=$(meson setup build-release --buildtype=release 2>&1 && ninja -C build-release 2>&1); then
+if out=$(meson setup build-release --buildtype=release -Dpython=/usr/bin/python3 2>&1 && ninja -C build-release 2>&1); then
   result=OK
 else
   result=FAIL
@@ -63,6 +73,9 @@ tail -n 8 "$build/unit-release.log"
 rm -f "$build/pytest-release.xml"
 SHARDFS_BUILD="$PWD/build-release" /usr/bin/python3 -m pytest tests/integration -q \
   -p no:cacheprovider --junitxml="$build/pytest-release.xml" "$@"
+rm -f "$build/pytest-python-release.xml"
+SHARDFS_BUILD="$PWD/build-release" /usr/bin/python3 -m pytest tests/python -q \
+  -p no:cacheprovider --junitxml="$build/pytest-python-release.xml" "$@"
 
 # --- scale (issue 19): what the release daemon keeps per fold member and
 # per container, CI-sized (200,000 members, 5,000 containers); the full-size
@@ -75,8 +88,9 @@ rm -f "$build/deb.json"
 scripts/test_deb.sh "$build/deb.json"
 
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
-  "mounted over io_uring=$build/pytest-io_uring.xml" \
+  "mounted over io_uring=$build/pytest-io_uring.xml" "python=$build/pytest-python.xml" \
   "fuzz=$build/fuzz.json" "release=$build/release.json" \
   "unit release=build-release/meson-logs/testlog.json" \
-  "mounted release=$build/pytest-release.xml" "scale=$build/scale.json" \
+  "mounted release=$build/pytest-release.xml" \
+  "python release=$build/pytest-python-release.xml" "scale=$build/scale.json" \
   "packages=$build/deb.json"

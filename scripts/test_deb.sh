@@ -2,7 +2,8 @@
 # Builds the Debian packages (debian/) from a copy of the tree, checks them
 # with lintian, installs them with apt-get, mounts a sample fold through the
 # installed mount helper (mount -t fuse.shardfs), reads a member and its
-# samples.jsonl, builds examples/c_api against the installed library, then
+# samples.jsonl, builds examples/c_api against the installed library, reads
+# the same through the installed Python module (python3-shardfs), then
 # unmounts and purges the packages and whatever they pulled in, leaving the
 # installed package set as it was. Needs root (or sudo) and the build tools
 # scripts/setup.sh installs. Last line: "debian packages: OK" or "... FAIL".
@@ -13,7 +14,7 @@ repo=$PWD
 result_json=${1:-}
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-ours=(shardfs libshardfs-format0 libshardfs-format-dev)
+ours=(shardfs libshardfs-format0 libshardfs-format-dev python3-shardfs)
 
 work=$(mktemp -d /tmp/shardfs-deb.XXXXXX)
 mnt=$work/mnt
@@ -81,7 +82,7 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
   -o DPkg::Lock::Timeout=600 "${debs[@]}" >"$work/install.log" 2>&1
 dpkg-query -W -f='${Package}\n' | sort >"$work/names-after.txt"
 mapfile -t installed_new < <(comm -13 "$work/names-before.txt" "$work/names-after.txt")
-grep -q . "$work/names-after.txt" && [ ${#installed_new[@]} -ge 3 ] \
+grep -q . "$work/names-after.txt" && [ ${#installed_new[@]} -ge 4 ] \
   || { cat "$work/install.log"; fail "apt-get install failed"; }
 echo "test_deb: installed ${installed_new[*]}"
 
@@ -109,6 +110,17 @@ cc "$repo/examples/c_api/shardfs_tree.c" $(pkg-config --cflags --libs shardfs-fo
   -o "$work/shardfs_tree" || fail "examples/c_api does not build against the installed library"
 [ "$("$work/shardfs_tree" "$sample/demo.taridx" 000003.txt)" = "caption of sample 3" ] \
   || fail "examples/c_api reads wrong through the installed library"
+# the Python module, installed: the same member, and the fold's samples
+cd "$work"
+[ "$(/usr/bin/python3 -c 'import shardfs, sys
+with shardfs.open(sys.argv[1]) as v:
+    f = v.fold()
+    assert f[3] == {"txt": v.read("000003.txt"), "cls": v.read("000003.cls")}, f[3]
+    sys.stdout.write(v.read("000003.txt").decode())' "$sample/demo.taridx")" = "caption of sample 3" ] \
+  || fail "python3-shardfs reads wrong"
+/usr/bin/python3 -c 'import shardfs; print(shardfs.__file__)' | grep -q '^/usr/lib/python3/dist-packages/shardfs/' \
+  || fail "import shardfs does not find the installed module"
+cd "$repo"
 $SUDO umount "$mnt" || fail "umount failed"
 echo "test_deb: mounted, read and unmounted through the installed packages"
 finish OK

@@ -1,5 +1,5 @@
-/* shardfs-taridx: index the tars DIR/FOLD_*.tar (or DIR/FOLD-*.tar) into DIR/FOLD.taridx,
- * byte-identical to what upstream's indexer writes for the same tars. */
+/* shardfs-taridx: index the tars DIR/FOLD_*.tar (or DIR/FOLD-*.tar) into DIR/FOLD.taridx
+ * (or OUT/FOLD.taridx), byte-identical to what upstream's indexer writes for the same tars. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -17,13 +17,15 @@ static const char *prog = "shardfs-taridx";
 static void usage(FILE *to)
 {
 	fprintf(to,
-		"usage: %s [--rank-fids] [--quiet] DIR FOLD\n"
+		"usage: %s [--rank-fids] [--quiet] [--out OUT] DIR FOLD\n"
 		"\n"
 		"Indexes DIR/FOLD_<S>.tar (S without '_', in string order of S), or when there\n"
 		"is none DIR/FOLD-<S>.tar (S without '-': WebDataset's shard names), and writes\n"
 		"DIR/FOLD.taridx atomically. The index is byte-identical to upstream's, which\n"
 		"numbers an empty tar with no fid; --rank-fids numbers every tar by its rank\n"
-		"instead, so that readers find the members of the tars after an empty one.\n",
+		"instead, so that readers find the members of the tars after an empty one.\n"
+		"--out OUT writes OUT/FOLD.taridx instead (OUT must exist), for a DIR its\n"
+		"readers cannot write.\n",
 		prog);
 }
 
@@ -128,9 +130,12 @@ static int write_atomic(const char *dir, const char *file, const struct sf_buf *
 int main(int argc, char **argv)
 {
 	bool rank = false, quiet = false;
+	const char *out_dir = NULL;
 	int i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
-		if (strcmp(argv[i], "--rank-fids") == 0) {
+		if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) {
+			out_dir = argv[++i];
+		} else if (strcmp(argv[i], "--rank-fids") == 0) {
 			rank = true;
 		} else if (strcmp(argv[i], "--quiet") == 0) {
 			quiet = true;
@@ -147,6 +152,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = argv[i], *fold = argv[i + 1];
+	if (!out_dir)
+		out_dir = dir;
 	char **names = NULL;
 	size_t nnames = 0;
 	int rc = list_dir(dir, &names, &nnames);
@@ -192,12 +199,12 @@ int main(int argc, char **argv)
 	} else {
 		char file[4096];
 		snprintf(file, sizeof file, "%s.taridx", fold);
-		rc = write_atomic(dir, file, out);
+		rc = write_atomic(out_dir, file, out);
 		struct tx_index ix;
 		if (!rc && !quiet && tx_index_parse(out->data, out->len, file, &ix, &e) == 0) {
 			fprintf(stderr, "%s: indexed %zu tars, %llu rows, %llu stems into %s/%s in %.2fs\n",
 				prog, n, (unsigned long long)ix.n_rows, (unsigned long long)ix.n_stems,
-				dir, file, since(&p.t0));
+				out_dir, file, since(&p.t0));
 			tx_index_free(&ix);
 		}
 	}

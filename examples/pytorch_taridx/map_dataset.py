@@ -87,9 +87,39 @@ def member_bytes(v):
     return v
 
 
+def print_samples(loader):
+    """One line per sample: index, key, `ext=sha256` of each member (sorted
+    by extension). Returns the number of samples and of bytes."""
+    n = nbytes = 0
+    for batch in loader:
+        for i, key, members in batch:
+            parts = []
+            for ext in sorted(members):
+                b = member_bytes(members[ext])
+                nbytes += len(b)
+                parts.append(f"{ext}={hashlib.sha256(b).hexdigest()}")
+            print(f"{i}\t{key}\t{' '.join(parts)}")
+            n += 1
+    return n, nbytes
+
+
 def collate(batch):
     """Keeps each sample whole: members differ from sample to sample."""
     return batch
+
+
+def run(ds, a, opened_s, what, **loader_args):
+    """Reads the whole dataset `ds` through a DataLoader as the command line
+    `a` asks, prints each sample, and the throughput on stderr."""
+    t1 = time.perf_counter()
+    loader = DataLoader(ds, batch_size=a.batch_size, num_workers=a.workers, shuffle=a.shuffle,
+                        generator=torch.Generator().manual_seed(0), collate_fn=collate,
+                        **loader_args)
+    n, nbytes = print_samples(loader)
+    t2 = time.perf_counter()
+    print(f"throughput: {n} samples ({nbytes / 1e6:.2f} MB) in {t2 - t1:.2f} s with "
+          f"{a.workers} workers: {n / (t2 - t1):.0f} samples/s, {nbytes / 1e6 / (t2 - t1):.1f} MB/s; "
+          f"{what} of {len(ds)} samples in {opened_s:.3f} s", file=sys.stderr)
 
 
 def main(argv=None):
@@ -101,23 +131,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     t0 = time.perf_counter()
     ds = FoldSamples(a.fold_dir)
-    t1 = time.perf_counter()
-    loader = DataLoader(ds, batch_size=a.batch_size, num_workers=a.workers, shuffle=a.shuffle,
-                        generator=torch.Generator().manual_seed(0), collate_fn=collate)
-    n = nbytes = 0
-    for batch in loader:
-        for i, key, members in batch:
-            parts = []
-            for ext in sorted(members):
-                b = member_bytes(members[ext])
-                nbytes += len(b)
-                parts.append(f"{ext}={hashlib.sha256(b).hexdigest()}")
-            print(f"{i}\t{key}\t{' '.join(parts)}")
-            n += 1
-    t2 = time.perf_counter()
-    print(f"throughput: {n} samples ({nbytes / 1e6:.2f} MB) in {t2 - t1:.2f} s with "
-          f"{a.workers} workers: {n / (t2 - t1):.0f} samples/s, {nbytes / 1e6 / (t2 - t1):.1f} MB/s; "
-          f"index of {len(ds)} samples read in {t1 - t0:.3f} s", file=sys.stderr)
+    run(ds, a, time.perf_counter() - t0, "index read")
     return 0
 
 

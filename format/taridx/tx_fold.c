@@ -5,8 +5,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <xxhash.h>
 
+#include "sf_bytes.h"
 #include "sf_fault.h"
 #include "sf_hash.h"
 #include "sf_name.h"
@@ -231,12 +233,20 @@ static struct walk *walk_new(struct tx_fold *f)
 	return k;
 }
 
-/* True when member m (row r) is a file, link or symlink with a path. */
+/* Whether a member that is no file, link or symlink is a directory (the
+ * reader made old-style ones '5'); the only such kind member_at admits. */
+static bool is_dir(const struct tx_member *m)
+{
+	return m->kind == TX_OTHER && m->en.type == '5';
+}
+
+/* True when member m (row r) is a file, link, symlink or directory with a
+ * path. */
 static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *plen,
 		      struct tx_str *link)
 {
 	tx_member_check(k->f, r, m);
-	return !m->bad && m->kind != TX_OTHER &&
+	return !m->bad && (m->kind != TX_OTHER || is_dir(m)) &&
 	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
 }
 
@@ -246,7 +256,7 @@ static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *p
 static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint8_t *path,
 		  size_t plen)
 {
-	if (m->kind == TX_HARDLINK || plen > 100 || memchr(path, '/', plen))
+	if (m->kind == TX_HARDLINK || is_dir(m) || plen > 100 || memchr(path, '/', plen))
 		return false;
 	struct tx_key key;
 	tx_key_from(path, plen, &key);
@@ -255,12 +265,70 @@ static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint
 	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
 }
 
+/* A pass over every header reads them through copies of the tar where
+ * they lie close together (small members: a page fault a header costs
+ * more than reading the whole stretch), and from the mapping elsewhere. */
+#define WINDOW_BYTES (1u << 20)
+#define WINDOW_ROWS 128
+struct window {
+	uint8_t *buf; /* WINDOW_BYTES, or NULL: the mapping alone */
+	uint16_t fid;
+	uint64_t off, len;
+};
+
+/* The header of row r when it lies inside its tar, else NULL: from the
+ * window, refilled at r when the next WINDOW_ROWS rows' headers lie in
+ * it, else from the mapping. */
+static const uint8_t *row_header(const struct tx_fold *f, struct window *w, uint32_t r)
+{
+	struct tx_row row, ahead;
+	tx_row_get(&f->ix, r, &row);
+	if (row.fid >= f->nshards || !f->shards[row.fid].map)
+		return NULL;
+	const struct sf_map *map = f->shards[row.fid].map;
+	if (!sf_range_ok(map->size, row.off, TX_BLOCK))
+		return NULL;
+	if (w->len && row.fid == w->fid && row.off >= w->off && row.off - w->off <= w->len - TX_BLOCK)
+		return w->buf + (row.off - w->off);
+	w->len = 0;
+	uint64_t last = r + (uint64_t)WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
+	tx_row_get(&f->ix, last, &ahead);
+	if (w->buf && ahead.fid == row.fid && ahead.off >= row.off &&
+	    ahead.off - row.off < WINDOW_BYTES - TX_BLOCK) {
+		size_t len = map->size - row.off < WINDOW_BYTES ? (size_t)(map->size - row.off) : WINDOW_BYTES;
+		ssize_t got = pread(map->fd, w->buf, len, (off_t)row.off);
+		/* a failed read leaves it to the mapping, whose fault the guard
+		 * turns into EIO */
+		if (got >= TX_BLOCK) {
+			*w = (struct window){ w->buf, row.fid, row.off, (uint64_t)got };
+			return w->buf;
+		}
+	}
+	return map->data + row.off;
+}
+
+/* Whether row r, if a member, is keyed by its name field alone, seen from
+ * a few bytes of its header: a regular file with no records before it
+ * (the row before is no record), no ustar prefix, and a name field with a
+ * stem and no '/'. Its path is then its name field, from which its row's
+ * key was derived (a row whose key differs does not verify, so is no
+ * member). A row it says no for gets the full check. */
+static bool plainly_keyed(const uint8_t *hdr, bool after_record)
+{
+	uint8_t t = hdr[156];
+	if (after_record || (t != '0' && t != '\0' && t != '7') || hdr[345] || hdr[0] == '.' || !hdr[0])
+		return false;
+	return !memchr(hdr, '/', tx_field_len(hdr, 100));
+}
+
 /* Finds, once, the raw names of root entries the probe cannot find: the
  * root's directories and the flat members that are not keyed (renamed by
  * a pax path or GNU long name, hard links, names with no stem). Kept by
  * hash alone: a hash that matches by chance only costs a listing. Pax
  * records that rename nothing (WebDataset's float mtimes) add nothing, so
- * such a fold answers misses as cheaply as one without them. */
+ * such a fold answers misses as cheaply as one without them. Only rows
+ * that are not plainly keyed get the full check: for most folds the pass
+ * reads a few bytes of each header. */
 static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 {
 	if (f->unkeyed_done)
@@ -272,15 +340,25 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	struct tx_str link;
 	size_t plen;
 	int rc = 0;
+	bool after_record = false;
+	struct window w = { .buf = malloc(WINDOW_BYTES) };
 	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		read_rows(f);
-		if (!member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen))
+		const uint8_t *hdr = row_header(f, &w, r);
+		if (!hdr) {
+			after_record = false;
+			continue;
+		}
+		bool plain = plainly_keyed(hdr, after_record);
+		after_record = tx_is_record(hdr[156]);
+		if (plain || !member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen))
 			continue;
 		const uint8_t *slash = memchr(k->path, '/', plen);
 		uint64_t h = XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0);
 		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
 			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	}
+	free(w.buf);
 	free(k);
 	if (rc)
 		sf_ids_free(&f->unkeyed);
@@ -343,10 +421,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		if (!sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL))
 			return 0;
 	}
-	int rc = populate_root(root, e);
-	if (rc)
-		return rc;
-	return sf_dir_find(root, name, out, e);
+	return SF_LOOKUP_LIST;
 }
 
 /* ---- listing ------------------------------------------------------------ */
@@ -466,6 +541,11 @@ static void pick_rows(struct walk *k)
 		read_rows(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
+		/* a directory record is listed unless a file takes its path */
+		if (is_dir(&m)) {
+			bit_set(k->won, r);
+			continue;
+		}
 		if (m.kind == TX_HARDLINK)
 			k->link_to[r] = link_row(k, link);
 		uint64_t h;
@@ -485,6 +565,20 @@ static void pick_rows(struct walk *k)
 	}
 }
 
+/* The directory that holds the path being listed (plen bytes), made with
+ * its parents on first use; *from is where its last component starts. */
+static struct sf_node *parent_of(struct walk *k, struct sf_node *root, size_t plen, size_t *from)
+{
+	struct sf_node *dir = root;
+	*from = 0;
+	for (const uint8_t *slash; dir && (slash = memchr(k->path + *from, '/', plen - *from));) {
+		size_t end = (size_t)(slash - k->path);
+		dir = subdir(k, dir, k->path + *from, end - *from);
+		*from = end + 1;
+	}
+	return dir;
+}
+
 /* Pass two: adds the entry of row r (shown at its path) to the tree. */
 static int add_entry(struct walk *k, struct sf_node *root, uint32_t r, const struct tx_member *m,
 		     size_t plen)
@@ -500,14 +594,21 @@ static int add_entry(struct walk *k, struct sf_node *root, uint32_t r, const str
 				kind = SF_LINK;
 		}
 	}
-	struct sf_node *dir = root;
-	size_t from = 0;
-	for (const uint8_t *slash; dir && (slash = memchr(k->path + from, '/', plen - from));) {
-		size_t end = (size_t)(slash - k->path);
-		dir = subdir(k, dir, k->path + from, end - from);
-		from = end + 1;
-	}
+	size_t from;
+	struct sf_node *dir = parent_of(k, root, plen, &from);
 	return dir ? sf_dir_add_lazy(dir, k->path + from, plen - from, kind, r, aux) : -ENOMEM;
+}
+
+/* Pass two for a directory record: the directory at its path, empty or
+ * not, unless a member's path is its own (the file is shown). */
+static int add_dir(struct walk *k, struct sf_node *root, size_t plen)
+{
+	uint64_t h;
+	if (winner_of(k, k->path, plen, &h))
+		return 0;
+	size_t from;
+	struct sf_node *dir = parent_of(k, root, plen, &from);
+	return dir && subdir(k, dir, k->path + from, plen - from) ? 0 : -ENOMEM;
 }
 
 static int populate_root(struct sf_node *root, struct sf_err *e)
@@ -536,7 +637,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 			if (bit_get(f->hooked_member, r) != hooked || !bit_get(k->won, r) ||
 			    !member_at(k, r, &m, &plen, &link))
 				continue;
-			if (add_entry(k, root, r, &m, plen))
+			if (is_dir(&m) ? add_dir(k, root, plen) : add_entry(k, root, r, &m, plen))
 				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
 	}

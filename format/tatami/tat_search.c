@@ -356,7 +356,7 @@ static int build_terms(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tat_file *tf = f->view->state;
 	struct sf_node *dir = f->arg;
-	int rc = sf_dir_ready(dir, e);
+	int rc = sf_dir_ready_held(dir, e);
 	if (rc)
 		return rc == -ENOMEM ? rc : sf_file_set_broken(f, 0, e->msg);
 	struct tat_search *s = tf->search;

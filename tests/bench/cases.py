@@ -534,6 +534,8 @@ def tet_xarray_open(ctx):
     ]
 
 
+from python_cases import python_group  # noqa: E402  (it imports this module)
+
 GROUPS = {
     "small": small_members,
     "large": large_payload,
@@ -545,4 +547,5 @@ GROUPS = {
     "cpu": polling_cost,
     "transport": transport_ab,
     "tetopen": tet_xarray_open,
+    "python": python_group,
 }

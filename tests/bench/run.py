@@ -26,6 +26,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -51,13 +52,19 @@ def install_references():
         subprocess.run(apt, env=env, check=True, capture_output=True)
 
 
+# the Python module's build outputs (the `python` group imports it)
+PY_EXTENSION = "_shardfs" + sysconfig.get_config_var("EXT_SUFFIX")
+PY_FILES = ("__init__.py", "_fold.py", "_torch.py", "_tree.py")
+
+
 def build(build_dir):
     """Builds (or refreshes) the daemon and tools; an optimised build by
     default, so the figures are what users get."""
     if not (build_dir / "build.ninja").exists():
-        subprocess.run(["meson", "setup", str(build_dir)], cwd=REPO, check=True,
+        subprocess.run(["meson", "setup", str(build_dir), f"-Dpython={sys.executable}"], cwd=REPO, check=True,
                        capture_output=True)
-    subprocess.run(["ninja", "-C", str(build_dir), "fs/shardfs", "tools/shardfs-taridx"],
+    subprocess.run(["ninja", "-C", str(build_dir), "fs/shardfs", "tools/shardfs-taridx",
+                    "python/shardfs/" + PY_EXTENSION, *(f"python/shardfs/{f}" for f in PY_FILES)],
                    check=True, capture_output=True)
 
 

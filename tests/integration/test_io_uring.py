@@ -1,4 +1,4 @@
-"""FUSE over io_uring (--io-uring, fs/uring.c): requests come through the
+"""FUSE over io_uring (--io-uring, fs/transport/uring.c): requests come through the
 queue of the CPU their caller runs on and are answered right; with the
 kernel's switch off `auto` serves through /dev/fuse and `on` refuses the
 mount in one line; a decode on one CPU does not hold up that CPU's other

@@ -1,4 +1,4 @@
-"""The daemon's request loop (fs/loop.c): one thread waits for requests and
+"""The daemon's request loop (fs/transport/loop.c): one thread waits for requests and
 serves fast ones itself; slow work hands the wait to another thread, and a
 watch takes it over from a handler stuck without doing so."""
 import contextlib

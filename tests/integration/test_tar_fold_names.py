@@ -262,7 +262,8 @@ def test_webdataset_names_and_pax_records(mount, tmp_path):
 @pytest.mark.parametrize("writer", WRITERS)
 def test_misses_never_list(mount, tmp_path, writer):
     """Root names the index cannot key (a directory with a dot, no directory
-    record; a pax-renamed non-ASCII name) resolve before any listing, and a
+    record; an empty directory, only a record; a pax-renamed non-ASCII name)
+    resolve before any listing, and a
     name no member has answers ENOENT without listing, whatever records the
     writer adds (GNU and bsdtar pax, tarfile's @PaxHeader)."""
     work, src = tmp_path / "work", tmp_path / "src"
@@ -270,11 +271,13 @@ def test_misses_never_list(mount, tmp_path, writer):
     files = {"n01.d/x.jpg": b"in dir", "plain.jpg": b"plain", "\u00e9t\u00e9.jpg": b"summer",
              "deep/er/z.cls": b"3"}
     write_tree(work, files)
+    (work / "lonely.d").mkdir()
+    names = [*files, "lonely.d"]
     if writer == "gnu":
-        subprocess.run(["tar", "--format=posix", "-cf", str(src / "f_0.tar"), *files],
+        subprocess.run(["tar", "--format=posix", "-cf", str(src / "f_0.tar"), *names],
                        cwd=work, check=True, timeout=60)
     else:
-        tar_with(writer, src / "f_0.tar", work, list(files))
+        tar_with(writer, src / "f_0.tar", work, names)
     index(src, "f")
     mnt = mount(src)
     view = mnt / "f"
@@ -285,7 +288,40 @@ def test_misses_never_list(mount, tmp_path, writer):
     assert listed(mnt) == before
     assert read_through(view / "\u00e9t\u00e9.jpg") == b"summer"
     assert read_through(view / "n01.d" / "x.jpg") == b"in dir"
+    assert os.listdir(view / "lonely.d") == []
     assert seen(view) == expected([src / "f_0.tar"])
+
+
+@pytest.mark.parametrize("writer", WRITERS)
+def test_root_dir_only_in_ustar_prefix(mount, tmp_path, writer):
+    """A member whose name field holds no '/' (its directories are all in
+    the ustar prefix) still makes its root directory found by name before
+    any listing: the first miss reads that header in full."""
+    work, src = tmp_path / "work", tmp_path / "src"
+    src.mkdir()
+    rel = "pre/" + "p" * 100 + "/x.txt"
+    write_tree(work, {rel: b"prefixed", "flat.txt": b"flat"})
+    tar = src / "f_0.tar"
+    if writer == "tarfile":
+        with tarfile.open(tar, "w", format=tarfile.USTAR_FORMAT) as t:
+            for n in (rel, "flat.txt"):
+                t.add(work / n, arcname=n)
+    else:
+        tool = ["tar", "--format=ustar"] if writer == "gnu" else ["bsdtar", "--format", "ustar"]
+        subprocess.run([*tool, "-cf", str(tar), rel, "flat.txt"], cwd=work, check=True, timeout=60)
+    with tarfile.open(tar) as t:
+        hdr = t.getmember(rel)
+    raw = tar.read_bytes()[hdr.offset:hdr.offset + 512]
+    assert raw[:6] == b"x.txt\0" and raw[345:348] == b"pre", raw[:8]
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    before = listed(mnt)
+    assert not (view / "nothere.txt").exists()
+    assert listed(mnt) == before
+    assert (view / "pre").is_dir()
+    assert read_through(view / rel) == b"prefixed"
+    assert seen(view) == expected([tar])
 
 
 # ---- deep paths ----------------------------------------------------------------

@@ -32,6 +32,8 @@ def write_tree(root):
     records, `holes` holds sparse files."""
     s = root / "short"
     (s / "sub" / "dir").mkdir(parents=True)
+    # empty directories: the directory records alone make them
+    (s / "emptydir" / "inner").mkdir(parents=True)
     (s / "a.txt").write_bytes(b"alpha\n")
     (s / "empty.bin").write_bytes(b"")
     (s / "sub" / "dir" / "deep.bin").write_bytes(data(3000, 1))
@@ -219,11 +221,8 @@ def shown(view):
 def check_fold(view, tar):
     want = expected(tar)
     got = shown(view)
-    # empty directories are not shown (docs/formats/taridx.md): only those
-    # with something inside are compared
-    want_kinds = {p: k for p, (k, _) in want.items()
-                  if k != "dir" or any(q.startswith(p + "/") and want[q][0] != "dir" for q in want)}
-    assert {p: ("file" if k == "big" else k) for p, k in want_kinds.items()} == got
+    # every directory, empty ones too
+    assert {p: ("file" if k == "big" else k) for p, (k, _) in want.items()} == got
     for p, (kind, val) in want.items():
         full = view / p
         if kind == "file":
@@ -250,6 +249,9 @@ def test_members_as_tarfile_reads_them(mount, folds, fold):
     trees = WRITERS.get(fold, (None, []))[1]
     # the cases each fold exists for did show up (so a writer changing its
     # habits cannot make this test vacuous)
+    if "short" in trees:
+        assert want["short/emptydir/inner"][0] == "dir"
+        assert os.listdir(mnt / fold / "short" / "emptydir" / "inner") == []
     if "holes" in trees:
         assert want["holes/many.bin"][0] == "file" and want["holes/big.bin"][1][0] == BIG
     if "long" in trees:

@@ -129,6 +129,27 @@ def test_builder_matches_upstream(tmp_path, case, fold):
     assert not [n for n in os.listdir(d) if n.startswith(".")]
 
 
+def test_builder_out_elsewhere(tmp_path):
+    """--out OUT writes the same index into OUT and nothing beside the tars
+    (a dataset directory its readers cannot write)."""
+    case, fold = FOLDS[0]
+    d, out = tmp_path / "data", tmp_path / "idx"
+    shutil.copytree(TX / case, d)
+    (d / f"{fold}.taridx").unlink()
+    before = sorted(os.listdir(d))
+    out.mkdir()
+    p = subprocess.run([str(TOOLS / "shardfs-taridx"), "--out", str(out), str(d), fold],
+                       capture_output=True)
+    assert p.returncode == 0, p.stderr
+    assert f"into {out}/{fold}.taridx".encode() in p.stderr
+    assert (out / f"{fold}.taridx").read_bytes() == (TX / case / f"{fold}.taridx").read_bytes()
+    assert sorted(os.listdir(d)) == before and os.listdir(out) == [f"{fold}.taridx"]
+    p = subprocess.run([str(TOOLS / "shardfs-taridx"), "--out", str(tmp_path / "none"), str(d), fold],
+                       capture_output=True)
+    assert p.returncode == 1 and str(tmp_path / "none").encode() in p.stderr
+    assert sorted(os.listdir(d)) == before
+
+
 def test_builder_progress_and_errors(tmp_path):
     tw.write_sample(tmp_path)
     want = (tmp_path / "demo.taridx").read_bytes()

@@ -190,6 +190,11 @@ static void test_tsumugi(void)
 	size_t i;
 	json_t *r;
 	int zst = 0;
+	/* held past shardfs_close: a decoded region and a stored one */
+	struct shardfs_hold *held[2] = { NULL, NULL };
+	const void *held_data[2] = { NULL, NULL };
+	unsigned char *held_want[2] = { NULL, NULL };
+	uint64_t held_len[2] = { 0, 0 };
 	json_array_foreach(json_object_get(truth, "regions"), i, r) {
 		json_int_t kind = json_integer_value(json_object_get(r, "kind"));
 		if (!h || json_integer_value(json_object_get(r, "codec")) != 1 ||
@@ -213,6 +218,27 @@ static void test_tsumugi(void)
 			pthread_join(t, NULL);
 			CHECK_EQ_U(pr[0].mismatches + pr[1].mismatches, 0);
 		}
+		if (!held[0] && whole && stored) {
+			const char *paths[2] = { path, zpath };
+			for (int k = 0; k < 2; k++) {
+				ssize_t n = shardfs_hold(h, paths[k], 0, SIZE_MAX, &held_data[k], &held[k]);
+				CHECK_EQ_U(n, k ? zlen : len);
+				held_len[k] = k ? zlen : len;
+				/* the decoded region is the cache's, the stored one the file's pages */
+				CHECK_EQ_U(held[k] ? shardfs_hold_mapped(held[k]) : -1, k);
+			}
+			held_want[0] = whole;
+			held_want[1] = stored;
+			whole = stored = NULL;
+			/* a piece of it, and nothing past the end */
+			const void *d;
+			struct shardfs_hold *p = NULL;
+			CHECK_EQ_U(shardfs_hold(h, path, 3, 5, &d, &p), 5);
+			CHECK(p && memcmp(d, held_want[0] + 3, 5) == 0);
+			shardfs_release(p);
+			CHECK_EQ_U(shardfs_hold(h, path, len + 1, 5, &d, &p), 0);
+			shardfs_release(p);
+		}
 		zst++;
 		free(whole);
 		free(stored);
@@ -220,6 +246,11 @@ static void test_tsumugi(void)
 	}
 	CHECK(zst >= 2);
 	shardfs_close(h);
+	for (int k = 0; k < 2; k++) {
+		CHECK(held[k] && memcmp(held_data[k], held_want[k], held_len[k]) == 0);
+		shardfs_release(held[k]);
+		free(held_want[k]);
+	}
 	free(full);
 	json_decref(truth);
 }

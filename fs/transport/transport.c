@@ -201,3 +201,13 @@ int transport_run(struct transport *t, unsigned threads, unsigned spin_us)
 		fprintf(stderr, "shardfs: serving requests failed: %s\n", strerror(-err));
 	return err || t->failed ? 1 : 0;
 }
+
+void transport_hand_off(void)
+{
+	loop_hand_off();
+}
+
+bool transport_may_store(void)
+{
+	return !uring_serving();
+}

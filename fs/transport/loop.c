@@ -23,8 +23,9 @@
  *
  * The pool is the same for every source: the FUSE device (below, where the
  * leader polls the device briefly before it sleeps) or one io_uring queue
- * (fs/uring.c, one pool per CPU). */
+ * (uring.c, one pool per CPU). */
 #include "loop.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -55,6 +56,10 @@ struct loop {
 	bool watching;         /* a waiting thread keeps watch */
 	uint64_t last_take;    /* when the last request was taken */
 	unsigned threads, idle;
+	/* threads in a section at the source (fs/stall.h): beyond
+	 * max_threads, the pool grows by as many as the source holds, up to
+	 * ceiling, so that requests needing no source find a thread */
+	unsigned at_src, ceiling;
 	int error;
 	pthread_t *tids;
 };
@@ -92,19 +97,22 @@ static struct timespec in_ns(uint64_t ns)
 	return t;
 }
 
-/* Waits (lock held) until the lead may be free; see the watch above. */
-static void wait_turn(struct loop *l)
+/* Waits (lock held) until the lead may be free; see the watch above.
+ * Whether it kept watch and its time ran out. */
+static bool wait_turn(struct loop *l)
 {
+	bool out = false;
 	l->idle++;
 	if (!l->watching && now_ns() - l->last_take < IDLE_NS) {
 		l->watching = true;
 		struct timespec t = in_ns(WATCH_NS);
-		pthread_cond_timedwait(&l->turn, &l->lock, &t);
+		out = pthread_cond_timedwait(&l->turn, &l->lock, &t) == ETIMEDOUT;
 		l->watching = false;
 	} else {
 		pthread_cond_wait(&l->turn, &l->lock);
 	}
 	l->idle--;
+	return out;
 }
 
 /* The loop whose lead this thread gave up to serve the request it took,
@@ -112,6 +120,16 @@ static void wait_turn(struct loop *l)
  * what the thread is doing, and loop_hand_off() is called from deep inside
  * handlers (the cache, a view's populate) that are not handed the loop. */
 static _Thread_local struct loop *serving;
+/* The pool this thread belongs to, for its sections at the source: per
+ * thread for the same reason. */
+static _Thread_local struct loop *home;
+
+/* Whether one more thread may start (lock held). */
+static bool may_spawn(const struct loop *l)
+{
+	return l->threads < l->max_threads ||
+	       (l->threads - l->at_src < LOOP_FREE_KEPT && l->threads < l->ceiling);
+}
 
 /* Starts a request thread (lock held) with every signal blocked: signals go
  * to the main thread. Failing is not fatal, the pool stays smaller. */
@@ -129,10 +147,14 @@ static void *worker(void *arg)
 {
 	struct loop *l = arg;
 	struct loop_slot s = { .req = NULL };
+	home = l;
 	pthread_mutex_lock(&l->lock);
 	for (;;) {
+		/* whether this thread, keeping watch, takes over a lead left
+		 * by a request that runs long (it may be stuck at the source) */
+		bool took_over = false;
 		while (l->leading && !l->done)
-			wait_turn(l);
+			took_over = wait_turn(l);
 		if (l->done)
 			break;
 		l->leading = true;
@@ -145,10 +167,14 @@ static void *worker(void *arg)
 			break;
 		}
 		uint64_t t = now_ns();
-		if (!l->idle && !l->done && l->threads < l->max_threads)
+		if (!l->idle && !l->done && may_spawn(l))
 			spawn(l); /* someone must be there to keep watch */
-		else if (t - l->last_take >= IDLE_NS && l->idle)
-			pthread_cond_signal(&l->turn); /* the watch resumes */
+		else if (l->idle && (took_over ? !l->watching : t - l->last_take >= IDLE_NS))
+			/* the watch resumes (idle for a while, or its watcher
+			 * just took the lead). Not after every request: the
+			 * woken thread would lead while this one serves, and a
+			 * burst of quick requests would grow the pool. */
+			pthread_cond_signal(&l->turn);
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
 		serving = l;
@@ -173,9 +199,47 @@ void loop_hand_off(void)
 	if (!l->leading && !l->done) {
 		if (l->idle)
 			pthread_cond_signal(&l->turn);
-		else if (l->threads < l->max_threads)
+		else if (may_spawn(l))
 			spawn(l);
 	}
+	pthread_mutex_unlock(&l->lock);
+}
+
+int transport_src_enter(bool may_refuse)
+{
+	struct loop *l = home;
+	if (!l)
+		return 0;
+	pthread_mutex_lock(&l->lock);
+	/* the source may hold every thread but those kept free (-EAGAIN:
+	 * the caller refuses while the source is stuck), and never the last
+	 * one (-EBUSY: refused) */
+	if (may_refuse && l->at_src + LOOP_FREE_KEPT >= l->ceiling) {
+		int rc = l->at_src + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
+		pthread_mutex_unlock(&l->lock);
+		return rc;
+	}
+	l->at_src++;
+	/* someone must be left to take requests, should this one be held:
+	 * a thread is started only when nobody leads or waits and the source
+	 * holds all but LOOP_FREE_KEPT. Not sooner: quick sections (a burst of
+	 * FORGETs) would grow the pool, and every thread keeps its stack and
+	 * malloc arena. A leader that takes a request starts one in the same
+	 * case (worker()). */
+	if (!l->leading && !l->idle && !l->done && l->threads - l->at_src < LOOP_FREE_KEPT &&
+	    l->threads < l->ceiling)
+		spawn(l);
+	pthread_mutex_unlock(&l->lock);
+	return 0;
+}
+
+void transport_src_leave(void)
+{
+	struct loop *l = home;
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->lock);
+	l->at_src--;
 	pthread_mutex_unlock(&l->lock);
 }
 
@@ -187,14 +251,17 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	l->ops = ops;
 	l->src = src;
 	l->max_threads = threads ? threads : 1;
-	l->tids = calloc(l->max_threads, sizeof *l->tids);
+	l->ceiling = LOOP_CEILING(l->max_threads);
+	l->tids = calloc(l->ceiling, sizeof *l->tids);
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->turn, NULL);
 	pthread_mutex_lock(&l->lock);
 	if (l->tids)
 		spawn(l);
+	/* read under the lock: the first thread may already be starting more */
+	bool started = l->threads > 0;
 	pthread_mutex_unlock(&l->lock);
-	if (!l->threads) {
+	if (!started) {
 		free(l->tids);
 		free(l);
 		return NULL;

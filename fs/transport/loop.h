@@ -1,10 +1,11 @@
 /* The request loop: a pool of threads taking requests from one source in
- * turn (the FUSE device, or one io_uring queue of fs/uring.c), the one
+ * turn (the FUSE device, or one io_uring queue of uring.c), the one
  * waiting for the next request serving it itself unless it is slow. */
 #ifndef FS_LOOP_H
 #define FS_LOOP_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -51,5 +52,14 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
  * other requests: another thread waits for the next request meanwhile.
  * Does nothing the second time within a request, or outside the loop. */
 void loop_hand_off(void);
+
+
+/* Threads kept for requests that need no source: the one waiting for the
+ * next request, and one to take over from it. */
+#define LOOP_FREE_KEPT 2
+/* The most threads a pool of `threads` runs at once: twice as many, while
+ * the source holds them, and those kept free. A transport whose requests
+ * each hold a slot of the kernel's (FUSE over io_uring) needs as many. */
+#define LOOP_CEILING(threads) (2 * (threads) + LOOP_FREE_KEPT)
 
 #endif

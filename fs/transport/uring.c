@@ -3,8 +3,8 @@
  * The kernel makes one queue per possible CPU and puts each request on the
  * queue of the CPU its caller runs on; a queue never lends its requests to
  * another. So each queue has its own ring and its own pool of threads
- * (fs/loop.c), pinned to its CPU while they wait: the caller and the
- * thread serving it share a CPU, and a round trip wakes nobody elsewhere.
+ * (loop.c), pinned to its CPU while they wait: the caller and the
+ * thread serving it share a CPU.
  *
  * An entry is a pair of buffers registered with the kernel: the headers and
  * the payload. A request arrives as a completion on the entry; the reply
@@ -15,12 +15,17 @@
  * the reply, written by libfuse through our writev hook (fs/transport.c),
  * is copied into the entry when it answers the request this thread serves.
  *
- * Only the thread leading the pool touches the ring. A reply finished by a
- * thread that gave up the lead for slow work (loop_hand_off) joins the
- * queue's pending list, and the leader is woken through an eventfd whose
- * read is always in the ring; the leader commits pending replies before it
- * waits. The thread doing slow work is unpinned, so it may run on another
- * CPU and leave this one to the callers and the new leader. */
+ * Only the queue's ring thread touches the ring: the kernel completes a
+ * command in the task that submitted it, and a request thread stuck on SRC
+ * (a hard NFS mount whose server is gone) would keep every request the
+ * kernel hands to the entries it committed, stats.json's included. The
+ * ring thread reaps requests into the ready list, where the pool's leader
+ * takes them (loop.c); a finished reply joins the pending list, and the
+ * ring thread, woken through an eventfd whose read is always in the ring,
+ * commits pending replies before it waits. A queue has an entry for every
+ * thread its pool may run, so requests stuck on SRC never hold them all.
+ * A thread doing slow work (loop_hand_off) is unpinned, so it may run on
+ * another CPU and leave this one to the callers and the new leader. */
 #include "uring.h"
 
 #include <errno.h>
@@ -46,7 +51,14 @@
 #define SLACK 256
 _Static_assert(SLACK >= sizeof(struct fuse_in_header) +
 	       sizeof(((struct fuse_uring_req_header *)0)->op_in), "SLACK");
-#define MAX_DEPTH 8
+/* Threads per queue at most: each serves one entry at a time, and entries
+ * are memory (a payload each, resident once used). */
+#define MAX_QUEUE_THREADS 8
+/* Entries per queue: one for every thread its pool may run (fs/loop.h),
+ * so that requests stuck at the source, each holding its entry, never
+ * hold all of them: the kernel hands a request only to a free entry of
+ * its CPU's queue, and .shardfs/stats.json must still get one. */
+#define MAX_DEPTH LOOP_CEILING(MAX_QUEUE_THREADS)
 /* REGISTER before the kernel saw the INIT reply fails with EAGAIN */
 #define REGISTER_TRIES 100
 
@@ -70,13 +82,19 @@ struct queue {
 	int evfd;
 	uint64_t evbuf;
 	struct entry ents[MAX_DEPTH];
-	/* the leader's: */
-	bool registered, ev_armed;
-	int error;               /* a completion failed with it */
-	struct entry *ready, **ready_tail; /* requests reaped, not yet taken */
-	/* under lock: replies for the leader to commit */
+	/* The ring's own thread, the only one that submits to it: the
+	 * kernel completes a command in the task that submitted it, so a
+	 * request thread stuck on SRC would keep every request the kernel
+	 * hands to the entries it had committed. */
+	pthread_t ring_thread;
+	bool ring_started, ev_armed;
 	pthread_mutex_t lock;
-	struct entry *pending, **pending_tail;
+	pthread_cond_t got;      /* a request is ready, or the queue ended */
+	/* under lock: */
+	bool registered, ended;
+	int error;               /* a completion failed with it */
+	struct entry *ready, **ready_tail;     /* requests reaped, not yet taken */
+	struct entry *pending, **pending_tail; /* replies to commit */
 	bool waiting, stopping;
 	struct loop *loop;
 };
@@ -173,11 +191,13 @@ static void prep_cmd(struct queue *q, struct entry *e, uint32_t op)
 	io_uring_sqe_set_data(sqe, e);
 }
 
-/* Moves the completions into the ready list (or q->error). Leader only. */
+/* Moves the completions into the ready list (or q->error). The ring's
+ * thread only. */
 static void reap(struct queue *q)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, seen = 0;
+	pthread_mutex_lock(&q->lock);
 	io_uring_for_each_cqe(&q->ring, head, cqe) {
 		struct entry *e = io_uring_cqe_get_data(cqe);
 		seen++;
@@ -194,6 +214,9 @@ static void reap(struct queue *q)
 		}
 	}
 	io_uring_cq_advance(&q->ring, seen);
+	if (q->ready || q->error)
+		pthread_cond_broadcast(&q->got);
+	pthread_mutex_unlock(&q->lock);
 }
 
 static bool gone(int err)
@@ -264,30 +287,20 @@ static void prepare_wait(struct queue *q)
 	}
 }
 
-static int queue_take(void *src, struct loop_slot *s)
+/* The ring's thread: registers the entries, then commits replies and
+ * reaps requests until the queue stops or fails. Never serves a request. */
+static void *ring_run(void *arg)
 {
-	struct queue *q = src;
+	struct queue *q = arg;
 	pin((int)q->qid);
-	if (!q->registered) {
-		int err = enter_queue(q);
-		q->registered = !err;
-		report(q->u, err);
-		if (err)
-			return err;
-	}
-	for (;;) {
-		reap(q);
-		if (q->ready) {
-			s->req = q->ready;
-			q->ready = q->ready->next;
-			if (!q->ready)
-				q->ready_tail = &q->ready;
-			return 1;
-		}
-		if (q->error)
-			return gone(q->error) ? 0 : q->error;
+	int err = enter_queue(q);
+	pthread_mutex_lock(&q->lock);
+	q->registered = !err;
+	pthread_mutex_unlock(&q->lock);
+	report(q->u, err);
+	for (bool stopping = err != 0; !stopping;) {
 		pthread_mutex_lock(&q->lock);
-		bool stopping = q->stopping;
+		stopping = q->stopping || q->error;
 		prepare_wait(q);
 		q->waiting = !stopping;
 		pthread_mutex_unlock(&q->lock);
@@ -295,15 +308,43 @@ static int queue_take(void *src, struct loop_slot *s)
 		int r = stopping ? io_uring_submit(&q->ring) : io_uring_submit_and_wait(&q->ring, 1);
 		pthread_mutex_lock(&q->lock);
 		q->waiting = false;
+		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY && !q->error)
+			q->error = r;
 		pthread_mutex_unlock(&q->lock);
-		if (stopping)
-			return 0;
-		if (r < 0 && r != -EINTR && r != -EAGAIN && r != -EBUSY)
-			return r;
+		if (!stopping)
+			reap(q);
 	}
+	pthread_mutex_lock(&q->lock);
+	if (err && !q->error)
+		q->error = err;
+	q->ended = true;
+	pthread_cond_broadcast(&q->got);
+	pthread_mutex_unlock(&q->lock);
+	return NULL;
 }
 
-/* Hands a filled entry to the leader. */
+static int queue_take(void *src, struct loop_slot *s)
+{
+	struct queue *q = src;
+	pin((int)q->qid);
+	pthread_mutex_lock(&q->lock);
+	while (!q->ready && !q->ended && !q->stopping && !q->error)
+		pthread_cond_wait(&q->got, &q->lock);
+	int r = 0;
+	if (q->ready) {
+		s->req = q->ready;
+		q->ready = q->ready->next;
+		if (!q->ready)
+			q->ready_tail = &q->ready;
+		r = 1;
+	} else if (q->error && !gone(q->error)) {
+		r = q->error;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return r;
+}
+
+/* Hands a filled entry to the ring's thread. */
 static void commit(struct entry *e)
 {
 	struct queue *q = e->q;
@@ -407,6 +448,7 @@ static void queue_wake(void *src)
 	struct queue *q = src;
 	pthread_mutex_lock(&q->lock);
 	q->stopping = true;
+	pthread_cond_broadcast(&q->got);
 	pthread_mutex_unlock(&q->lock);
 	eventfd_write(q->evfd, 1);
 }
@@ -416,7 +458,10 @@ static void queue_wake(void *src)
 static void queue_ended(void *src, int err)
 {
 	struct queue *q = src;
-	if (!q->registered)
+	pthread_mutex_lock(&q->lock);
+	bool registered = q->registered;
+	pthread_mutex_unlock(&q->lock);
+	if (!registered)
 		return;
 	if (err) {
 		fprintf(stderr, "shardfs: io_uring queue %u failed: %s\n", q->qid, strerror(-err));
@@ -441,6 +486,7 @@ static int queue_init(struct uring *u, struct queue *q, unsigned qid, int dev_fd
 	q->ready_tail = &q->ready;
 	q->pending_tail = &q->pending;
 	pthread_mutex_init(&q->lock, NULL);
+	pthread_cond_init(&q->got, NULL);
 	struct io_uring_params p = { .flags = IORING_SETUP_SQE128 };
 	int err = io_uring_queue_init_params(u->depth + 1, &q->ring, &p);
 	if (err)
@@ -468,6 +514,10 @@ static int queue_init(struct uring *u, struct queue *q, unsigned qid, int dev_fd
 
 static void queue_fini(struct queue *q)
 {
+	if (q->ring_started) {
+		queue_wake(q);
+		pthread_join(q->ring_thread, NULL);
+	}
 	if (q->ring_ok)
 		io_uring_queue_exit(&q->ring);
 	if (q->evfd >= 0)
@@ -477,6 +527,7 @@ static void queue_fini(struct queue *q)
 		free(q->ents[k].block);
 	}
 	pthread_mutex_destroy(&q->lock);
+	pthread_cond_destroy(&q->got);
 }
 
 struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
@@ -496,10 +547,11 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
 	u->stats = stats;
 	u->nq = nq;
 	u->payload = payload;
-	/* a thread serving slow work keeps its entry: one each, and at least
-	 * one more for the requests that come meanwhile */
-	u->threads = threads / nq > 1 ? threads / nq : 1;
-	u->depth = u->threads < 2 ? 2 : u->threads > MAX_DEPTH ? MAX_DEPTH : u->threads;
+	/* a thread serving slow work keeps its entry: one for each thread
+	 * the queue's pool may run, those kept free included */
+	u->threads = threads / nq < 1 ? 1 : threads / nq > MAX_QUEUE_THREADS ? MAX_QUEUE_THREADS
+									   : threads / nq;
+	u->depth = LOOP_CEILING(u->threads);
 	CPU_ZERO(&u->all);
 	for (unsigned i = 0; i < nq; i++)
 		CPU_SET(i, &u->all);
@@ -528,11 +580,15 @@ int uring_start(struct uring *u)
 {
 	unsigned started = 0;
 	for (unsigned i = 0; i < u->nq; i++) {
-		u->qs[i].loop = loop_start(&queue_ops, &u->qs[i], u->threads);
-		if (u->qs[i].loop)
-			started++;
-		else
+		struct queue *q = &u->qs[i];
+		q->ring_started = pthread_create(&q->ring_thread, NULL, ring_run, q) == 0;
+		if (!q->ring_started) {
 			report(u, -EAGAIN);
+			continue;
+		}
+		q->loop = loop_start(&queue_ops, q, u->threads);
+		if (q->loop)
+			started++;
 	}
 	/* each queue reports within milliseconds: registering needs no
 	 * request, only the kernel's word */

@@ -1,7 +1,7 @@
 /* FUSE over io_uring: one queue per possible CPU. The kernel puts each
  * request on the queue of the CPU its caller runs on; each queue is an
  * io_uring of entries registered with the kernel, served by its own pool
- * of threads (fs/loop.c) pinned to that CPU, so a request is taken and
+ * of threads (loop.c) pinned to that CPU, so a request is taken and
  * answered without waking another CPU. */
 #ifndef FS_URING_H
 #define FS_URING_H

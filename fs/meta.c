@@ -1,0 +1,195 @@
+#include "meta.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "stats.h"
+
+/* A snapshot a stat took for a thread, waiting for the thread's open. */
+struct pending {
+	struct sf_buf *snap;
+	struct timespec at;
+	pid_t tid;
+	uint64_t taken_ns, used_ns; /* monotonic */
+};
+
+/* Pending snapshots kept per file, and how long one waits for its open. A
+ * stat's GETATTR reuses one a lookup of the thread took just before (the
+ * path walk of stat and of open both look the name up, and open also asks
+ * GETATTR to check permissions), but takes a new one after a pause. */
+#define PENDING_MAX 64
+#define PENDING_NS 5000000000ull
+#define REUSE_NS 1000000000ull
+
+struct meta_live {
+	pthread_mutex_t lock;
+	struct meta_handle *handles;  /* open, most recent first */
+	struct pending pending[PENDING_MAX];
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* How long ago `t` was at `now`: 0 when `t` is later (another thread may
+ * have stamped it after `now` was read). */
+static uint64_t age(uint64_t now, uint64_t t)
+{
+	return now > t ? now - t : 0;
+}
+
+/* The node's state, made on first use (the node's snap_lock guards it). */
+static struct meta_live *live(struct fnode *n)
+{
+	pthread_mutex_lock(&n->snap_lock);
+	if (!n->live && (n->live = calloc(1, sizeof *n->live)))
+		pthread_mutex_init(&n->live->lock, NULL);
+	struct meta_live *m = n->live;
+	pthread_mutex_unlock(&n->snap_lock);
+	return m;
+}
+
+static struct sf_buf *content(struct daemon *dm, struct fnode *n)
+{
+	return n->meta == META_STATS
+		       ? stats_json(&dm->stats, dcache_bytes(dm->cache), dcache_budget(dm->cache))
+		       : errlog_text(&dm->stats);
+}
+
+/* The thread's pending snapshot still waiting for its open, used within
+ * `within` ns (lock held); marked used now. */
+static struct pending *pending_of(struct meta_live *m, pid_t tid, uint64_t now, uint64_t within)
+{
+	for (int i = 0; i < PENDING_MAX; i++) {
+		struct pending *p = &m->pending[i];
+		if (p->snap && p->tid == tid && age(now, p->taken_ns) < PENDING_NS &&
+		    age(now, p->used_ns) < within) {
+			p->used_ns = now;
+			return p;
+		}
+	}
+	return NULL;
+}
+
+/* Keeps `b` as the thread's pending snapshot, in its old slot, else an
+ * empty or expired one, else the oldest (lock held). */
+static void keep_pending(struct meta_live *m, pid_t tid, struct sf_buf *b,
+			 const struct timespec *at, uint64_t now)
+{
+	struct pending *slot = &m->pending[0];
+	for (int i = 0; i < PENDING_MAX; i++) {
+		struct pending *p = &m->pending[i];
+		if (p->snap && p->tid == tid) {
+			slot = p;
+			break;
+		}
+		if (!slot->snap || age(now, slot->taken_ns) >= PENDING_NS)
+			continue; /* a free slot found: kept unless the thread's own comes */
+		if (!p->snap || age(now, p->taken_ns) >= PENDING_NS || p->taken_ns < slot->taken_ns)
+			slot = p;
+	}
+	sf_buf_unref(slot->snap);
+	*slot = (struct pending){ .snap = b, .at = *at, .tid = tid, .taken_ns = now, .used_ns = now };
+}
+
+void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t *size,
+	       struct timespec *at)
+{
+	*size = 0;
+	clock_gettime(CLOCK_REALTIME, at);
+	struct meta_live *m = live(n);
+	if (!m)
+		return;
+	uint64_t now = mono_ns();
+	pthread_mutex_lock(&m->lock);
+	/* a lookup: the thread's pending snapshot; a GETATTR: the one it
+	 * just used (the stat or open of a path walk), else its latest open
+	 * handle's (fstat). A handle is released asynchronously: one still
+	 * listed may be one the thread has closed already. */
+	struct pending *p = pending_of(m, tid, now, lookup ? PENDING_NS : REUSE_NS);
+	struct meta_handle *h = p || lookup ? NULL : m->handles;
+	while (h && (h->tid != tid || h->closed))
+		h = h->next;
+	if (p || h) {
+		*size = (off_t)(p ? p->snap->len : h->snap->len);
+		*at = p ? p->at : h->at;
+		pthread_mutex_unlock(&m->lock);
+		return;
+	}
+	pthread_mutex_unlock(&m->lock);
+	/* taken outside the lock: other readers need not wait for it */
+	struct sf_buf *b = content(dm, n);
+	if (!b)
+		return;
+	*size = (off_t)b->len;
+	pthread_mutex_lock(&m->lock);
+	/* read again: others may have stamped slots while it was taken */
+	keep_pending(m, tid, b, at, mono_ns());
+	pthread_mutex_unlock(&m->lock);
+}
+
+struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
+{
+	struct meta_live *m = live(n);
+	struct meta_handle *h = m ? calloc(1, sizeof *h) : NULL;
+	if (!h)
+		return NULL;
+	h->tid = tid;
+	pthread_mutex_lock(&m->lock);
+	struct pending *p = pending_of(m, tid, mono_ns(), PENDING_NS);
+	if (p) {
+		h->snap = p->snap;
+		h->at = p->at;
+		p->snap = NULL;
+	}
+	pthread_mutex_unlock(&m->lock);
+	if (!h->snap) {
+		clock_gettime(CLOCK_REALTIME, &h->at);
+		if (!(h->snap = content(dm, n))) {
+			free(h);
+			return NULL;
+		}
+	}
+	pthread_mutex_lock(&m->lock);
+	h->next = m->handles;
+	if (m->handles)
+		m->handles->prev = h;
+	m->handles = h;
+	pthread_mutex_unlock(&m->lock);
+	return h;
+}
+
+void meta_closed(struct fnode *n, struct meta_handle *h)
+{
+	pthread_mutex_lock(&n->live->lock);
+	h->closed = true;
+	pthread_mutex_unlock(&n->live->lock);
+}
+
+void meta_release(struct fnode *n, struct meta_handle *h)
+{
+	struct meta_live *m = n->live;
+	pthread_mutex_lock(&m->lock);
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		m->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	pthread_mutex_unlock(&m->lock);
+	sf_buf_unref(h->snap);
+	free(h);
+}
+
+void meta_live_free(struct meta_live *m)
+{
+	if (!m)
+		return;
+	for (int i = 0; i < PENDING_MAX; i++)
+		sf_buf_unref(m->pending[i].snap);
+	pthread_mutex_destroy(&m->lock);
+	free(m);
+}

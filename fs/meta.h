@@ -1,0 +1,53 @@
+/* The root's live files, .shardfs/stats.json and .shardfs/errors. Each open
+ * reads one snapshot of the content, taken when it opens and kept in its
+ * handle until it is released: a reader never sees two versions mixed.
+ *
+ * The size a stat shows is that of the snapshot the caller reads. FUSE's
+ * GETATTR does not say which handle a stat is for (fstat and stat look
+ * alike), but it does say which thread asks: a stat (or lookup) takes a
+ * snapshot for the thread (reused by the requests of one path walk and of
+ * the open after it), and its next open within 5 s reads that very one; a
+ * GETATTR with no such snapshot in use is shown the size of the thread's
+ * latest open handle (fstat). So stat-then-open and open-then-fstat agree with the bytes
+ * read, in every thread, whatever other readers do meanwhile. The
+ * attribute timeout is 0, so the kernel asks at every stat; the files are
+ * opened with direct_io (no page cache shared between handles of different
+ * snapshots, and reads not clipped to a size another thread's stat set).
+ * They are not mmapped by anyone: direct_io costs nothing there. */
+#ifndef FS_META_H
+#define FS_META_H
+
+#include <sys/types.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "fnode.h"
+#include "sf_buf.h"
+
+struct meta_live;
+
+/* One open of a live file: its snapshot. */
+struct meta_handle {
+	struct sf_buf *snap;
+	struct timespec at;        /* when it was taken: the file's mtime */
+	pid_t tid;                 /* the thread that opened it */
+	/* its thread closed it (FLUSH, which close() waits for, unlike the
+	 * RELEASE that comes later): a stat of that thread no longer means it */
+	bool closed;
+	struct meta_handle *prev, *next;
+};
+
+/* The size and time a stat by thread `tid` shows (`lookup`: a lookup,
+ * which reuses the thread's snapshot of the last second rather than take
+ * another, since it comes between a stat and the open that follows). */
+void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t *size,
+	       struct timespec *at);
+/* Opens a handle for thread `tid`; NULL when out of memory. */
+struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid);
+/* The handle's thread closed it (FLUSH). */
+void meta_closed(struct fnode *n, struct meta_handle *h);
+void meta_release(struct fnode *n, struct meta_handle *h);
+/* Frees what a node of a live file holds (its handles are released first). */
+void meta_live_free(struct meta_live *m);
+
+#endif

@@ -1,0 +1,173 @@
+#include "stall.h"
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct waiter {
+	struct waits *w;
+	struct waiter *prev, *next;
+	pthread_mutex_t lock;       /* what it waits for (op, path, since) */
+	unsigned depth;             /* nested sections */
+	uint64_t start_ns;          /* monotonic; 0 while not at the source */
+	struct timespec since;
+	const char *op;
+	char path[512];
+};
+
+/* This thread's record, made at its first section. Per thread: it is what
+ * the thread is doing, reached from deep inside handlers, and read by
+ * whoever lists the stuck requests. */
+static _Thread_local struct waiter *me;
+
+static uint64_t mono_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static void unlink_waiter(void *arg)
+{
+	struct waiter *r = arg;
+	pthread_mutex_lock(&r->w->lock);
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		r->w->head = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	pthread_mutex_unlock(&r->w->lock);
+	pthread_mutex_destroy(&r->lock);
+	free(r);
+}
+
+void waits_init(struct waits *w)
+{
+	memset(w, 0, sizeof *w);
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_key_create(&w->key, unlink_waiter);
+}
+
+void waits_fini(struct waits *w)
+{
+	/* threads still holding records (the main thread's) */
+	while (w->head) {
+		struct waiter *r = w->head;
+		w->head = r->next;
+		pthread_mutex_destroy(&r->lock);
+		free(r);
+	}
+	me = NULL;
+	pthread_key_delete(w->key);
+	pthread_mutex_destroy(&w->lock);
+}
+
+static struct waiter *mine(struct waits *w)
+{
+	if (me && me->w == w)
+		return me;
+	struct waiter *r = calloc(1, sizeof *r);
+	if (!r)
+		return NULL;
+	r->w = w;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_mutex_lock(&w->lock);
+	r->next = w->head;
+	if (w->head)
+		w->head->prev = r;
+	w->head = r;
+	pthread_mutex_unlock(&w->lock);
+	pthread_setspecific(w->key, r);
+	return me = r;
+}
+
+/* Whether some request has been at the source STUCK_NS or more. */
+static bool any_stuck(struct waits *w)
+{
+	uint64_t now = mono_ns();
+	bool stuck = false;
+	pthread_mutex_lock(&w->lock);
+	for (struct waiter *r = w->head; r && !stuck; r = r->next) {
+		pthread_mutex_lock(&r->lock);
+		stuck = r->start_ns && now - r->start_ns >= STUCK_NS;
+		pthread_mutex_unlock(&r->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	return stuck;
+}
+
+int src_enter(struct waits *w, const char *op, const char *path, const char *name,
+	      bool may_refuse)
+{
+	struct waiter *r = mine(w);
+	if (!r)
+		return 0; /* out of memory: the request runs unrecorded */
+	if (r->depth++)
+		return 0;
+	/* a full pool refuses only while the source is stuck: a burst of
+	 * quick requests (thousands of releases) just waits its turn */
+	int rc = w->enter ? w->enter(may_refuse) : 0;
+	if (rc) {
+		if (rc == -EBUSY || any_stuck(w)) {
+			r->depth--;
+			return -EIO;
+		}
+		w->enter(false);
+	}
+	pthread_mutex_lock(&r->lock);
+	r->op = op;
+	if (name && strcmp(path, ".") != 0)
+		snprintf(r->path, sizeof r->path, "%s/%s", path, name);
+	else
+		snprintf(r->path, sizeof r->path, "%s", name ? name : path);
+	clock_gettime(CLOCK_REALTIME, &r->since);
+	r->start_ns = mono_ns();
+	pthread_mutex_unlock(&r->lock);
+	return 0;
+}
+
+void src_leave(struct waits *w)
+{
+	struct waiter *r = me && me->w == w ? me : NULL;
+	if (!r || !r->depth || --r->depth)
+		return;
+	pthread_mutex_lock(&r->lock);
+	r->start_ns = 0;
+	pthread_mutex_unlock(&r->lock);
+	if (w->leave)
+		w->leave();
+}
+
+static int older(const void *a, const void *b)
+{
+	const struct stuck *x = a, *y = b;
+	return x->seconds < y->seconds ? 1 : x->seconds > y->seconds ? -1 : 0;
+}
+
+size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total)
+{
+	size_t n = 0;
+	*total = 0;
+	uint64_t now = mono_ns();
+	pthread_mutex_lock(&w->lock);
+	for (struct waiter *r = w->head; r; r = r->next) {
+		pthread_mutex_lock(&r->lock);
+		if (r->start_ns) {
+			++*total;
+			if (now - r->start_ns >= STUCK_NS && n < max) {
+				struct stuck *s = &out[n++];
+				memcpy(s->path, r->path, sizeof s->path);
+				s->op = r->op;
+				s->since = r->since;
+				s->seconds = (double)(now - r->start_ns) / 1e9;
+			}
+		}
+		pthread_mutex_unlock(&r->lock);
+	}
+	pthread_mutex_unlock(&w->lock);
+	qsort(out, n, sizeof *out, older);
+	return n;
+}

@@ -1,0 +1,75 @@
+/* How requests reach us: /dev/fuse alone, or FUSE over io_uring queues
+ * (uring.c) with /dev/fuse still carrying INIT, FORGET, INTERRUPT and
+ * our notifications (--io-uring, docs/options.md). This is the folder's
+ * one interface: main.c sets the transport up and runs it, and request
+ * handlers know only transport_hand_off and transport_may_store, whichever
+ * transport serves them. */
+#ifndef FS_TRANSPORT_H
+#define FS_TRANSPORT_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define FUSE_USE_VERSION 314
+#include <fuse_lowlevel.h>
+
+#include "options.h"
+
+struct stats;
+struct uring;
+
+/* The daemon's (fs/daemon.h): the session's userdata, which libfuse hands
+ * to our device reads and writes, is the daemon. */
+struct transport {
+	enum io_uring_mode mode;
+	bool hooked;               /* we own the device's reads and writes */
+	struct fuse_session *se;
+	struct stats *stats;       /* names the transport, logs problems */
+	unsigned threads;
+	atomic_bool init_pending;  /* INIT read, its reply not yet written */
+	uint64_t init_unique;
+	bool offered;              /* the kernel offered io_uring at INIT */
+	struct uring *u;           /* the queues, once registered */
+	bool failed;               /* the mount ended: io_uring refused */
+};
+
+/* Before mounting: whether io_uring will be tried. With --io-uring on a
+ * refusal (the kernel's switch is off, io_uring is disabled...) is an
+ * error: returns -1 with the reason in `why`. */
+int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n);
+/* Once mounted, before the session runs: takes over the device's reads and
+ * writes when io_uring will be tried. Returns 0 or -1. */
+int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
+		     struct stats *stats);
+/* Serves the session until it ends (loop.c on the device, and the
+ * io_uring queues once the kernel accepted them), then stops the queues.
+ * Prints what failed; returns 0 or 1. */
+int transport_run(struct transport *t, unsigned threads, unsigned spin_us);
+
+/* For request handlers. Called before work that may take long or wait for
+ * other requests (a decode, a listing, a read from disk): another thread
+ * takes the next request meanwhile. Does nothing the second time within a
+ * request, or on a thread that serves none. */
+void transport_hand_off(void);
+/* Whether the request the calling thread serves may store into the
+ * kernel's page cache (fuse_lowlevel_notify_store): a store waits for any
+ * READ of the same pages, and over io_uring only an entry of the same
+ * queue can take that READ, while every entry may be held by a request
+ * waiting the same way. */
+bool transport_may_store(void);
+
+/* A request thread enters or leaves a section at the source (fs/stall.h).
+ * A pool of `threads` lets the source hold up to twice as many, starting
+ * threads beyond `threads` as needed, and always keeps two for requests
+ * that need no source: entering returns -EAGAIN when `may_refuse` and only
+ * those are left (fs/stall.c then refuses the request if one is stuck at
+ * the source, else enters without refusal), and -EBUSY when only the last
+ * is left (refused: a burst in the second before anything counts as stuck
+ * must not take every thread). Does nothing outside the loop (main.c
+ * hands these to fs/stall.c). */
+int transport_src_enter(bool may_refuse);
+void transport_src_leave(void);
+
+#endif

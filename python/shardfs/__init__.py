@@ -1,0 +1,269 @@
+"""The views of shardfs without a mount.
+
+`shardfs.open(PATH)` opens a container (a .tsumugi, .tatami, .taridx with
+its tars, .sidx or .tet file) into the tree of parts a shardfs mount shows in
+its view directory, with the same names, sizes and bytes; `shardfs.open(DIR)`
+opens a directory the way the mount shows it, every entry unchanged and the
+view of each container beside it. No FUSE, no root: the module reads the
+files itself through libshardfs-format.
+
+    import shardfs
+    with shardfs.open("train.taridx") as v:
+        v.listdir()                      # ['000000.txt', '000000.cls', ...]
+        v.read("000003.txt")             # b'caption of sample 3\n'
+        fold = v.fold()                  # the samples, in samples.jsonl order
+        fold[3]                          # {'txt': b'caption of sample 3\n', 'cls': b'0'}
+
+Paths inside a view are relative ("columns/price/values.npy"); the hidden
+".shardfs/" is reachable by name (info(), verify()). Failures raise OSError
+(FileNotFoundError, IsADirectoryError...) whose message names the file and
+the part. The GIL is released while the library lists, reads and decodes.
+docs/python.md has the whole story, and when to mount instead.
+"""
+import io
+import json
+import os
+from collections import namedtuple
+
+from . import _shardfs
+from ._fold import Fold, Sample
+
+__all__ = ["open", "View", "Tree", "Entry", "Fold", "Sample", "FoldDataset"]
+
+_KINDS = {1: "dir", 2: "file", 3: "link"}
+_INHERITED = []  # handles a forked process got from its parent
+
+
+class Entry(namedtuple("Entry", "name kind size target")):
+    """One entry of a tree: its name, kind ("dir", "file" or "link"), size
+    (files; 0 otherwise) and target (links; None otherwise)."""
+    __slots__ = ()
+
+    def is_dir(self):
+        return self.kind == "dir"
+
+    def is_file(self):
+        return self.kind == "file"
+
+    def is_symlink(self):
+        return self.kind == "link"
+
+
+def _entry(t):
+    name, kind, size, target, error = t
+    if error:
+        # the file's size could not be learnt: reading it fails the same way
+        raise OSError(-error, os.strerror(-error), name)
+    return Entry(name, _KINDS[kind], size, target)
+
+
+def _rel(path):
+    """A path inside a view as the library takes it: relative, no '.'."""
+    path = os.fsdecode(path)
+    return "/".join(c for c in path.split("/") if c not in ("", "."))
+
+
+class View:
+    """A container opened into its view: the tree the mount shows in the
+    container's view directory. Use it in a `with` block, or close() it.
+
+    A view may be used by several threads at once. In a process started by
+    fork (DataLoader workers) it opens the container again on first use, so
+    that nothing is shared with the parent but the file names."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self._h = _shardfs.Handle(self.path)
+        self._pid = os.getpid()
+
+    def _handle(self):
+        if self._pid != os.getpid():  # a forked child: its own handle
+            # the parent's is left alone, never closed here: another thread
+            # of the parent may have held one of its locks at the fork
+            _INHERITED.append(self._h)
+            self._h, self._pid = _shardfs.Handle(self.path), os.getpid()
+        return self._h
+
+    # -- pickling: by file name (spawned DataLoader workers open their own)
+    def __getstate__(self):
+        return {"path": self.path, "closed": self.closed}
+
+    def __setstate__(self, state):
+        self.__init__(state["path"])
+        if state["closed"]:
+            self.close()
+
+    def close(self):
+        """Lets go of the container. Buffers handed out stay valid."""
+        if self._pid == os.getpid():
+            self._h.close()
+        else:  # a forked child's view, never used there: nothing to close
+            _INHERITED.append(self._h)
+            self._h = _shardfs.Handle.__new__(_shardfs.Handle)
+            self._pid = os.getpid()
+
+    @property
+    def closed(self):
+        return self._h.closed
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        state = "closed" if self.closed else self.format
+        return f"<shardfs.View {self.path!r} ({state})>"
+
+    @property
+    def format(self):
+        """The format module that opened the file: "tsumugi", "tatami",
+        "taridx", "sidx" (a Shardlake shard), "alias" or "tet"."""
+        return self._handle().format
+
+    # -- the tree
+    def stat(self, path=""):
+        """The Entry at `path` ("" is the top of the view)."""
+        return _entry(self._handle().stat(_rel(path)))
+
+    def scandir(self, path=""):
+        """The entries of directory `path`, in the mount's listing order."""
+        return [_entry(t) for t in self._handle().listdir(_rel(path))]
+
+    def listdir(self, path=""):
+        """The names in directory `path`, in the mount's listing order."""
+        return [t[0] for t in self._handle().listdir(_rel(path))]
+
+    def exists(self, path):
+        try:
+            self._handle().stat(_rel(path))
+        except FileNotFoundError:
+            return False
+        return True
+
+    def isdir(self, path):
+        return self.exists(path) and self.stat(path).kind == "dir"
+
+    def isfile(self, path):
+        return self.exists(path) and self.stat(path).kind == "file"
+
+    def walk(self, top=""):
+        """Like os.walk, top-down: (dirpath, dirnames, filenames) with
+        dirpath relative to the view ("" its top). Links count as files."""
+        ents = self.scandir(top)
+        dirs = [e.name for e in ents if e.kind == "dir"]
+        yield _rel(top), dirs, [e.name for e in ents if e.kind != "dir"]
+        for d in dirs:
+            yield from self.walk(f"{_rel(top)}/{d}" if _rel(top) else d)
+
+    # -- bytes
+    def read(self, path, size=-1, offset=0):
+        """Up to `size` bytes (all if negative) of file `path` from
+        `offset`, copied into a new bytes object."""
+        return self._handle().read(_rel(path), size if size >= 0 else -1, offset)
+
+    def readinto(self, path, buffer, offset=0):
+        """Copies bytes of file `path` from `offset` into the writable
+        `buffer` (bytearray, numpy array...); returns how many."""
+        return self._handle().readinto(_rel(path), buffer, offset)
+
+    def buffer(self, path, offset=0, size=-1):
+        """The bytes of file `path` as a read-only memoryview, without a
+        copy where they are stored as-is: it looks into the container's
+        mapping (stored members, raw tiles), or into the decoded part. It
+        keeps what it looks at alive, also past close(). As with
+        numpy.memmap, should the source file shrink while the memoryview
+        lives, touching the lost pages kills the process with SIGBUS;
+        read() copies instead and raises OSError then."""
+        return memoryview(self._handle().hold(_rel(path), size if size >= 0 else -1, offset))
+
+    def open(self, path):
+        """A read-only binary file object over file `path` (seekable;
+        numpy.load, PIL.Image.open, tarfile... take it)."""
+        return io.BufferedReader(_RawFile(self, _rel(path)))
+
+    def array(self, path):
+        """A .npy part as a numpy array: read-only, over buffer(path)
+        (no copy)."""
+        import numpy as np
+        from numpy.lib import format as npf
+        with self.open(path) as f:
+            version = npf.read_magic(f)
+            shape, fortran, dtype = (npf.read_array_header_1_0(f) if version == (1, 0)
+                                     else npf.read_array_header_2_0(f))
+            start = f.tell()
+        if dtype.hasobject:
+            raise ValueError(f"{self.path}: {path}: an object array cannot be shared")
+        count = 1
+        for d in shape:
+            count *= d
+        data = np.frombuffer(self.buffer(path, start, count * dtype.itemsize),
+                             dtype=dtype, count=count)
+        return data.reshape(shape, order="F" if fortran else "C")
+
+    def info(self):
+        """.shardfs/info.json as a dict."""
+        return json.loads(self.read(".shardfs/info.json"))
+
+    def verify(self):
+        """.shardfs/verify: the container checked through, as text (reading
+        it checks every part)."""
+        return self.read(".shardfs/verify").decode()
+
+    def fold(self, path="", buffers=False):
+        """The samples of a tar fold (a .taridx view) as a sequence, in the
+        order of `.shardfs/samples.jsonl`: see Fold."""
+        return Fold(self, path, buffers)
+
+
+class _RawFile(io.RawIOBase):
+    """File `path` of a view as a raw file object."""
+
+    def __init__(self, view, path):
+        super().__init__()
+        self._view, self._path = view, path
+        self._size = view.stat(path).size
+        self._pos = 0
+        self.name = f"{view.path}:{path}"
+
+    def readable(self):
+        return True
+
+    def seekable(self):
+        return True
+
+    def readinto(self, b):
+        n = self._view.readinto(self._path, b, self._pos)
+        self._pos += n
+        return n
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def tell(self):
+        return self._pos
+
+
+def open(path):
+    """Opens `path`: a container file into its View, or a directory into a
+    Tree showing it as a mount of it would (views beside containers)."""
+    if os.path.isdir(path):
+        from ._tree import Tree
+        return Tree(path)
+    return View(path)
+
+
+def __getattr__(name):
+    # torch is imported only when the Dataset is asked for
+    if name == "FoldDataset":
+        from ._torch import FoldDataset
+        return FoldDataset
+    if name == "Tree":
+        from ._tree import Tree
+        return Tree
+    raise AttributeError(f"module 'shardfs' has no attribute {name!r}")

@@ -1,0 +1,84 @@
+"""The root's live files, .shardfs/stats.json and .shardfs/errors (fs/meta.h):
+every open reads one snapshot, whose size stat and fstat show, while other
+readers stat and read them and new problems are logged."""
+import json
+import os
+import threading
+import time
+
+
+def read_all(fd):
+    parts = []
+    while True:
+        b = os.read(fd, 1 << 16)
+        if not b:
+            return b"".join(parts)
+        parts.append(b)
+
+
+def check_loop(path, rounds, bad, is_json):
+    """stat, open, fstat, read to the end: sizes and bytes agree."""
+    for _ in range(rounds):
+        before = os.stat(path).st_size
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            size = os.fstat(fd).st_size
+            data = read_all(fd)
+            again = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        if not (before == size == again == len(data)):
+            bad.append((path.name, before, size, again, len(data)))
+        elif is_json:
+            try:
+                json.loads(data)
+            except ValueError as e:
+                bad.append((path.name, "torn", str(e)))
+        elif data and not data.endswith(b"\n"):
+            bad.append((path.name, "torn line", data[-80:]))
+
+
+def test_snapshot_per_open(tmp_path, mount):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "plain.txt").write_bytes(b"x" * 100)
+    mnt = mount(src)
+    meta = mnt / ".shardfs"
+    stop = threading.Event()
+    logged = []
+
+    def writer():
+        # each damaged container looked up logs one more line in errors
+        i = 0
+        while not stop.is_set():
+            (src / f"bad{i}.tatami").write_bytes(b"not a tatami file %d\n" % i * 50)
+            os.path.exists(mnt / f"bad{i}")
+            logged.append(i)
+            i += 1
+
+    bad = []
+    readers = [threading.Thread(target=check_loop, args=(meta / name, 150, bad, json_))
+               for name, json_ in (("stats.json", True), ("errors", False)) * 3]
+    w = threading.Thread(target=writer)
+    w.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join(timeout=300)
+    stop.set()
+    w.join(timeout=60)
+    assert not any(t.is_alive() for t in readers)
+    assert bad[:5] == []
+    # the writer's problems reached the log while it was read
+    assert len(logged) > 10
+    text = (meta / "errors").read_text()
+    assert text.count("bad") >= len(logged) - 1
+    # a handle keeps reading its snapshot while the content changes
+    with open(meta / "errors", "rb", buffering=0) as f:
+        first = f.read(10)
+        (src / "late.tatami").write_bytes(b"late damage\n" * 40)
+        os.path.exists(mnt / "late")
+        rest = read_all(f.fileno())
+        assert os.fstat(f.fileno()).st_size == len(first) + len(rest)
+    assert b"late" not in first + rest
+    assert "late" in (meta / "errors").read_text()

@@ -1,0 +1,225 @@
+"""`import shardfs` shows what the mount shows: the same names, kinds,
+sizes and bytes for every file of the samples of all five formats, compared
+with a real mount of them byte for byte; then the Python API's own promises
+(arrays, buffers, errors, closing, threads)."""
+import errno
+import hashlib
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLES
+
+import shardfs
+
+
+def mount_tree(top):
+    """{relative path: (kind, size, bytes-or-target)} of a mounted tree,
+    read through the kernel; the mount's own .shardfs/ left out."""
+    out = {}
+    for dirpath, dirs, files in os.walk(top):
+        rel = os.path.relpath(dirpath, top)
+        rel = "" if rel == "." else rel
+        if rel == "":
+            dirs[:] = [d for d in dirs if d != ".shardfs"]
+        for name in dirs + files:
+            p = os.path.join(dirpath, name)
+            r = f"{rel}/{name}" if rel else name
+            if os.path.islink(p):
+                out[r] = ("link", 0, os.readlink(p))
+            elif os.path.isdir(p):
+                out[r] = ("dir", 0, None)
+            else:
+                with open(p, "rb") as f:
+                    data = f.read()
+                out[r] = ("file", os.lstat(p).st_size, data)
+        # a symlinked directory is listed, not entered
+        dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(dirpath, d))]
+    return out
+
+
+def module_tree(tree):
+    out = {}
+    for dirpath, dirs, files in tree.walk():
+        for name in dirs + files:
+            r = f"{dirpath}/{name}" if dirpath else name
+            e = tree.stat(r)
+            if e.kind == "link":
+                out[r] = ("link", 0, e.target)
+            elif e.kind == "dir":
+                out[r] = ("dir", 0, None)
+            else:
+                out[r] = ("file", e.size, tree.read(r))
+    return out
+
+
+def test_every_file_of_every_format_reads_as_through_the_mount(samples, mount):
+    """All five formats' samples in one directory: the module's Tree of it
+    and the mount of it hold the same entries with the same bytes."""
+    mnt = mount(samples)
+    want = mount_tree(mnt)
+    with shardfs.open(samples) as tree:
+        got = module_tree(tree)
+    assert sorted(got) == sorted(want)
+    for path in want:
+        assert got[path][:2] == want[path][:2], path
+        assert got[path][2] == want[path][2], f"{path}: bytes differ"
+    files = [p for p in want if want[p][0] == "file"]
+    # the views are there, with many parts each
+    for fmt, container in SAMPLES.items():
+        assert sum(1 for p in files if p.startswith(f"{fmt}/")) > 3, fmt
+    assert sum(want[p][1] for p in files) > 100_000
+
+
+def test_each_container_opens_into_its_view_in_listing_order(samples, mount):
+    """View of each format's container: listing order, stat, .shardfs/
+    (info.json, verify) as the mount's view directory shows them."""
+    mnt = mount(samples)
+    for fmt, container in SAMPLES.items():
+        src = next(samples.joinpath(fmt).rglob(container))
+        mdir = mnt / src.relative_to(samples).with_suffix("")
+        with shardfs.open(src) as v:
+            assert v.format == ("sidx" if fmt == "shardlake" else fmt)
+            assert v.listdir() == os.listdir(mdir), fmt
+            for dirpath, dirs, files in v.walk():
+                assert v.listdir(dirpath) == os.listdir(mdir / dirpath), (fmt, dirpath)
+            for meta in ("info.json", "info.txt", "verify"):
+                # the module names the container as it was opened (its path
+                # here), the mount relative to SRC
+                got = v.read(f".shardfs/{meta}").replace(f"{samples}/".encode(), b"")
+                assert got == (mdir / ".shardfs" / meta).read_bytes(), (fmt, meta)
+                assert v.stat(f".shardfs/{meta}").size == len(v.read(f".shardfs/{meta}"))
+            info = json.loads((mdir / ".shardfs/info.json").read_text())
+            assert json.loads(json.dumps(v.info()).replace(f"{samples}/", "")) == info
+            assert v.verify().strip(), fmt
+
+
+def test_npy_parts_are_numpy_arrays_without_copies(samples, mount):
+    mnt = mount(samples)
+    found = 0
+    with shardfs.open(samples) as tree:
+        for dirpath, _, files in tree.walk():
+            for name in files:
+                if not name.endswith(".npy"):
+                    continue
+                rel = f"{dirpath}/{name}"
+                a = tree.array(rel)
+                b = np.load(mnt / rel)
+                assert a.dtype == b.dtype and a.shape == b.shape, rel
+                assert a.tobytes() == b.tobytes(), rel
+                assert not a.flags.writeable
+                found += 1
+    assert found >= 5
+
+
+def test_buffers_look_into_the_mapping_and_outlive_the_view(samples):
+    src = samples / "taridx" / "demo.taridx"
+    tar = (samples / "taridx" / "demo_0000.tar").read_bytes()
+    with shardfs.open(src) as v:
+        want = v.read("000003.txt")
+        buf = v.buffer("000003.txt")
+        raw = v._handle().hold("000003.txt")
+        assert raw.mapped  # a stored member: the tar's own pages
+        part = v.buffer("000003.txt", 2, 5)
+        into = bytearray(len(want) + 4)
+        n = v.readinto("000003.txt", memoryview(into)[2:], 0)
+    # the view is closed: the buffers still hold their bytes
+    assert v.closed
+    assert buf.readonly and bytes(buf) == want == b"caption of sample 3\n"
+    assert want in tar
+    assert bytes(part) == want[2:7]
+    assert n == len(want) and into[2:2 + n] == want
+    with pytest.raises(ValueError, match="closed"):
+        v.read("000003.txt")
+
+
+def test_errors_name_the_file_and_part(samples, tmp_path):
+    src = samples / "taridx" / "demo.taridx"
+    with shardfs.open(src) as v:
+        with pytest.raises(FileNotFoundError) as e:
+            v.read("no/such/member")
+        assert "no/such/member" in str(e.value)
+        with pytest.raises(IsADirectoryError) as e:
+            v.read(".shardfs")
+        assert str(src) in str(e.value) and ".shardfs" in str(e.value)
+        with pytest.raises(NotADirectoryError):
+            v.listdir("000003.txt")
+    bad = tmp_path / "bad.tet"
+    bad.write_bytes(b"not a tet file at all" * 10)
+    with pytest.raises(OSError) as e:
+        shardfs.open(bad)
+    assert str(bad) in str(e.value) and e.value.errno in (errno.EINVAL, errno.EIO,
+                                                           errno.EBADMSG, errno.ENOEXEC)
+    assert "Handle" in shardfs._shardfs.__doc__ or shardfs._shardfs.__doc__
+    assert "View" in shardfs.__doc__ or "open" in shardfs.__doc__
+    assert shardfs.open.__doc__ and shardfs.View.buffer.__doc__ and shardfs.Fold.__doc__
+
+
+def test_threads_read_at_once_with_the_gil_released(samples):
+    """Eight threads read every tet and tatami part at once, and get what
+    one thread reads."""
+    paths = []
+    for fmt in ("tet", "tatami"):
+        src = next(samples.joinpath(fmt).rglob(SAMPLES[fmt]))
+        with shardfs.open(src) as v:
+            for dirpath, _, files in v.walk():
+                paths += [(src, f"{dirpath}/{f}" if dirpath else f) for f in files]
+    want = {}
+    for src, p in paths:
+        with shardfs.open(src) as v:
+            want[src, p] = hashlib.sha256(v.read(p)).hexdigest()
+    views = {src: shardfs.open(src) for src, _ in paths}
+    bad = []
+
+    def reader(k):
+        for src, p in paths[k::3] + paths:
+            if hashlib.sha256(views[src].read(p)).hexdigest() != want[src, p]:
+                bad.append(p)
+
+    threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads)
+    for v in views.values():
+        v.close()
+    assert not bad
+
+
+def test_large_empty_and_partial_reads(tmp_path, mount):
+    """Members past the one-call read size (64 KiB), an empty one, and
+    pieces at offsets, as the mount reads them."""
+    import io
+    import subprocess
+    import tarfile
+    from conftest import BUILD
+    src = tmp_path / "src"
+    src.mkdir()
+    rng = np.random.default_rng(3)
+    sizes = {"big.bin": 200_003, "edge.bin": 65_536, "edge1.bin": 65_537, "empty.bin": 0,
+             "small.bin": 17}
+    with tarfile.open(src / "t_0000.tar", "w", format=tarfile.USTAR_FORMAT) as tf:
+        for name, n in sizes.items():
+            info = tarfile.TarInfo(name)
+            info.size = n
+            tf.addfile(info, io.BytesIO(rng.bytes(n)))
+    subprocess.run([str(BUILD / "tools" / "shardfs-taridx"), "--quiet", str(src), "t"],
+                   check=True, timeout=60)
+    mnt = mount(src)
+    with shardfs.open(src / "t.taridx") as v:
+        for name, n in sizes.items():
+            want = (mnt / "t" / name).read_bytes()
+            assert len(want) == n
+            assert v.read(name) == want, name
+            assert v.read(name, offset=n // 3) == want[n // 3:], name
+            assert v.read(name, 1000, n // 2) == want[n // 2:n // 2 + 1000], name
+            assert v.read(name, offset=n + 5) == b""
+            assert bytes(v.buffer(name)) == want
+            with v.open(name) as f:
+                assert f.read() == want
+                f.seek(-min(n, 10), io.SEEK_END)
+                assert f.read() == want[-10:] if n else f.read() == b""
