@@ -30,7 +30,11 @@ struct tat_search {
 	struct sf_str names;
 	struct tat_term *terms;
 	size_t nterms, capterms;
-	struct tat_rec post, skip, live_rec; /* copies held while the view lives */
+	/* Copies held while the view lives, charged to the budget of
+	 * `charged_to` (their stored sizes: the footer's claim). */
+	struct tat_rec post, skip, live_rec;
+	struct sf_cache *charged_to;
+	uint64_t charged;
 	uint64_t *list_at, *list_len, *skip_at; /* per posting list */
 	size_t nlists;
 	const uint8_t *live; /* words, or NULL: every document is live */
@@ -49,6 +53,8 @@ void tat_search_free(struct tat_search *s)
 	tat_rec_free(&s->post);
 	tat_rec_free(&s->skip);
 	tat_rec_free(&s->live_rec);
+	if (s->charged_to)
+		sf_cache_uncharge(s->charged_to, s->charged);
 	free(s);
 }
 
@@ -207,8 +213,21 @@ static int load(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
 {
 	const struct tat_invert *v = &tf->inv;
 	const char *path = tf->view->path;
+	/* the runs stay copied while the view lives: held in the budget, so
+	 * a footer claiming huge runs is refused instead of allocated */
+	struct sf_cache *budget = tf->view->cache;
+	uint64_t cost = v->post_len;
+	cost = v->skip_len > UINT64_MAX - cost ? UINT64_MAX : cost + v->skip_len;
+	cost = v->live_len > UINT64_MAX - cost ? UINT64_MAX : cost + v->live_len;
+	int rc = budget ? sf_cache_charge(budget, cost, path, "the search runs", e) : 0;
+	if (rc)
+		return rc;
+	if (budget && budget->charge) {
+		s->charged_to = budget;
+		s->charged = cost;
+	}
 	struct tat_rec dict;
-	int rc = inv_record(tf, v->dict_off, v->dict_len, "term dictionary", &dict, e);
+	rc = inv_record(tf, v->dict_off, v->dict_len, "term dictionary", &dict, e);
 	if (rc == 0)
 		rc = inv_record(tf, v->post_off, v->post_len, "postings run", &s->post, e);
 	if (rc == 0)
