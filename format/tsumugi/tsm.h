@@ -120,16 +120,15 @@ void *tsm_own(struct tsm_shard *s, void *p);
 /* The first region of `kind` that has no descriptor problem, or NULL. */
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind);
 /* Checks the region's CRC (once, reading the file a window at a time) and
- * points *p at its stored bytes in the mapping: for the kernel
- * (sf_file_add_map) and the forward header of codec 0, still read in place
- * (under the guard of sf_fault.h). */
+ * points *p at its stored bytes in the mapping: for the kernel only
+ * (sf_file_add_map), never read in place. */
 int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
 		      struct sf_err *e);
 /* A heap copy of the region's stored bytes, its CRC checked (once). */
 int tsm_region_copy(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
 		    struct sf_err *e);
-/* The decoded bytes: the mapping for codec 0, else the cached part (*hold is
- * the reference to drop; NULL for mapped bytes). */
+/* The decoded bytes, from the cache (*hold is the reference to drop): for
+ * codec 0 a copy of the stored bytes, charged to the budget like a decode. */
 int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache *c,
 		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e);
 /* Decodes stored bytes of `r` (copied out of the file) into a new buffer

@@ -1,6 +1,7 @@
 /* Regions: their stored bytes, the CRC checked on first access (spec A10),
- * and their decoding (codec 0 zero-copy, zstd and shared-dictionary zstd
- * decoded once into the cache). */
+ * and their decoding (zstd and shared-dictionary zstd decoded once into the
+ * cache; codec 0 served from the mapping, and copied into the cache for the
+ * parsers). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,8 +153,9 @@ int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache 
 		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e)
 {
 	*hold = NULL;
-	if (r->codec == TSM_NONE)
-		return tsm_region_stored(s, r, p, e);
+	if (!r->decoded)
+		return sf_fail(e, -EIO, "%s: regions/%s: %s", s->view->path, r->name,
+			       r->bad ? r->bad : "cannot be read");
 	int rc = sf_part_get(c, r->decoded, hold, e);
 	if (rc == 0)
 		*p = (*hold)->data;
@@ -213,10 +215,6 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 		snprintf(why, sizeof why, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
 		return sf_file_set_broken(f, r->codec == TSM_NONE ? r->length : 0, why);
 	}
-	if (r->codec == TSM_NONE) {
-		sf_file_set_build(f, build_stored, s);
-		return 0;
-	}
 	char what[48];
 	snprintf(what, sizeof what, "regions/%s", r->name);
 	char *owned = tsm_own(s, strdup(what));
@@ -224,6 +222,12 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 	if (!r->decoded)
 		return -ENOMEM;
 	r->decoded->arg2 = r;
+	/* codec 0: the file is the mapped bytes, for the kernel; the part is
+	 * the copy the parsers read (tsm_region_bytes) */
+	if (r->codec == TSM_NONE) {
+		sf_file_set_build(f, build_stored, s);
+		return 0;
+	}
 	return sf_file_add_part(f, r->decoded, 0, r->raw_length);
 }
 
