@@ -145,18 +145,12 @@ int tet_validate(struct tet_file *tf, struct sf_err *e);
 
 /* The extent of the tile of `en` on each axis (§7.2). */
 void tet_tile_ext(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t *ext);
-/* Decodes the tile of `en` into dst (en->raw bytes): `src` is the copy of
- * its stored bytes (tet_tile_load) for a zstd tile; a raw one is read
- * straight into dst. */
-int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
-		    const uint8_t *src, uint8_t *dst, struct sf_err *e);
 /* A heap copy of the tile's stored bytes (free it). */
 int tet_tile_load(const struct tet_dataset *ds, const struct tet_entry *en, uint8_t **src,
 		  struct sf_err *e);
-/* Fails (EIO) when a zstd tile's frames (`src`, its stored bytes) cannot
- * produce en->raw bytes. */
-int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, const uint8_t *src,
-		  struct sf_err *e);
+/* Fails (EIO) when a zstd tile's frames cannot produce en->raw bytes
+ * (their block headers are read from the file, not the whole tile). */
+int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e);
 /* Checks that a tile decodes to its recorded size without holding it. */
 /* `limit`: the host's sf_cache limit (sf_zstd_check). */
 int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t limit,

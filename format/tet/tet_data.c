@@ -1,7 +1,8 @@
 /* Chunk bytes: stored tiles, zero-padded zarr chunks, and the whole
  * dataset in C order (spec §7), served from the mapping where the bytes
  * are already right and from decoded parts otherwise; what is decoded or
- * rearranged here is copied out of the file first (sf_map_read). */
+ * rearranged here is read out of the file first (sf_map_read), a window
+ * at a time for a tile decoded as it is read. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,16 +36,6 @@ int tet_tile_load(const struct tet_dataset *ds, const struct tet_entry *en, uint
 	return sf_map_copy(ds->file->map, en->off, en->stored, src, ds->esc, e);
 }
 
-int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
-		    const uint8_t *src, uint8_t *dst, struct sf_err *e)
-{
-	if (en->codec == TET_RAW)
-		return sf_map_read(ds->file->map, en->off, en->raw, dst, ds->esc, e);
-	char what[SF_NAME_MAX + 300];
-	tile_what(ds, en, what, sizeof what);
-	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
-}
-
 int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t limit,
 		   struct sf_err *e)
 {
@@ -61,41 +52,39 @@ int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uin
 	return rc;
 }
 
-int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, const uint8_t *src,
-		  struct sf_err *e)
+int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)
 {
 	if (en->codec == TET_RAW)
 		return 0;
 	/* the frames' block count bounds their output: a hostile raw_byte_len
 	 * is refused before a buffer of that size is allocated */
-	unsigned long long bound = ZSTD_decompressBound(src, en->stored);
-	if (bound == ZSTD_CONTENTSIZE_ERROR || bound < en->raw)
-		return sf_fail(e, -EIO, "%s: %s: zstd chunk at %llu cannot decode to its %llu bytes",
-			       ds->file->path, ds->esc, (unsigned long long)en->off,
-			       (unsigned long long)en->raw);
-	return 0;
+	char what[SF_NAME_MAX + 300];
+	tile_what(ds, en, what, sizeof what);
+	uint64_t bound = 0;
+	int rc = sf_zstd_bound_map(ds->file->map, en->off, en->stored, &bound, ds->esc, what, e);
+	if (rc == 0 && bound < en->raw)
+		rc = sf_fail(e, -EIO, "%s: %s: zstd chunk at %llu cannot decode to its %llu bytes",
+			     ds->file->path, ds->esc, (unsigned long long)en->off,
+			     (unsigned long long)en->raw);
+	return rc;
 }
 
-/* The tile as stored, decoded (zstd tiles only). */
+/* The tile as stored, decoded (zstd tiles only) as it is read from the
+ * file, a window at a time: its stored bytes are never copied whole. */
 static int produce_tile(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
 	const struct tet_entry *en = &ds->file->entries[p->aux];
-	uint8_t *src;
-	int rc = tet_tile_load(ds, en, &src, e);
+	int rc = tet_tile_fits(ds, en, e);
 	if (rc)
 		return rc;
-	if ((rc = tet_tile_fits(ds, en, src, e))) {
-		free(src);
-		return rc;
-	}
 	struct sf_buf *b = sf_buf_new(en->raw);
-	if (!b) {
-		free(src);
+	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
-	}
-	rc = tet_tile_decode(ds, en, src, b->data, e);
-	free(src);
+	char what[SF_NAME_MAX + 300];
+	tile_what(ds, en, what, sizeof what);
+	rc = sf_zstd_decode_map(ds->file->map, en->off, en->stored, b->data, en->raw, ds->esc,
+				what, e);
 	if (rc) {
 		sf_buf_unref(b);
 		return rc;
