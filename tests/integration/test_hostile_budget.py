@@ -78,6 +78,19 @@ def assert_answers_quickly(took):
     assert max(took) < 5, f"worst {max(took):.3f} s"
 
 
+def assert_listing_refused(mnt, d, why):
+    """Listing d fails with EIO, and the mount's errors say `why` and name
+    --cache-size."""
+    try:
+        os.listdir(d)
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    else:
+        raise AssertionError(f"{d} listed past the budget")
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert why in errors and "--cache-size" in errors, errors
+
+
 # ---- tsumugi: a million empty documents in a few hundred bytes --------------
 
 def empty_docs_shard(rows):
@@ -154,14 +167,7 @@ def test_four_million_documents_do_not_stall_others(mount, tmp_path):
         len(jsonl_line(0, 1_000_000)) * 3_000_000 + len(jsonl_line(0, 0))
     assert_answers_quickly(took)
     # listing docs/ would hold 4,000,000 entries: more than the budget holds
-    try:
-        os.listdir(mnt / "many" / "docs")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
-    else:
-        raise AssertionError("docs/ of 4,000,000 documents listed under 64M")
-    errors = (mnt / ".shardfs" / "errors").read_text()
-    assert "listing docs/ needs" in errors and "--cache-size" in errors, errors
+    assert_listing_refused(mnt, mnt / "many" / "docs", "listing docs/ needs")
     assert (mnt / "many" / "docs.jsonl").open("rb").read(40) == \
         jsonl_line(0, 0) + jsonl_line(0, 1)[:40 - len(jsonl_line(0, 0))]
     assert vm_hwm(pid) - base < BUDGET + SLACK
@@ -383,14 +389,7 @@ def test_tatami_search_runs_are_charged_to_the_budget(mount, tmp_path):
     mnt = mount(src, "--cache-size", "512K")
     view = mnt / "big"
     assert (view / "rows.jsonl").read_text().count("\n") == 4
-    try:
-        os.listdir(view / "inverted" / "postings")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
-    else:
-        raise AssertionError("postings/ listed past the budget")
-    errors = (mnt / ".shardfs" / "errors").read_text()
-    assert "the search runs needs" in errors and "--cache-size" in errors, errors
+    assert_listing_refused(mnt, view / "inverted" / "postings", "the search runs needs")
 
     # the same file within the budget: every term is there, with its docs
     mnt2 = mount(src, "--cache-size", "64M")
