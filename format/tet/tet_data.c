@@ -8,9 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ZSTD_STATIC_LINKING_ONLY
-#include <zstd.h>
-
 #include "sf_codec.h"
 #include "sf_json.h"
 #include "sf_map.h"
