@@ -9,34 +9,53 @@
 #include <zstd_errors.h>
 
 #include "sf_bytes.h"
+#include "sf_map.h"
 
 #define ZSTD_MAGIC 0xFD2FB528u
 
 /* One decompression context per thread: creating one costs more than
- * decoding a small frame. */
-static pthread_key_t dctx_key;
-static pthread_once_t dctx_once = PTHREAD_ONCE_INIT;
+ * decoding a small frame. With it, the window a streamed decode reads the
+ * file through (sf_zstd_decode_map), kept so that its pages stay mapped
+ * and in the CPU's cache from one decode to the next. */
+struct thread_codec {
+	ZSTD_DCtx *d;
+	uint8_t *win;
+};
 
-static void dctx_free(void *p)
+static pthread_key_t codec_key;
+static pthread_once_t codec_once = PTHREAD_ONCE_INIT;
+
+static void codec_free(void *p)
 {
-	ZSTD_freeDCtx(p);
+	struct thread_codec *t = p;
+	ZSTD_freeDCtx(t->d);
+	free(t->win);
+	free(t);
 }
 
-static void dctx_init(void)
+static void codec_init(void)
 {
-	pthread_key_create(&dctx_key, dctx_free);
+	pthread_key_create(&codec_key, codec_free);
+}
+
+static struct thread_codec *thread_codec(void)
+{
+	pthread_once(&codec_once, codec_init);
+	struct thread_codec *t = pthread_getspecific(codec_key);
+	if (!t && (t = calloc(1, sizeof *t))) {
+		if (!(t->d = ZSTD_createDCtx()) || pthread_setspecific(codec_key, t)) {
+			ZSTD_freeDCtx(t->d);
+			free(t);
+			return NULL;
+		}
+	}
+	return t;
 }
 
 static ZSTD_DCtx *thread_dctx(void)
 {
-	pthread_once(&dctx_once, dctx_init);
-	ZSTD_DCtx *d = pthread_getspecific(dctx_key);
-	if (!d) {
-		d = ZSTD_createDCtx();
-		if (d)
-			pthread_setspecific(dctx_key, d);
-	}
-	return d;
+	struct thread_codec *t = thread_codec();
+	return t ? t->d : NULL;
 }
 
 /* Where the Dictionary_ID field sits in a frame header, and its width. */
@@ -188,6 +207,134 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		return sf_fail(e, -EIO, "%s: zstd output is %zu bytes, the container records %zu",
 			       what, ob.pos, want);
 	return 0;
+}
+
+/* The window a streamed decode reads at a time: a few zstd blocks (128 KiB
+ * at most each), so few blocks straddle two reads (zstd copies those
+ * aside), and small enough to stay in the CPU's cache. */
+#define STREAM_WIN ((size_t)512 << 10)
+
+int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint8_t *dst,
+		       size_t want, const char *part, const char *what, struct sf_err *e)
+{
+	struct thread_codec *t = thread_codec();
+	if (t && !t->win)
+		t->win = malloc(STREAM_WIN);
+	if (!t || !t->win)
+		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
+	ZSTD_DCtx *d = t->d;
+	ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
+	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 31);
+	/* dst stays put: zstd decodes straight into it (see decode_all) */
+	ZSTD_DCtx_setParameter(d, ZSTD_d_stableOutBuffer, 1);
+	ZSTD_outBuffer ob = { dst, want, 0 };
+	size_t r = 1;
+	for (uint64_t at = 0; at < srclen;) {
+		size_t n = srclen - at < STREAM_WIN ? (size_t)(srclen - at) : STREAM_WIN;
+		int rc = sf_map_read(m, off + at, n, t->win, part, e);
+		if (rc)
+			return rc;
+		ZSTD_inBuffer in = { t->win, n, 0 };
+		while (in.pos < in.size) {
+			size_t before_in = in.pos, before_out = ob.pos;
+			r = ZSTD_decompressStream(d, &ob, &in);
+			if (ZSTD_isError(r)) {
+				rc = stream_error(r, what, e);
+				break;
+			}
+			if (in.pos == before_in && ob.pos == before_out) {
+				rc = -ENOSPC; /* stalled: only a full output does that */
+				break;
+			}
+		}
+		if (rc == -ENOSPC)
+			return sf_fail(e, -EIO, "%s: zstd output is larger than the recorded %zu bytes",
+				       what, want);
+		if (rc)
+			return rc == -E2BIG ? sf_fail(e, -EIO, "%s: zstd window too large", what) : rc;
+		at += n;
+	}
+	if (r != 0)
+		return sf_fail(e, -EIO, "%s: zstd frame is truncated", what);
+	if (ob.pos != want)
+		return sf_fail(e, -EIO, "%s: zstd output is %zu bytes, the container records %zu",
+			       what, ob.pos, want);
+	return 0;
+}
+
+/* Block headers read at a time by sf_zstd_bound_map: one read covers a
+ * run of small blocks; a large block costs one read. */
+#define HEAD_WIN 4096
+
+/* Points *p at `need` bytes at `at` (of srclen) through the small buffer
+ * buf (HEAD_WIN bytes, holding [*boff, *boff + *blen)), reading it anew
+ * when they are not there. */
+static int head_get(const struct sf_map *m, uint64_t off, uint64_t srclen, uint64_t at,
+		    size_t need, uint8_t *buf, uint64_t *boff, size_t *blen, const uint8_t **p,
+		    const char *part, const char *what, struct sf_err *e)
+{
+	if (need > srclen || at > srclen - need)
+		return sf_fail(e, -EIO, "%s: zstd frame is truncated", what);
+	if (at < *boff || at - *boff + need > *blen) {
+		size_t n = srclen - at < HEAD_WIN ? (size_t)(srclen - at) : HEAD_WIN;
+		*blen = 0;
+		int rc = sf_map_read(m, off + at, n, buf, part, e);
+		if (rc)
+			return rc;
+		*boff = at;
+		*blen = n;
+	}
+	*p = buf + (at - *boff);
+	return 0;
+}
+
+int sf_zstd_bound_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint64_t *bound,
+		      const char *part, const char *what, struct sf_err *e)
+{
+	uint8_t buf[HEAD_WIN];
+	uint64_t boff = 0, at = 0, total = 0;
+	size_t blen = 0;
+	const uint8_t *p = buf;
+	int rc = 0;
+	while (at < srclen && !rc) {
+		size_t hn = srclen - at < ZSTD_FRAMEHEADERSIZE_MAX ? (size_t)(srclen - at)
+								     : ZSTD_FRAMEHEADERSIZE_MAX;
+		if ((rc = head_get(m, off, srclen, at, hn, buf, &boff, &blen, &p, part, what, e)))
+			break;
+		if (hn >= 8 && (sf_le32(p) & 0xFFFFFFF0u) == 0x184D2A50u) {
+			at += 8 + (uint64_t)sf_le32(p + 4); /* skippable: no output */
+			if (at > srclen)
+				rc = sf_fail(e, -EIO, "%s: skippable zstd frame runs past the end", what);
+			continue;
+		}
+		ZSTD_frameHeader fh;
+		size_t r = ZSTD_getFrameHeader(&fh, p, hn);
+		if (ZSTD_isError(r) || r != 0 || fh.frameType != ZSTD_frame)
+			return sf_fail(e, -EIO, "%s: not a zstd frame at byte %llu", what,
+				       (unsigned long long)at);
+		at += fh.headerSize;
+		uint64_t blocks = 0;
+		for (bool last = false; !last && !rc; blocks++) {
+			if ((rc = head_get(m, off, srclen, at, 3, buf, &boff, &blen, &p, part, what, e)))
+				break;
+			uint32_t bh = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16;
+			uint32_t type = bh >> 1 & 3, size = bh >> 3;
+			last = bh & 1;
+			if (type == 3)
+				rc = sf_fail(e, -EIO, "%s: zstd block of the reserved type", what);
+			at += 3 + (type == 1 ? 1 : size);
+		}
+		at += fh.checksumFlag ? 4 : 0;
+		if (!rc && at > srclen)
+			rc = sf_fail(e, -EIO, "%s: zstd frame is truncated", what);
+		/* as ZSTD_decompressBound: the recorded size, else the blocks' most */
+		uint64_t most = fh.frameContentSize != ZSTD_CONTENTSIZE_UNKNOWN
+					? fh.frameContentSize
+					: blocks * fh.blockSizeMax;
+		total = most > UINT64_MAX - total ? UINT64_MAX : total + most;
+	}
+	*bound = total;
+	return rc;
 }
 
 int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,

@@ -19,6 +19,24 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   const void *dict, size_t dictlen, const char *what,
 		   struct sf_err *e);
 
+struct sf_map;
+/* Like sf_zstd_decode without a dictionary, but the srclen stored bytes are
+ * read from file m at `off` a window at a time (pread: a lost page is an
+ * EIO naming the file, `part` and the offset) and decoded as they come, so
+ * they are never copied whole. Every frame is decoded (skippable ones
+ * skipped); 0 stored bytes are a truncated frame here. */
+int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint8_t *dst,
+		       size_t want, const char *part, const char *what, struct sf_err *e);
+
+/* The most the zstd frames of srclen bytes at `off` of file m can decode
+ * to, as ZSTD_decompressBound finds it (a frame's recorded content size,
+ * else its block count times its largest block), walking the frames'
+ * block headers with small reads: for refusing a hostile recorded size
+ * before its buffer is allocated. 0, or -EIO when the frames are
+ * malformed or the file cannot be read. */
+int sf_zstd_bound_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint64_t *bound,
+		      const char *part, const char *what, struct sf_err *e);
+
 /* Checks that src decodes (as sf_zstd_decode would) to exactly `want`
  * bytes, using a small scratch buffer whatever the size: for verifying
  * parts too large to hold. libzstd keeps the window a frame declares (up to

@@ -210,24 +210,6 @@ int sf_guard_run(struct sf_view *v, struct sf_map *m, sf_guarded_fn fn, void *ct
 	return after ? after : rc;
 }
 
-struct copy_call {
-	const struct sf_readv *rv;
-	void *dst;
-};
-
-static int run_copy(void *ctx, struct sf_err *e)
-{
-	struct copy_call *c = ctx;
-	sf_readv_copy(c->rv, c->dst);
-	return 0;
-}
-
-int sf_guard_copy(const struct sf_readv *rv, void *dst, struct sf_err *e)
-{
-	/* the pieces were checked when gathered; any mapping they lie in */
-	return sf_guard_run(NULL, NULL, run_copy, &(struct copy_call){ rv, dst }, e);
-}
-
 int sf_view_check(struct sf_view *v, struct sf_err *e)
 {
 	for (size_t i = 0; i < v->nmaps; i++) {

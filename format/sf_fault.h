@@ -1,4 +1,7 @@
-/* Containing faults of mapped source bytes.
+/* Containing faults of mapped source bytes, for the code that still
+ * parses them in place (taridx);
+ * the others read copies (sf_map_read) and never fault, and copies for the
+ * kernel go through sf_readv_copy. To be removed with the last of them.
  *
  * A page of a mapping raises SIGBUS when the file was truncated under it or
  * its storage fails (a disk error, a network filesystem that lost its
@@ -36,11 +39,6 @@ typedef int (*sf_guarded_fn)(void *ctx, struct sf_err *e);
  * Returns what fn returned, or -EIO with a message naming the file. */
 int sf_guard_run(struct sf_view *v, struct sf_map *m, sf_guarded_fn fn, void *ctx,
 		 struct sf_err *e);
-
-struct sf_readv;
-/* Copies what `rv` gathered into dst (rv->bytes long), a fault on the way
- * failing it with -EIO: for a host that copies mapped bytes itself. */
-int sf_guard_copy(const struct sf_readv *rv, void *dst, struct sf_err *e);
 
 struct sf_buf;
 /* sf_buf.c tells the armed guard of each buffer made and each reference

@@ -63,6 +63,25 @@ int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const
 	return check(&p, e);
 }
 
+int sf_check_file(int (*check)(const struct sf_probe *p, struct sf_err *e),
+		  const struct sf_map *m, const char *path, struct sf_err *e)
+{
+	uint8_t *b = malloc(2 * SF_PROBE_BYTES);
+	if (!b)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
+	size_t n = m->size < SF_PROBE_BYTES ? m->size : SF_PROBE_BYTES;
+	int rc = sf_map_read(m, 0, n, b, "header", e);
+	if (!rc)
+		rc = sf_map_read(m, m->size - n, n, b + SF_PROBE_BYTES, "tail", e);
+	if (!rc) {
+		struct sf_probe p = { .head = b, .tail = b + SF_PROBE_BYTES, .nhead = n, .ntail = n,
+				      .size = m->size, .path = path };
+		rc = check(&p, e);
+	}
+	free(b);
+	return rc;
+}
+
 static int cmp_names(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);

@@ -131,6 +131,10 @@ extern struct sf_progress sf_progress;
  * same check the listing made. */
 int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
 		 uint64_t size, const char *path, struct sf_err *e);
+/* The same on a mapped file's probe, read with pread (sf_map_read). */
+struct sf_map;
+int sf_check_file(int (*check)(const struct sf_probe *p, struct sf_err *e),
+		  const struct sf_map *m, const char *path, struct sf_err *e);
 /* Reads the probe of `name` in dirfd and runs the format's check; *st (if
  * not NULL) is the opened file's. */
 int sf_format_check(const struct sf_format *f, int dirfd, const char *name, const char *path,

@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -81,6 +83,92 @@ struct sf_map *sf_map_ref(struct sf_map *m)
 {
 	atomic_fetch_add(&m->refs, 1);
 	return m;
+}
+
+int sf_map_read(const struct sf_map *m, uint64_t off, uint64_t len, void *dst,
+		const char *what, struct sf_err *e)
+{
+	if (off > m->size || len > m->size - off)
+		return sf_fail(e, -EINVAL, "%s: %s: [%llu, +%llu) is past the end (%zu bytes)",
+			       m->path, what, (unsigned long long)off, (unsigned long long)len,
+			       m->size);
+	uint8_t *at = dst;
+	while (len) {
+		size_t k = len < SSIZE_MAX ? (size_t)len : SSIZE_MAX;
+		ssize_t got = pread(m->fd, at, k, (off_t)off);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0)
+			return sf_fail(e, -EIO, "%s: %s: reading byte %llu failed: %s", m->path, what,
+				       (unsigned long long)off, strerror(errno));
+		if (got == 0)
+			return sf_fail(e, -EIO, "%s: %s: the file ends at byte %llu, was %zu bytes "
+				       "(truncated)", m->path, what, (unsigned long long)off, m->size);
+		at += got;
+		off += (uint64_t)got;
+		len -= (uint64_t)got;
+	}
+	return 0;
+}
+
+int sf_map_copy(const struct sf_map *m, uint64_t off, uint64_t len, uint8_t **out,
+		const char *what, struct sf_err *e)
+{
+	*out = NULL;
+	if (len > SIZE_MAX - 1)
+		return sf_fail(e, -ENOMEM, "%s: %s: %llu bytes is too much", m->path, what,
+			       (unsigned long long)len);
+	uint8_t *p = malloc(len ? (size_t)len : 1);
+	if (!p)
+		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", m->path, what);
+	int rc = sf_map_read(m, off, len, p, what, e);
+	if (rc) {
+		free(p);
+		return rc;
+	}
+	*out = p;
+	return 0;
+}
+
+/* What a window reads ahead: large enough that a walk costs few system
+ * calls, small enough to stay in the cache of the CPU. */
+#define WIN_AHEAD ((size_t)64 << 10)
+
+int sf_win_get(struct sf_win *w, uint64_t off, size_t need, uint64_t end, const uint8_t **p,
+	       const char *what, struct sf_err *e)
+{
+	if (w->len && off >= w->off && need <= w->len && off - w->off <= w->len - need) {
+		*p = w->buf + (off - w->off);
+		return 0;
+	}
+	if (end > w->m->size || off > end || need > end - off)
+		return sf_fail(e, -EINVAL, "%s: %s: [%llu, +%zu) is past the end of its region",
+			       w->m->path, what, (unsigned long long)off, need);
+	size_t want = end - off < WIN_AHEAD ? (size_t)(end - off) : WIN_AHEAD;
+	if (want < need)
+		want = need;
+	if (want > w->cap) {
+		uint8_t *b = realloc(w->buf, want ? want : 1);
+		if (!b)
+			return sf_fail(e, -ENOMEM, "%s: %s: out of memory", w->m->path, what);
+		w->buf = b;
+		w->cap = want;
+	}
+	w->len = 0;
+	int rc = sf_map_read(w->m, off, want, w->buf, what, e);
+	if (rc)
+		return rc;
+	w->off = off;
+	w->len = want;
+	*p = w->buf;
+	return 0;
+}
+
+void sf_win_free(struct sf_win *w)
+{
+	free(w->buf);
+	w->buf = NULL;
+	w->len = w->cap = 0;
 }
 
 void sf_map_drop_pages(const struct sf_map *m)

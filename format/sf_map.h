@@ -1,5 +1,12 @@
 /* Read-only memory mappings of source files, shared by reference count:
- * every extent that points into a mapping keeps it alive through its view. */
+ * every extent that points into a mapping keeps it alive through its view.
+ *
+ * A mapped page can be lost (the file truncated under the mapping, its
+ * storage failing): touched in user space it raises SIGBUS. So mapped
+ * bytes go only to the kernel (reply iovecs, process_vm_readv), which
+ * turns a lost page into an error; parsers and decoders read the bytes
+ * they need through sf_map_read / sf_map_copy (pread on the mapping's fd),
+ * where a lost page is -EIO. */
 #ifndef SF_MAP_H
 #define SF_MAP_H
 
@@ -33,6 +40,40 @@ int sf_map_beneath(int top, const char *path, const char *shown,
  * file, looked at before it is opened, so a FIFO never blocks. */
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e);
 struct sf_map *sf_map_ref(struct sf_map *m);
+
+/* Copies [off, off+len) of the file into dst with pread: 0, -EINVAL when
+ * the range is not inside the size mapped, -EIO when the file ends early
+ * (truncated) or its storage fails; the message names the file, `what`
+ * (the part read) and the offset. */
+int sf_map_read(const struct sf_map *m, uint64_t off, uint64_t len, void *dst,
+		const char *what, struct sf_err *e);
+/* The same into a fresh heap buffer of len bytes (*out, freed by the
+ * caller). The caller bounds len (a range the file holds, charged to the
+ * cache budget where it may be large). */
+int sf_map_copy(const struct sf_map *m, uint64_t off, uint64_t len, uint8_t **out,
+		const char *what, struct sf_err *e);
+/* A window of a file read ahead in turn: for walking a region too large
+ * to copy whole (an index, records) a few bytes at a time. Zero it, set
+ * m, and sf_win_free it after. */
+struct sf_win {
+	const struct sf_map *m;
+	uint64_t off;   /* file offset of buf[0] */
+	size_t len, cap;
+	uint8_t *buf;
+};
+/* Points *p at a copy of the `need` bytes at file offset `off`, reading
+ * ahead as far as `end` (the end of the region walked) a window at a
+ * time. 0, or as sf_map_read; *p lasts until the next call. */
+int sf_win_get(struct sf_win *w, uint64_t off, size_t need, uint64_t end, const uint8_t **p,
+	       const char *what, struct sf_err *e);
+void sf_win_free(struct sf_win *w);
+
+/* The offset of address p inside m's mapping (p from m->data + offset):
+ * for parsers that keep ranges as pointers. */
+static inline uint64_t sf_map_off(const struct sf_map *m, const void *p)
+{
+	return (uint64_t)((const uint8_t *)p - m->data);
+}
 /* Takes the mapping's pages out of this process's page tables (the page
  * cache keeps them, so the next access refaults them cheaply): resident
  * memory then holds only what is in use. */

@@ -3,6 +3,7 @@
 #include "sf_read.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,17 +228,40 @@ void sf_readv_release(struct sf_readv *rv)
 	memset(rv, 0, sizeof *rv);
 }
 
-void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst)
+/* Copies n bytes at src through a pipe: the kernel reads src, so a lost
+ * mapped page is EFAULT. For where process_vm_readv is forbidden (a
+ * sandbox). */
+static int copy_by_pipe(uint8_t *dst, const uint8_t *src, size_t n)
 {
-	for (size_t i = 0; i < rv->n; i++) {
-		memcpy(dst, rv->iov[i].iov_base, rv->iov[i].iov_len);
-		dst += rv->iov[i].iov_len;
+	int fd[2];
+	if (pipe2(fd, O_CLOEXEC) < 0)
+		return -errno;
+	int rc = 0;
+	while (n && !rc) {
+		ssize_t put = write(fd[1], src, n < 65536 ? n : 65536);
+		if (put < 0) {
+			rc = errno == EINTR ? 0 : -EIO;
+			continue;
+		}
+		for (ssize_t got, have = 0; have < put && !rc; have += got) {
+			got = read(fd[0], dst + have, (size_t)(put - have));
+			if (got <= 0) {
+				rc = got < 0 && errno == EINTR ? 0 : -EIO;
+				got = 0;
+			}
+		}
+		src += put;
+		dst += put;
+		n -= (size_t)put;
 	}
+	close(fd[0]);
+	close(fd[1]);
+	return rc;
 }
 
 /* Copies the bytes of `n` pieces to dst through the kernel: a mapped page
- * that cannot be read (the source file shrank under its mapping) is then an
- * error instead of a SIGBUS. */
+ * that cannot be read (the source file shrank under its mapping, its
+ * storage fails) is then -EIO instead of a SIGBUS. */
 static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
 {
 	while (n) {
@@ -247,12 +271,10 @@ static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
 		struct iovec to = { dst, want };
 		ssize_t got = process_vm_readv(getpid(), &to, 1, iov, k, 0);
 		if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
-			/* a sandbox that forbids the call: copy here, under the
-			 * fault guard (a source page that fails is then EIO too) */
-			struct sf_readv part = { .iov = (struct iovec *)iov, .n = k, .bytes = want };
-			struct sf_err e;
-			if (sf_guard_copy(&part, dst, &e))
-				return -EIO;
+			uint8_t *at = dst;
+			for (size_t i = 0; i < k; at += iov[i++].iov_len)
+				if (copy_by_pipe(at, iov[i].iov_base, iov[i].iov_len))
+					return -EIO;
 		} else if (got < 0 || (size_t)got != want) {
 			return -EIO;
 		}
@@ -261,6 +283,14 @@ static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
 		n -= k;
 	}
 	return 0;
+}
+
+int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e)
+{
+	if (copy_pieces(dst, rv->iov, rv->n) == 0)
+		return 0;
+	return sf_fail(e, -EIO, "%s: reading a source file failed (truncated or its storage fails)",
+		       rv->view ? rv->view->path : "?");
 }
 
 int sf_readv_fit(struct sf_readv *rv, size_t max)

@@ -37,7 +37,9 @@ void sf_readv_release(struct sf_readv *rv);
  * holds, long ones stay where they are. 0, or -ENOMEM, or -EIO when a
  * mapped page could not be read (the answer is then only fit for release). */
 int sf_readv_fit(struct sf_readv *rv, size_t max);
-/* Copies the collected bytes into dst (rv->bytes long). */
-void sf_readv_copy(const struct sf_readv *rv, uint8_t *dst);
+/* Copies the collected bytes into dst (rv->bytes long) through the kernel
+ * (process_vm_readv): a mapped source page that cannot be read is -EIO,
+ * never a signal. */
+int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e);
 
 #endif

@@ -187,7 +187,7 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 	struct sf_readv rv = { 0 };
 	int rc = gather(h, path, off, len, &rv);
 	uint64_t got = rv.bytes;
-	if (rc == 0 && got && (rc = sf_guard_copy(&rv, buf, &e)))
+	if (rc == 0 && got && (rc = sf_readv_copy(&rv, buf, &e)))
 		fail(rc, &e);
 	sf_readv_release(&rv);
 	return rc ? rc : (ssize_t)got;
@@ -217,7 +217,7 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 		if (!hd->copy)
 			rc = fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path,
 					  path), &e);
-		else if (rv->bytes && (rc = sf_guard_copy(rv, hd->copy, &e)))
+		else if (rv->bytes && (rc = sf_readv_copy(rv, hd->copy, &e)))
 			fail(rc, &e);
 		*data = hd->copy;
 	}

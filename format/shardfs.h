@@ -17,6 +17,16 @@
  * errno on failure; shardfs_last_error() then says what was wrong, naming
  * the file and the part. A part whose bytes fail a check reads as -EIO.
  *
+ * A source that shrinks or whose storage fails while a handle is open: the
+ * opens and reads that need a lost page return -EIO, and so does every
+ * read after a change in place (size or mtime) is seen. Tsumugi, tatami,
+ * tet and Shardlake files are read with pread and process_vm_readv, so no
+ * signal is raised. Taridx folds are still parsed from the mapping: for
+ * them the library installs a process-wide SIGBUS handler at its first
+ * open, which turns a fault inside its own calls into -EIO and passes any
+ * other SIGBUS to the handler that was there before. (shardfs_hold's
+ * mapped bytes are the caller's to touch: see there.)
+ *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.
  *

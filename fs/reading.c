@@ -245,9 +245,10 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	if (copy)
 		hand_off_unless_resident(dm, &rv);
 	/* libfuse copies the pieces in user space (a store is never spliced):
-	 * copied here instead, guarded, so that a failing source page fails
-	 * the push (the read that follows reports it), not the daemon */
-	if (copy && sf_guard_copy(&rv, copy, &e) == 0) {
+	 * copied here instead, through the kernel, so that a failing source
+	 * page fails the push (the read that follows reports it), not the
+	 * daemon */
+	if (copy && sf_readv_copy(&rv, copy, &e) == 0) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
 		bv.buf[0].mem = copy;
 		if (fuse_lowlevel_notify_store(dm->se, ino, 0, &bv, 0) == 0) {

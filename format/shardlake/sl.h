@@ -35,9 +35,21 @@ int sl_ids_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **
 struct sl_codebook;
 /* Parses the index's codebook and checks that it fits this shard. */
 int sl_codebook_for(const struct sl_sidx *s, struct sl_codebook *cb, struct sf_err *e);
-/* Counts the PQ codes not below `limit`; the first one is in record *rec,
- * sub-space *sub (left alone when there is none). */
-uint64_t sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *rec, uint32_t *sub);
+/* sl_codebook_for, then a copy of the centroids charged to `c`
+ * (sl_centroids_free after). */
+int sl_centroids_load(const struct sl_sidx *s, struct sf_cache *c, struct sl_codebook *cb,
+		      struct sf_err *e);
+void sl_centroids_free(struct sl_codebook *cb, struct sf_cache *c);
+/* Counts the PQ codes not below `limit` in *bad; the first one is *code,
+ * in record *rec, sub-space *sub (left alone when there is none). 0, or
+ * an error reading the records. */
+int sl_bad_codes(const struct sl_sidx *s, uint32_t limit, uint64_t *bad, uint64_t *rec,
+		 uint32_t *sub, uint8_t *code, struct sf_err *e);
+/* Where the records end in the file. */
+static inline uint64_t sl_records_end(const struct sl_shard *h)
+{
+	return h->records_off + h->records_len;
+}
 
 /* The descriptors (sl_format.c). */
 extern const struct sf_format sl_sidx_format;

@@ -8,7 +8,8 @@
 int sl_codebook_parse(const uint8_t *p, uint64_t size, const char *path,
 		      struct sl_codebook *cb, struct sf_err *e)
 {
-	if (size < 28 || memcmp(p, "SLKPQCB\0", 8) != 0)
+	memset(cb, 0, sizeof *cb);
+	if (size < SL_CODEBOOK_HEAD || memcmp(p, "SLKPQCB\0", 8) != 0)
 		return sf_fail(e, -EINVAL, "%s: not a PQ codebook (bad magic or short)", path);
 	struct sf_cursor c = sf_cursor(p + 8, 20);
 	uint32_t version = sf_cur_u32(&c);
@@ -24,9 +25,9 @@ int sl_codebook_parse(const uint8_t *p, uint64_t size, const char *path,
 			       path, cb->dims, cb->m, cb->k, cb->sub_dims);
 	uint64_t len;
 	if (!sf_mul_ok((uint64_t)cb->m * cb->k, (uint64_t)cb->sub_dims * 4, &len) ||
-	    !sf_range_ok(size, 28, len))
+	    !sf_range_ok(size, SL_CODEBOOK_HEAD, len))
 		return sf_fail(e, -EINVAL, "%s: truncated: the codebook needs %llu bytes after its header",
 			       path, (unsigned long long)len);
-	cb->centroids = p + 28;
+	cb->len = len;
 	return 0;
 }

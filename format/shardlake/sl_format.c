@@ -138,7 +138,11 @@ static int sidx_parse(const struct sf_open_args *a, struct sf_view *v, void **st
 		      struct sf_err *e)
 {
 	struct sl_shard h;
-	int rc = sl_shard_parse(a->map->data, a->map->size, a->path, &h, e);
+	uint8_t head[SL_SIDX_HEAD] = { 0 };
+	size_t n = a->map->size < sizeof head ? a->map->size : sizeof head;
+	int rc = sf_map_read(a->map, 0, n, head, "header", e);
+	if (!rc)
+		rc = sl_shard_parse(head, a->map->size, a->path, &h, e);
 	if (rc)
 		return rc;
 	struct sl_sidx *s = calloc(1, sizeof *s);
@@ -217,11 +221,15 @@ static int alias_parse(const struct sf_open_args *a, struct sf_view *view, void 
 {
 	json_error_t je;
 	const struct sf_map *m = a->map;
-	json_t *j = json_loadb(m->data ? (const char *)m->data : "", m->size, 0, &je);
+	uint8_t *p;
+	int rc = sf_map_copy(m, 0, m->size, &p, "alias", e);
+	if (rc)
+		return rc;
+	json_t *j = json_loadb((const char *)p, m->size, 0, &je);
+	free(p);
 	if (!j)
 		return sf_fail(e, -EINVAL, "%s: alias is not JSON: line %d: %s", a->path, je.line, je.text);
 	const char *v = json_string_value(json_object_get(j, "index_version"));
-	int rc = 0;
 	if (!v)
 		rc = sf_fail(e, -EINVAL, "%s: alias has no \"index_version\" string", a->path);
 	else if (!version_ok(v))

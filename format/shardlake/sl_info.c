@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sf_json.h"
@@ -18,14 +19,28 @@ int sl_mf_load(const struct sl_sidx *s, struct sf_cache *cache, struct sl_mf *m,
 		memcpy(m->err, s->manifest_err.msg, sizeof m->err);
 		return 0;
 	}
-	uint64_t cost = sf_json_parse_cost(s->manifest->data, s->manifest->size);
-	int rc = sf_cache_charge(cache, cost, s->manifest->path, "parsing it", e);
+	const struct sf_map *mf = s->manifest;
+	/* the copy for as long as it is parsed, then the parse */
+	int rc = sf_cache_charge(cache, mf->size, mf->path, "copying it", e);
 	if (rc)
 		return rc;
+	uint8_t *p;
+	rc = sf_map_copy(mf, 0, mf->size, &p, "manifest", e);
+	uint64_t cost = rc ? 0 : sf_json_parse_cost(p, mf->size);
+	if (!rc)
+		rc = sf_cache_charge(cache, cost, mf->path, "parsing it", e);
+	if (rc) {
+		free(p);
+		sf_cache_uncharge(cache, mf->size);
+		return rc;
+	}
 	m->cache = cache;
 	m->charged = cost;
 	struct sf_err pe = { { 0 } };
-	if (sl_manifest_parse(s->manifest, s->manifest->path, &m->root, &pe)) {
+	rc = sl_manifest_parse(p, mf->size, mf->path, &m->root, &pe);
+	free(p);
+	sf_cache_uncharge(cache, mf->size);
+	if (rc) {
 		memcpy(m->err, pe.msg, sizeof m->err);
 		return 0;
 	}

@@ -3,16 +3,16 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "sf_fault.h"
 #include "sf_json.h"
 
-int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
+int sl_manifest_parse(const uint8_t *p, size_t len, const char *path, json_t **out,
 		      struct sf_err *e)
 {
 	json_error_t je;
-	json_t *j = json_loadb(m->data ? (const char *)m->data : "", m->size, 0, &je);
+	json_t *j = json_loadb((const char *)p, len, 0, &je);
 	if (!j)
 		return sf_fail(e, -EINVAL, "%s: not JSON: line %d: %s", path, je.line, je.text);
 	if (!json_is_object(j) || !json_is_array(json_object_get(j, "shards"))) {
@@ -46,14 +46,21 @@ static bool memo_is(const struct stat *st)
  * larger manifest is checked when info or verify reads it, charged. */
 #define CHECK_COST (32u << 20)
 
-static int parse_only(void *ctx, struct sf_err *e)
+static int parse_only(const struct sf_map *m, struct sf_err *e)
 {
-	const struct sf_map *m = ctx;
-	if (sf_json_parse_cost(m->data, m->size) > CHECK_COST)
+	/* the parse costs more than the bytes: a larger file is not copied */
+	if (m->size > CHECK_COST)
 		return 0;
+	uint8_t *p;
+	int rc = sf_map_copy(m, 0, m->size, &p, "manifest", e);
+	if (rc || sf_json_parse_cost(p, m->size) > CHECK_COST) {
+		free(p);
+		return rc;
+	}
 	json_t *j = NULL;
-	int rc = sl_manifest_parse(m, m->path, &j, e);
+	rc = sl_manifest_parse(p, m->size, m->path, &j, e);
 	json_decref(j);
+	free(p);
 	return rc;
 }
 
@@ -61,9 +68,7 @@ int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 {
 	pthread_mutex_lock(&memo_lock);
 	if (!memo_is(&m->st)) {
-		/* parsed in a guard of its own, inside the lock, so that a
-		 * fault cannot leave the lock held */
-		memo.rc = sf_guard_run(NULL, NULL, parse_only, (void *)m, &memo.err);
+		memo.rc = parse_only(m, &memo.err);
 		memo.valid = true;
 		memo.dev = m->st.st_dev;
 		memo.ino = m->st.st_ino;

@@ -8,9 +8,10 @@
 #include "sf_err.h"
 #include "sf_map.h"
 
-/* Parses the mapped manifest; fails (naming `path`) unless it is a JSON
- * object whose "shards" is an array. *out is a new reference. */
-int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
+/* Parses the manifest's bytes (copied out of its file); fails (naming
+ * `path`) unless it is a JSON object whose "shards" is an array. *out is a
+ * new reference. */
+int sl_manifest_parse(const uint8_t *p, size_t len, const char *path, json_t **out,
 		      struct sf_err *e);
 
 /* The same check, remembered for the last manifest seen (by device, inode,

@@ -8,6 +8,8 @@
 #include "sf_err.h"
 
 #define SL_SIDX_MAGIC "SLKIDX\0\0"
+/* The longest header (a PQ shard's): what sl_shard_parse reads of `p`. */
+#define SL_SIDX_HEAD 40
 
 struct sl_shard {
 	uint32_t version;     /* 1 = raw f32 vectors, 2 = PQ codes */
@@ -22,7 +24,8 @@ struct sl_shard {
 	uint64_t file_size, trailing;
 };
 
-/* Parses and bounds-checks the header of a shard of `size` bytes. Fails
+/* Parses and bounds-checks the header `p` (SL_SIDX_HEAD bytes, or the
+ * whole file when shorter) of a shard of `size` bytes. Fails
  * (naming `path`) on a bad magic or version, impossible fields, counts whose
  * areas overflow or do not fit the file. Trailing bytes are allowed. */
 int sl_shard_parse(const uint8_t *p, uint64_t size, const char *path,

@@ -38,10 +38,17 @@ static void check_centroid(struct sf_report *r, const struct sl_sidx *s, json_t 
 		sf_report_add(r, true, "centroid mismatch: the manifest has a centroid, the shard none");
 		return;
 	}
-	const uint8_t *sc = s->map->data + h->centroids_off;
+	struct sf_win w = { .m = s->map };
+	uint64_t end = h->centroids_off + h->centroids_len;
 	for (uint32_t i = 0; i < h->dims; i++) {
 		json_t *x = json_array_get(c, i);
-		float have = sf_lef32(sc + 4 * (uint64_t)i);
+		const uint8_t *sc;
+		struct sf_err e;
+		if (sf_win_get(&w, h->centroids_off + 4 * (uint64_t)i, 4, end, &sc, "centroids", &e)) {
+			sf_report_add(r, true, "centroids: %s", e.msg);
+			break;
+		}
+		float have = sf_lef32(sc);
 		bool same;
 		if (json_is_null(x)) {
 			same = !isfinite(have);
@@ -54,9 +61,10 @@ static void check_centroid(struct sf_report *r, const struct sl_sidx *s, json_t 
 			sf_fmt_f32(a, (float)json_number_value(x));
 			sf_fmt_f32(b, have);
 			sf_report_add(r, true, "centroid mismatch at dimension %u: manifest %s, shard %s", i, a, b);
-			return;
+			break;
 		}
 	}
+	sf_win_free(&w);
 }
 
 static void check_manifest(struct sf_report *r, const struct sl_sidx *s, const struct sl_mf *m,
@@ -91,9 +99,12 @@ static void check_manifest(struct sf_report *r, const struct sl_sidx *s, const s
 static void check_codes(struct sf_report *r, const struct sl_sidx *s)
 {
 	const struct sl_shard *h = &s->hdr;
-	uint64_t first = 0;
+	uint64_t first = 0, bad = 0;
 	uint32_t sub = 0;
-	uint64_t bad = sl_bad_codes(s, h->pq_k, &first, &sub);
+	uint8_t code;
+	struct sf_err be;
+	if (sl_bad_codes(s, h->pq_k, &bad, &first, &sub, &code, &be))
+		sf_report_add(r, true, "PQ codes: %s", be.msg);
 	if (bad)
 		sf_report_add(r, true, "%" PRIu64 " PQ codes are not below K=%u (first in record %" PRIu64 ")",
 			      bad, h->pq_k, first);
@@ -111,9 +122,19 @@ int sl_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **o
 	const struct sl_sidx *s = p->arg;
 	const struct sl_shard *h = &s->hdr;
 	struct sf_report r = { 0 };
-	uint64_t fp = sl_fnv1a(SL_FNV_INIT, s->map->data, s->map->size);
+	uint64_t fp = SL_FNV_INIT, size = s->map->size;
+	struct sf_win w = { .m = s->map };
+	int rc = 0;
+	for (uint64_t at = 0, k; at < size && !rc; at += k) {
+		const uint8_t *b;
+		k = size - at < 65536 ? size - at : 65536;
+		if (!(rc = sf_win_get(&w, at, (size_t)k, size, &b, "fingerprint", e)))
+			fp = sl_fnv1a(fp, b, k);
+	}
+	sf_win_free(&w);
 	struct sl_mf m;
-	int rc = sl_mf_load(s, cache, &m, e);
+	if (!rc)
+		rc = sl_mf_load(s, cache, &m, e);
 	if (rc)
 		return rc;
 	if (m.absent)

@@ -9,6 +9,7 @@
 
 #include "sf_bytes.h"
 #include "sf_err.h"
+#include "sf_map.h"
 #include "sf_view.h"
 
 struct sf_probe;
@@ -108,7 +109,8 @@ struct tat_search; /* parsed term dictionary and run indexes (tat_search.c) */
 struct tat_file {
 	struct sf_view *view;
 	const char *name;
-	const uint8_t *base;
+	const struct sf_map *map; /* the file: read with sf_map_read */
+	uint8_t *footer;          /* a copy of the footer, which the parse points into */
 	uint64_t size;
 	/* header */
 	uint16_t vmajor, vminor, hflags;
@@ -157,11 +159,14 @@ bool tat_is_var(uint8_t type);
 struct tat_rec {
 	uint8_t kind, encoding, codec, flags;
 	uint32_t num_values, usize, csize, null_count, first_row, crc;
-	const uint8_t *stored; /* csize bytes in the mapping */
+	const uint8_t *stored; /* csize bytes, copied out of the file */
+	uint8_t *own;
 };
-/* Reads the record at `off`; checks it lies in the body and its CRC. */
+/* Reads the record at `off` (its payload copied: tat_rec_free after);
+ * checks it lies in the body and its CRC. On failure nothing is held. */
 int tat_rec_read(const struct tat_file *tf, uint64_t off, struct tat_rec *r,
 		 const char *what, struct sf_err *e);
+void tat_rec_free(struct tat_rec *r);
 /* Undoes `codec` (NONE or ZSTD; with `dict`, zstd against that raw dictionary)
  * into a new buffer of exactly r->usize bytes. */
 int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t codec,

@@ -32,6 +32,7 @@ static int dict_get(struct tat_file *tf, uint64_t idx, struct sf_buf **out, stru
 			r.usize = (uint32_t)d->length;
 			rc = tat_rec_decode(tf, &r, r.codec, NULL, what, &d->memo, e);
 		}
+		tat_rec_free(&r);
 	}
 	if (rc == 0)
 		*out = sf_buf_ref(d->memo);
@@ -48,19 +49,24 @@ int tat_run_decode(struct tat_file *tf, const struct tat_run *run, struct sf_buf
 	int rc = tat_rec_read(tf, run->offset, &r, run->what, e);
 	if (rc)
 		return rc;
-	if (r.csize != run->csize || run->usize > UINT32_MAX)
+	if (r.csize != run->csize || run->usize > UINT32_MAX) {
+		tat_rec_free(&r);
 		return sf_fail(e, -EIO, "%s: %s: record holds %u bytes, the directory says %llu", path,
 			       run->what, r.csize, (unsigned long long)run->csize);
+	}
 	r.usize = (uint32_t)run->usize;
 	struct sf_buf *dict = NULL, *raw = NULL;
 	uint8_t codec = bc->record_codec;
 	if (bc->dict_index) {
 		/* upstream applies the dictionary whatever the codec bytes say */
-		if ((rc = dict_get(tf, bc->dict_index, &dict, e)))
+		if ((rc = dict_get(tf, bc->dict_index, &dict, e))) {
+			tat_rec_free(&r);
 			return rc;
+		}
 		codec = TAT_ZSTD;
 	}
 	rc = tat_rec_decode(tf, &r, codec, dict, run->what, &raw, e);
+	tat_rec_free(&r);
 	sf_buf_unref(dict);
 	if (rc)
 		return rc;

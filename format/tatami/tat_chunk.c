@@ -40,7 +40,11 @@ int tat_chunk_extent(const struct tat_chunk *ch, uint64_t *len, struct sf_err *e
 			return sf_fail(e, -EIO, "%s: %s: page %llu header at %llu lies outside the body",
 				       tf->view->path, ch->what, (unsigned long long)k,
 				       (unsigned long long)off);
-		uint32_t csize = sf_le32(tf->base + off + 12);
+		uint8_t h[TAT_REC];
+		int rc = sf_map_read(tf->map, off, TAT_REC, h, ch->what, e);
+		if (rc)
+			return rc;
+		uint32_t csize = sf_le32(h + 12);
 		if (!sf_range_ok(tf->footer_off, off + TAT_REC, csize))
 			return sf_fail(e, -EIO, "%s: %s: page %llu runs past the body", tf->view->path,
 				       ch->what, (unsigned long long)k);
@@ -58,12 +62,15 @@ int tat_chunk_rows(const struct tat_chunk *ch, struct sf_err *e)
 	if (rc)
 		return rc;
 	for (uint64_t k = 0; k < ch->num_pages; k++) {
-		uint32_t n = sf_le32(tf->base + off + 4);
+		uint8_t h[TAT_REC];
+		if ((rc = sf_map_read(tf->map, off, TAT_REC, h, ch->what, e)))
+			return rc;
+		uint32_t n = sf_le32(h + 4);
 		if (n > MAX_PAGE_ROWS)
 			return sf_fail(e, -EIO, "%s: %s: page %llu claims %u rows", tf->view->path,
 				       ch->what, (unsigned long long)k, n);
 		rows += n;
-		off += TAT_REC + sf_le32(tf->base + off + 12);
+		off += TAT_REC + sf_le32(h + 12);
 	}
 	if (rows != ch->num_values)
 		return sf_fail(e, -EIO, "%s: %s: pages hold %llu rows, the footer says %llu",
@@ -204,6 +211,7 @@ static int walk(const struct tat_chunk *ch, struct sink *s, bool values, struct 
 		int rc = tat_rec_read(tf, off, &r, what, e);
 		if (rc == 0)
 			rc = tat_rec_decode(tf, &r, r.codec, NULL, what, &raw, e);
+		tat_rec_free(&r);
 		if (rc)
 			return rc;
 		uint32_t n = r.num_values;

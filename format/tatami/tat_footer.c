@@ -432,21 +432,26 @@ int tat_check(const struct sf_probe *p, struct sf_err *e)
 
 int tat_parse(struct tat_file *tf, struct sf_err *e)
 {
-	const uint8_t *b = tf->base;
 	uint64_t S = tf->size;
-	int rc = sf_check_map(check, b, S, NULL, e);
+	int rc = sf_check_file(check, tf->map, NULL, e);
 	if (rc)
 		return rc;
-	const uint8_t *t = b + S - TAT_TRAILER;
+	/* the check found the header and trailer in their places */
+	uint8_t b[TAT_HEADER], t[TAT_TRAILER];
+	if ((rc = sf_map_read(tf->map, 0, sizeof b, b, "header", e)) ||
+	    (rc = sf_map_read(tf->map, S - TAT_TRAILER, sizeof t, t, "trailer", e)))
+		return rc;
 	tf->footer_len = sf_le32(t);
 	uint32_t fcrc = sf_le32(t + 4);
 	tf->footer_off = S - TAT_TRAILER - tf->footer_len;
-	if (sf_crc32c(0, b + tf->footer_off, tf->footer_len) != fcrc)
+	if ((rc = sf_map_copy(tf->map, tf->footer_off, tf->footer_len, &tf->footer, "footer", e)))
+		return rc;
+	if (sf_crc32c(0, tf->footer, tf->footer_len) != fcrc)
 		return sf_fail(e, -EINVAL, "footer checksum mismatch");
 	/* the header comes second, as upstream checks it */
 	tf->vmajor = sf_le16(b + 4);
 	tf->vminor = sf_le16(b + 6);
-	if ((rc = parse_footer(tf, b + tf->footer_off, tf->footer_len, e)))
+	if ((rc = parse_footer(tf, tf->footer, tf->footer_len, e)))
 		return rc;
 	tf->hflags = sf_le16(b + 8);
 	tf->checksum_algo = b[10];
@@ -481,4 +486,5 @@ void tat_free(struct tat_file *tf)
 	free(tf->blooms);
 	free(tf->kv);
 	free(tf->fields);
+	free(tf->footer);
 }

@@ -31,7 +31,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	tf->view = v;
 	tf->name = tf->name_copy;
-	tf->base = a->map->data;
+	tf->map = a->map;
 	tf->size = a->map->size;
 	int rc = tat_parse(tf, e);
 	if (rc)

@@ -5,21 +5,28 @@
  * decode to exactly the recorded size, so nothing but a real block passes. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_map.h"
 #include "tat.h"
 
 int tat_rec_read(const struct tat_file *tf, uint64_t off, struct tat_rec *r,
 		 const char *what, struct sf_err *e)
 {
 	const char *path = tf->view->path;
+	r->own = NULL;
+	r->stored = NULL;
 	/* records live in the body: after the header, before the footer */
 	if (off < TAT_HEADER || !sf_range_ok(tf->footer_off, off, TAT_REC))
 		return sf_fail(e, -EIO, "%s: %s: record header at %llu lies outside the body", path,
 			       what, (unsigned long long)off);
-	const uint8_t *h = tf->base + off;
+	uint8_t h[TAT_REC];
+	int rc = sf_map_read(tf->map, off, TAT_REC, h, what, e);
+	if (rc)
+		return rc;
 	r->kind = h[0];
 	r->encoding = h[1];
 	r->codec = h[2];
@@ -33,11 +40,22 @@ int tat_rec_read(const struct tat_file *tf, uint64_t off, struct tat_rec *r,
 	if (!sf_range_ok(tf->footer_off, off + TAT_REC, r->csize))
 		return sf_fail(e, -EIO, "%s: %s: payload of %u bytes at %llu runs past the body", path,
 			       what, r->csize, (unsigned long long)(off + TAT_REC));
-	r->stored = h + TAT_REC;
-	if (sf_crc32c(0, r->stored, r->csize) != r->crc)
+	if ((rc = sf_map_copy(tf->map, off + TAT_REC, r->csize, &r->own, what, e)))
+		return rc;
+	r->stored = r->own;
+	if (sf_crc32c(0, r->stored, r->csize) != r->crc) {
+		tat_rec_free(r);
 		return sf_fail(e, -EIO, "%s: %s: record checksum mismatch at offset %llu", path, what,
 			       (unsigned long long)off);
+	}
 	return 0;
+}
+
+void tat_rec_free(struct tat_rec *r)
+{
+	free(r->own);
+	r->own = NULL;
+	r->stored = NULL;
 }
 
 int tat_rec_decode(const struct tat_file *tf, const struct tat_rec *r, uint8_t codec,

@@ -30,7 +30,11 @@ struct tat_search {
 	struct sf_str names;
 	struct tat_term *terms;
 	size_t nterms, capterms;
-	struct tat_rec post, skip;
+	/* Copies held while the view lives, charged to the budget of
+	 * `charged_to` (their stored sizes: the footer's claim). */
+	struct tat_rec post, skip, live_rec;
+	struct sf_cache *charged_to;
+	uint64_t charged;
 	uint64_t *list_at, *list_len, *skip_at; /* per posting list */
 	size_t nlists;
 	const uint8_t *live; /* words, or NULL: every document is live */
@@ -46,6 +50,11 @@ void tat_search_free(struct tat_search *s)
 	free(s->list_at);
 	free(s->list_len);
 	free(s->skip_at);
+	tat_rec_free(&s->post);
+	tat_rec_free(&s->skip);
+	tat_rec_free(&s->live_rec);
+	if (s->charged_to)
+		sf_cache_uncharge(s->charged_to, s->charged);
 	free(s);
 }
 
@@ -54,9 +63,11 @@ static int inv_record(struct tat_file *tf, uint64_t off, uint64_t len, const cha
 		      struct tat_rec *r, struct sf_err *e)
 {
 	int rc = tat_rec_read(tf, off, r, what, e);
-	if (rc == 0 && r->csize != len)
+	if (rc == 0 && r->csize != len) {
+		tat_rec_free(r);
 		rc = sf_fail(e, -EIO, "%s: %s: record holds %u bytes, the footer says %" PRIu64,
 			     tf->view->path, what, r->csize, len);
+	}
 	return rc;
 }
 
@@ -202,16 +213,29 @@ static int load(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
 {
 	const struct tat_invert *v = &tf->inv;
 	const char *path = tf->view->path;
-	struct tat_rec dict, live;
-	int rc = inv_record(tf, v->dict_off, v->dict_len, "term dictionary", &dict, e);
+	/* the runs stay copied while the view lives: held in the budget, so
+	 * a footer claiming huge runs is refused instead of allocated */
+	struct sf_cache *budget = tf->view->cache;
+	uint64_t cost = v->post_len;
+	cost = v->skip_len > UINT64_MAX - cost ? UINT64_MAX : cost + v->skip_len;
+	cost = v->live_len > UINT64_MAX - cost ? UINT64_MAX : cost + v->live_len;
+	int rc = budget ? sf_cache_charge(budget, cost, path, "the search runs", e) : 0;
+	if (rc)
+		return rc;
+	if (budget && budget->charge) {
+		s->charged_to = budget;
+		s->charged = cost;
+	}
+	struct tat_rec dict;
+	rc = inv_record(tf, v->dict_off, v->dict_len, "term dictionary", &dict, e);
 	if (rc == 0)
 		rc = inv_record(tf, v->post_off, v->post_len, "postings run", &s->post, e);
 	if (rc == 0)
 		rc = inv_record(tf, v->skip_off, v->skip_len, "skips run", &s->skip, e);
 	if (rc == 0 && v->live_len) {
-		rc = inv_record(tf, v->live_off, v->live_len, "live-docs run", &live, e);
+		rc = inv_record(tf, v->live_off, v->live_len, "live-docs run", &s->live_rec, e);
 		if (rc == 0) {
-			struct sf_cursor c = sf_cursor(live.stored, live.csize);
+			struct sf_cursor c = sf_cursor(s->live_rec.stored, s->live_rec.csize);
 			s->live_n = sf_cur_uvarint(&c);
 			uint64_t words = s->live_n / 64 + (s->live_n % 64 != 0);
 			if (c.bad || words > sf_cur_left(&c) / 8)
@@ -220,13 +244,16 @@ static int load(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
 				s->live = c.p + c.pos;
 		}
 	}
-	if (rc)
+	if (rc) {
+		tat_rec_free(&dict);
 		return rc;
+	}
 	struct sf_cursor c = sf_cursor(dict.stored, dict.csize);
 	if (tf->hflags & TAT_H_BLOCK_TREE)
 		rc = tree_terms(tf, s, &c, e);
 	else if ((rc = flat_terms(s, &c)))
 		rc = sf_fail(e, rc, "%s: term dictionary: malformed flat layout", path);
+	tat_rec_free(&dict);
 	return rc ? rc : index_runs(tf, s, e);
 }
 

@@ -142,7 +142,7 @@ static int add_chunk_view(struct sf_node *f, struct tat_chunk *ch, enum view_kin
 	case V_CHUNK:
 		if ((rc = tat_chunk_extent(ch, &len, e)))
 			return rc;
-		return sf_file_add_map(f, tf->base + ch->first_page, len);
+		return sf_file_add_map(f, tf->map->data + ch->first_page, len);
 	}
 	return -EINVAL;
 }

@@ -39,6 +39,7 @@ static void verify_record(struct tat_file *tf, uint64_t off, const char *what, s
 	struct tat_rec rec;
 	if (tat_rec_read(tf, off, &rec, what, &e))
 		sf_report_add(r, true, "%s", e.msg);
+	tat_rec_free(&rec);
 }
 
 int tat_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -103,7 +103,8 @@ struct tet_dataset {
 };
 
 struct tet_file {
-	const uint8_t *data;
+	const struct sf_map *map; /* the container: read with sf_map_read */
+	uint8_t *blob;            /* a copy of the dataset blob: names point in */
 	uint64_t len;
 	const char *path;
 	/* superblock (§4) */
@@ -132,21 +133,23 @@ struct tet_file {
 /* The listing's check (sf_format.check): superblock magic, version, and
  * the chunk index inside the file. tet_parse starts with it. */
 int tet_check(const struct sf_probe *p, struct sf_err *e);
-/* Parses and validates a whole container held in memory. Container-level
+/* Parses and validates a whole container, reading the bytes it needs out
+ * of the mapped file `m` (its tiles are left where they are). Container-level
  * failures (spec §11.1 except the footer JSON) return an error; dataset and
  * footer problems are recorded in the result. */
-int tet_parse(const uint8_t *data, uint64_t len, const char *path,
-	      struct tet_file **out, struct sf_err *e);
+int tet_parse(const struct sf_map *m, const char *path, struct tet_file **out,
+	      struct sf_err *e);
 void tet_free(struct tet_file *tf);
 /* The per-dataset checks of §11.3 (part of tet_parse). */
 int tet_validate(struct tet_file *tf, struct sf_err *e);
 
 /* The extent of the tile of `en` on each axis (§7.2). */
 void tet_tile_ext(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t *ext);
-/* Decodes the tile of `en` into dst (en->raw bytes). */
-int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
-		    uint8_t *dst, struct sf_err *e);
-/* Fails (EIO) when a zstd tile's frames cannot produce en->raw bytes. */
+/* A heap copy of the tile's stored bytes (free it). */
+int tet_tile_load(const struct tet_dataset *ds, const struct tet_entry *en, uint8_t **src,
+		  struct sf_err *e);
+/* Fails (EIO) when a zstd tile's frames cannot produce en->raw bytes
+ * (their block headers are read from the file, not the whole tile). */
 int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e);
 /* Checks that a tile decodes to its recorded size without holding it. */
 /* `limit`: the host's sf_cache limit (sf_zstd_check). */
@@ -193,8 +196,9 @@ int tet_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf 
 int tet_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 int tet_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e);
 
-/* Footer JSON (§9): fills history/metadata or footer_error. */
-void tet_footer_parse(struct tet_file *tf, uint64_t json_off);
+/* Footer JSON (§9): fills history/metadata or footer_error. 0, or an
+ * error reading it out of the file. */
+int tet_footer_parse(struct tet_file *tf, uint64_t json_off, struct sf_err *e);
 
 /* Dtype facts (§5.3): element size (0 if unknown), numpy descr, label. */
 size_t tet_dtype_size(uint32_t dtype);

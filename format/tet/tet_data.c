@@ -1,16 +1,16 @@
 /* Chunk bytes: stored tiles, zero-padded zarr chunks, and the whole
  * dataset in C order (spec §7), served from the mapping where the bytes
- * are already right and from decoded parts otherwise. */
+ * are already right and from decoded parts otherwise; what is decoded or
+ * rearranged here is read out of the file first (sf_map_read), a window
+ * at a time for a tile decoded as it is read. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define ZSTD_STATIC_LINKING_ONLY
-#include <zstd.h>
-
 #include "sf_codec.h"
 #include "sf_json.h"
+#include "sf_map.h"
 #include "sf_name.h"
 #include "tet.h"
 
@@ -27,17 +27,10 @@ static void tile_what(const struct tet_dataset *ds, const struct tet_entry *en, 
 		 (unsigned long long)en->off);
 }
 
-int tet_tile_decode(const struct tet_dataset *ds, const struct tet_entry *en,
-		    uint8_t *dst, struct sf_err *e)
+int tet_tile_load(const struct tet_dataset *ds, const struct tet_entry *en, uint8_t **src,
+		  struct sf_err *e)
 {
-	const uint8_t *src = ds->file->data + en->off;
-	if (en->codec == TET_RAW) {
-		memcpy(dst, src, en->raw);
-		return 0;
-	}
-	char what[SF_NAME_MAX + 300];
-	tile_what(ds, en, what, sizeof what);
-	return sf_zstd_decode(src, en->stored, dst, en->raw, NULL, 0, what, e);
+	return sf_map_copy(ds->file->map, en->off, en->stored, src, ds->esc, e);
 }
 
 int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uint64_t limit,
@@ -47,7 +40,13 @@ int tet_tile_check(const struct tet_dataset *ds, const struct tet_entry *en, uin
 		return 0;
 	char what[SF_NAME_MAX + 300];
 	tile_what(ds, en, what, sizeof what);
-	return sf_zstd_check(ds->file->data + en->off, en->stored, en->raw, NULL, 0, limit, what, e);
+	uint8_t *src;
+	int rc = tet_tile_load(ds, en, &src, e);
+	if (rc)
+		return rc;
+	rc = sf_zstd_check(src, en->stored, en->raw, NULL, 0, limit, what, e);
+	free(src);
+	return rc;
 }
 
 int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, struct sf_err *e)
@@ -56,15 +55,19 @@ int tet_tile_fits(const struct tet_dataset *ds, const struct tet_entry *en, stru
 		return 0;
 	/* the frames' block count bounds their output: a hostile raw_byte_len
 	 * is refused before a buffer of that size is allocated */
-	unsigned long long bound = ZSTD_decompressBound(ds->file->data + en->off, en->stored);
-	if (bound == ZSTD_CONTENTSIZE_ERROR || bound < en->raw)
-		return sf_fail(e, -EIO, "%s: %s: zstd chunk at %llu cannot decode to its %llu bytes",
-			       ds->file->path, ds->esc, (unsigned long long)en->off,
-			       (unsigned long long)en->raw);
-	return 0;
+	char what[SF_NAME_MAX + 300];
+	tile_what(ds, en, what, sizeof what);
+	uint64_t bound = 0;
+	int rc = sf_zstd_bound_map(ds->file->map, en->off, en->stored, &bound, ds->esc, what, e);
+	if (rc == 0 && bound < en->raw)
+		rc = sf_fail(e, -EIO, "%s: %s: zstd chunk at %llu cannot decode to its %llu bytes",
+			     ds->file->path, ds->esc, (unsigned long long)en->off,
+			     (unsigned long long)en->raw);
+	return rc;
 }
 
-/* The tile as stored, decoded (zstd tiles only). */
+/* The tile as stored, decoded (zstd tiles only) as it is read from the
+ * file, a window at a time: its stored bytes are never copied whole. */
 static int produce_tile(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	const struct tet_dataset *ds = p->arg;
@@ -75,7 +78,10 @@ static int produce_tile(const struct sf_part *p, struct sf_cache *cache, struct 
 	struct sf_buf *b = sf_buf_new(en->raw);
 	if (!b)
 		return sf_fail(e, -ENOMEM, "%s: %s: out of memory", ds->file->path, p->what);
-	rc = tet_tile_decode(ds, en, b->data, e);
+	char what[SF_NAME_MAX + 300];
+	tile_what(ds, en, what, sizeof what);
+	rc = sf_zstd_decode_map(ds->file->map, en->off, en->stored, b->data, en->raw, ds->esc,
+				what, e);
 	if (rc) {
 		sf_buf_unref(b);
 		return rc;
@@ -125,18 +131,18 @@ static int add_tile(struct sf_node *f, struct tet_dataset *ds, uint64_t cell)
 {
 	const struct tet_entry *en = cell_entry(ds, cell);
 	if (en->codec == TET_RAW)
-		return sf_file_add_map(f, ds->file->data + en->off, en->raw);
+		return sf_file_add_map(f, ds->file->map->data + en->off, en->raw);
 	return sf_file_add_part(f, ds->tile[cell], 0, en->raw);
 }
 
-/* The bytes of a cell's tile: the mapping for raw tiles, else the decoded
- * part, held in *hold until the caller drops it. */
+/* The bytes of a cell's tile: NULL for raw tiles (read from the file),
+ * else the decoded part, held in *hold until the caller drops it. */
 static int tile_bytes(struct tet_dataset *ds, uint64_t cell, struct sf_cache *c,
 		      struct sf_buf **hold, const uint8_t **out, struct sf_err *e)
 {
 	const struct tet_entry *en = cell_entry(ds, cell);
 	if (en->codec == TET_RAW) {
-		*out = ds->file->data + en->off;
+		*out = NULL;
 		return 0;
 	}
 	int rc = sf_part_get(c, ds->tile[cell], hold, e);
@@ -155,7 +161,8 @@ static int gen_padded(void *arg, uint64_t off, uint8_t *out, size_t len,
 	struct tet_dataset *ds = ref->ds;
 	uint32_t n = ds->ndim;
 	uint64_t es = ds->esize, ext[TET_MAX_DIM];
-	tet_tile_ext(ds, cell_entry(ds, ref->cell), ext);
+	const struct tet_entry *en = cell_entry(ds, ref->cell);
+	tet_tile_ext(ds, en, ext);
 	struct sf_buf *hold = NULL;
 	const uint8_t *tile = NULL;
 	int rc = tile_bytes(ds, ref->cell, c, &hold, &tile, e);
@@ -175,8 +182,10 @@ static int gen_padded(void *arg, uint64_t off, uint8_t *out, size_t len,
 		uint64_t run = (end - l[n - 1]) * es - within;
 		if (run > len)
 			run = len;
-		if (inside)
+		if (inside && tile)
 			memcpy(out, tile + src * es + within, run);
+		else if (inside)
+			rc = sf_map_read(ds->file->map, en->off + src * es + within, run, out, ds->esc, e);
 		else
 			memset(out, 0, run);
 		out += run;
@@ -211,7 +220,7 @@ int tet_build_stored(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	struct tet_dataset *ds = f->arg;
 	const struct tet_entry *en = cell_entry(ds, f->aux);
-	return sf_file_add_map(f, ds->file->data + en->off, en->stored);
+	return sf_file_add_map(f, ds->file->map->data + en->off, en->stored);
 }
 
 /* Decoded tiles a single read keeps at hand, so that a read crossing the
@@ -271,11 +280,13 @@ int tet_assemble(struct tet_dataset *ds, uint64_t off, uint8_t *out, size_t len,
 		uint64_t run = (ext[n - 1] - l) * es - within;
 		if (run > len)
 			run = len;
-		const uint8_t *tile = ds->file->data + en->off;
-		if (en->codec != TET_RAW)
-			rc = held_get(&h, ds, cell, c, &tile, e);
-		if (rc == 0) {
+		const uint8_t *tile;
+		if (en->codec != TET_RAW && (rc = held_get(&h, ds, cell, c, &tile, e)) == 0)
 			memcpy(out, tile + local * es + within, run);
+		else if (en->codec == TET_RAW)
+			rc = sf_map_read(ds->file->map, en->off + local * es + within, run, out,
+					 ds->esc, e);
+		if (rc == 0) {
 			out += run;
 			off += run;
 			len -= run;
@@ -301,7 +312,7 @@ int tet_build_npy(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		rc = sf_file_add_str(f, &s);
 	sf_str_free(&s);
 	if (rc == 0 && ds->zero_copy)
-		rc = sf_file_add_map(f, ds->file->data + ds->zero_copy_off, ds->nbytes);
+		rc = sf_file_add_map(f, ds->file->map->data + ds->zero_copy_off, ds->nbytes);
 	else if (rc == 0 && (rc = tet_make_parts(f->view, ds)) == 0)
 		rc = sf_file_add_gen(f, gen_array, ds, 0, ds->nbytes);
 	return rc ? sf_fail(e, rc, "%s: out of memory", ds->file->path) : 0;

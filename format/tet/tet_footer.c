@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "sf_bytes.h"
+#include "sf_map.h"
 #include "tet.h"
 
 static void __attribute__((format(printf, 2, 3)))
@@ -113,19 +114,36 @@ static const char *metadata_problem(const json_t *m)
 }
 
 /* metadata_ref {offset, len}: the spilled metadata before the footer JSON. */
-static bool load_spill(struct tet_file *tf, const json_t *ref, uint64_t json_off)
+/* Parses JSON copied out of [off, off+len) of the file: NULL with *rc 0
+ * when it does not parse (je says why), with *rc < 0 when it cannot be
+ * read. */
+static json_t *load_json(struct tet_file *tf, uint64_t off, uint64_t len, json_error_t *je,
+			 int *rc, struct sf_err *e)
+{
+	uint8_t *p;
+	*rc = sf_map_copy(tf->map, off, len, &p, "footer", e);
+	if (*rc)
+		return NULL;
+	json_t *j = json_loadb((const char *)p, (size_t)len, 0, je);
+	free(p);
+	return j;
+}
+
+/* 0, 1 when the footer failed (footer_error says why), or a read error. */
+static int load_spill(struct tet_file *tf, const json_t *ref, uint64_t json_off,
+		      struct sf_err *e)
 {
 	json_t *o = json_object_get(ref, "offset"), *l = json_object_get(ref, "len");
 	if (!json_is_object(ref) || json_object_size(ref) != 2 || !json_is_integer(o) ||
 	    !json_is_integer(l) || json_integer_value(o) < 0 || json_integer_value(l) < 0) {
 		footer_fail(tf, "footer metadata_ref must be {\"offset\", \"len\"}");
-		return false;
+		return 1;
 	}
 	uint64_t off = (uint64_t)json_integer_value(o), len = (uint64_t)json_integer_value(l);
 	if (!sf_range_ok(json_off, off, len)) {
 		footer_fail(tf, "footer metadata_ref [%llu, +%llu) out of bounds", (unsigned long long)off,
 			    (unsigned long long)len);
-		return false;
+		return 1;
 	}
 	/* from here the spill is part of the footer area, whatever it holds */
 	tf->spill_off = off;
@@ -133,24 +151,30 @@ static bool load_spill(struct tet_file *tf, const json_t *ref, uint64_t json_off
 	if (len > 16u << 20) {
 		footer_fail(tf, "footer metadata spill of %llu bytes is over the 16 MiB limit",
 			    (unsigned long long)len);
-		return false;
+		return 1;
 	}
 	json_error_t je;
-	tf->spill_json = json_loadb((const char *)tf->data + off, (size_t)len, 0, &je);
+	int rc;
+	tf->spill_json = load_json(tf, off, len, &je, &rc, e);
+	if (rc)
+		return rc;
 	if (!tf->spill_json) {
 		footer_fail(tf, "footer metadata spill does not parse: %s", je.text);
-		return false;
+		return 1;
 	}
-	return true;
+	return 0;
 }
 
-void tet_footer_parse(struct tet_file *tf, uint64_t json_off)
+int tet_footer_parse(struct tet_file *tf, uint64_t json_off, struct sf_err *e)
 {
 	json_error_t je;
-	json_t *j = json_loadb((const char *)tf->data + json_off, (size_t)tf->json_len, 0, &je);
+	int rc;
+	json_t *j = load_json(tf, json_off, tf->json_len, &je, &rc, e);
+	if (rc)
+		return rc;
 	if (!j) {
 		footer_fail(tf, "footer JSON does not parse: %s (at byte %d)", je.text, je.position);
-		return;
+		return 0;
 	}
 	const json_t *hist = json_object_get(j, "history");
 	const json_t *ref = json_object_get(j, "metadata_ref");
@@ -166,21 +190,22 @@ void tet_footer_parse(struct tet_file *tf, uint64_t json_off)
 	if (bad) {
 		footer_fail(tf, "%s", bad);
 		json_decref(j);
-		return;
+		return 0;
 	}
 	if (ref) {
-		if (!load_spill(tf, ref, json_off)) {
+		if ((rc = load_spill(tf, ref, json_off, e))) {
 			json_decref(j);
-			return;
+			return rc < 0 ? rc : 0;
 		}
 		meta = tf->spill_json;
 	}
 	if (meta && (bad = metadata_problem(meta))) {
 		footer_fail(tf, "footer %s", bad);
 		json_decref(j);
-		return;
+		return 0;
 	}
 	tf->footer_json = j;
 	tf->history = (json_t *)hist;
 	tf->metadata = meta;
+	return 0;
 }

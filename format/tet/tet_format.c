@@ -193,7 +193,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
 	struct tet_file *tf = NULL;
-	int rc = tet_parse(a->map->data, a->map->size, a->path, &tf, e);
+	int rc = tet_parse(a->map, a->path, &tf, e);
 	if (rc)
 		return rc;
 	*state = tf;

@@ -6,6 +6,7 @@
 
 #include "sf_bytes.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "sf_name.h"
 #include "tet.h"
 
@@ -47,6 +48,7 @@ void tet_free(struct tet_file *tf)
 	}
 	free(tf->ds);
 	free(tf->entries);
+	free(tf->blob);
 	json_decref(tf->footer_json);
 	json_decref(tf->spill_json);
 	free(tf->footer_error);
@@ -67,7 +69,11 @@ static int parse_records(struct tet_file *tf, struct sf_err *e)
 	if (tf->len < 40)
 		return sf_fail(e, -EINVAL, "%s: dataset_count is %u but the dataset directory is missing",
 			       path, tf->dataset_count);
-	tf->blob_len = sf_le64(tf->data + 32);
+	uint8_t n[8];
+	int rc = sf_map_read(tf->map, 32, 8, n, "dataset directory", e);
+	if (rc)
+		return rc;
+	tf->blob_len = sf_le64(n);
 	if (!sf_range_ok(tf->len, 40, tf->blob_len))
 		return sf_fail(e, -EINVAL, "%s: file too short for a dataset blob of %llu bytes",
 			       path, (unsigned long long)tf->blob_len);
@@ -78,7 +84,9 @@ static int parse_records(struct tet_file *tf, struct sf_err *e)
 	tf->ds = calloc(tf->dataset_count, sizeof *tf->ds);
 	if (!tf->ds)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
-	struct sf_cursor c = sf_cursor(tf->data + 40, (size_t)tf->blob_len);
+	if ((rc = sf_map_copy(tf->map, 40, tf->blob_len, &tf->blob, "dataset blob", e)))
+		return rc;
+	struct sf_cursor c = sf_cursor(tf->blob, (size_t)tf->blob_len);
 	for (uint32_t i = 0; i < tf->dataset_count; i++) {
 		struct tet_dataset *ds = &tf->ds[i];
 		size_t start = c.pos;
@@ -123,7 +131,10 @@ static int parse_index(struct tet_file *tf, struct sf_err *e)
 			       (unsigned long long)tf->index_off, (unsigned long long)want);
 	if (tf->index_len < 32)
 		return sf_fail(e, -EINVAL, "%s: file too short for the chunk index header", path);
-	const uint8_t *h = tf->data + tf->index_off;
+	uint8_t h[32];
+	int rc = sf_map_read(tf->map, tf->index_off, sizeof h, h, "chunk index", e);
+	if (rc)
+		return rc;
 	if (memcmp(h, "TIDX", 4) != 0)
 		return sf_fail(e, -EINVAL, "%s: bad chunk index magic", path);
 	if (sf_le32(h + 4) != 1)
@@ -141,17 +152,21 @@ static int parse_index(struct tet_file *tf, struct sf_err *e)
 }
 
 /* The THST tail and the payload bound P (§9.1, §9.3). */
-static void parse_footer(struct tet_file *tf)
+static int parse_footer(struct tet_file *tf, struct sf_err *e)
 {
 	/* the tail was checked with the superblock (tet_check) */
-	const uint8_t *t = tf->data + tf->len - 16;
+	uint8_t t[16];
+	int rc = sf_map_read(tf->map, tf->len - 16, 16, t, "footer tail", e);
+	if (rc)
+		return rc;
 	tf->payload_bound = tf->len;
 	if (!(tf->flags & 1) || memcmp(t + 12, "THST", 4) != 0)
-		return;
+		return 0;
 	tf->footer = true;
 	tf->json_len = sf_le64(t);
-	tet_footer_parse(tf, tf->len - 16 - tf->json_len);
+	rc = tet_footer_parse(tf, tf->len - 16 - tf->json_len, e);
 	tf->payload_bound = tf->len - 16 - tf->json_len - tf->spill_len;
+	return rc;
 }
 
 static int parse_entries(struct tet_file *tf, struct sf_err *e)
@@ -161,8 +176,13 @@ static int parse_entries(struct tet_file *tf, struct sf_err *e)
 	tf->entries = calloc(tf->entry_count, sizeof *tf->entries);
 	if (!tf->entries)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->path);
-	for (uint64_t k = 0; k < tf->entry_count; k++) {
-		const uint8_t *p = tf->data + tf->index_off + 32 + k * TET_ENTRY_SIZE;
+	struct sf_win w = { .m = tf->map };
+	int rc = 0;
+	for (uint64_t k = 0; k < tf->entry_count && !rc; k++) {
+		const uint8_t *p;
+		if ((rc = sf_win_get(&w, tf->index_off + 32 + k * TET_ENTRY_SIZE, TET_ENTRY_SIZE,
+				     tf->index_off + tf->index_len, &p, "chunk index", e)))
+			break;
 		struct tet_entry *en = &tf->entries[k];
 		en->dataset_id = sf_le64(p);
 		for (int d = 0; d < TET_MAX_DIM; d++)
@@ -172,19 +192,20 @@ static int parse_entries(struct tet_file *tf, struct sf_err *e)
 		en->stored = sf_le64(p + 88);
 		en->codec = sf_le32(p + 96);
 		if (en->codec != TET_RAW && en->codec != TET_ZSTD)
-			return sf_fail(e, -EINVAL, "%s: chunk %llu: unsupported codec %u (supported: 0 = raw, 1 = zstd)",
+			rc = sf_fail(e, -EINVAL, "%s: chunk %llu: unsupported codec %u (supported: 0 = raw, 1 = zstd)",
 				       tf->path, (unsigned long long)k, en->codec);
-		if (en->codec == TET_RAW && en->raw != en->stored)
-			return sf_fail(e, -EINVAL, "%s: chunk %llu: raw/stored length mismatch for codec=0 (%llu != %llu)",
+		else if (en->codec == TET_RAW && en->raw != en->stored)
+			rc = sf_fail(e, -EINVAL, "%s: chunk %llu: raw/stored length mismatch for codec=0 (%llu != %llu)",
 				       tf->path, (unsigned long long)k, (unsigned long long)en->raw,
 				       (unsigned long long)en->stored);
-		if (!sf_range_ok(tf->payload_bound, en->off, en->stored))
-			return sf_fail(e, -EINVAL, "%s: chunk %llu: payload [%llu, +%llu) out of bounds for payload limit %llu",
+		else if (!sf_range_ok(tf->payload_bound, en->off, en->stored))
+			rc = sf_fail(e, -EINVAL, "%s: chunk %llu: payload [%llu, +%llu) out of bounds for payload limit %llu",
 				       tf->path, (unsigned long long)k, (unsigned long long)en->off,
 				       (unsigned long long)en->stored,
 				       (unsigned long long)tf->payload_bound);
 	}
-	return 0;
+	sf_win_free(&w);
+	return rc;
 }
 
 /* The superblock: magic, version and where the chunk index lies. */
@@ -219,17 +240,20 @@ int tet_check(const struct sf_probe *p, struct sf_err *e)
 	return 0;
 }
 
-int tet_parse(const uint8_t *data, uint64_t len, const char *path,
-	      struct tet_file **out, struct sf_err *e)
+int tet_parse(const struct sf_map *m, const char *path, struct tet_file **out,
+	      struct sf_err *e)
 {
-	int rc = sf_check_map(tet_check, data, len, path, e);
+	int rc = sf_check_file(tet_check, m, path, e);
 	if (rc)
+		return rc;
+	uint8_t data[32];
+	if ((rc = sf_map_read(m, 0, sizeof data, data, "superblock", e)))
 		return rc;
 	struct tet_file *tf = calloc(1, sizeof *tf);
 	if (!tf)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
-	tf->data = data;
-	tf->len = len;
+	tf->map = m;
+	tf->len = m->size;
 	tf->path = path;
 	tf->version = sf_le32(data + 4);
 	tf->dataset_count = sf_le32(data + 8);
@@ -240,10 +264,10 @@ int tet_parse(const uint8_t *data, uint64_t len, const char *path,
 		rc = parse_records(tf, e);
 	if (rc == 0 && tf->dataset_count > 0)
 		rc = parse_index(tf, e);
-	if (rc == 0) {
-		parse_footer(tf);
+	if (rc == 0)
+		rc = parse_footer(tf, e);
+	if (rc == 0)
 		rc = parse_entries(tf, e);
-	}
 	if (rc == 0)
 		rc = tet_validate(tf, e);
 	if (rc) {

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "sf_err.h"
+#include "sf_map.h"
 #include "sf_view.h"
 
 struct sf_probe;
@@ -74,7 +75,7 @@ struct tsm_fwd;
 
 struct tsm_shard {
 	struct sf_view *view;
-	const uint8_t *data; /* the whole mapped file */
+	const struct sf_map *map; /* the file: read with sf_map_read */
 	size_t size;
 	char *file_name;     /* as `tsumugi inspect` would be given it */
 	struct tsm_header h;
@@ -85,8 +86,9 @@ struct tsm_shard {
 	struct tsm_stat *stats; /* sorted by key bytes */
 	size_t nstats;
 	bool has_dict_region;
-	struct tsm_dict *dicts;
+	struct tsm_dict *dicts;   /* pointing into dict_bytes */
 	size_t ndicts;
+	uint8_t *dict_bytes;      /* a copy of the dictionary region */
 	/* Serialises parsing the forward header, which verify may do while a
 	 * reader holds the view lock. */
 	pthread_mutex_t fwd_lock;
@@ -117,14 +119,20 @@ void *tsm_own(struct tsm_shard *s, void *p);
 /* tsm_region.c: stored bytes, CRC on first access, decoding. */
 /* The first region of `kind` that has no descriptor problem, or NULL. */
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind);
-/* Checks the region's CRC (once) and returns its stored bytes. */
+/* Checks the region's CRC (once, reading the file a window at a time) and
+ * points *p at its stored bytes in the mapping: for the kernel only
+ * (sf_file_add_map), never read in place. */
 int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
 		      struct sf_err *e);
-/* The decoded bytes: the mapping for codec 0, else the cached part (*hold is
- * the reference to drop; NULL for mapped bytes). */
+/* A heap copy of the region's stored bytes, its CRC checked (once). */
+int tsm_region_copy(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		    struct sf_err *e);
+/* The decoded bytes, from the cache (*hold is the reference to drop): for
+ * codec 0 a copy of the stored bytes, charged to the budget like a decode. */
 int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache *c,
 		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e);
-/* Decodes stored bytes of `r` into a new buffer without any cache. */
+/* Decodes stored bytes of `r` (copied out of the file) into a new buffer
+ * without any cache; for codec 0 the copy itself. */
 int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
 		      struct sf_err *e);
 /* The dictionary registered under `id`, or NULL. */

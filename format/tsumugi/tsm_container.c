@@ -79,6 +79,7 @@ void tsm_shard_free(void *state)
 	free_schema(s->schema, s->nschema);
 	free_stats(s->stats, s->nstats);
 	free(s->dicts);
+	free(s->dict_bytes);
 	for (size_t i = 0; i < s->nowned; i++)
 		free(s->owned[i]);
 	free(s->owned);
@@ -287,7 +288,10 @@ static void parse_header(struct tsm_header *h, const uint8_t *p)
 static int parse_dictionaries(struct tsm_shard *s, struct tsm_region *r, const char *path,
 			      struct sf_err *e)
 {
-	const uint8_t *p = s->data + r->offset;
+	int rc = sf_map_copy(s->map, r->offset, r->length, &s->dict_bytes, "dictionary region", e);
+	if (rc)
+		return rc;
+	const uint8_t *p = s->dict_bytes;
 	if (sf_crc32c(0, p, r->length) != r->crc)
 		return sf_fail(e, -EINVAL, "%s: region CRC mismatch (region_crc): dictionary region "
 			       "at %llu", path, (unsigned long long)r->offset);
@@ -384,17 +388,26 @@ int tsm_check(const struct sf_probe *p, struct sf_err *e)
 
 int tsm_parse(struct tsm_shard *s, const char *path, struct sf_err *e)
 {
-	const uint8_t *p = s->data;
 	size_t size = s->size;
-	int rc = sf_check_map(tsm_check, p, size, path, e);
+	int rc = sf_check_file(tsm_check, s->map, path, e);
 	if (rc)
 		return rc;
-	const uint8_t *t = p + size - TSM_TRAILER_SIZE;
+	/* the check found the header and trailer in their places */
+	uint8_t p[TSM_HEADER_SIZE], t[TSM_TRAILER_SIZE];
+	if ((rc = sf_map_read(s->map, 0, sizeof p, p, "header", e)) ||
+	    (rc = sf_map_read(s->map, size - sizeof t, sizeof t, t, "trailer", e)))
+		return rc;
 	uint64_t flen = sf_le64(t);
 	uint64_t fstart = size - TSM_TRAILER_SIZE - flen;
-	if (sf_crc32c(0, p + fstart, flen) != sf_le32(t + 8))
-		return sf_fail(e, -EINVAL, "%s: footer CRC mismatch (footer_crc)", path);
-	if ((rc = parse_footer(s, p + fstart, flen, path, e)))
+	uint8_t *footer;
+	if ((rc = sf_map_copy(s->map, fstart, flen, &footer, "footer", e)))
+		return rc;
+	if (sf_crc32c(0, footer, flen) != sf_le32(t + 8))
+		rc = sf_fail(e, -EINVAL, "%s: footer CRC mismatch (footer_crc)", path);
+	else
+		rc = parse_footer(s, footer, flen, path, e);
+	free(footer);
+	if (rc)
 		return rc;
 	parse_header(&s->h, p);
 	classify_regions(s);

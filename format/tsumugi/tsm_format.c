@@ -18,7 +18,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!(s->file_name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	s->view = v;
-	s->data = a->map->data;
+	s->map = a->map;
 	s->size = a->map->size;
 	int rc = tsm_parse(s, a->path, e);
 	if (rc)

@@ -10,7 +10,6 @@
 #include "sf_bytes.h"
 #include "sf_codec.h"
 #include "sf_crc32c.h"
-#include "sf_fault.h"
 #include "sf_json.h"
 #include "sf_report.h"
 #include "tsm.h"
@@ -148,27 +147,20 @@ static int parse_fwd(struct tsm_shard *s, struct tsm_region *r, const uint8_t *p
 	return 0;
 }
 
-struct fwd_call {
-	struct tsm_shard *s;
-	struct tsm_region *r;
-	struct sf_cache *c;
-};
-
-static int fwd_parse(void *ctx, struct sf_err *e)
+static int fwd_parse(struct tsm_shard *s, struct tsm_region *r, struct sf_cache *c,
+		     struct sf_err *e)
 {
-	struct fwd_call *f = ctx;
 	const uint8_t *p;
 	struct sf_buf *hold;
-	int rc = tsm_region_bytes(f->s, f->r, f->c, &p, &hold, e);
+	int rc = tsm_region_bytes(s, r, c, &p, &hold, e);
 	if (rc)
 		return rc;
-	rc = parse_fwd(f->s, f->r, p, f->r->raw_length, e);
+	rc = parse_fwd(s, r, p, r->raw_length, e);
 	sf_buf_unref(hold);
 	return rc;
 }
 
-/* Parses the forward header once. The mapped bytes are read in a guard of
- * their own, inside the lock, so that a fault cannot leave it held. */
+/* Parses the forward header once. */
 static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 {
 	pthread_mutex_lock(&s->fwd_lock);
@@ -180,7 +172,7 @@ static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 		rc = sf_fail(e, -EIO, "%s: the forward region cannot be read", vpath(s));
 		goto out;
 	}
-	rc = sf_guard_run(s->view, NULL, fwd_parse, &(struct fwd_call){ s, r, c }, e);
+	rc = fwd_parse(s, r, c, e);
 out:
 	pthread_mutex_unlock(&s->fwd_lock);
 	return rc;
@@ -481,7 +473,7 @@ static int build_blocked(struct sf_node *f, struct tsm_shard *s, const uint8_t *
 	return sf_file_add_part(f, last, 0, last_len);
 }
 
-/* docs/<doc>/<col>: mapped bytes for stored values, a decoded part
+/* docs/<doc>/<col>: the region's bytes for stored values, a decoded part
  * otherwise. A value whose bytes fail a check becomes a broken file. */
 static int build_value(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
@@ -499,8 +491,10 @@ static int build_value(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	} else if (!len) {
 		rc = 0;
 	} else if (col->codec == TSM_NONE && !col->hex) {
+		/* a stored value of a codec-0 region: its mapped bytes, for the
+		 * kernel */
 		if (s->fwd->r->codec == TSM_NONE)
-			rc = sf_file_add_map(f, h.base + off, len);
+			rc = sf_file_add_map(f, s->map->data + s->fwd->r->offset + off, len);
 		else
 			rc = sf_file_add_part(f, s->fwd->r->decoded, off, len);
 	} else if (col->codec == FWD_BLOCKED && !col->hex) {

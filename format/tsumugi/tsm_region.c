@@ -1,6 +1,7 @@
 /* Regions: their stored bytes, the CRC checked on first access (spec A10),
- * and their decoding (codec 0 zero-copy, zstd and shared-dictionary zstd
- * decoded once into the cache). */
+ * and their decoding (zstd and shared-dictionary zstd decoded once into the
+ * cache; codec 0 served from the mapping, and copied into the cache for the
+ * parsers). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "sf_codec.h"
 #include "sf_crc32c.h"
+#include "sf_map.h"
 #include "tsm.h"
 
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
@@ -26,31 +28,73 @@ const struct tsm_dict *tsm_dict_find(const struct tsm_shard *s, uint32_t id)
 	return NULL;
 }
 
-int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
+/* The CRC of the region's stored bytes, found once: from `copy` when the
+ * caller has them, else read a window at a time. */
+static int region_crc(struct tsm_shard *s, struct tsm_region *r, const uint8_t *copy,
 		      struct sf_err *e)
 {
 	if (r->bad)
 		return sf_fail(e, -EIO, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
-	const uint8_t *b = s->data + r->offset;
 	int st = atomic_load(&r->checked);
-	if (st == 0) {
-		/* Racing threads compute the same answer; storing it twice is fine. */
-		st = sf_crc32c(0, b, r->length) == r->crc ? 1 : -1;
-		atomic_store(&r->checked, st);
+	if (st == 0 && copy) {
+		st = sf_crc32c(0, copy, r->length) == r->crc ? 1 : -1;
+	} else if (st == 0) {
+		struct sf_win w = { .m = s->map };
+		uint32_t crc = 0;
+		uint64_t end = r->offset + r->length;
+		int rc = 0;
+		for (uint64_t at = r->offset, k; at < end && !rc; at += k) {
+			const uint8_t *b;
+			k = end - at < 65536 ? end - at : 65536;
+			if (!(rc = sf_win_get(&w, at, (size_t)k, end, &b, r->name, e)))
+				crc = sf_crc32c(crc, b, (size_t)k);
+		}
+		sf_win_free(&w);
+		if (rc)
+			return rc;
+		st = crc == r->crc ? 1 : -1;
 	}
+	/* Racing threads compute the same answer; storing it twice is fine. */
+	atomic_store(&r->checked, st);
 	if (st < 0)
 		return sf_fail(e, -EIO, "%s: regions/%s: region CRC mismatch", s->view->path, r->name);
-	*p = b;
 	return 0;
 }
 
-int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+int tsm_region_stored(struct tsm_shard *s, struct tsm_region *r, const uint8_t **p,
 		      struct sf_err *e)
 {
-	const uint8_t *src;
-	int rc = tsm_region_stored(s, r, &src, e);
-	if (rc)
+	int rc = region_crc(s, r, NULL, e);
+	if (rc == 0)
+		*p = s->map->data + r->offset;
+	return rc;
+}
+
+int tsm_region_copy(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		    struct sf_err *e)
+{
+	*out = NULL;
+	if (r->bad)
+		return region_crc(s, r, NULL, e);
+	struct sf_buf *b = sf_buf_new(r->length);
+	if (!b)
+		return sf_fail(e, -ENOMEM, "%s: regions/%s: out of memory", s->view->path, r->name);
+	int rc = sf_map_read(s->map, r->offset, r->length, b->data, r->name, e);
+	if (!rc)
+		rc = region_crc(s, r, b->data, e);
+	if (rc) {
+		sf_buf_unref(b);
 		return rc;
+	}
+	*out = b;
+	return 0;
+}
+
+/* Decodes the region's stored bytes `src` (a copy) into a new buffer. */
+static int decode_from(struct tsm_shard *s, struct tsm_region *r, const uint8_t *src,
+		       struct sf_buf **out, struct sf_err *e)
+{
+	int rc;
 	const void *dict = NULL;
 	size_t dictlen = 0;
 	if (r->codec == TSM_ZSTD_DICT) {
@@ -86,6 +130,20 @@ int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf *
 	return 0;
 }
 
+int tsm_region_decode(struct tsm_shard *s, struct tsm_region *r, struct sf_buf **out,
+		      struct sf_err *e)
+{
+	struct sf_buf *stored;
+	int rc = tsm_region_copy(s, r, &stored, e);
+	if (rc || r->codec == TSM_NONE) {
+		*out = stored;
+		return rc;
+	}
+	rc = decode_from(s, r, stored->data, out, e);
+	sf_buf_unref(stored);
+	return rc;
+}
+
 static int produce_region(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
 {
 	return tsm_region_decode(p->arg, p->arg2, out, e);
@@ -95,8 +153,9 @@ int tsm_region_bytes(struct tsm_shard *s, struct tsm_region *r, struct sf_cache 
 		     const uint8_t **p, struct sf_buf **hold, struct sf_err *e)
 {
 	*hold = NULL;
-	if (r->codec == TSM_NONE)
-		return tsm_region_stored(s, r, p, e);
+	if (!r->decoded)
+		return sf_fail(e, -EIO, "%s: regions/%s: %s", s->view->path, r->name,
+			       r->bad ? r->bad : "cannot be read");
 	int rc = sf_part_get(c, r->decoded, hold, e);
 	if (rc == 0)
 		*p = (*hold)->data;
@@ -156,10 +215,6 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 		snprintf(why, sizeof why, "%s: regions/%s: %s", s->view->path, r->name, r->bad);
 		return sf_file_set_broken(f, r->codec == TSM_NONE ? r->length : 0, why);
 	}
-	if (r->codec == TSM_NONE) {
-		sf_file_set_build(f, build_stored, s);
-		return 0;
-	}
 	char what[48];
 	snprintf(what, sizeof what, "regions/%s", r->name);
 	char *owned = tsm_own(s, strdup(what));
@@ -167,6 +222,12 @@ static int add_region_files(struct tsm_shard *s, struct sf_node *dir, size_t i)
 	if (!r->decoded)
 		return -ENOMEM;
 	r->decoded->arg2 = r;
+	/* codec 0: the file is the mapped bytes, for the kernel; the part is
+	 * the copy the parsers read (tsm_region_bytes) */
+	if (r->codec == TSM_NONE) {
+		sf_file_set_build(f, build_stored, s);
+		return 0;
+	}
 	return sf_file_add_part(f, r->decoded, 0, r->raw_length);
 }
 

@@ -40,20 +40,18 @@ static void verify_region(struct tsm_shard *s, struct tsm_region *r, struct sf_r
 		return;
 	}
 	struct sf_buf *b = NULL;
-	const uint8_t *p;
-	int rc = r->codec == TSM_NONE ? tsm_region_stored(s, r, &p, &e) : tsm_region_decode(s, r, &b, &e);
+	int rc = tsm_region_decode(s, r, &b, &e);
 	if (rc) {
 		sf_report_add(o, true, "%s", e.msg);
 		return;
 	}
-	if (b)
-		p = b->data;
-	verify_inner_crc(r, p, o, path);
+	verify_inner_crc(r, b->data, o, path);
 	if (r->codec == TSM_ZSTD_DICT && r->length >= 5) {
 		uint32_t id = 0;
-		const uint8_t *src;
-		if (tsm_region_stored(s, r, &src, &e) == 0 &&
-		    sf_zstd_frame_dict_id(src, r->length, &id) == 0 && id != r->dict_id &&
+		uint8_t head[32];
+		size_t n = r->length < sizeof head ? (size_t)r->length : sizeof head;
+		if (sf_map_read(s->map, r->offset, n, head, r->name, &e) == 0 &&
+		    sf_zstd_frame_dict_id(head, n, &id) == 0 && id != r->dict_id &&
 		    (id || r->raw_length))
 			sf_report_add(o, false, "%s: regions/%s: descriptor names dictionary %u, the "
 				      "frame %u (the frame's is used)", path, r->name, r->dict_id, id);

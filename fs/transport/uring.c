@@ -414,14 +414,13 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 		reply_error(e, EIO);
 		return true;
 	}
-	/* The body may point into mapped source bytes, which this copy reads
-	 * in user space (over /dev/fuse the kernel does): a source whose
-	 * storage fails under the mapping must fail the request, not the
-	 * daemon. */
+	/* The body may point into mapped source bytes: copied through the
+	 * kernel (as /dev/fuse would), so that a source whose storage fails
+	 * under the mapping fails the request, not the daemon. */
 	struct sf_readv rv = { .iov = (struct iovec *)&iov[1], .n = (size_t)count - 1,
 			       .bytes = body };
 	struct sf_err err = { { 0 } };
-	if (sf_guard_copy(&rv, e->block + SLACK, &err)) {
+	if (sf_readv_copy(&rv, e->block + SLACK, &err)) {
 		errlog_add(e->q->u->stats, ".", err.msg);
 		reply_error(e, EIO);
 		return true;

@@ -78,6 +78,19 @@ def assert_answers_quickly(took):
     assert max(took) < 5, f"worst {max(took):.3f} s"
 
 
+def assert_listing_refused(mnt, d, why):
+    """Listing d fails with EIO, and the mount's errors say `why` and name
+    --cache-size."""
+    try:
+        os.listdir(d)
+    except OSError as e:
+        assert e.errno == errno.EIO, e
+    else:
+        raise AssertionError(f"{d} listed past the budget")
+    errors = (mnt / ".shardfs" / "errors").read_text()
+    assert why in errors and "--cache-size" in errors, errors
+
+
 # ---- tsumugi: a million empty documents in a few hundred bytes --------------
 
 def empty_docs_shard(rows):
@@ -154,14 +167,7 @@ def test_four_million_documents_do_not_stall_others(mount, tmp_path):
         len(jsonl_line(0, 1_000_000)) * 3_000_000 + len(jsonl_line(0, 0))
     assert_answers_quickly(took)
     # listing docs/ would hold 4,000,000 entries: more than the budget holds
-    try:
-        os.listdir(mnt / "many" / "docs")
-    except OSError as e:
-        assert e.errno == errno.EIO, e
-    else:
-        raise AssertionError("docs/ of 4,000,000 documents listed under 64M")
-    errors = (mnt / ".shardfs" / "errors").read_text()
-    assert "listing docs/ needs" in errors and "--cache-size" in errors, errors
+    assert_listing_refused(mnt, mnt / "many" / "docs", "listing docs/ needs")
     assert (mnt / "many" / "docs.jsonl").open("rb").read(40) == \
         jsonl_line(0, 0) + jsonl_line(0, 1)[:40 - len(jsonl_line(0, 0))]
     assert vm_hwm(pid) - base < BUDGET + SLACK
@@ -364,3 +370,29 @@ def test_watches_follow_the_directories_the_kernel_holds(mount, tmp_path):
     while "y" not in os.listdir(mnt / "d7") and time.monotonic() < deadline:
         time.sleep(0.05)
     assert sorted(os.listdir(mnt / "d7")) == ["x", "y"]
+
+
+# ---- tatami: search runs held while the view lives --------------------------
+
+def test_tatami_search_runs_are_charged_to_the_budget(mount, tmp_path):
+    """The postings and skips runs are copied once and kept with the view:
+    they count against --cache-size, so runs larger than it are refused
+    (EIO, named in the errors) while the rest of the file reads."""
+    src = tmp_path / "src"
+    src.mkdir()
+    cols, _ = tatw.search_docs(4)
+    # 60,000 terms of two documents each: a posting list and a skip entry
+    # per term, some 1 MiB of runs in all
+    post = {"t%06d" % i: [(0, 1), (1, 2)] for i in range(60_000)}
+    s = {"postings": post, "num_docs": 4, "deleted": None}
+    tatw.write_file(src / "big.tatami", cols, [4], 128, search=s, hflags=0x18)
+    mnt = mount(src, "--cache-size", "512K")
+    view = mnt / "big"
+    assert (view / "rows.jsonl").read_text().count("\n") == 4
+    assert_listing_refused(mnt, view / "inverted" / "postings", "the search runs needs")
+
+    # the same file within the budget: every term is there, with its docs
+    mnt2 = mount(src, "--cache-size", "64M")
+    names = os.listdir(mnt2 / "big" / "inverted" / "postings")
+    assert len(names) == 60_000
+    assert (mnt2 / "big" / "inverted" / "postings" / "t012345").read_text() == "0\t1\n1\t2\n"

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
+#include <unistd.h>
+#define ZSTD_STATIC_LINKING_ONLY
 #include <zstd.h>
 
 #include "check.h"
@@ -12,6 +14,7 @@
 #include "sf_crc32c.h"
 #include "sf_hash.h"
 #include "sf_json.h"
+#include "sf_map.h"
 #include "sf_name.h"
 #include "sf_read.h"
 #include "sf_report.h"
@@ -133,7 +136,7 @@ static void test_extents(void)
 			struct sf_readv rv = { 0 };
 			CHECK(sf_file_read(f, off, len, &sf_nocache, &rv, &e) == 0);
 			uint8_t got[32];
-			sf_readv_copy(&rv, got);
+			sf_readv_copy(&rv, got, NULL);
 			uint64_t expect = off + len > 15 ? 15 - off : len;
 			CHECK_EQ_U(rv.bytes, expect);
 			CHECK(memcmp(got, want + off, rv.bytes) == 0);
@@ -178,7 +181,7 @@ static void test_fit(void)
 	uint8_t *want = malloc(size), *got = malloc(size);
 	struct sf_readv all = { 0 };
 	CHECK(sf_file_read(f, 0, size, &sf_nocache, &all, &e) == 0);
-	sf_readv_copy(&all, want);
+	sf_readv_copy(&all, want, NULL);
 	sf_readv_release(&all);
 	static const size_t limits[] = { 2, 3, 16, 1023, 100000 };
 	for (size_t k = 0; k < sizeof limits / sizeof *limits; k++)
@@ -194,7 +197,7 @@ static void test_fit(void)
 				longs += rv.iov[i].iov_base >= (void *)src &&
 					 rv.iov[i].iov_base < (void *)(src + sizeof src);
 			CHECK(limits[k] < 1023 || longs > 0);
-			sf_readv_copy(&rv, got);
+			sf_readv_copy(&rv, got, NULL);
 			CHECK_EQ_U(rv.bytes, size - off);
 			CHECK(memcmp(got, want + off, size - off) == 0);
 			sf_readv_release(&rv);
@@ -292,6 +295,67 @@ static void test_zstd_check(void)
 	CHECK(sf_zstd_check(big, sizeof big, 512u << 10, NULL, 0, 256u << 10, "t", &e) == -EIO);
 	CHECK(strstr(e.msg, "not checked") != NULL);
 	CHECK(sf_zstd_check(big, sizeof big, 512u << 10, NULL, 0, 0, "t", &e) == 0);
+}
+
+/* Writes len bytes to a temporary file and maps it. */
+static struct sf_map *map_bytes(char *path, const uint8_t *p, size_t len)
+{
+	int fd = mkstemp(path);
+	CHECK(fd >= 0);
+	CHECK(write(fd, p, len) == (ssize_t)len);
+	close(fd);
+	struct sf_map *m = NULL;
+	struct sf_err e;
+	CHECK(sf_map_open(path, &m, &e) == 0);
+	return m;
+}
+
+static void test_zstd_from_file(void)
+{
+	/* two frames without a content size (as tet writes them) of 1.5 MiB,
+	 * more than the streaming window, a skippable frame between them */
+	size_t n = 3u << 19, cap = ZSTD_compressBound(n);
+	uint8_t *src = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		src[i] = (uint8_t)((i * 2654435761u >> 13) & 0x3F);
+	uint8_t *file = malloc(2 * cap + 16);
+	ZSTD_CCtx *cc = ZSTD_createCCtx();
+	ZSTD_CCtx_setParameter(cc, ZSTD_c_contentSizeFlag, 0);
+	size_t a = ZSTD_compress2(cc, file, cap, src, n);
+	CHECK(!ZSTD_isError(a));
+	const uint8_t skip[12] = { 0x50, 0x2A, 0x4D, 0x18, 4, 0, 0, 0, 1, 2, 3, 4 };
+	memcpy(file + a, skip, sizeof skip);
+	size_t b = ZSTD_compress2(cc, file + a + sizeof skip, cap, src, n);
+	CHECK(!ZSTD_isError(b));
+	ZSTD_freeCCtx(cc);
+	size_t total = a + sizeof skip + b;
+	char path[] = "/tmp/sf_core_XXXXXX";
+	struct sf_map *m = map_bytes(path, file, total);
+	struct sf_err e;
+	/* the bound is the frames' blocks times their largest block, as
+	 * ZSTD_decompressBound finds it from the same bytes */
+	uint64_t bound = 0;
+	CHECK(sf_zstd_bound_map(m, 0, total, &bound, "part", "t", &e) == 0);
+	CHECK_EQ_U(bound, ZSTD_decompressBound(file, total));
+	CHECK(bound >= 2 * n);
+	CHECK(sf_zstd_bound_map(m, 0, a - 5, &bound, "part", "t", &e) == -EIO);
+	uint8_t *out = malloc(2 * n + 1);
+	CHECK(sf_zstd_decode_map(m, 0, total, out, 2 * n, "part", "t", &e) == 0);
+	CHECK(memcmp(out, src, n) == 0 && memcmp(out + n, src, n) == 0);
+	/* wrong recorded sizes and truncation are EIO */
+	CHECK(sf_zstd_decode_map(m, 0, total, out, 2 * n - 1, "part", "t", &e) == -EIO);
+	CHECK(sf_zstd_decode_map(m, 0, total, out, 2 * n + 1, "part", "t", &e) == -EIO);
+	CHECK(sf_zstd_decode_map(m, 0, a - 5, out, n, "part", "t", &e) == -EIO);
+	/* the file cut under its mapping: EIO naming the file, no signal */
+	CHECK(truncate(path, (off_t)(a / 2)) == 0);
+	CHECK(sf_zstd_decode_map(m, 0, total, out, 2 * n, "part", "t", &e) == -EIO);
+	CHECK(strstr(e.msg, path) != NULL && strstr(e.msg, "part") != NULL);
+	CHECK(sf_zstd_bound_map(m, 0, total, &bound, "part", "t", &e) == -EIO);
+	sf_map_unref(m);
+	unlink(path);
+	free(out);
+	free(file);
+	free(src);
 }
 
 static void test_json(void)
@@ -586,7 +650,7 @@ static void expect_text(struct sf_node *f, const char *want)
 	CHECK(sf_file_ready(f, &sf_nocache, &e) == 0);
 	CHECK(sf_file_read(f, 0, 64, &sf_nocache, &rv, &e) == 0);
 	uint8_t got[64];
-	sf_readv_copy(&rv, got);
+	sf_readv_copy(&rv, got, NULL);
 	CHECK(rv.bytes == strlen(want) && memcmp(got, want, rv.bytes) == 0);
 	sf_readv_release(&rv);
 }
@@ -717,6 +781,7 @@ int main(void)
 	test_fit();
 	test_zstd();
 	test_zstd_check();
+	test_zstd_from_file();
 	test_json();
 	test_report();
 	test_grow();

@@ -1,12 +1,18 @@
-/* Unit tests of the source-fault guard (format/sf_fault.c): a mapped file
- * truncated under its mapping faults inside guarded code, which then fails
- * with EIO and leaves the guard stack as it found it; a change in place is
- * noticed before mapped bytes are served; a fault outside a guard still
- * kills the process. */
+/* Unit tests of reading a source that shrinks under its mapping: the copies
+ * parsers read (sf_map_read, sf_map_copy, sf_win_get) and the copies made
+ * for the kernel (sf_readv_copy, sf_readv_fit) fail with EIO, with no
+ * signal; the source-fault guard (format/sf_fault.c, still around the
+ * formats not yet reading through copies): a mapped file truncated under
+ * its mapping faults inside guarded code, which then fails with EIO and
+ * leaves the guard stack as it found it; a change in place is noticed
+ * before mapped bytes are served; a fault outside a guard still kills the
+ * process. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -166,9 +172,52 @@ static void test_zeros_past_end(void)
 	unlink(path);
 }
 
+/* The copies out of a cut file: what is still there reads, the bytes past
+ * the new end are EIO naming the file; a range past the mapped size is
+ * EINVAL. No signal is raised: nothing here touches the lost pages. */
+static void test_copies(void)
+{
+	char path[] = "/tmp/sf_fault_XXXXXX";
+	struct sf_map *m = mapped_then_cut(path, (off_t)page);
+	struct sf_err e = { { 0 } };
+	uint8_t b[16];
+	CHECK(sf_map_read(m, page - 16, 16, b, "head", &e) == 0 && b[0] == 0xAB && b[15] == 0xAB);
+	CHECK(sf_map_read(m, page - 8, 16, b, "index", &e) == -EIO);
+	CHECK(strstr(e.msg, path) && strstr(e.msg, "index") && strstr(e.msg, "truncated"));
+	CHECK(sf_map_read(m, 2 * page, 16, b, "index", &e) == -EIO);
+	CHECK(sf_map_read(m, 3 * page - 8, 16, b, "index", &e) == -EINVAL);
+	uint8_t *copy = NULL;
+	CHECK(sf_map_copy(m, 0, 2 * page, &copy, "blob", &e) == -EIO && !copy);
+	CHECK(sf_map_copy(m, 0, page, &copy, "blob", &e) == 0 && copy[page - 1] == 0xAB);
+	free(copy);
+	/* a window: inside the file, then past its new end */
+	struct sf_win w = { .m = m };
+	const uint8_t *p;
+	CHECK(sf_win_get(&w, 10, 4, 3 * page, &p, "records", &e) == -EIO);
+	CHECK(sf_win_get(&w, 10, 4, page, &p, "records", &e) == 0 && p[3] == 0xAB);
+	CHECK(sf_win_get(&w, 20, 4, page, &p, "records", &e) == 0 && p[0] == 0xAB);
+	CHECK(sf_win_get(&w, page + 4, 4, 3 * page, &p, "records", &e) == -EIO);
+	CHECK(sf_win_get(&w, 0, 4, 4 * page, &p, "records", &e) == -EINVAL);
+	sf_win_free(&w);
+	/* the kernel's copies: the mapped pages past the end fail the copy */
+	struct sf_view *v = sf_view_new(NULL, "t");
+	CHECK(sf_view_hold_map(v, m) == 0);
+	struct iovec iov[3] = { { (void *)m->data, 8 }, { b, 8 }, { (void *)(m->data + 2 * page), 8 } };
+	struct sf_readv rv = { .iov = iov, .n = 3, .bytes = 24, .view = v };
+	uint8_t out[24];
+	CHECK(sf_readv_copy(&rv, out, &e) == -EIO && strstr(e.msg, "t:"));
+	rv.n = 2;
+	rv.bytes = 16;
+	CHECK(sf_readv_copy(&rv, out, &e) == 0 && out[0] == 0xAB);
+	sf_view_unref(v);
+	sf_map_unref(m);
+	unlink(path);
+}
+
 int main(void)
 {
 	page = (size_t)sysconf(_SC_PAGESIZE);
+	test_copies();
 	test_guard();
 	test_not_ours();
 	test_zeros_past_end();

@@ -28,7 +28,7 @@ static struct sf_buf *read_all(struct sf_node *f, int *rc)
 	*rc = sf_file_read(f, 0, f->u.file.size, &sf_nocache, &rv, &e);
 	struct sf_buf *b = *rc ? NULL : sf_buf_new(rv.bytes);
 	if (b)
-		sf_readv_copy(&rv, b->data);
+		sf_readv_copy(&rv, b->data, NULL);
 	sf_readv_release(&rv);
 	return b;
 }
@@ -728,7 +728,7 @@ static void expect_samples(const char *dir, const char *stem, const char *want, 
 		CHECK(sf_file_read(n, off, piece, &sf_nocache, &rv, &e) == 0);
 		size_t k = len - off < piece ? len - off : piece;
 		CHECK_EQ_U(rv.bytes, k);
-		sf_readv_copy(&rv, got);
+		sf_readv_copy(&rv, got, NULL);
 		CHECK(rv.bytes == k && memcmp(got, want + off, k) == 0);
 		sf_readv_release(&rv);
 	}

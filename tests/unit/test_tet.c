@@ -34,7 +34,7 @@ static uint8_t *read_range(struct sf_node *f, uint64_t off, uint64_t len, int *r
 		*rc = sf_file_read(f, off, len, &sf_nocache, &rv, &e);
 	uint8_t *out = NULL;
 	if (*rc == 0 && (out = malloc(rv.bytes + 1)))
-		sf_readv_copy(&rv, out);
+		sf_readv_copy(&rv, out, NULL);
 	sf_readv_release(&rv);
 	return out;
 }

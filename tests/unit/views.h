@@ -40,7 +40,7 @@ static inline int read_view(struct sf_view *v, const char *path, uint8_t **out, 
 	if (!rc) {
 		CHECK_EQ_U(rv.bytes, n->u.file.size);
 		*out = malloc(rv.bytes + 1);
-		sf_readv_copy(&rv, *out);
+		sf_readv_copy(&rv, *out, NULL);
 		(*out)[rv.bytes] = 0;
 		*len = rv.bytes;
 	}
