@@ -8,7 +8,12 @@
  * trees, and the tools read them with the same paths.
  *
  * Threading: a view may be read by many threads. Lazy work (populating a
- * directory, building a file's extents) runs under the view's lock, once.
+ * directory, building a file's extents, making an on-demand node) runs
+ * under the view's lock, once; it reads the container, so it may wait on
+ * the source. What needs no lazy work (a find in a settled directory of a
+ * name whose node exists, or of no name, the pins and hosts of on-demand
+ * nodes, the warnings) takes only the short names lock, never the view's
+ * lock: it answers while lazy work of the same view waits on the source.
  */
 #ifndef SF_VIEW_H
 #define SF_VIEW_H
@@ -146,6 +151,10 @@ struct sf_dir {
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
 	atomic_bool populated;
+	/* populated, and found so with no lazy work running: nothing adds to
+	 * it any more (a directory made by lazy work may be filled by it
+	 * after being made, and a populate may set `populated` first) */
+	atomic_bool settled;
 	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
 	struct sf_lazy *lazy;
 };
@@ -172,7 +181,7 @@ struct sf_node {
 	enum sf_kind kind;
 	bool hidden;           /* resolvable but never listed (".shardfs") */
 	/* Made on demand for an entry of its parent's lazy table: freed once
-	 * no host holds it and nobody has it pinned (view lock). */
+	 * no host holds it and nobody has it pinned (names lock). */
 	bool lazy;
 	uint32_t pins;
 	uint32_t key;          /* lazy: the entry's key (the format's) */
@@ -193,8 +202,15 @@ struct sf_node {
 
 struct sf_view {
 	atomic_uint refs;
-	pthread_mutex_t lock;     /* lazy population and building, on-demand nodes' pins,
-				   * parts and warnings; hooks run under it (not recursive) */
+	/* Lazy work: populating, building, making on-demand nodes, parts;
+	 * hooks run under it (not recursive), and it is held while they read
+	 * the container. `working` is set while it runs. */
+	pthread_mutex_t lock;
+	bool working;
+	/* Short, never held across a hook: writes of directories' entries
+	 * (kids, on-demand entries), on-demand nodes' table, pins and hosts,
+	 * the warnings. Taken under `lock`, never the other way round. */
+	pthread_mutex_t names_lock;
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
 	/* The cache the host reads this view through (sf_nocache until the host
@@ -212,8 +228,8 @@ struct sf_view {
 	struct sf_part **parts;   /* owned */
 	size_t nparts, capparts;
 	/* Problems that did not prevent the view (e.g. tet footer JSON
-	 * damaged), found while opening or later under the view lock while
-	 * populating or building: the daemon reports each once. */
+	 * damaged), found while opening or later while populating or
+	 * building: the daemon reports each once (names lock). */
 	char **warnings;
 	size_t capwarnings;
 	atomic_size_t nwarnings;
