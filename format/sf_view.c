@@ -263,9 +263,9 @@ static struct sf_node *live_pinned(struct sf_lazy *z, uint32_t key)
 	return n;
 }
 
-/* The live node of a key, or a new one (view lock held); pinned. A make
- * reads the container: it runs outside the names lock, which the view
- * lock keeps it from racing another make under. */
+/* The live node of a key, or a new one (the view's turn held); pinned. A
+ * make reads the container: it runs outside the names lock, and the turn
+ * keeps it from racing another make. */
 static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e)
 {
@@ -395,7 +395,7 @@ struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 	return n;
 }
 
-/* The node or on-demand entry named `name` (view lock held); *out NULL
+/* The node or on-demand entry named `name` (the view's turn held); *out NULL
  * when there is none. */
 static int dir_lookup(struct sf_node *dir, const char *name, struct sf_node **out,
 		      struct sf_err *e)
@@ -629,7 +629,7 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	atomic_init(&v->refs, 1);
 	/* not recursive: a hook, which runs under it, calls only what
 	 * expects it held (sf_dir_lazy_node, sf_dir_ready_held) */
-	pthread_mutex_init(&v->lock, NULL);
+	pthread_cond_init(&v->turn, NULL);
 	pthread_mutex_init(&v->names_lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
@@ -702,7 +702,7 @@ void sf_view_unref(struct sf_view *v)
 	for (size_t i = 0; i < v->nwarnings; i++)
 		free(v->warnings[i]);
 	free(v->warnings);
-	pthread_mutex_destroy(&v->lock);
+	pthread_cond_destroy(&v->turn);
 	pthread_mutex_destroy(&v->names_lock);
 	free(v->path);
 	free(v);
@@ -779,7 +779,7 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
 /* ---- using trees ------------------------------------------------------ */
 
 /* Lazy work reads the container: it runs guarded (sf_fault.h), inside the
- * view's lock so that a fault leaves the lock to be released as usual. */
+ * view's turn so that a fault leaves the turn to be given back as usual. */
 static int run_populate(void *ctx, struct sf_err *e)
 {
 	struct sf_node *dir = ctx;
@@ -827,21 +827,28 @@ int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e)
 	return rc;
 }
 
-/* Takes the view's lock for lazy work from outside any hook. */
+/* Takes the view's turn for lazy work, from outside any hook: waits,
+ * holding no lock, while another thread's lazy work (which may wait on the
+ * source) runs. */
 static void work_begin(struct sf_view *v)
 {
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->names_lock);
+	while (v->working)
+		pthread_cond_wait(&v->turn, &v->names_lock);
 	v->working = true;
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 /* Ends it; `dir` (may be NULL), found populated with no lazy work running,
- * is settled: nothing will add to it, so finds read it without the lock. */
+ * is settled: nothing will add to it, so finds read it without a turn. */
 static void work_end(struct sf_view *v, struct sf_node *dir)
 {
 	if (dir && sf_dir_is_populated(dir))
 		atomic_store(&dir->u.dir.settled, true);
+	pthread_mutex_lock(&v->names_lock);
 	v->working = false;
-	pthread_mutex_unlock(&v->lock);
+	pthread_cond_signal(&v->turn);
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e)

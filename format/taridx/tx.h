@@ -223,14 +223,14 @@ struct tx_fold {
 	bool unkeyed_done;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
-	/* Guards building the index's lookup: lookups build it under the
-	 * view's lock, but info and verify are produced outside it. */
+	/* Guards building the index's lookup: lookups build it in the
+	 * view's turn, but info and verify are produced outside it. */
 	pthread_mutex_t lookup_lock;
 	/* .shardfs/samples.jsonl (tx_samples.c) */
 	struct tx_samples *samples;
 	/* A bit per row: the row verified as a file with no extension record
 	 * and no sparse map, so its row's size is its size (tx_member.c). Set
-	 * by any thread that checks the row, outside the view's lock too. */
+	 * by any thread that checks the row, outside the view's turn too. */
 	_Atomic uint8_t *plain;
 };
 

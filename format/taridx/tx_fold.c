@@ -33,7 +33,7 @@ static void bit_clear(uint8_t *bits, uint64_t i)
  * need not stay in our page tables, where a fold of a million small
  * members would hold its every tar page and its whole index. The page
  * cache keeps them, so a later read faults them back cheaply. Called once
- * per row read (under the view's lock), it drops them every few thousand. */
+ * per row read (in the view's turn), it drops them every few thousand. */
 #define DROP_EVERY 4096
 
 static void read_rows(struct tx_fold *f)

@@ -88,9 +88,9 @@ struct tsm_shard {
 	struct tsm_dict *dicts;
 	size_t ndicts;
 	/* Serialises parsing the forward header, which verify may do while a
-	 * reader holds the view lock. */
+	 * reader holds the view's turn. */
 	pthread_mutex_t fwd_lock;
-	/* The forward region's parsed header (parsed once, under the view lock). */
+	/* The forward region's parsed header (parsed once, in the view's turn). */
 	struct tsm_fwd *fwd;
 	/* What docs/'s entries hold of the budget of `docs_cache` while the
 	 * view lives (sf_cache_charge). */
