@@ -7,6 +7,7 @@
 
 #include "sf_fault.h"
 #include "sf_json.h"
+#include "sf_turn.h"
 
 int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 		      struct sf_err *e)
@@ -23,7 +24,7 @@ int sl_manifest_parse(const struct sf_map *m, const char *path, json_t **out,
 	return 0;
 }
 
-static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sf_turn memo_turn = SF_TURN_INIT;
 static struct {
 	bool valid;
 	dev_t dev;
@@ -59,10 +60,10 @@ static int parse_only(void *ctx, struct sf_err *e)
 
 int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 {
-	pthread_mutex_lock(&memo_lock);
+	sf_turn_take(&memo_turn);
 	if (!memo_is(&m->st)) {
-		/* parsed in a guard of its own, inside the lock, so that a
-		 * fault cannot leave the lock held */
+		/* parsed in a guard of its own, inside the turn, so that a
+		 * fault cannot leave it taken */
 		memo.rc = sf_guard_run(NULL, NULL, parse_only, (void *)m, &memo.err);
 		memo.valid = true;
 		memo.dev = m->st.st_dev;
@@ -73,7 +74,7 @@ int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 	int rc = memo.rc;
 	if (rc)
 		*e = memo.err;
-	pthread_mutex_unlock(&memo_lock);
+	sf_turn_give(&memo_turn);
 	return rc;
 }
 

@@ -14,6 +14,7 @@
 #include "sf_err.h"
 #include "sf_format.h"
 #include "sf_map.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 #define TX_HDR_SIZE 64
@@ -223,9 +224,9 @@ struct tx_fold {
 	bool unkeyed_done;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
-	/* Guards building the index's lookup: lookups build it in the
+	/* Building the index's lookup once: lookups build it in the
 	 * view's turn, but info and verify are produced outside it. */
-	pthread_mutex_t lookup_lock;
+	struct sf_turn lookup_turn;
 	/* .shardfs/samples.jsonl (tx_samples.c) */
 	struct tx_samples *samples;
 	/* A bit per row: the row verified as a file with no extension record

@@ -196,13 +196,13 @@ static int lookup_build(void *ctx, struct sf_err *e)
 	return tx_lookup_build(ctx, e);
 }
 
-/* The index is read in a guard of its own, inside the lock, so that a
- * fault cannot leave the lock held. */
+/* The index is read in a guard of its own, inside the turn, so that a
+ * fault cannot leave the turn taken. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
-	pthread_mutex_lock(&f->lookup_lock);
+	sf_turn_take(&f->lookup_turn);
 	int rc = sf_guard_run(f->view, NULL, lookup_build, &f->ix, e);
-	pthread_mutex_unlock(&f->lookup_lock);
+	sf_turn_give(&f->lookup_turn);
 	return rc;
 }
 

@@ -14,7 +14,7 @@ static void fold_free(void *state)
 	if (!f)
 		return;
 	tx_index_free(&f->ix);
-	pthread_mutex_destroy(&f->lookup_lock);
+	sf_turn_fini(&f->lookup_turn);
 	tx_shards_free(f->shards, f->nshards);
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
@@ -55,7 +55,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	struct tx_fold *f = calloc(1, sizeof *f);
 	if (!(*state = f))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&f->lookup_lock, NULL);
+	sf_turn_init(&f->lookup_turn);
 	f->view = v;
 	if (!(f->fold = strndup(a->name, nlen - strlen(".taridx"))))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "sf_err.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 struct sf_probe;
@@ -87,9 +88,9 @@ struct tsm_shard {
 	bool has_dict_region;
 	struct tsm_dict *dicts;
 	size_t ndicts;
-	/* Serialises parsing the forward header, which verify may do while a
+	/* Parsing the forward header once, which verify may do while a
 	 * reader holds the view's turn. */
-	pthread_mutex_t fwd_lock;
+	struct sf_turn fwd_turn;
 	/* The forward region's parsed header (parsed once, in the view's turn). */
 	struct tsm_fwd *fwd;
 	/* What docs/'s entries hold of the budget of `docs_cache` while the

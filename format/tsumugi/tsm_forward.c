@@ -168,10 +168,10 @@ static int fwd_parse(void *ctx, struct sf_err *e)
 }
 
 /* Parses the forward header once. The mapped bytes are read in a guard of
- * their own, inside the lock, so that a fault cannot leave it held. */
+ * their own, inside the turn, so that a fault cannot leave it taken. */
 static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 {
-	pthread_mutex_lock(&s->fwd_lock);
+	sf_turn_take(&s->fwd_turn);
 	int rc = 0;
 	if (s->fwd)
 		goto out;
@@ -182,7 +182,7 @@ static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 	}
 	rc = sf_guard_run(s->view, NULL, fwd_parse, &(struct fwd_call){ s, r, c }, e);
 out:
-	pthread_mutex_unlock(&s->fwd_lock);
+	sf_turn_give(&s->fwd_turn);
 	return rc;
 }
 
