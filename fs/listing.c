@@ -654,11 +654,26 @@ static bool answers(const struct listing *l, const struct want *w)
 	return e && e->fmt && strcmp(e->file, w->file) == 0 && same_version(e->st, w->fst);
 }
 
+/* Waits once for a turn another thread has (listings lock held): the
+ * first time the request loop is handed on (the turn may wait on the
+ * source), then on the condition. */
+static void await_turn(struct listings *ls, bool *handed)
+{
+	if (*handed) {
+		pthread_cond_wait(&ls->done, &ls->lock);
+		return;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	transport_hand_off();
+	*handed = true;
+	pthread_mutex_lock(&ls->lock);
+}
+
 /* A listing of `dir` that answers `w` (true: a new reference in *l), or
  * the turn to make one (false: *l is a reference to the current listing,
  * or NULL). A listing reads SRC, so it is made outside any lock, by one
- * thread a directory at a time: the others wait for it on the condition,
- * in their request's section, the request loop handed on first. */
+ * thread a directory at a time: the others wait for it, in their
+ * request's section. */
 static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 		    struct listing **l)
 {
@@ -673,14 +688,7 @@ static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 		}
 		if (!dir->listing_busy)
 			break;
-		if (!handed) {
-			pthread_mutex_unlock(&ls->lock);
-			transport_hand_off();
-			handed = true;
-			pthread_mutex_lock(&ls->lock);
-			continue;
-		}
-		pthread_cond_wait(&ls->done, &ls->lock);
+		await_turn(ls, &handed);
 	}
 	dir->listing_busy = true;
 	*l = dir->listing ? ref(dir->listing) : NULL;
@@ -913,16 +921,8 @@ static bool open_turn(struct daemon *dm, const struct lentry *e, struct sf_view 
 	struct listings *ls = &dm->listings;
 	struct lentry *m = (struct lentry *)e;
 	bool handed = false;
-	while (m->opening) {
-		if (!handed) {
-			pthread_mutex_unlock(&ls->lock);
-			transport_hand_off();
-			handed = true;
-			pthread_mutex_lock(&ls->lock);
-			continue;
-		}
-		pthread_cond_wait(&ls->done, &ls->lock);
-	}
+	while (m->opening)
+		await_turn(ls, &handed);
 	if ((*v = listing_opened(dm, e)))
 		return false;
 	m->opening = true;

@@ -210,11 +210,7 @@ def test_stall_stays_with_its_files(source, mount):
             assert f.read(len(want)) == want
         os.close(handles[p])
     os.close(small)
-    # (a stat's snapshot serves the thread's next open for up to 5 s)
-    deadline = time.monotonic() + 10
-    while stats(mnt)["stuck"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stats(mnt)["stuck"] == []
+    wait_unstuck(mnt)
     # stuck lines last only while requests wait
     assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
 
@@ -268,6 +264,15 @@ def quick_answers(calls, tries=5):
     assert not slow, slow
 
 
+def wait_unstuck(mnt):
+    """Waits until stats.json lists no stuck request (a stat's snapshot
+    serves the thread's next open for up to 5 s)."""
+    deadline = time.monotonic() + 10
+    while stats(mnt)["stuck"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stats(mnt)["stuck"] == []
+
+
 def wait_stuck(mnt, path, request):
     """stats.json's stuck request on `path` once it has waited 1.5 s."""
     deadline, s = time.monotonic() + 20, None
@@ -297,11 +302,40 @@ def read_dir_fresh(dir_fd):
         os.close(fd)
 
 
+def list_in_outage(src, mnt, open_dir, path, calls):
+    """Lists the directory open_dir() opens anew (its OPENDIR) in a thread
+    while the source is stopped; once that is stuck on `path`, each of
+    `calls` must answer quickly (quick_answers). Returns the names it
+    listed once the source answers again."""
+    done = {}
+
+    def lister():
+        fd = open_dir()
+        try:
+            done["names"] = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=lister, daemon=True)
+    src.stop()
+    try:
+        thread.start()
+        wait_stuck(mnt, path, "opendir")
+        quick_answers(calls)
+        assert thread.is_alive() and "names" not in done
+    finally:
+        src.cont()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    return done["names"]
+
+
 def test_stall_holding_a_view(source, mount):
     """Lazy work of a view (the fold's listing, which reads every member's
     tar header) waits on the source: what the same view already holds
-    answers meanwhile, since lazy work runs under the view's lock and a
-    find in a directory already listed takes only its names lock."""
+    answers meanwhile, since lazy work runs in the view's turn holding no
+    lock, and a find in a directory already listed takes only the view's
+    names lock."""
     src = source()
     rng = np.random.default_rng(31)
     members = [rng.bytes(1 << 20) for _ in range(6)]
@@ -313,24 +347,10 @@ def test_stall_holding_a_view(source, mount):
     meta = os.open(mnt / "fold" / ".shardfs", os.O_RDONLY | os.O_DIRECTORY)
     info = {n: (mnt / "fold" / ".shardfs" / n).read_bytes() for n in ("info.json", "info.txt")}
     cached = os.open(mnt / "fold" / ".shardfs" / "info.json", os.O_RDONLY)
-    done = {}
-
-    def list_fold():
-        # ".." of .shardfs: no lookup of "fold" in SRC, whose entry
-        # the kernel asks again after a second
-        fd = os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=meta)
-        try:
-            done["names"] = sorted(os.listdir(fd))
-        finally:
-            os.close(fd)
-
-    lister = threading.Thread(target=list_fold, daemon=True)
-    src.stop()
-    try:
-        lister.start()
-        wait_stuck(mnt, "fold", "opendir")
-        errors_name(mnt, "fold")
-        quick_answers({
+    # ".." of .shardfs: no lookup of "fold" in SRC, whose entry the
+    # kernel asks again after a second
+    names = list_in_outage(
+        src, mnt, lambda: os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=meta), "fold", {
             "stats.json": lambda: stats(mnt),
             "errors": lambda: errors_name(mnt, "fold"),
             # names of the view the kernel has not asked for yet, found in
@@ -341,14 +361,9 @@ def test_stall_holding_a_view(source, mount):
             "opendir+readdir .shardfs": lambda: read_dir_fresh(meta),
             "read cached": lambda: os.pread(cached, 1 << 16, 0),
         })
-        assert lister.is_alive() and "names" not in done
-    finally:
-        src.cont()
-    lister.join(timeout=60)
-    assert not lister.is_alive()
     # the same daemon lists and reads the fold exactly
     assert daemon.poll() is None
-    assert done["names"] == [f"{i:06d}.bin" for i in range(len(members))]
+    assert names == [f"{i:06d}.bin" for i in range(len(members))]
     for i, m in enumerate(members):
         assert (mnt / "fold" / f"{i:06d}.bin").read_bytes() == m
         assert (mnt / "fold" / ".shardfs" / "rows" / str(i)).read_bytes() == m
@@ -357,10 +372,7 @@ def test_stall_holding_a_view(source, mount):
     assert os.pread(cached, len(info["info.json"]) + 1, 0) == info["info.json"]
     os.close(cached)
     os.close(meta)
-    deadline = time.monotonic() + 10
-    while stats(mnt)["stuck"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stats(mnt)["stuck"] == []
+    wait_unstuck(mnt)
 
 
 def test_stall_holding_a_listing(source, mount):
@@ -387,21 +399,8 @@ def test_stall_holding_a_listing(source, mount):
     want = np.ascontiguousarray(a[:128, 128:]).tobytes()
     tile = os.open("0.1", os.O_RDONLY, dir_fd=x)
     assert os.pread(tile, len(want) + 1, 0) == want
-    done = {}
-
-    def list_d():
-        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dpath)
-        try:
-            done["names"] = sorted(os.listdir(fd))
-        finally:
-            os.close(fd)
-
-    lister = threading.Thread(target=list_d, daemon=True)
-    src.stop()
-    try:
-        lister.start()
-        wait_stuck(mnt, "d", "opendir")
-        quick_answers({
+    names = list_in_outage(
+        src, mnt, lambda: os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dpath), "d", {
             "stats.json": lambda: stats(mnt),
             "errors": lambda: errors_name(mnt, "d"),
             "getattr d": lambda: os.stat(dpath),
@@ -413,13 +412,7 @@ def test_stall_holding_a_listing(source, mount):
             "opendir+readdir of its listed x/": lambda: read_dir_fresh(x),
             "read cached": lambda: os.pread(tile, 4096, 0),
         })
-        assert lister.is_alive() and "names" not in done
-    finally:
-        src.cont()
-    lister.join(timeout=60)
-    assert not lister.is_alive()
-    assert daemon.poll() is None
-    assert done["names"] == ["plain.txt", "v", "v.tet", "w", "w.tet"]
+    assert names == ["plain.txt", "v", "v.tet", "w", "w.tet"]
     assert read_dir_fresh(x) == tiles
     assert os.pread(tile, len(want) + 1, 0) == want
     with open(mnt / "d" / "v" / "y" / "0.0", "rb") as f:
@@ -427,7 +420,4 @@ def test_stall_holding_a_listing(source, mount):
     assert (mnt / "d" / "plain.txt").read_bytes() == b"plain\n"
     for fd in (tile, x, w, dpath):
         os.close(fd)
-    deadline = time.monotonic() + 10
-    while stats(mnt)["stuck"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stats(mnt)["stuck"] == []
+    wait_unstuck(mnt)
