@@ -638,8 +638,8 @@ void listings_fini(struct listings *ls)
 }
 
 /* What answers a request without a new listing: a whole one fresh for the
- * directory now (`st`), or one holding a view `name` of `file` as it is
- * (`fst`) when `name` is given. */
+ * directory now (`st`), or, when `name` is given, a partial one holding a
+ * view `name` of `file` as it is (`fst`). */
 struct want {
 	const struct stat *st;
 	const char *name, *file;
@@ -650,7 +650,7 @@ static bool answers(const struct listing *l, const struct want *w)
 {
 	if (fresh(l, w->st))
 		return true;
-	const struct lentry *e = l && w->name ? find(l, w->name) : NULL;
+	const struct lentry *e = l && l->partial && w->name ? find(l, w->name) : NULL;
 	return e && e->fmt && strcmp(e->file, w->file) == 0 && same_version(e->st, w->fst);
 }
 
