@@ -81,8 +81,11 @@ static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char
 	}
 	n->kind = kind;
 	n->view = v;
-	if (kind == SF_DIR)
+	if (kind == SF_DIR) {
 		n->u.dir.populated = true;
+		/* one made by lazy work may still be filled by it */
+		n->u.dir.settled = !v->working;
+	}
 	else if (kind == SF_FILE)
 		n->u.file.built = true;
 	return n;
@@ -110,15 +113,20 @@ static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 	return sf_hash_get(&d->index, name_hash(name), kid_named, name);
 }
 
+/* Under the names lock: a find of a settled directory reads it there. */
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
 {
 	struct sf_dir *d = &dir->u.dir;
-	if (sf_grow(&d->kids, &d->cap, d->n, sizeof *d->kids, 8))
-		return -ENOMEM;
+	int rc = 0;
+	pthread_mutex_lock(&dir->view->names_lock);
+	if (sf_grow(&d->kids, &d->cap, d->n, sizeof *d->kids, 8)) {
+		rc = -ENOMEM;
+		goto out;
+	}
 	d->kids[d->n++] = kid;
 	kid->parent = dir;
 	if (d->n < 16)
-		return 0;
+		goto out;
 	/* the index holds every kid or none (then, after running out of
 	 * memory, the linear search still works) */
 	size_t from = d->index.n ? d->n - 1 : 0;
@@ -127,7 +135,9 @@ static int dir_append(struct sf_node *dir, struct sf_node *kid)
 			sf_hash_free(&d->index);
 			break;
 		}
-	return 0;
+out:
+	pthread_mutex_unlock(&dir->view->names_lock);
+	return rc;
 }
 
 /* ---- on-demand entries ------------------------------------------------ */
@@ -241,27 +251,48 @@ static int lazy_append(struct sf_lazy *z, const char *name, enum sf_kind kind, u
 }
 
 static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char *name);
+static void work_begin(struct sf_view *v);
+static void work_end(struct sf_view *v, struct sf_node *dir);
 
-/* The live node of a key, or a new one (view lock held); pinned. */
+/* The live node of a key, pinned, or NULL (names lock held). */
+static struct sf_node *live_pinned(struct sf_lazy *z, uint32_t key)
+{
+	struct sf_node *n = sf_hash_get(&z->live, key_hash(key), key_is, &key);
+	if (n)
+		n->pins++;
+	return n;
+}
+
+/* The live node of a key, or a new one (the view's turn held); pinned. A
+ * make reads the container: it runs outside the names lock, and the turn
+ * keeps it from racing another make. */
 static int lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e)
 {
+	struct sf_view *v = dir->view;
 	struct sf_lazy *z = dir->u.dir.lazy;
-	struct sf_node *n = sf_hash_get(&z->live, key_hash(key), key_is, &key);
+	pthread_mutex_lock(&v->names_lock);
+	struct sf_node *n = live_pinned(z, key);
+	pthread_mutex_unlock(&v->names_lock);
 	if (!n) {
-		if (!(n = node_new(dir->view, kind, name)))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
+		if (!(n = node_new(v, kind, name)))
+			return sf_fail(e, -ENOMEM, "%s: out of memory", v->path);
 		n->lazy = true;
 		n->parent = dir;
 		n->key = key;
 		n->aux = aux;
+		n->pins = 1;
 		int rc = z->make(n, e);
-		if (rc || (rc = sf_hash_put(&z->live, key_hash(key), n))) {
+		if (rc == 0) {
+			pthread_mutex_lock(&v->names_lock);
+			rc = sf_hash_put(&z->live, key_hash(key), n);
+			pthread_mutex_unlock(&v->names_lock);
+		}
+		if (rc) {
 			node_free(n);
-			return e->msg[0] ? rc : sf_fail(e, rc, "%s: out of memory", dir->view->path);
+			return e->msg[0] ? rc : sf_fail(e, rc, "%s: out of memory", v->path);
 		}
 	}
-	n->pins++;
 	*out = n;
 	return 0;
 }
@@ -279,7 +310,7 @@ static int lazy_at(struct sf_node *dir, size_t i, struct sf_node **out, struct s
 	return lazy_node(dir, x->kind, ent_name(z, i), x->key, x->aux, out, e);
 }
 
-/* Frees a lazy node nobody holds (view lock held). */
+/* Frees a lazy node nobody holds (names lock held). */
 static void lazy_settle(struct sf_node *n)
 {
 	if (n->pins || atomic_load(&n->host))
@@ -293,10 +324,10 @@ void sf_node_unpin(struct sf_node *n)
 	if (!n || !n->lazy)
 		return;
 	struct sf_view *v = n->view;
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->names_lock);
 	n->pins--;
 	lazy_settle(n);
-	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 void sf_node_set_host(struct sf_node *n, void *host)
@@ -306,10 +337,10 @@ void sf_node_set_host(struct sf_node *n, void *host)
 		return;
 	}
 	struct sf_view *v = n->view;
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->names_lock);
 	atomic_store(&n->host, host);
 	lazy_settle(n);
-	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 size_t sf_dir_count(const struct sf_node *dir)
@@ -334,7 +365,7 @@ void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out)
 bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
 {
 	struct sf_dir *d = &dir->u.dir;
-	pthread_mutex_lock(&dir->view->lock);
+	pthread_mutex_lock(&dir->view->names_lock);
 	struct sf_node *k = dir_get(d, name);
 	long i = k ? -1 : lazy_find(d->lazy, name);
 	if (k)
@@ -342,7 +373,7 @@ bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
 					   .node = k, .id = k };
 	else if (i >= 0)
 		sf_dir_entry(dir, d->n + (size_t)i, out);
-	pthread_mutex_unlock(&dir->view->lock);
+	pthread_mutex_unlock(&dir->view->names_lock);
 	return k || i >= 0;
 }
 
@@ -350,15 +381,21 @@ struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 {
 	if (i < dir->u.dir.n)
 		return dir->u.dir.kids[i];
-	struct sf_node *n = NULL;
-	pthread_mutex_lock(&dir->view->lock);
+	struct sf_view *v = dir->view;
+	struct sf_lazy *z = dir->u.dir.lazy;
+	pthread_mutex_lock(&v->names_lock);
+	struct sf_node *n = live_pinned(z, z->ent[i - dir->u.dir.n].key);
+	pthread_mutex_unlock(&v->names_lock);
+	if (n)
+		return n;
+	work_begin(v);
 	if (lazy_at(dir, i - dir->u.dir.n, &n, e))
 		n = NULL;
-	pthread_mutex_unlock(&dir->view->lock);
+	work_end(v, NULL);
 	return n;
 }
 
-/* The node or on-demand entry named `name` (view lock held); *out NULL
+/* The node or on-demand entry named `name` (the view's turn held); *out NULL
  * when there is none. */
 static int dir_lookup(struct sf_node *dir, const char *name, struct sf_node **out,
 		      struct sf_err *e)
@@ -433,7 +470,10 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
 		return -EINVAL;
 	char uniq[SF_NAME_MAX + 16];
 	unique_name(dir, raw, len, uniq);
-	return lazy_append(dir->u.dir.lazy, uniq, kind, key, aux);
+	pthread_mutex_lock(&dir->view->names_lock);
+	int rc = lazy_append(dir->u.dir.lazy, uniq, kind, key, aux);
+	pthread_mutex_unlock(&dir->view->names_lock);
+	return rc;
 }
 
 struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len)
@@ -462,6 +502,7 @@ void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg)
 {
 	dir->u.dir.populate = fn;
 	dir->u.dir.populated = false;
+	dir->u.dir.settled = false;
 	dir->arg = arg;
 }
 
@@ -588,7 +629,8 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	atomic_init(&v->refs, 1);
 	/* not recursive: a hook, which runs under it, calls only what
 	 * expects it held (sf_dir_lazy_node, sf_dir_ready_held) */
-	pthread_mutex_init(&v->lock, NULL);
+	pthread_cond_init(&v->turn, NULL);
+	pthread_mutex_init(&v->names_lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
 	v->path = strdup(path);
@@ -660,7 +702,8 @@ void sf_view_unref(struct sf_view *v)
 	for (size_t i = 0; i < v->nwarnings; i++)
 		free(v->warnings[i]);
 	free(v->warnings);
-	pthread_mutex_destroy(&v->lock);
+	pthread_cond_destroy(&v->turn);
+	pthread_mutex_destroy(&v->names_lock);
 	free(v->path);
 	free(v);
 }
@@ -687,10 +730,11 @@ void sf_view_warn(struct sf_view *v, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof buf, fmt, ap);
 	va_end(ap);
-	if (sf_grow(&v->warnings, &v->capwarnings, v->nwarnings, sizeof *v->warnings, 4))
-		return;
-	if ((v->warnings[v->nwarnings] = strdup(buf)))
+	pthread_mutex_lock(&v->names_lock);
+	if (!sf_grow(&v->warnings, &v->capwarnings, v->nwarnings, sizeof *v->warnings, 4) &&
+	    (v->warnings[v->nwarnings] = strdup(buf)))
 		v->nwarnings++;
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
@@ -735,7 +779,7 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
 /* ---- using trees ------------------------------------------------------ */
 
 /* Lazy work reads the container: it runs guarded (sf_fault.h), inside the
- * view's lock so that a fault leaves the lock to be released as usual. */
+ * view's turn so that a fault leaves the turn to be given back as usual. */
 static int run_populate(void *ctx, struct sf_err *e)
 {
 	struct sf_node *dir = ctx;
@@ -783,12 +827,53 @@ int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e)
 	return rc;
 }
 
+/* Takes the view's turn for lazy work, from outside any hook: waits,
+ * holding no lock, while another thread's lazy work (which may wait on the
+ * source) runs. */
+static void work_begin(struct sf_view *v)
+{
+	pthread_mutex_lock(&v->names_lock);
+	while (v->working)
+		pthread_cond_wait(&v->turn, &v->names_lock);
+	v->working = true;
+	pthread_mutex_unlock(&v->names_lock);
+}
+
+/* Ends it; `dir` (may be NULL), found populated with no lazy work running,
+ * is settled: nothing will add to it, so finds read it without a turn. */
+static void work_end(struct sf_view *v, struct sf_node *dir)
+{
+	if (dir && sf_dir_is_populated(dir))
+		atomic_store(&dir->u.dir.settled, true);
+	pthread_mutex_lock(&v->names_lock);
+	v->working = false;
+	pthread_cond_signal(&v->turn);
+	pthread_mutex_unlock(&v->names_lock);
+}
+
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 {
-	pthread_mutex_lock(&dir->view->lock);
+	if (dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled))
+		return 0;
+	work_begin(dir->view);
 	int rc = sf_dir_ready_held(dir, e);
-	pthread_mutex_unlock(&dir->view->lock);
+	work_end(dir->view, rc ? NULL : dir);
 	return rc;
+}
+
+/* A find in a settled directory, under the names lock only (lazy work
+ * elsewhere in the view may wait on the source): false when it needs
+ * an on-demand node made, which reads the container. */
+static bool find_settled(struct sf_node *dir, const char *name, struct sf_node **out)
+{
+	struct sf_view *v = dir->view;
+	pthread_mutex_lock(&v->names_lock);
+	*out = dir_get(&dir->u.dir, name);
+	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	if (i >= 0)
+		*out = live_pinned(dir->u.dir.lazy, dir->u.dir.lazy->ent[i].key);
+	pthread_mutex_unlock(&v->names_lock);
+	return i < 0 || *out;
 }
 
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
@@ -798,7 +883,9 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
 	int rc = 0;
 	*out = NULL;
-	pthread_mutex_lock(&dir->view->lock);
+	if (atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out))
+		return 0;
+	work_begin(dir->view);
 	struct sf_node *hit = NULL;
 	rc = dir_lookup(dir, name, &hit, e);
 	if (!rc && !hit && !dir->u.dir.populated) {
@@ -814,7 +901,7 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 			}
 		}
 	}
-	pthread_mutex_unlock(&dir->view->lock);
+	work_end(dir->view, rc ? NULL : dir);
 	*out = hit;
 	return rc;
 }
@@ -843,7 +930,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 			sf_buf_unref(b);
 		}
 	}
-	pthread_mutex_lock(&f->view->lock);
+	work_begin(f->view);
 	if (!fl->built) {
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
@@ -860,7 +947,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 			sf_err_prefix(e, "%s", f->name);
 		}
 	}
-	pthread_mutex_unlock(&f->view->lock);
+	work_end(f->view, NULL);
 	return rc;
 }
 
@@ -920,10 +1007,10 @@ void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *
 	/* the common case, nothing new, takes no lock */
 	if (atomic_load(&v->nreported) == atomic_load(&v->nwarnings))
 		return;
-	pthread_mutex_lock(&v->lock);
+	pthread_mutex_lock(&v->names_lock);
 	for (; v->nreported < v->nwarnings; v->nreported++)
 		fn(arg, v->path, v->warnings[v->nreported]);
-	pthread_mutex_unlock(&v->lock);
+	pthread_mutex_unlock(&v->names_lock);
 }
 
 bool sf_dir_is_populated(const struct sf_node *dir)

@@ -8,7 +8,14 @@
  * trees, and the tools read them with the same paths.
  *
  * Threading: a view may be read by many threads. Lazy work (populating a
- * directory, building a file's extents) runs under the view's lock, once.
+ * directory, building a file's extents, making an on-demand node) runs
+ * once, in the view's turn: one thread at a time, holding no lock (it reads
+ * the container, so it may wait on the source), the others waiting for the
+ * turn on a condition. What needs no lazy work (a find in a settled
+ * directory of a name whose node exists, or of no name, the pins and hosts
+ * of on-demand nodes, the warnings) takes only the short names lock, never
+ * the turn: it answers while lazy work of the same view waits on the
+ * source. Hooks run in the turn and call only what expects it held.
  */
 #ifndef SF_VIEW_H
 #define SF_VIEW_H
@@ -34,7 +41,7 @@ struct sf_cache;
  * deterministic: the cache may drop the buffer and call it again. Other
  * parts it builds on (a region holding this value, a chunk a text view
  * prints) are fetched through `cache`, so they too are decoded once. It
- * must not take the view's lock: a reader may hold it while waiting for
+ * must not take the view's turn: a reader may hold it while waiting for
  * this very part. */
 typedef int (*sf_produce_fn)(const struct sf_part *part, struct sf_cache *cache,
 			     struct sf_buf **out, struct sf_err *e);
@@ -125,7 +132,7 @@ typedef int (*sf_populate_fn)(struct sf_node *dir, struct sf_err *e);
 /* Resolves one name in a directory without populating it (optional; e.g. the
  * taridx flat-name lookup). Sets *out to NULL when the name does not exist;
  * returns SF_LOOKUP_LIST when only the directory's listing can tell (it is
- * then populated and searched). Runs under the view's lock. */
+ * then populated and searched). Runs in the view's turn. */
 #define SF_LOOKUP_LIST 1
 typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 			    struct sf_node **out, struct sf_err *e);
@@ -133,7 +140,7 @@ typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
  * sf_file_add_* on `f`. */
 typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 /* Gives the node of an on-demand entry (sf_dir_add_lazy) its content: `n`
- * has its kind, name, key and aux set (called under the view's lock). */
+ * has its kind, name, key and aux set (called in the view's turn). */
 typedef int (*sf_make_fn)(struct sf_node *n, struct sf_err *e);
 
 struct sf_lazy;
@@ -146,6 +153,10 @@ struct sf_dir {
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
 	atomic_bool populated;
+	/* populated, and found so with no lazy work running: nothing adds to
+	 * it any more (a directory made by lazy work may be filled by it
+	 * after being made, and a populate may set `populated` first) */
+	atomic_bool settled;
 	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
 	struct sf_lazy *lazy;
 };
@@ -172,7 +183,7 @@ struct sf_node {
 	enum sf_kind kind;
 	bool hidden;           /* resolvable but never listed (".shardfs") */
 	/* Made on demand for an entry of its parent's lazy table: freed once
-	 * no host holds it and nobody has it pinned (view lock). */
+	 * no host holds it and nobody has it pinned (names lock). */
 	bool lazy;
 	uint32_t pins;
 	uint32_t key;          /* lazy: the entry's key (the format's) */
@@ -193,8 +204,16 @@ struct sf_node {
 
 struct sf_view {
 	atomic_uint refs;
-	pthread_mutex_t lock;     /* lazy population and building, on-demand nodes' pins,
-				   * parts and warnings; hooks run under it (not recursive) */
+	/* The turn for lazy work (populating, building, making on-demand
+	 * nodes, adding parts): `working` while a thread has it (hooks run in
+	 * it, and it is not recursive); the others wait on `turn`. No lock is
+	 * held while hooks read the container. */
+	bool working;
+	pthread_cond_t turn;
+	/* Short, never held across a hook: `working`, writes of directories'
+	 * entries (kids, on-demand entries), on-demand nodes' table, pins and
+	 * hosts, the warnings. */
+	pthread_mutex_t names_lock;
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
 	/* The cache the host reads this view through (sf_nocache until the host
@@ -212,8 +231,8 @@ struct sf_view {
 	struct sf_part **parts;   /* owned */
 	size_t nparts, capparts;
 	/* Problems that did not prevent the view (e.g. tet footer JSON
-	 * damaged), found while opening or later under the view lock while
-	 * populating or building: the daemon reports each once. */
+	 * damaged), found while opening or later while populating or
+	 * building: the daemon reports each once (names lock). */
 	char **warnings;
 	size_t capwarnings;
 	atomic_size_t nwarnings;
@@ -281,7 +300,7 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
 /* The node of entry `key`, named `name` (escaped, unique), made now if it is
  * not alive: for a lookup hook answering before the directory is populated
  * (its populate must then give the entry of `key` this name). Pinned. Only
- * from a lookup hook: the view's lock is held. */
+ * from a lookup hook: the view's turn is held. */
 int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e);
 void sf_node_unpin(struct sf_node *n);
@@ -330,12 +349,12 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
 /* Makes sure a directory is populated. */
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e);
-/* The same from a hook of the directory's view (its lock held: the lock
+/* The same from a hook of the directory's view (its turn held: the turn
  * is not recursive). */
 int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e);
 /* Entries of a ready directory: its nodes, then its on-demand entries. */
 size_t sf_dir_count(const struct sf_node *dir);
-/* Entry i without making its node (view lock held): `node` is NULL for an
+/* Entry i without making its node (the view's turn held): `node` is NULL for an
  * on-demand entry, and `id` is unique among the directory's entries. */
 struct sf_dirent {
 	const char *name;

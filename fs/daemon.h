@@ -13,6 +13,7 @@
 
 #include "cache.h"
 #include "fnode.h"
+#include "listing.h"
 #include "openviews.h"
 #include "stats.h"
 #include "transport.h"
@@ -25,6 +26,7 @@ struct daemon {
 	int index_fd;
 	struct ftree tree;            /* the inodes */
 	struct openviews views;       /* the views listings hold open (--max-open) */
+	struct listings listings;     /* making SRC directories' listings */
 	struct watch watch;           /* inotify on the SRC directories shown */
 	struct stats stats;           /* counters and the problem log */
 	struct dcache *cache;         /* decoded parts */

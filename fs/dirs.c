@@ -89,7 +89,7 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 
 /* Entry i of a handle (0 <= i < dent_count), its name borrowed; a hidden
  * view entry has a NULL name, to be skipped. A populated directory's
- * entries never change, so they are read without the view's lock. */
+ * entries never change, so they are read without the view's turn. */
 static size_t dent_count(const struct dirsnap *s)
 {
 	return s->n + (s->l ? s->l->n : 0) + (s->vdir ? sf_dir_count(s->vdir) : 0);

@@ -45,17 +45,19 @@ struct fnode {
 	/* One lock a node, for its kind's one job (the same storage). */
 	union {
 		pthread_mutex_t map_lock;     /* FK_SRC_FILE: mapping it at first open */
-		pthread_mutex_t listing_lock; /* FK_SRC_DIR: one thread computes its listing */
 		pthread_mutex_t snap_lock;    /* FK_META_FILE: its snapshot */
 	};
 	struct sf_map *map;           /* FK_SRC_FILE: mapped at first open, kept */
-	struct listing *listing;      /* FK_SRC_DIR: the last listing (refcounted) */
+	/* FK_SRC_DIR: the last listing (refcounted), and whether a thread is
+	 * making the next (the daemon's listings lock guards both) */
+	struct listing *listing;
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
 	int wd;                       /* FK_SRC_DIR, watched: its watch descriptor */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
 	/* FK_VIEW: set once view and vn are (a root placed unopened is not
 	 * until entered): read vn through fnode_vn from request threads */
 	atomic_bool entered;
+	bool listing_busy;            /* FK_SRC_DIR: see `listing` */
 
 	/* FK_VIEW */
 	struct sf_view *view;

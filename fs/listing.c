@@ -655,9 +655,8 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	return rc;
 }
 
-/* Opens SRC directory `dir` and takes its listing lock (another thread may
- * be listing it: the request loop is handed on meanwhile). */
-static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
+/* Opens SRC directory `dir` (no lock: it may wait on the source). */
+static int open_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
 {
 	struct sf_err e = { { 0 } };
 	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
@@ -673,17 +672,7 @@ static int lock_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct sta
 		close(*dirfd);
 		return rc;
 	}
-	if (pthread_mutex_trylock(&dir->listing_lock)) {
-		transport_hand_off();
-		pthread_mutex_lock(&dir->listing_lock);
-	}
 	return 0;
-}
-
-static void unlock_dir(struct fnode *dir, int dirfd)
-{
-	pthread_mutex_unlock(&dir->listing_lock);
-	close(dirfd);
 }
 
 /* Whether `l` is the whole current listing of a directory now `st`. A
@@ -702,19 +691,124 @@ static struct listing *ref(struct listing *l)
 	return l;
 }
 
-/* The whole listing (lock held), reusing the views of the last one. */
-static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct stat *st,
-		  struct listing **out)
+void listings_init(struct listings *ls)
 {
-	struct listing *old = dir->listing;
-	if (fresh(old, st)) {
-		*out = ref(old);
-		return 0;
+	pthread_mutex_init(&ls->lock, NULL);
+	pthread_cond_init(&ls->done, NULL);
+}
+
+void listings_fini(struct listings *ls)
+{
+	pthread_cond_destroy(&ls->done);
+	pthread_mutex_destroy(&ls->lock);
+}
+
+/* What answers a request without a new listing: a whole one fresh for the
+ * directory now (`st`), or, when `name` is given, a partial one holding a
+ * view `name` of `file` as it is (`fst`). */
+struct want {
+	const struct stat *st;
+	const char *name, *file;
+	const struct stat *fst;
+};
+
+static bool answers(const struct listing *l, const struct want *w)
+{
+	if (fresh(l, w->st))
+		return true;
+	const struct lentry *e = l && l->partial && w->name ? find(l, w->name) : NULL;
+	return e && e->fmt && strcmp(e->file, w->file) == 0 && same_version(e->st, w->fst);
+}
+
+/* Waits once for a turn another thread has (listings lock held): the
+ * first time the request loop is handed on (the turn may wait on the
+ * source), then on the condition. */
+static void await_turn(struct listings *ls, bool *handed)
+{
+	if (*handed) {
+		pthread_cond_wait(&ls->done, &ls->lock);
+		return;
 	}
+	pthread_mutex_unlock(&ls->lock);
+	transport_hand_off();
+	*handed = true;
+	pthread_mutex_lock(&ls->lock);
+}
+
+/* A listing of `dir` that answers `w` (true: a new reference in *l), or
+ * the turn to make one (false: *l is a reference to the current listing,
+ * or NULL). A listing reads SRC, so it is made outside any lock, by one
+ * thread a directory at a time: the others wait for it, in their
+ * request's section. */
+static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
+		    struct listing **l)
+{
+	struct listings *ls = &dm->listings;
+	bool handed = false;
+	pthread_mutex_lock(&ls->lock);
+	for (;;) {
+		if (answers(dir->listing, w)) {
+			*l = ref(dir->listing);
+			pthread_mutex_unlock(&ls->lock);
+			return true;
+		}
+		if (!dir->listing_busy)
+			break;
+		await_turn(ls, &handed);
+	}
+	dir->listing_busy = true;
+	*l = dir->listing ? ref(dir->listing) : NULL;
+	pthread_mutex_unlock(&ls->lock);
+	return false;
+}
+
+/* Views of `old` entered while `l` was made from it (listing_open takes no
+ * turn: it must not wait for a listing stuck on the source) go to the
+ * entries of `l` that stand for the same containers, so that a container
+ * is not opened twice beside itself. */
+static void adopt(struct daemon *dm, const struct listing *old, struct listing *l,
+		  uint64_t dir)
+{
+	for (size_t i = l->nsrc; old && i < l->n; i++) {
+		struct lentry *e = &l->e[i];
+		const struct lentry *o = e->open || e->fmt->uses_siblings ? NULL : find(old, e->name);
+		if (!o || o->fmt != e->fmt || strcmp(o->file, e->file) != 0 ||
+		    !same_version(o->st, e->st))
+			continue;
+		struct sf_view *v = openviews_get(&dm->views, &o->open, false);
+		if (v)
+			sf_view_unref(openviews_put(&dm->views, &e->open, v, dir, e->name));
+	}
+}
+
+/* Ends the turn current() gave: `l` (when not NULL; made from `old`,
+ * which the caller holds) becomes the directory's listing. */
+static void install(struct daemon *dm, struct fnode *dir, struct listing *old,
+		    struct listing *l)
+{
+	struct listings *ls = &dm->listings;
+	struct listing *was = NULL;
+	pthread_mutex_lock(&ls->lock);
+	if (l) {
+		was = dir->listing;
+		dir->listing = l;
+	}
+	dir->listing_busy = false;
+	pthread_cond_broadcast(&ls->done);
+	pthread_mutex_unlock(&ls->lock);
+	listing_unref(was);
+	listing_unref(old);
+}
+
+/* A whole listing of `dir` (now `st`), reusing the views of `old`: two
+ * references, the directory's and the caller's. */
+static int make_whole(struct daemon *dm, struct fnode *dir, int dirfd, const struct stat *st,
+		      const struct listing *old, struct listing **out)
+{
 	struct listing *l = calloc(1, sizeof *l);
 	if (!l)
 		return -ENOMEM;
-	atomic_init(&l->refs, 2); /* the directory's and the caller's */
+	atomic_init(&l->refs, 2);
 	l->views = &dm->views;
 	l->mtime = st->st_mtim;
 	l->listed_at = time(NULL);
@@ -725,21 +819,35 @@ static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct 
 		listing_free(l);
 		return rc;
 	}
-	dir->listing = l;
-	listing_unref(old);
+	adopt(dm, old, l, fnode_ino(dir));
 	*out = l;
 	return 0;
+}
+
+/* The whole listing, made anew unless the current one is fresh. */
+static int relist(struct daemon *dm, struct fnode *dir, int dirfd, const struct stat *st,
+		  struct listing **out)
+{
+	struct want w = { .st = st };
+	if (current(dm, dir, &w, out))
+		return 0;
+	struct listing *old = *out;
+	*out = NULL;
+	int rc = make_whole(dm, dir, dirfd, st, old, out);
+	install(dm, dir, old, *out);
+	return rc;
 }
 
 int listing_get(struct daemon *dm, struct fnode *dir, struct listing **out)
 {
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dm, dir, &dirfd, &st);
+	*out = NULL;
+	int rc = open_dir(dm, dir, &dirfd, &st);
 	if (rc)
 		return rc;
 	rc = relist(dm, dir, dirfd, &st, out);
-	unlock_dir(dir, dirfd);
+	close(dirfd);
 	return rc;
 }
 
@@ -783,6 +891,42 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 	return l;
 }
 
+/* The partial listing `old` (may be NULL) with view `name` of container
+ * `file` (`fst`) of format `f` placed alone (checked, and opened unless
+ * listing_places_unopened): NULL with *rc 0 when it gets no view. */
+static struct listing *place_one(struct daemon *dm, struct fnode *dir, int dirfd,
+				 const struct listing *old, const char *name, char **file,
+				 const struct sf_format *f, struct stat *fst, int *rc)
+{
+	*rc = 0;
+	int failed = f->check ? check_container(dm, f, dirfd, *file, dir->rel, fst) : 0;
+	if (failed && !shown_anyway(dirfd, *file, failed, fst))
+		return NULL;
+	struct sf_view *v = NULL;
+	if (!listing_places_unopened(f) &&
+	    !(v = open_container(dm, f, dirfd, dir->rel, *file, NULL, 0, f->check != NULL, false,
+					 NULL)))
+		return NULL;
+	struct lentry x = {
+		.name = strdup(name), .fmt = f, .st = malloc(sizeof *fst), .file = *file,
+		.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
+	};
+	x.open = v ? openviews_new(v) : NULL;
+	if (x.st)
+		*x.st = *fst;
+	struct listing *l = x.name && (x.open || !v) && x.st ?
+			    partial_with(dm, old, x, fnode_ino(dir)) : NULL;
+	if (!l) {
+		free(x.name);
+		free(x.st);
+		openviews_drop(&dm->views, &x.open);
+		*rc = -ENOMEM;
+		return NULL;
+	}
+	*file = NULL; /* the listing has it */
+	return l;
+}
+
 int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		     struct listing **out)
 {
@@ -798,57 +942,34 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		return 0;
 	int dirfd;
 	struct stat st;
-	int rc = lock_dir(dm, dir, &dirfd, &st);
+	int rc = open_dir(dm, dir, &dirfd, &st);
 	if (rc) {
 		free(file);
 		return rc;
 	}
-	struct listing *old = dir->listing;
-	/* the whole listing when it is at hand, is needed (several files could
-	 * take the name, or the format reads its siblings or is covered by
-	 * them), was made before
-	 * (its views are to be reused, not opened again beside it), or when
-	 * many views were placed one by one (each copies the partial listing) */
-	if (k > 1 || f->uses_siblings || f->covered || fresh(old, &st) ||
-	    (old && (!old->partial || old->n >= PARTIAL_MAX))) {
+	/* the whole listing when it is needed (several files could take the
+	 * name, or the format reads its siblings or is covered by them); the
+	 * current one when it
+	 * is fresh or already has the view */
+	struct want w = { .st = &st, .name = name, .file = file, .fst = &fst };
+	struct listing *old;
+	if (k > 1 || f->uses_siblings || f->covered)
 		rc = relist(dm, dir, dirfd, &st, out);
-		goto done;
+	else if (!current(dm, dir, &w, out)) {
+		/* and when one was made before (its views are to be reused,
+		 * not opened again beside it), or many views were placed one
+		 * by one (each copies the partial listing) */
+		old = *out;
+		*out = NULL;
+		if (old && (!old->partial || old->n >= PARTIAL_MAX))
+			rc = make_whole(dm, dir, dirfd, &st, old, out);
+		else
+			/* one file alone could take the name: no earlier view
+			 * can have it */
+			*out = place_one(dm, dir, dirfd, old, name, &file, f, &fst, &rc);
+		install(dm, dir, old, *out);
 	}
-	const struct lentry *e = old ? find(old, name) : NULL;
-	if (e && e->fmt && strcmp(e->file, file) == 0 && same_version(e->st, &fst)) {
-		*out = ref(old);
-		goto done;
-	}
-	/* one file alone could take the name: no earlier view can have it */
-	int failed = f->check ? check_container(dm, f, dirfd, file, dir->rel, &fst) : 0;
-	if (failed && !shown_anyway(dirfd, file, failed, &fst))
-		goto done;
-	struct sf_view *v = NULL;
-	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, file, NULL, 0, f->check != NULL, false, NULL)))
-		goto done;
-	struct lentry x = {
-		.name = strdup(name), .fmt = f, .st = malloc(sizeof fst), .file = file,
-		.type = v && sf_node_kind(sf_view_root(v)) == SF_LINK ? DT_LNK : DT_DIR,
-	};
-	x.open = v ? openviews_new(v) : NULL;
-	if (x.st)
-		*x.st = fst;
-	struct listing *l = x.name && (x.open || !v) && x.st ?
-			    partial_with(dm, old, x, fnode_ino(dir)) : NULL;
-	if (!l) {
-		free(x.name);
-		free(x.st);
-		openviews_drop(&dm->views, &x.open);
-		rc = -ENOMEM;
-		goto done;
-	}
-	file = NULL; /* the listing has it */
-	dir->listing = l;
-	listing_unref(old);
-	*out = l;
-done:
-	unlock_dir(dir, dirfd);
+	close(dirfd);
 	free(file);
 	return rc;
 }
@@ -863,18 +984,40 @@ struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e)
 	return openviews_get(&dm->views, &e->open, true);
 }
 
+/* Waits until no other thread opens entry `e`'s container, then takes
+ * that turn (listings lock held on entry and return): false when the view
+ * was opened meanwhile (a new reference in *v). */
+static bool open_turn(struct daemon *dm, const struct lentry *e, struct sf_view **v)
+{
+	struct listings *ls = &dm->listings;
+	struct lentry *m = (struct lentry *)e;
+	bool handed = false;
+	while (m->opening)
+		await_turn(ls, &handed);
+	if ((*v = listing_opened(dm, e)))
+		return false;
+	m->opening = true;
+	return true;
+}
+
 struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
 			     const struct lentry *e)
 {
 	struct sf_view *v = listing_opened(dm, e);
 	if (v)
 		return v;
+	/* one thread opens it, outside any lock; the others wait for it. No
+	 * turn at the directory's listing: entering a view whose container
+	 * answers does not wait for a listing stuck on the source. */
+	struct listings *ls = &dm->listings;
+	pthread_mutex_lock(&ls->lock);
+	bool mine = open_turn(dm, e, &v);
+	pthread_mutex_unlock(&ls->lock);
+	if (!mine)
+		return v;
 	int dirfd;
 	struct stat st;
-	if (lock_dir(dm, dir, &dirfd, &st))
-		return NULL;
-	/* opened by another thread meanwhile? */
-	if (!(v = listing_opened(dm, e))) {
+	if (open_dir(dm, dir, &dirfd, &st) == 0) {
 		/* the SRC entries of the listing, sorted: the siblings of a
 		 * format that reads them */
 		bool sib = e->fmt->uses_siblings;
@@ -890,7 +1033,11 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 		if (v)
 			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),
 					  e->name);
+		close(dirfd);
 	}
-	unlock_dir(dir, dirfd);
+	pthread_mutex_lock(&ls->lock);
+	((struct lentry *)e)->opening = false;
+	pthread_cond_broadcast(&ls->done);
+	pthread_mutex_unlock(&ls->lock);
 	return v;
 }

@@ -5,6 +5,7 @@
 #ifndef FS_LISTING_H
 #define FS_LISTING_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/stat.h>
@@ -20,6 +21,8 @@ struct daemon;
 struct lentry {
 	char *name;
 	unsigned char type;     /* DT_* */
+	/* a thread is opening its view (the daemon's listings lock) */
+	bool opening;
 	/* A view's entry has its format; its view is opened when first
 	 * entered (listing_open: when its name is looked up, for a format
 	 * not listing_places_unopened), or when listed for a format without a
@@ -61,6 +64,18 @@ struct listing {
 	/* the indexes in --index-dir its apart views stand for (names, stats) */
 	struct apart apart;
 };
+
+/* What the daemon's SRC directories' listings share (struct daemon): the
+ * lock over every directory's current listing and whether a thread is
+ * making one (held for neither: a listing reads SRC), and the condition
+ * the threads waiting for that listing wait on. */
+struct listings {
+	pthread_mutex_t lock;
+	pthread_cond_t done;
+};
+
+void listings_init(struct listings *ls);
+void listings_fini(struct listings *ls);
 
 /* Logs the warnings a view raised since the last call (opening, or lazy
  * work such as populating a directory). */

@@ -220,6 +220,7 @@ int main(int argc, char **argv)
 	dm.stats.waits.leave = transport_src_leave;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
+	listings_init(&dm.listings);
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
@@ -337,6 +338,7 @@ out:
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
 	fnode_fini(&dm.tree);
+	listings_fini(&dm.listings);
 	dcache_free(dm.cache);
 	stats_fini(&dm.stats);
 	if (dm.src_fd >= 0)

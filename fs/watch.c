@@ -48,13 +48,20 @@ void watch_dir(struct watch *w, struct fnode *dir)
 		return;
 	char path[64];
 	snprintf(path, sizeof path, "/proc/self/fd/%d", dfd);
-	unsigned long removed = atomic_load(&w->removed);
-	int wd = inotify_add_watch(w->fd, path, EVENTS);
-	pthread_mutex_lock(&w->lock);
-	/* a watch removed since may have been this one (the directory's
-	 * older node forgotten): add it again, now that none can go */
-	if (wd >= 0 && atomic_load(&w->removed) != removed)
+	/* added outside the lock: adding checks the caller's access, which a
+	 * network filesystem may ask its server about. A watch removed
+	 * meanwhile may have been this one (the directory's older node
+	 * forgotten): it is added again, a few times at most (the last one
+	 * kept may be gone: the one-second timeout still holds) */
+	int wd;
+	for (int tries = 0;; tries++) {
+		unsigned long removed = atomic_load(&w->removed);
 		wd = inotify_add_watch(w->fd, path, EVENTS);
+		pthread_mutex_lock(&w->lock);
+		if (wd < 0 || atomic_load(&w->removed) == removed || tries == 3)
+			break;
+		pthread_mutex_unlock(&w->lock);
+	}
 	close(dfd);
 	if (wd < 0) {
 		/* over the watch limit: the timeout still applies */

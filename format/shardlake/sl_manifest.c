@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sf_json.h"
+#include "sf_turn.h"
 
 int sl_manifest_parse(const uint8_t *p, size_t len, const char *path, json_t **out,
 		      struct sf_err *e)
@@ -23,7 +24,7 @@ int sl_manifest_parse(const uint8_t *p, size_t len, const char *path, json_t **o
 	return 0;
 }
 
-static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sf_turn memo_turn = SF_TURN_INIT;
 static struct {
 	bool valid;
 	dev_t dev;
@@ -66,7 +67,7 @@ static int parse_only(const struct sf_map *m, struct sf_err *e)
 
 int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 {
-	pthread_mutex_lock(&memo_lock);
+	sf_turn_take(&memo_turn);
 	if (!memo_is(&m->st)) {
 		memo.rc = parse_only(m, &memo.err);
 		memo.valid = true;
@@ -78,7 +79,7 @@ int sl_manifest_check(const struct sf_map *m, struct sf_err *e)
 	int rc = memo.rc;
 	if (rc)
 		*e = memo.err;
-	pthread_mutex_unlock(&memo_lock);
+	sf_turn_give(&memo_turn);
 	return rc;
 }
 

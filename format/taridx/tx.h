@@ -14,6 +14,7 @@
 #include "sf_err.h"
 #include "sf_format.h"
 #include "sf_map.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 #define TX_HDR_SIZE 64
@@ -253,14 +254,14 @@ struct tx_fold {
 	bool unkeyed_done;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
-	/* Guards building the index's lookup: lookups build it under the
-	 * view's lock, but info and verify are produced outside it. */
-	pthread_mutex_t lookup_lock;
+	/* Building the index's lookup once: lookups build it in the
+	 * view's turn, but info and verify are produced outside it. */
+	struct sf_turn lookup_turn;
 	/* .shardfs/samples.jsonl (tx_samples.c) */
 	struct tx_samples *samples;
 	/* A bit per row: the row verified as a file with no extension record
 	 * and no sparse map, so its row's size is its size (tx_member.c). Set
-	 * by any thread that checks the row, outside the view's lock too. */
+	 * by any thread that checks the row, outside the view's turn too. */
 	_Atomic uint8_t *plain;
 	/* A tar with no index (tx_lone.c): the index is built from its
 	 * headers when the view is first used (tx_fold_ready) into `built`,
@@ -268,7 +269,7 @@ struct tx_fold {
 	 * when opened. */
 	bool lone;
 	atomic_bool ready;
-	pthread_mutex_t ready_lock;
+	struct sf_turn ready_turn;
 	struct sf_buf *built;
 	char *unready; /* why the tar could not be indexed: not walked again */
 	struct sf_cache *charged_to;

@@ -33,7 +33,7 @@ static void bit_clear(uint8_t *bits, uint64_t i)
  * need not stay in our page tables, where a fold of a million small
  * members would hold its every tar page and its whole index. The page
  * cache keeps them, so a later read faults them back cheaply. Called once
- * per row read (under the view's lock), it drops them every few thousand. */
+ * per row read (in the view's turn), it drops them every few thousand. */
 #define DROP_EVERY 4096
 
 static void read_rows(struct tx_fold *f)
@@ -202,13 +202,13 @@ static int lookup_build(void *ctx, struct sf_err *e)
 	return tx_lookup_build(ctx, e);
 }
 
-/* The index is read in a guard of its own, inside the lock, so that a
- * fault cannot leave the lock held. */
+/* The index is read in a guard of its own, inside the turn, so that a
+ * fault cannot leave the turn taken. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
-	pthread_mutex_lock(&f->lookup_lock);
+	sf_turn_take(&f->lookup_turn);
 	int rc = sf_guard_run(f->view, NULL, lookup_build, &f->ix, e);
-	pthread_mutex_unlock(&f->lookup_lock);
+	sf_turn_give(&f->lookup_turn);
 	return rc;
 }
 

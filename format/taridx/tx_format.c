@@ -15,8 +15,8 @@ void tx_fold_free(void *state)
 	if (!f)
 		return;
 	tx_index_free(&f->ix);
-	pthread_mutex_destroy(&f->lookup_lock);
-	pthread_mutex_destroy(&f->ready_lock);
+	sf_turn_fini(&f->lookup_turn);
+	sf_turn_fini(&f->ready_turn);
 	sf_buf_unref(f->built);
 	free(f->unready);
 	if (f->charged)
@@ -35,8 +35,8 @@ struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, voi
 {
 	struct tx_fold *f = calloc(1, sizeof *f);
 	if ((*state = f)) {
-		pthread_mutex_init(&f->lookup_lock, NULL);
-		pthread_mutex_init(&f->ready_lock, NULL);
+		sf_turn_init(&f->lookup_turn);
+		sf_turn_init(&f->ready_turn);
 		atomic_init(&f->ready, false);
 		f->view = v;
 		f->fold = strndup(a->name, strlen(a->name) - strlen(ext));

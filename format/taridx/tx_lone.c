@@ -134,13 +134,13 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 {
 	if (atomic_load(&f->ready))
 		return 0;
-	pthread_mutex_lock(&f->ready_lock);
+	sf_turn_take(&f->ready_turn);
 	int rc = 0;
 	if (f->unready) {
 		rc = sf_fail(e, -EIO, "%s", f->unready);
 	} else if (!atomic_load(&f->ready)) {
-		/* in a guard of its own inside the lock, so that a fault on the
-		 * tar (cut short meanwhile) cannot leave the lock held */
+		/* in a guard of its own inside the turn, so that a fault on the
+		 * tar (cut short meanwhile) cannot leave the turn taken */
 		uint64_t size = f->shards[0].map->size;
 		atomic_fetch_add(&sf_progress.walking, 1);
 		atomic_fetch_add(&sf_progress.bytes_to_walk, size);
@@ -171,7 +171,7 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 				rc = -EIO;
 		}
 	}
-	pthread_mutex_unlock(&f->ready_lock);
+	sf_turn_give(&f->ready_turn);
 	return rc;
 }
 

@@ -559,7 +559,7 @@ int tx_samples_add(struct tx_fold *f, struct sf_node *meta)
 
 int tx_samples_count(struct tx_fold *f, uint64_t *n, struct sf_err *e)
 {
-	/* a pass of its own: the file's state is built under the view's lock,
+	/* a pass of its own: the file's state is built in the view's turn,
 	 * which info (a part) must not take */
 	struct tx_samples sm = { .f = f };
 	struct scratch *s = scratch_new(f);

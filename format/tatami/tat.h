@@ -10,6 +10,7 @@
 #include "sf_bytes.h"
 #include "sf_err.h"
 #include "sf_map.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 struct sf_probe;
@@ -135,7 +136,7 @@ struct tat_file {
 	uint64_t st_rows, st_raw, st_stored;
 	struct tat_invert inv;
 	int sort_col; /* -1 when none */
-	pthread_mutex_t memo_lock; /* guards dictionary and search memos */
+	struct sf_turn memo_turn; /* making dictionary and search memos */
 	struct tat_search *search;
 	char *name_copy;
 };

@@ -18,7 +18,7 @@ static int dict_get(struct tat_file *tf, uint64_t idx, struct sf_buf **out, stru
 			       tf->view->path, (unsigned long long)idx);
 	struct tat_dict *d = &tf->dicts[idx - 1];
 	int rc = 0;
-	pthread_mutex_lock(&tf->memo_lock);
+	sf_turn_take(&tf->memo_turn);
 	if (!d->memo) {
 		char what[48];
 		snprintf(what, sizeof what, "dictionary %llu", (unsigned long long)idx);
@@ -36,7 +36,7 @@ static int dict_get(struct tat_file *tf, uint64_t idx, struct sf_buf **out, stru
 	}
 	if (rc == 0)
 		*out = sf_buf_ref(d->memo);
-	pthread_mutex_unlock(&tf->memo_lock);
+	sf_turn_give(&tf->memo_turn);
 	return rc;
 }
 

@@ -15,7 +15,7 @@ static void free_state(void *state)
 		return;
 	tat_search_free(tf->search);
 	tat_free(tf);
-	pthread_mutex_destroy(&tf->memo_lock);
+	sf_turn_fini(&tf->memo_turn);
 	free(tf->name_copy);
 	free(tf);
 }
@@ -26,7 +26,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	struct tat_file *tf = calloc(1, sizeof *tf);
 	if (!(*state = tf))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&tf->memo_lock, NULL);
+	sf_turn_init(&tf->memo_turn);
 	if (!(tf->name_copy = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	tf->view = v;

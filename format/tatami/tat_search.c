@@ -259,10 +259,10 @@ static int load(struct tat_file *tf, struct tat_search *s, struct sf_err *e)
 
 static int search_get(struct tat_file *tf, struct tat_search **out, struct sf_err *e)
 {
-	pthread_mutex_lock(&tf->memo_lock);
+	sf_turn_take(&tf->memo_turn);
 	struct tat_search *s = tf->search;
 	if (!s && (s = tf->search = calloc(1, sizeof *s)) == NULL) {
-		pthread_mutex_unlock(&tf->memo_lock);
+		sf_turn_give(&tf->memo_turn);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
 	}
 	if (!s->loaded) {
@@ -273,7 +273,7 @@ static int search_get(struct tat_file *tf, struct tat_search **out, struct sf_er
 	} else if (s->rc) {
 		snprintf(e->msg, sizeof e->msg, "%s", s->err);
 	}
-	pthread_mutex_unlock(&tf->memo_lock);
+	sf_turn_give(&tf->memo_turn);
 	*out = s;
 	return s->rc;
 }

@@ -17,7 +17,7 @@ static struct tat_file *file_of(struct sf_node *n)
 }
 
 /* Parts are made when a file first needs them, so that opening allocates
- * nothing per chunk; builds run under the view lock. */
+ * nothing per chunk; builds run in the view's turn. */
 static int chunk_parts(struct tat_file *tf, struct tat_chunk *ch)
 {
 	if (ch->part)

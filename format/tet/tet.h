@@ -96,7 +96,7 @@ struct tet_dataset {
 	uint32_t leaf_off;        /* where its leaf component starts (nested only) */
 	json_t *meta;             /* footer metadata.datasets[name], borrowed */
 	json_t *dims;             /* its _ARRAY_DIMENSIONS (tet_tree.c) */
-	/* per grid cell, made on first use under the view lock: the decoded
+	/* per grid cell, made on first use in the view's turn: the decoded
 	 * tile parts (zstd cells only) and the cells' generator arguments */
 	struct sf_part **tile;
 	struct tet_cellref *refs;

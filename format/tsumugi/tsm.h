@@ -11,6 +11,7 @@
 
 #include "sf_err.h"
 #include "sf_map.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 struct sf_probe;
@@ -89,10 +90,10 @@ struct tsm_shard {
 	struct tsm_dict *dicts;   /* pointing into dict_bytes */
 	size_t ndicts;
 	uint8_t *dict_bytes;      /* a copy of the dictionary region */
-	/* Serialises parsing the forward header, which verify may do while a
-	 * reader holds the view lock. */
-	pthread_mutex_t fwd_lock;
-	/* The forward region's parsed header (parsed once, under the view lock). */
+	/* Parsing the forward header once, which verify may do while a
+	 * reader holds the view's turn. */
+	struct sf_turn fwd_turn;
+	/* The forward region's parsed header (parsed once, in the view's turn). */
 	struct tsm_fwd *fwd;
 	/* What docs/'s entries hold of the budget of `docs_cache` while the
 	 * view lives (sf_cache_charge). */

@@ -87,7 +87,7 @@ void tsm_shard_free(void *state)
 	if (s->docs_charged)
 		sf_cache_uncharge(s->docs_cache, s->docs_charged);
 	free(s->file_name);
-	pthread_mutex_destroy(&s->fwd_lock);
+	sf_turn_fini(&s->fwd_turn);
 	free(s);
 }
 

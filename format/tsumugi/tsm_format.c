@@ -14,7 +14,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	struct tsm_shard *s = calloc(1, sizeof *s);
 	if (!(*state = s))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
-	pthread_mutex_init(&s->fwd_lock, NULL);
+	sf_turn_init(&s->fwd_turn);
 	if (!(s->file_name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	s->view = v;

@@ -163,7 +163,7 @@ static int fwd_parse(struct tsm_shard *s, struct tsm_region *r, struct sf_cache 
 /* Parses the forward header once. */
 static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 {
-	pthread_mutex_lock(&s->fwd_lock);
+	sf_turn_take(&s->fwd_turn);
 	int rc = 0;
 	if (s->fwd)
 		goto out;
@@ -174,7 +174,7 @@ static int fwd_load(struct tsm_shard *s, struct sf_cache *c, struct sf_err *e)
 	}
 	rc = fwd_parse(s, r, c, e);
 out:
-	pthread_mutex_unlock(&s->fwd_lock);
+	sf_turn_give(&s->fwd_turn);
 	return rc;
 }
 

@@ -210,11 +210,7 @@ def test_stall_stays_with_its_files(source, mount):
             assert f.read(len(want)) == want
         os.close(handles[p])
     os.close(small)
-    # (a stat's snapshot serves the thread's next open for up to 5 s)
-    deadline = time.monotonic() + 10
-    while stats(mnt)["stuck"] and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert stats(mnt)["stuck"] == []
+    wait_unstuck(mnt)
     # stuck lines last only while requests wait
     assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
 
@@ -250,3 +246,178 @@ def test_silly_renamed_container(source, mount):
     while time.monotonic() < deadline and hidden[0] in os.listdir(src.backing):
         time.sleep(0.05)
     assert hidden[0] not in os.listdir(src.backing)
+
+
+def quick_answers(calls, tries=5):
+    """Runs each of `calls` ({name: fn}) `tries` times while the source is
+    stopped; prints each one's median and slowest, and asserts that each
+    answers within 100 ms (its median: a shared 2-CPU machine under
+    sanitizers can pause any one try) and none waits on the source."""
+    took = {name: [] for name in calls}
+    for _ in range(tries):
+        for name, fn in calls.items():
+            took[name].append(timed(fn)[1])
+    for name, t in took.items():
+        print(f"{name}: median {statistics.median(t) * 1000:.1f} ms, "
+              f"max {max(t) * 1000:.1f} ms over {len(t)}")
+    slow = {n: t for n, t in took.items() if statistics.median(t) >= 0.1 or max(t) >= 1.0}
+    assert not slow, slow
+
+
+def wait_unstuck(mnt):
+    """Waits until stats.json lists no stuck request (a stat's snapshot
+    serves the thread's next open for up to 5 s)."""
+    deadline = time.monotonic() + 10
+    while stats(mnt)["stuck"] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert stats(mnt)["stuck"] == []
+
+
+def wait_stuck(mnt, path, request):
+    """stats.json's stuck request on `path` once it has waited 1.5 s."""
+    deadline, s = time.monotonic() + 20, None
+    while time.monotonic() < deadline:
+        s, _ = timed(lambda: stats(mnt))
+        hit = [w for w in s["stuck"] if w["path"] == path]
+        if hit and hit[0]["seconds"] >= 1.5:
+            assert hit[0]["request"] == request, hit
+            return hit[0]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} never stuck: {s}")
+
+
+def errors_name(mnt, path):
+    text = (mnt / ".shardfs" / "errors").read_text()
+    assert any(line.split(" ", 1)[1].startswith(f"{path}: stuck:")
+               for line in text.splitlines()), text
+    return text
+
+
+def read_dir_fresh(dir_fd):
+    """A new OPENDIR of the directory `dir_fd` is open on, listed."""
+    fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dir_fd)
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def list_in_outage(src, mnt, open_dir, path, calls):
+    """Lists the directory open_dir() opens anew (its OPENDIR) in a thread
+    while the source is stopped; once that is stuck on `path`, each of
+    `calls` must answer quickly (quick_answers). Returns the names it
+    listed once the source answers again."""
+    done = {}
+
+    def lister():
+        fd = open_dir()
+        try:
+            done["names"] = sorted(os.listdir(fd))
+        finally:
+            os.close(fd)
+
+    thread = threading.Thread(target=lister, daemon=True)
+    src.stop()
+    try:
+        thread.start()
+        wait_stuck(mnt, path, "opendir")
+        quick_answers(calls)
+        assert thread.is_alive() and "names" not in done
+    finally:
+        src.cont()
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    return done["names"]
+
+
+def test_stall_holding_a_view(source, mount):
+    """Lazy work of a view (the fold's listing, which reads every member's
+    tar header) waits on the source: what the same view already holds
+    answers meanwhile, since lazy work runs in the view's turn holding no
+    lock, and a find in a directory already listed takes only the view's
+    names lock."""
+    src = source()
+    rng = np.random.default_rng(31)
+    members = [rng.bytes(1 << 20) for _ in range(6)]
+    xw.write_fold(src.backing, "fold", [(f"{i:06d}", {"bin": m}) for i, m in enumerate(members)])
+    mnt = mount(src.mnt, "--threads", "2")
+    daemon = mount.last.proc
+    # entered through its .shardfs/ (an OPENDIR of the fold's root would
+    # list it): the members' headers are not read yet
+    meta = os.open(mnt / "fold" / ".shardfs", os.O_RDONLY | os.O_DIRECTORY)
+    info = {n: (mnt / "fold" / ".shardfs" / n).read_bytes() for n in ("info.json", "info.txt")}
+    cached = os.open(mnt / "fold" / ".shardfs" / "info.json", os.O_RDONLY)
+    # ".." of .shardfs: no lookup of "fold" in SRC, whose entry the
+    # kernel asks again after a second
+    names = list_in_outage(
+        src, mnt, lambda: os.open("..", os.O_RDONLY | os.O_DIRECTORY, dir_fd=meta), "fold", {
+            "stats.json": lambda: stats(mnt),
+            "errors": lambda: errors_name(mnt, "fold"),
+            # names of the view the kernel has not asked for yet, found in
+            # a directory the view listed when it opened
+            "lookup rows": lambda: os.stat("rows", dir_fd=meta),
+            "lookup of no name": lambda: pytest.raises(
+                FileNotFoundError, os.stat, "nothing", dir_fd=meta),
+            "opendir+readdir .shardfs": lambda: read_dir_fresh(meta),
+            "read cached": lambda: os.pread(cached, 1 << 16, 0),
+        })
+    # the same daemon lists and reads the fold exactly
+    assert daemon.poll() is None
+    assert names == [f"{i:06d}.bin" for i in range(len(members))]
+    for i, m in enumerate(members):
+        assert (mnt / "fold" / f"{i:06d}.bin").read_bytes() == m
+        assert (mnt / "fold" / ".shardfs" / "rows" / str(i)).read_bytes() == m
+    for n, b in info.items():
+        assert (mnt / "fold" / ".shardfs" / n).read_bytes() == b
+    assert os.pread(cached, len(info["info.json"]) + 1, 0) == info["info.json"]
+    os.close(cached)
+    os.close(meta)
+    wait_unstuck(mnt)
+
+
+def test_stall_holding_a_listing(source, mount):
+    """A directory's first whole listing waits on the source: requests for
+    what the directory already holds (a view entered before, its listed
+    directories and cached bytes, the directory's own attributes) answer
+    meanwhile, since no listing is computed under a lock."""
+    src = source()
+    d = src.backing / "d"
+    d.mkdir()
+    a = np.arange(256 * 256, dtype="<u4").reshape(256, 256)
+    tw.write_tet(str(d / "w.tet"), [tw.Dataset(b"x", a, (128, 128))])
+    tw.write_tet(str(d / "v.tet"), [tw.Dataset(b"y", a[:64], (64, 64))])
+    (d / "plain.txt").write_bytes(b"plain\n")
+    mnt = mount(src.mnt, "--threads", "2")
+    daemon = mount.last.proc
+    # the view w entered by name (a partial listing of d), its x/ listed;
+    # d itself never listed, held only by a path descriptor
+    dpath = os.open(mnt / "d", os.O_PATH)
+    x = os.open(mnt / "d" / "w" / "x", os.O_RDONLY | os.O_DIRECTORY)
+    w = os.open("..", os.O_PATH, dir_fd=x)
+    tiles = sorted(os.listdir(x))
+    assert "0.1" in tiles, tiles
+    want = np.ascontiguousarray(a[:128, 128:]).tobytes()
+    tile = os.open("0.1", os.O_RDONLY, dir_fd=x)
+    assert os.pread(tile, len(want) + 1, 0) == want
+    names = list_in_outage(
+        src, mnt, lambda: os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dpath), "d", {
+            "stats.json": lambda: stats(mnt),
+            "errors": lambda: errors_name(mnt, "d"),
+            "getattr d": lambda: os.stat(dpath),
+            # names the kernel has not asked for yet (a tile would be
+            # built on its first lookup, which reads the container)
+            "lookup in the view": lambda: os.stat(".shardfs", dir_fd=w),
+            "lookup of no name": lambda: pytest.raises(
+                FileNotFoundError, os.stat, "nothing", dir_fd=w),
+            "opendir+readdir of its listed x/": lambda: read_dir_fresh(x),
+            "read cached": lambda: os.pread(tile, 4096, 0),
+        })
+    assert names == ["plain.txt", "v", "v.tet", "w", "w.tet"]
+    assert read_dir_fresh(x) == tiles
+    assert os.pread(tile, len(want) + 1, 0) == want
+    with open(mnt / "d" / "v" / "y" / "0.0", "rb") as f:
+        assert f.read() == np.ascontiguousarray(a[:64, :64]).tobytes()
+    assert (mnt / "d" / "plain.txt").read_bytes() == b"plain\n"
+    for fd in (tile, x, w, dpath):
+        os.close(fd)
+    wait_unstuck(mnt)
