@@ -10,6 +10,7 @@
 
 #include "sf_fault.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "sf_read.h"
 #include "sf_view.h"
 
@@ -22,6 +23,15 @@ struct shardfs {
 	const struct sf_part *held;
 	struct sf_buf *held_buf;
 };
+
+/* A reader of the API reads members one call each, many thousands a
+ * second: each source file is compared with what was opened at most every
+ * RECHECK_NS while it is read (a fstat a read would cost more than the
+ * read), and the mappings' pages are dropped every DROP_EVERY lookups
+ * instead of the daemon's few thousand (each drop costs the next reads a
+ * page fault apiece). shardfs.h states the delay. */
+#define RECHECK_NS (10 * 1000 * 1000)
+#define DROP_EVERY 65536
 
 static _Thread_local char last_error[sizeof(struct sf_err)];
 
@@ -65,6 +75,9 @@ int shardfs_open(const char *path, struct shardfs **out)
 		free(h);
 		return fail(rc, &e);
 	}
+	for (size_t i = 0; i < sf_view_nmaps(h->view); i++)
+		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
+	sf_view_set_drop_every(h->view, DROP_EVERY);
 	h->cache.get = held_get;
 	pthread_mutex_init(&h->lock, NULL);
 	*out = h;
@@ -227,6 +240,18 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 	}
 	*out = hd;
 	return (ssize_t)rv->bytes;
+}
+
+int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst)
+{
+	struct sf_err e = { { 0 } };
+	if (!hold->rv.bytes)
+		return 0;
+	if (hold->copy)
+		memcpy(dst, hold->copy, hold->rv.bytes);
+	else if (sf_guard_copy(&hold->rv, dst, &e))
+		return fail(-EIO, &e);
+	return 0;
 }
 
 int shardfs_hold_mapped(const struct shardfs_hold *hold)

@@ -17,6 +17,11 @@
  * errno on failure; shardfs_last_error() then says what was wrong, naming
  * the file and the part. A part whose bytes fail a check reads as -EIO.
  *
+ * Changes: a source file truncated, extended or rewritten in place since it
+ * was opened fails reads with -EIO. Reads compare a file with what was
+ * opened at most every 10 ms (a fstat per read would cost more than the
+ * read), so a change is noticed within 10 ms of it.
+ *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.
  *
@@ -90,6 +95,10 @@ struct shardfs_hold;
  * should the file shrink meanwhile, touching them raises SIGBUS. */
 ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t len,
 		     const void **data, struct shardfs_hold **out);
+/* Copies the held bytes into dst (as many as shardfs_hold returned): 0,
+ * or -EIO when a mapped page cannot be read (the file shrank) instead of
+ * a SIGBUS. A whole file in one call: hold it, size the copy, copy. */
+int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst);
 /* 1 when the held bytes are the source file's mapped pages, else 0. */
 int shardfs_hold_mapped(const struct shardfs_hold *hold);
 void shardfs_release(struct shardfs_hold *hold);
