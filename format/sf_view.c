@@ -910,6 +910,11 @@ struct sf_map *sf_view_source(const struct sf_view *v)
 	return v->source;
 }
 
+void sf_view_set_keep_generated(struct sf_view *v, bool keep)
+{
+	v->keep_generated = keep;
+}
+
 void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups)
 {
 	v->drop_every = lookups ? lookups : 1;

@@ -227,6 +227,12 @@ struct sf_view {
 	 * memory low; a host reading members itself drops less often, as each
 	 * drop costs the next reads their page faults (sf_view_set_drop_every). */
 	uint32_t drop_every;
+	/* Files a format renders from the whole container (a fold's
+	 * samples.jsonl) are kept whole once their size is counted, instead of
+	 * rendered again for each read: for a host that reads them whole once
+	 * (the Python module's Fold); the daemon's readers read pieces, and its
+	 * memory is budgeted (sf_view_set_keep_generated). */
+	bool keep_generated;
 };
 
 #define SF_DROP_EVERY 4096
@@ -379,6 +385,7 @@ size_t sf_view_nmaps(const struct sf_view *v);
 struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
 /* The container's own mapping when the view holds it, else NULL. */
 struct sf_map *sf_view_source(const struct sf_view *v);
+void sf_view_set_keep_generated(struct sf_view *v, bool keep);
 /* How many member lookups pass between page drops (drop_every; not 0). */
 void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups);
 /* The cache lazy work of the view reads through from now on. */

@@ -29,7 +29,10 @@ struct shardfs {
  * RECHECK_NS while it is read (a fstat a read would cost more than the
  * read), and the mappings' pages are dropped every DROP_EVERY lookups
  * instead of the daemon's few thousand (each drop costs the next reads a
- * page fault apiece). shardfs.h states the delay. */
+ * page fault apiece). A file rendered from the whole container
+ * (samples.jsonl) is kept once counted: readers here read it whole (the
+ * Fold), and rendering it twice is most of opening a fold. shardfs.h states
+ * both. */
 #define RECHECK_NS (10 * 1000 * 1000)
 #define DROP_EVERY 65536
 
@@ -78,6 +81,7 @@ int shardfs_open(const char *path, struct shardfs **out)
 	for (size_t i = 0; i < sf_view_nmaps(h->view); i++)
 		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
 	sf_view_set_drop_every(h->view, DROP_EVERY);
+	sf_view_set_keep_generated(h->view, true);
 	h->cache.get = held_get;
 	pthread_mutex_init(&h->lock, NULL);
 	*out = h;

@@ -22,6 +22,10 @@
  * opened at most every 10 ms (a fstat per read would cost more than the
  * read), so a change is noticed within 10 ms of it.
  *
+ * Memory: a file rendered from the whole container (a fold's
+ * .shardfs/samples.jsonl, about 70 bytes a sample) is kept whole from its
+ * first use until shardfs_close, where the mount renders it per read.
+ *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.
  *
