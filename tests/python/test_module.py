@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import SAMPLES
+from conftest import SAMPLES, WRITERS
 
 import shardfs
 
@@ -222,3 +222,57 @@ def test_large_empty_and_partial_reads(tmp_path, mount):
                 assert f.read() == want
                 f.seek(-min(n, 10), io.SEEK_END)
                 assert f.read() == want[-10:] if n else f.read() == b""
+
+
+def test_the_gil_is_let_go_while_a_part_decodes(tmp_path):
+    """While the main thread decodes a large zstd chunk (View.buffer: the
+    decode and nothing else in one call), a second thread
+    counts in Python. Forced GIL switches are off (switch interval 1000 s)
+    and the counter lets go of the GIL itself each turn (time.sleep(0)), so
+    it can count during the call only if the call let go of the GIL: a call
+    holding it sees no count, however the machine is loaded. A call that
+    lets go may still see none if the counter is not scheduled in time, so
+    a fresh view decodes again, up to 10 times."""
+    import sys
+    import time
+    sys.path.insert(0, str(WRITERS))
+    import tet_writer
+    rows, cols = 1024, 8192  # 32 MiB of float32, one chunk
+    a = np.cumsum(np.random.default_rng(7).standard_normal((rows, cols), dtype=np.float32),
+                  axis=1).astype("<f4")
+    path = tmp_path / "z.tet"
+    tet_writer.write_tet(str(path), [tet_writer.Dataset(b"x", a, (rows, cols), codec="zstd")])
+    with shardfs.open(path) as v:
+        chunk = max((f"{d}/{f}" if d else f for d, _, fs in v.walk() for f in fs),
+                    key=lambda p: v.stat(p).size)
+    assert shardfs.open(path).stat(chunk).size >= a.nbytes
+
+    count, stop = [0], threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    t = threading.Thread(target=counter)
+    t.start()
+    try:
+        while count[0] == 0:
+            time.sleep(0.01)
+        seen = []
+        for _ in range(10):
+            with shardfs.open(path) as v:
+                before = count[0]
+                data = v.buffer(chunk)  # the decode alone: no copy after it
+                seen.append(count[0] - before)
+                assert len(data) >= a.nbytes
+                data.release()
+            if seen[-1]:
+                break
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        t.join(timeout=60)
+    assert any(seen), f"no count while {len(seen)} decodes ran: the GIL was held"
