@@ -276,3 +276,30 @@ def test_the_gil_is_let_go_while_a_part_decodes(tmp_path):
         sys.setswitchinterval(old)
         t.join(timeout=60)
     assert any(seen), f"no count while {len(seen)} decodes ran: the GIL was held"
+
+
+def test_a_source_changed_in_place_fails_reads(samples, tmp_path):
+    """A tar of a fold rewritten in place (same bytes, a new mtime) under an
+    open View: reads raise EIO once the library has looked (at most 10 ms
+    after the change; polled here with a deadline), and keep failing."""
+    import shutil
+    import time
+    for f in (samples / "taridx").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    with shardfs.open(tmp_path / "demo.taridx") as v:
+        want = v.read("000003.txt")
+        tar = next(p for p in sorted(tmp_path.glob("demo_*.tar")) if want in p.read_bytes())
+        later = time.time_ns() + 10**9
+        os.utime(tar, ns=(later, later))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert v.read("000003.txt") == want  # not looked again yet
+            except OSError as e:
+                assert e.errno == errno.EIO and "changed in place" in str(e), e
+                break
+            assert time.monotonic() < deadline, "the change was never noticed"
+            time.sleep(0.005)
+        with pytest.raises(OSError) as e:
+            v.read("000003.txt")
+        assert e.value.errno == errno.EIO
