@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sf_open.h"
@@ -197,15 +198,34 @@ uint64_t sf_map_changes(void)
 	return atomic_load(&changes);
 }
 
+void sf_map_set_recheck(struct sf_map *m, uint64_t ns)
+{
+	m->recheck_ns = ns;
+}
+
+/* CLOCK_MONOTONIC_COARSE in ns: the vDSO answers it without a system call. */
+static uint64_t coarse_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 int sf_map_check(struct sf_map *m, struct sf_err *e)
 {
 	struct stat now;
 	if (!atomic_load(&m->changed)) {
+		/* taken before the fstat: a pass counts from no later than it */
+		uint64_t t = m->recheck_ns ? coarse_ns() : 0;
+		if (t && t - atomic_load(&m->passed_at) < m->recheck_ns)
+			return 0;
 		if (fstat(m->fd, &now) < 0)
 			return sf_fail(e, -EIO, "%s: stat: %s", m->path, strerror(errno));
 		if (now.st_size == m->st.st_size && now.st_mtim.tv_sec == m->st.st_mtim.tv_sec &&
-		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec)
+		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec) {
+			atomic_store(&m->passed_at, t);
 			return 0;
+		}
 		if (!atomic_exchange(&m->changed, true))
 			atomic_fetch_add(&changes, 1);
 	}

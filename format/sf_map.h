@@ -30,6 +30,11 @@ struct sf_map {
 	/* The file was truncated, extended or rewritten in place since it was
 	 * mapped: final, every later check fails. */
 	atomic_bool changed;
+	/* A check this soon (ns, CLOCK_MONOTONIC_COARSE) after one that passed
+	 * trusts it without a system call (sf_map_set_recheck); 0 looks every
+	 * time, as the daemon does. */
+	uint64_t recheck_ns;
+	_Atomic uint64_t passed_at;
 };
 
 /* Maps the regular file `path` beneath directory `top`, with no symlink
@@ -87,6 +92,10 @@ void sf_map_unref(struct sf_map *m);
  * zeros or faults, so bytes served or decoded from a mapping are trusted
  * only when a check after reading them passes. */
 int sf_map_check(struct sf_map *m, struct sf_err *e);
+/* Lets checks of `m` within `ns` of the last one that passed trust it: a
+ * host reading many small pieces (the Python module) pays a fstat every
+ * `ns` instead of one per read, and notices a change that much later. */
+void sf_map_set_recheck(struct sf_map *m, uint64_t ns);
 /* How many mappings have been found changed so far: while it stays the
  * same, no mapping needs its flag looked at again. */
 uint64_t sf_map_changes(void);

@@ -633,6 +633,7 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	pthread_mutex_init(&v->names_lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
+	v->drop_every = SF_DROP_EVERY;
 	v->path = strdup(path);
 	if (!v->path) {
 		free(v);
@@ -994,6 +995,16 @@ struct sf_map *sf_view_map(const struct sf_view *v, size_t i)
 struct sf_map *sf_view_source(const struct sf_view *v)
 {
 	return v->source;
+}
+
+void sf_view_set_keep_generated(struct sf_view *v, bool keep)
+{
+	v->keep_generated = keep;
+}
+
+void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups)
+{
+	v->drop_every = lookups ? lookups : 1;
 }
 
 void sf_view_set_cache(struct sf_view *v, struct sf_cache *c)

@@ -240,7 +240,21 @@ struct sf_view {
 	/* sf_map_changes() when no mapping of the view had changed
 	 * (sf_view_refused looks again only when it has moved on) */
 	_Atomic uint64_t intact_at;
+	/* Lookups of stored members between drops of the mappings' pages from
+	 * the page tables (sf_map_drop_pages; a fold's listing and lookups
+	 * touch a header apiece): SF_DROP_EVERY keeps the daemon's resident
+	 * memory low; a host reading members itself drops less often, as each
+	 * drop costs the next reads their page faults (sf_view_set_drop_every). */
+	uint32_t drop_every;
+	/* Files a format renders from the whole container (a fold's
+	 * samples.jsonl) are kept whole once their size is counted, instead of
+	 * rendered again for each read: for a host that reads them whole once
+	 * (the Python module's Fold); the daemon's readers read pieces, and its
+	 * memory is budgeted (sf_view_set_keep_generated). */
+	bool keep_generated;
 };
+
+#define SF_DROP_EVERY 4096
 
 /* Creates a view whose root is an empty directory. `path` names the
  * container in messages. */
@@ -390,6 +404,9 @@ size_t sf_view_nmaps(const struct sf_view *v);
 struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
 /* The container's own mapping when the view holds it, else NULL. */
 struct sf_map *sf_view_source(const struct sf_view *v);
+void sf_view_set_keep_generated(struct sf_view *v, bool keep);
+/* How many member lookups pass between page drops (drop_every; not 0). */
+void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups);
 /* The cache lazy work of the view reads through from now on. */
 void sf_view_set_cache(struct sf_view *v, struct sf_cache *c);
 /* Calls fn(arg, v's path, warning) for each warning raised since the last

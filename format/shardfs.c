@@ -8,20 +8,52 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_dcache.h"
 #include "sf_fault.h"
 #include "sf_format.h"
+#include "sf_map.h"
 #include "sf_read.h"
 #include "sf_view.h"
 
 struct shardfs {
 	struct sf_view *view;
-	/* A one-part cache: reading a compressed part piece by piece would
-	 * otherwise decode it again for every piece. */
-	struct sf_cache cache;
-	pthread_mutex_t lock;
-	const struct sf_part *held;
-	struct sf_buf *held_buf;
+	struct sf_cache *cache; /* the process's (below) */
 };
+
+/* Decoded parts of every handle of the process, kept within one budget by
+ * the daemon's own cache (sf_dcache.h), its --cache-size default: a
+ * compressed part read piece by piece, or by several threads, is decoded
+ * once while it stays. A forked child starts a cache of its own: a thread
+ * of the parent may have held the parent's lock at the fork. */
+#define CACHE_BUDGET (256ull << 20)
+
+static struct sf_dcache *cache;
+static struct sf_dcache_counts cache_counts;
+static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
+
+static void cache_make(void)
+{
+	cache_counts = (struct sf_dcache_counts){ 0 };
+	cache = sf_dcache_new(CACHE_BUDGET, &cache_counts);
+}
+
+static void cache_start(void)
+{
+	cache_make();
+	pthread_atfork(NULL, NULL, cache_make);
+}
+
+/* A reader of the API reads members one call each, many thousands a
+ * second: each source file is compared with what was opened at most every
+ * RECHECK_NS while it is read (a fstat a read would cost more than the
+ * read), and the mappings' pages are dropped every DROP_EVERY lookups
+ * instead of the daemon's few thousand (each drop costs the next reads a
+ * page fault apiece). A file rendered from the whole container
+ * (samples.jsonl) is kept once counted: readers here read it whole (the
+ * Fold), and rendering it twice is most of opening a fold. shardfs.h states
+ * both. */
+#define RECHECK_NS (10 * 1000 * 1000)
+#define DROP_EVERY 65536
 
 static _Thread_local char last_error[sizeof(struct sf_err)];
 
@@ -31,33 +63,11 @@ static int fail(int rc, const struct sf_err *e)
 	return rc;
 }
 
-static int held_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
-		    struct sf_err *e)
-{
-	struct shardfs *h = (struct shardfs *)((char *)c - offsetof(struct shardfs, cache));
-	pthread_mutex_lock(&h->lock);
-	if (h->held == p) {
-		*out = sf_buf_ref(h->held_buf);
-		pthread_mutex_unlock(&h->lock);
-		return 0;
-	}
-	pthread_mutex_unlock(&h->lock);
-	int rc = sf_part_produce(p, c, out, e);
-	if (rc)
-		return rc;
-	pthread_mutex_lock(&h->lock);
-	if (h->held_buf)
-		sf_buf_unref(h->held_buf);
-	h->held = p;
-	h->held_buf = sf_buf_ref(*out);
-	pthread_mutex_unlock(&h->lock);
-	return 0;
-}
-
 int shardfs_open(const char *path, struct shardfs **out)
 {
 	struct sf_err e = { { 0 } };
-	struct shardfs *h = calloc(1, sizeof *h);
+	pthread_once(&cache_once, cache_start);
+	struct shardfs *h = cache ? calloc(1, sizeof *h) : NULL;
 	if (!h)
 		return fail(sf_fail(&e, -ENOMEM, "out of memory"), &e);
 	int rc = sf_open_path(path, &h->view, &e);
@@ -65,8 +75,12 @@ int shardfs_open(const char *path, struct shardfs **out)
 		free(h);
 		return fail(rc, &e);
 	}
-	h->cache.get = held_get;
-	pthread_mutex_init(&h->lock, NULL);
+	for (size_t i = 0; i < sf_view_nmaps(h->view); i++)
+		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
+	sf_view_set_drop_every(h->view, DROP_EVERY);
+	sf_view_set_keep_generated(h->view, true);
+	h->cache = sf_dcache_iface(cache);
+	sf_view_set_cache(h->view, h->cache);
 	*out = h;
 	return 0;
 }
@@ -75,9 +89,6 @@ void shardfs_close(struct shardfs *h)
 {
 	if (!h)
 		return;
-	if (h->held_buf)
-		sf_buf_unref(h->held_buf);
-	pthread_mutex_destroy(&h->lock);
 	sf_view_unref(h->view);
 	free(h);
 }
@@ -106,7 +117,8 @@ static void describe(struct shardfs *h, struct sf_node *n, struct shardfs_entry 
 		break;
 	case SF_FILE:
 		out->kind = SHARDFS_FILE;
-		out->error = sf_file_ready(n, &h->cache, &e);
+		out->error = sf_file_ready(n, h->cache, &e);
+		sf_dcache_read_done();
 		if (out->error)
 			fail(out->error, &e);
 		else
@@ -170,13 +182,13 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 	if (f->kind != SF_FILE)
 		return fail(sf_fail(&e, f->kind == SF_DIR ? -EISDIR : -EINVAL,
 				    "%s: %s is not a file", h->view->path, path), &e);
-	if ((rc = sf_file_ready(f, &h->cache, &e)))
+	if ((rc = sf_file_ready(f, h->cache, &e)))
 		return fail(rc, &e);
 	if (off >= f->u.file.size)
 		return 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
-	rc = sf_file_read(f, off, len, &h->cache, rv, &e);
+	rc = sf_file_read(f, off, len, h->cache, rv, &e);
 	return rc ? fail(rc, &e) : 0;
 }
 
@@ -190,6 +202,7 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 	if (rc == 0 && got && (rc = sf_readv_copy(&rv, buf, &e)))
 		fail(rc, &e);
 	sf_readv_release(&rv);
+	sf_dcache_read_done();
 	return rc ? rc : (ssize_t)got;
 }
 
@@ -207,6 +220,8 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 	if (!hd)
 		return fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path, path), &e);
 	int rc = gather(h, path, off, len, &hd->rv);
+	/* the parts held are the hold's now, not this thread's read */
+	sf_dcache_read_done();
 	const struct sf_readv *rv = &hd->rv;
 	if (rc == 0 && rv->n == 1) {
 		*data = rv->iov[0].iov_base;
@@ -227,6 +242,18 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 	}
 	*out = hd;
 	return (ssize_t)rv->bytes;
+}
+
+int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst)
+{
+	struct sf_err e = { { 0 } };
+	if (!hold->rv.bytes)
+		return 0;
+	if (hold->copy)
+		memcpy(dst, hold->copy, hold->rv.bytes);
+	else if (sf_guard_copy(&hold->rv, dst, &e))
+		return fail(-EIO, &e);
+	return 0;
 }
 
 int shardfs_hold_mapped(const struct shardfs_hold *hold)

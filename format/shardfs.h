@@ -19,13 +19,19 @@
  *
  * A source that shrinks or whose storage fails while a handle is open: the
  * opens and reads that need a lost page return -EIO, and so does every
- * read after a change in place (size or mtime) is seen. Tsumugi, tatami,
- * tet and Shardlake files are read with pread and process_vm_readv, so no
- * signal is raised. Taridx folds are still parsed from the mapping: for
+ * read after a change in place (size or mtime) is seen: reads compare a
+ * file with what was opened at most every 10 ms (a fstat per read would
+ * cost more than the read), so a change is noticed within 10 ms of it.
+ * Tsumugi, tatami, tet and Shardlake files are read with pread and
+ * process_vm_readv, so no signal is raised. Taridx folds are still parsed from the mapping: for
  * them the library installs a process-wide SIGBUS handler at its first
  * open, which turns a fault inside its own calls into -EIO and passes any
  * other SIGBUS to the handler that was there before. (shardfs_hold's
  * mapped bytes are the caller's to touch: see there.)
+ *
+ * Memory: a file rendered from the whole container (a fold's
+ * .shardfs/samples.jsonl, about 70 bytes a sample) is kept whole from its
+ * first use until shardfs_close, where the mount renders it per read.
  *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.
@@ -100,6 +106,10 @@ struct shardfs_hold;
  * should the file shrink meanwhile, touching them raises SIGBUS. */
 ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t len,
 		     const void **data, struct shardfs_hold **out);
+/* Copies the held bytes into dst (as many as shardfs_hold returned): 0,
+ * or -EIO when a mapped page cannot be read (the file shrank) instead of
+ * a SIGBUS. A whole file in one call: hold it, size the copy, copy. */
+int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst);
 /* 1 when the held bytes are the source file's mapped pages, else 0. */
 int shardfs_hold_mapped(const struct shardfs_hold *hold);
 void shardfs_release(struct shardfs_hold *hold);

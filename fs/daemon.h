@@ -11,7 +11,7 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-#include "cache.h"
+#include "sf_dcache.h"
 #include "fnode.h"
 #include "listing.h"
 #include "openviews.h"
@@ -29,7 +29,7 @@ struct daemon {
 	struct listings listings;     /* making SRC directories' listings */
 	struct watch watch;           /* inotify on the SRC directories shown */
 	struct stats stats;           /* counters and the problem log */
-	struct dcache *cache;         /* decoded parts */
+	struct sf_dcache *cache;         /* decoded parts */
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cache.h"
+#include "sf_dcache.h"
 #include "daemon.h"
 #include "fnode.h"
 #include "listing.h"
@@ -266,13 +266,13 @@ int main(int argc, char **argv)
 		fail("%s%s", e.msg, "");
 		goto out;
 	}
-	dm.cache = dcache_new(o.cache_size, &dm.stats);
+	dm.cache = sf_dcache_new(o.cache_size, &dm.stats.cache);
 	if (!dm.cache || fuse_argv(&o, src, &args)) {
 		fail("out of memory%s%s", "", "");
 		goto out;
 	}
-	dcache_on_slow(dm.cache, transport_hand_off);
-	dm.view_cache = dcache_iface(dm.cache);
+	sf_dcache_on_slow(dm.cache, transport_hand_off);
+	dm.view_cache = sf_dcache_iface(dm.cache);
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {
 		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");
@@ -339,7 +339,7 @@ out:
 	fuse_opt_free_args(&args);
 	fnode_fini(&dm.tree);
 	listings_fini(&dm.listings);
-	dcache_free(dm.cache);
+	sf_dcache_free(dm.cache);
 	stats_fini(&dm.stats);
 	if (dm.src_fd >= 0)
 		close(dm.src_fd);

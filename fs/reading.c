@@ -177,7 +177,7 @@ static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off
 		reply_readv(req, &rv, n);
 	}
 	sf_readv_release(&rv);
-	dcache_read_done();
+	sf_dcache_read_done();
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -258,7 +258,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	}
 	free(copy);
 	sf_readv_release(&rv);
-	dcache_read_done();
+	sf_dcache_read_done();
 	src_end(dm);
 }
 

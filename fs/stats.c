@@ -194,11 +194,11 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(bytes, "synthesized", num(&s->bytes_synthesized));
 	json_object_set_new(bytes, "pushed_at_open", num(&s->bytes_pushed));
 	json_t *cache = json_object();
-	json_object_set_new(cache, "hits", num(&s->cache_hits));
-	json_object_set_new(cache, "misses", num(&s->cache_misses));
-	json_object_set_new(cache, "evictions", num(&s->cache_evictions));
-	json_object_set_new(cache, "bytes_decoded", num(&s->bytes_decoded));
-	json_object_set_new(cache, "parts_decoded", num(&s->parts_decoded));
+	json_object_set_new(cache, "hits", num(&s->cache.hits));
+	json_object_set_new(cache, "misses", num(&s->cache.misses));
+	json_object_set_new(cache, "evictions", num(&s->cache.evictions));
+	json_object_set_new(cache, "bytes_decoded", num(&s->cache.bytes_decoded));
+	json_object_set_new(cache, "parts_decoded", num(&s->cache.parts_decoded));
 	json_object_set_new(cache, "bytes_held", json_integer((json_int_t)cache_bytes));
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();

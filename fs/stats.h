@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "sf_buf.h"
+#include "sf_dcache.h"
 #include "sf_hash.h"
 #include "stall.h"
 
@@ -32,8 +33,7 @@ struct stats {
 	atomic_uint_fast64_t requests[REQ_KINDS];
 	atomic_uint_fast64_t bytes_from_map, bytes_from_cache, bytes_synthesized;
 	atomic_uint_fast64_t bytes_pushed; /* of those, sent ahead of reads */
-	atomic_uint_fast64_t cache_hits, cache_misses, cache_evictions;
-	atomic_uint_fast64_t bytes_decoded, parts_decoded;
+	struct sf_dcache_counts cache; /* the decode cache's (sf_dcache.h) */
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
 	/* views listings hold open now, at most so far, and closed as unused

@@ -8,7 +8,7 @@ PACKAGES=(
   meson ninja-build pkg-config gcc clang libclang-rt-14-dev
   libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libxxhash-dev libjansson-dev
   python3 python3-dev python3-pytest python3-numpy python3-zarr python3-xarray python3-dask python3-xxhash python3-zstandard python3-lz4 zstd
-  python3-torch strace libarchive-tools
+  python3-torch python3-pil strace libarchive-tools
   debhelper dpkg-dev lintian
   glusterfs-server glusterfs-client
 )

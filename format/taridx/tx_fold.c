@@ -33,12 +33,11 @@ static void bit_clear(uint8_t *bits, uint64_t i)
  * need not stay in our page tables, where a fold of a million small
  * members would hold its every tar page and its whole index. The page
  * cache keeps them, so a later read faults them back cheaply. Called once
- * per row read (in the view's turn), it drops them every few thousand. */
-#define DROP_EVERY 4096
-
+ * per row read (in the view's turn), it drops them every
+ * view->drop_every rows. */
 static void read_rows(struct tx_fold *f)
 {
-	if (++f->rows_read % DROP_EVERY)
+	if (++f->rows_read % f->view->drop_every)
 		return;
 	for (size_t i = 0; i < f->view->nmaps; i++)
 		sf_map_drop_pages(f->view->maps[i]);

@@ -1,5 +1,6 @@
 /* .shardfs/samples.jsonl of a fold (docs/formats/taridx.md): one line per
- * WebDataset sample, produced per read from the index and the tar headers.
+ * WebDataset sample, produced per read from the index and the tar headers
+ * (or, for a host that keeps generated files whole, kept as counted).
  *
  * Its size comes from one counting pass over the rows, run when the file
  * is first stat'ed or read, which renders every line without keeping it.
@@ -402,22 +403,25 @@ static int add_mark(struct tx_samples *sm, const struct pos *p)
 	return 0;
 }
 
-/* Renders every line once, without keeping them, for the size and the
- * marks. In runs mode it gives up (-EAGAIN) at the first member whose
- * file name's stem is not its row's. */
-static int count(struct tx_samples *sm, struct scratch *s)
+/* Renders every line once for the size and the marks, into `keep` when
+ * given, else without keeping them. In runs mode it gives up (-EAGAIN) at
+ * the first member whose file name's stem is not its row's. */
+static int count(struct tx_samples *sm, struct scratch *s, struct sf_str *keep)
 {
 	struct pos p = { 0 };
 	struct sf_str line = { 0 };
+	struct sf_str *out = keep ? keep : &line;
 	int rc = 0;
 	sm->nmarks = 0;
+	out->len = 0;
 	while (!rc && p.row < sm->f->ix.n_rows) {
 		if (p.i >= (uint64_t)sm->nmarks * STEP)
 			rc = add_mark(sm, &p);
 		bool stem_ok = true;
-		line.len = 0;
+		if (!keep)
+			line.len = 0;
 		if (!rc)
-			rc = step(sm, s, &p, &line, sm->runs ? &stem_ok : NULL);
+			rc = step(sm, s, &p, out, sm->runs ? &stem_ok : NULL);
 		if (!rc && !stem_ok)
 			rc = -EAGAIN;
 	}
@@ -429,15 +433,15 @@ static int count(struct tx_samples *sm, struct scratch *s)
 
 /* The counting pass: by runs when the index says rows are contiguous and
  * that holds, else by chains. */
-static int count_all(struct tx_samples *sm, struct scratch *s)
+static int count_all(struct tx_samples *sm, struct scratch *s, struct sf_str *keep)
 {
 	sm->runs = sm->f->ix.flags & 1;
-	int rc = sm->runs ? count(sm, s) : -EAGAIN;
+	int rc = sm->runs ? count(sm, s, keep) : -EAGAIN;
 	if (rc == -EAGAIN) {
 		sm->runs = false;
 		rc = link_chains(sm, s);
 		if (!rc)
-			rc = count(sm, s);
+			rc = count(sm, s, keep);
 	}
 	return rc;
 }
@@ -535,11 +539,17 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
-	rc = count_all(sm, s);
+	/* a host that reads the file whole keeps what the count rendered */
+	struct sf_str text = { 0 };
+	bool keep = f->view->keep_generated;
+	rc = count_all(sm, s, keep ? &text : NULL);
 	scratch_free(s);
+	if (!rc && sm->size)
+		rc = keep ? sf_file_add_str(n, &text) : sf_file_add_gen(n, gen, sm, 0, sm->size);
+	sf_str_free(&text);
 	if (rc)
 		return sf_fail(e, rc, "%s: out of memory counting samples.jsonl", f->view->path);
-	return sm->size ? sf_file_add_gen(n, gen, sm, 0, sm->size) : 0;
+	return 0;
 }
 
 int tx_samples_add(struct tx_fold *f, struct sf_node *meta)
@@ -563,7 +573,7 @@ int tx_samples_count(struct tx_fold *f, uint64_t *n, struct sf_err *e)
 	 * which info (a part) must not take */
 	struct tx_samples sm = { .f = f };
 	struct scratch *s = scratch_new(f);
-	int rc = s ? count_all(&sm, s) : -ENOMEM;
+	int rc = s ? count_all(&sm, s, NULL) : -ENOMEM;
 	if (s)
 		scratch_free(s);
 	*n = sm.nsamples;

@@ -31,7 +31,6 @@ from ._fold import Fold, Sample
 __all__ = ["open", "View", "Tree", "Entry", "Fold", "Sample", "FoldDataset"]
 
 _KINDS = {1: "dir", 2: "file", 3: "link"}
-_INHERITED = []  # handles a forked process got from its parent
 
 
 class Entry(namedtuple("Entry", "name kind size target")):
@@ -57,54 +56,32 @@ def _entry(t):
     return Entry(name, _KINDS[kind], size, target)
 
 
+def _reopen(cls, path, closed):
+    v = cls(path)
+    if closed:
+        v.close()
+    return v
+
+
 def _rel(path):
     """A path inside a view as the library takes it: relative, no '.'."""
     path = os.fsdecode(path)
     return "/".join(c for c in path.split("/") if c not in ("", "."))
 
 
-class View:
+class View(_shardfs.Handle):
     """A container opened into its view: the tree the mount shows in the
     container's view directory. Use it in a `with` block, or close() it.
 
+    read(), readinto() and buffer() are the extension's own methods: one C
+    call each, the GIL released while the library looks up and copies.
     A view may be used by several threads at once. In a process started by
     fork (DataLoader workers) it opens the container again on first use, so
     that nothing is shared with the parent but the file names."""
 
-    def __init__(self, path):
-        self.path = os.fspath(path)
-        self._h = _shardfs.Handle(self.path)
-        self._pid = os.getpid()
-
-    def _handle(self):
-        if self._pid != os.getpid():  # a forked child: its own handle
-            # the parent's is left alone, never closed here: another thread
-            # of the parent may have held one of its locks at the fork
-            _INHERITED.append(self._h)
-            self._h, self._pid = _shardfs.Handle(self.path), os.getpid()
-        return self._h
-
     # -- pickling: by file name (spawned DataLoader workers open their own)
-    def __getstate__(self):
-        return {"path": self.path, "closed": self.closed}
-
-    def __setstate__(self, state):
-        self.__init__(state["path"])
-        if state["closed"]:
-            self.close()
-
-    def close(self):
-        """Lets go of the container. Buffers handed out stay valid."""
-        if self._pid == os.getpid():
-            self._h.close()
-        else:  # a forked child's view, never used there: nothing to close
-            _INHERITED.append(self._h)
-            self._h = _shardfs.Handle.__new__(_shardfs.Handle)
-            self._pid = os.getpid()
-
-    @property
-    def closed(self):
-        return self._h.closed
+    def __reduce__(self):
+        return _reopen, (type(self), self.path, self.closed)
 
     def __enter__(self):
         return self
@@ -116,28 +93,22 @@ class View:
         state = "closed" if self.closed else self.format
         return f"<shardfs.View {self.path!r} ({state})>"
 
-    @property
-    def format(self):
-        """The format module that opened the file: "tsumugi", "tatami",
-        "taridx", "sidx" (a Shardlake shard), "alias" or "tet"."""
-        return self._handle().format
-
     # -- the tree
     def stat(self, path=""):
         """The Entry at `path` ("" is the top of the view)."""
-        return _entry(self._handle().stat(_rel(path)))
+        return _entry(_shardfs.Handle.stat(self, _rel(path)))
 
     def scandir(self, path=""):
         """The entries of directory `path`, in the mount's listing order."""
-        return [_entry(t) for t in self._handle().listdir(_rel(path))]
+        return [_entry(t) for t in _shardfs.Handle.listdir(self, _rel(path))]
 
     def listdir(self, path=""):
         """The names in directory `path`, in the mount's listing order."""
-        return [t[0] for t in self._handle().listdir(_rel(path))]
+        return [t[0] for t in _shardfs.Handle.listdir(self, _rel(path))]
 
     def exists(self, path):
         try:
-            self._handle().stat(_rel(path))
+            _shardfs.Handle.stat(self, _rel(path))
         except FileNotFoundError:
             return False
         return True
@@ -157,27 +128,7 @@ class View:
         for d in dirs:
             yield from self.walk(f"{_rel(top)}/{d}" if _rel(top) else d)
 
-    # -- bytes
-    def read(self, path, size=-1, offset=0):
-        """Up to `size` bytes (all if negative) of file `path` from
-        `offset`, copied into a new bytes object."""
-        return self._handle().read(_rel(path), size if size >= 0 else -1, offset)
-
-    def readinto(self, path, buffer, offset=0):
-        """Copies bytes of file `path` from `offset` into the writable
-        `buffer` (bytearray, numpy array...); returns how many."""
-        return self._handle().readinto(_rel(path), buffer, offset)
-
-    def buffer(self, path, offset=0, size=-1):
-        """The bytes of file `path` as a read-only memoryview, without a
-        copy where they are stored as-is: it looks into the container's
-        mapping (stored members, raw tiles), or into the decoded part. It
-        keeps what it looks at alive, also past close(). As with
-        numpy.memmap, should the source file shrink while the memoryview
-        lives, touching the lost pages kills the process with SIGBUS;
-        read() copies instead and raises OSError then."""
-        return memoryview(self._handle().hold(_rel(path), size if size >= 0 else -1, offset))
-
+    # -- bytes: read(), readinto() and buffer() are _shardfs.Handle's
     def open(self, path):
         """A read-only binary file object over file `path` (seekable;
         numpy.load, PIL.Image.open, tarfile... take it)."""

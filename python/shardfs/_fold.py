@@ -1,6 +1,8 @@
 """A tar fold's samples as a sequence (shardfs.View.fold)."""
 import json
 
+from . import _shardfs
+
 
 class Sample(dict):
     """One sample: its members' bytes by extension ({"jpg": b"...",
@@ -35,8 +37,7 @@ class Fold:
         import numpy as np  # here: `import shardfs` alone needs no numpy
         index = self._p(".shardfs/samples.jsonl")
         data = view.buffer(index)
-        nl = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 0x0A)
-        self._starts = np.concatenate(([0], nl + 1)).astype(np.int64)
+        self._starts = np.frombuffer(_shardfs.line_starts(data), dtype=np.int64)
         if len(data) and data[-1] != 0x0A:
             raise OSError(f"{view.path}: {index}: the last line has no newline")
         self._data = data
@@ -57,6 +58,7 @@ class Fold:
         self._keys = None
 
     def __len__(self):
+        # a last line without a newline was refused at open
         return len(self._starts) - 1
 
     def line(self, i):

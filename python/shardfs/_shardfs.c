@@ -6,6 +6,8 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,11 +27,109 @@ static PyObject *api_error(int rc, const char *path)
 	return NULL;
 }
 
+/* ---- arguments ---- */
+
+/* Fills slots[0..n) from the positional arguments and the keywords named
+ * names[0..n) of a METH_FASTCALL | METH_KEYWORDS call, NULL where not
+ * given; the first `required` must be. 0, or -1 with TypeError set. */
+static int args_get(const char *fn, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+		    const char *const *names, int n, int required, PyObject **slots)
+{
+	if (nargs > n) {
+		PyErr_Format(PyExc_TypeError, "%s() takes at most %d arguments (%zd given)", fn, n,
+			     nargs);
+		return -1;
+	}
+	for (int i = 0; i < n; i++)
+		slots[i] = i < nargs ? args[i] : NULL;
+	Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+	for (Py_ssize_t k = 0; k < nkw; k++) {
+		PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+		int j = 0;
+		while (j < n && PyUnicode_CompareWithASCIIString(key, names[j]) != 0)
+			j++;
+		if (j == n || slots[j]) {
+			PyErr_Format(PyExc_TypeError, j == n ? "%s() got an unexpected keyword argument %R"
+					 : "%s() got multiple values for argument %R", fn, key);
+			return -1;
+		}
+		slots[j] = args[nargs + k];
+	}
+	for (int i = 0; i < required; i++)
+		if (!slots[i]) {
+			PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn,
+				     names[i]);
+			return -1;
+		}
+	return 0;
+}
+
+/* A path argument as the library takes it: the bytes of an ASCII str or of
+ * a bytes object as they are (no copy: most calls), anything else
+ * (non-ASCII str, os.PathLike) through os.fsencode into `owned`. */
+struct cpath {
+	const char *s;
+	PyObject *owned;
+};
+
+static int path_get(PyObject *o, struct cpath *p)
+{
+	Py_ssize_t n = -1;
+	p->owned = NULL;
+	if (PyUnicode_Check(o) && PyUnicode_IS_ASCII(o))
+		p->s = PyUnicode_AsUTF8AndSize(o, &n);
+	else if (PyBytes_Check(o))
+		p->s = PyBytes_AsString(o), n = PyBytes_GET_SIZE(o);
+	if (n < 0) {
+		if (!PyUnicode_FSConverter(o, &p->owned))
+			return -1;
+		p->s = PyBytes_AS_STRING(p->owned);
+		n = PyBytes_GET_SIZE(p->owned);
+	}
+	if (strlen(p->s) != (size_t)n) {
+		Py_CLEAR(p->owned);
+		PyErr_SetString(PyExc_ValueError, "embedded null byte");
+		return -1;
+	}
+	return 0;
+}
+
+/* An optional integer argument (None or absent: `dflt`). */
+static int ssize_get(PyObject *o, Py_ssize_t dflt, Py_ssize_t *out)
+{
+	*out = dflt;
+	if (!o || o == Py_None)
+		return 0;
+	*out = PyLong_AsSsize_t(o);
+	return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int offset_get(PyObject *o, unsigned long long *out)
+{
+	*out = 0;
+	if (!o)
+		return 0;
+	*out = PyLong_AsUnsignedLongLong(o);
+	return *out == (unsigned long long)-1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* ---- Handle: one opened container ---- */
+
+/* Forks so far: a handle opened before the last one belongs to the parent
+ * (pthread_atfork counts them in the child). */
+static unsigned long forks;
+
+static void count_fork(void)
+{
+	forks++;
+}
 
 typedef struct {
 	PyObject_HEAD
 	struct shardfs *h;
+	PyObject *path;   /* as given (os.fspath): str or bytes */
+	PyObject *fspath; /* its bytes, to open it again in a forked child */
+	unsigned long born; /* `forks` when opened */
 	/* Calls running without the GIL: close() waits for none of them, the
 	 * last one out closes the handle (both counted under the GIL). */
 	int busy;
@@ -38,9 +138,42 @@ typedef struct {
 
 static PyTypeObject HandleType;
 
+/* Opens self->fspath into self->h: 0, or -1 with OSError set. */
+static int handle_open(Handle *self)
+{
+	const char *path = PyBytes_AS_STRING(self->fspath);
+	struct shardfs *h = NULL;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = shardfs_open(path, &h);
+	Py_END_ALLOW_THREADS
+	if (rc < 0) {
+		api_error(rc, path);
+		return -1;
+	}
+	self->h = h;
+	self->born = forks;
+	return 0;
+}
+
+/* A handle a forked child got from its parent: the parent's is left
+ * alone, never closed or used here (another thread of the parent may have
+ * held one of its locks at the fork); the child opens its own when
+ * `reopen` and the parent's was open. */
+static int handle_forked(Handle *self, int reopen)
+{
+	int open = self->h && !self->closing;
+	self->h = NULL;
+	self->busy = self->closing = 0;
+	self->born = forks;
+	return open && reopen ? handle_open(self) : 0;
+}
+
 /* Marks a call as running; NULL with ValueError when the handle is closed. */
 static struct shardfs *enter(Handle *self)
 {
+	if (self->born != forks && handle_forked(self, 1))
+		return NULL;
 	if (!self->h || self->closing) {
 		PyErr_SetString(PyExc_ValueError, "I/O operation on a closed shardfs view");
 		return NULL;
@@ -60,76 +193,55 @@ static void leave(Handle *self)
 	}
 }
 
-/* enter() for a call taking a path (converted by PyUnicode_FSConverter):
- * on failure the path is released. */
-static struct shardfs *enter_path(Handle *self, PyObject *pathobj)
-{
-	struct shardfs *h = enter(self);
-	if (!h)
-		Py_DECREF(pathobj);
-	return h;
-}
-
-/* One call's arguments: (path[, size[, offset]]), size -1 and offset 0
- * when left out. */
+/* One call's path and handle: begin() parses the path and enters, end()
+ * leaves and lets go of the path, returning r. */
 struct call {
 	struct shardfs *h;
-	PyObject *pathobj;
-	const char *path;
-	Py_ssize_t size;
-	unsigned long long off;
+	struct cpath p;
 };
 
-/* Parses the arguments and enters the call: 0, or -1 with the error set. */
-static int begin(Handle *self, PyObject *args, struct call *c)
+static int begin(Handle *self, PyObject *pathobj, struct call *c)
 {
-	c->size = -1;
-	c->off = 0;
-	if (!PyArg_ParseTuple(args, "O&|nK", PyUnicode_FSConverter, &c->pathobj, &c->size,
-			      &c->off))
+	if (path_get(pathobj, &c->p))
 		return -1;
-	c->path = PyBytes_AS_STRING(c->pathobj);
-	c->h = enter_path(self, c->pathobj);
-	return c->h ? 0 : -1;
+	if (!(c->h = enter(self))) {
+		Py_CLEAR(c->p.owned);
+		return -1;
+	}
+	return 0;
 }
 
-/* Ends a call that enter_path began, returning r. */
-static PyObject *done(Handle *self, PyObject *pathobj, PyObject *r)
+static PyObject *end(Handle *self, struct call *c, PyObject *r)
 {
 	leave(self);
-	Py_DECREF(pathobj);
+	Py_CLEAR(c->p.owned);
 	return r;
 }
 
 static int Handle_init(Handle *self, PyObject *args, PyObject *kw)
 {
 	static char *names[] = { "path", NULL };
-	PyObject *pathobj;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "O&", names, PyUnicode_FSConverter, &pathobj))
+	PyObject *arg;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "O", names, &arg))
 		return -1;
 	if (self->h) {
 		PyErr_SetString(PyExc_ValueError, "the handle is open already");
-		Py_DECREF(pathobj);
 		return -1;
 	}
-	const char *path = PyBytes_AS_STRING(pathobj);
-	struct shardfs *h = NULL;
-	int rc;
-	Py_BEGIN_ALLOW_THREADS
-	rc = shardfs_open(path, &h);
-	Py_END_ALLOW_THREADS
-	if (rc < 0) {
-		api_error(rc, path);
-		Py_DECREF(pathobj);
+	PyObject *path = PyOS_FSPath(arg), *fspath = NULL;
+	if (!path || !PyUnicode_FSConverter(path, &fspath)) {
+		Py_XDECREF(path);
 		return -1;
 	}
-	Py_DECREF(pathobj);
-	self->h = h;
-	return 0;
+	Py_XSETREF(self->path, path);
+	Py_XSETREF(self->fspath, fspath);
+	return handle_open(self);
 }
 
 static PyObject *Handle_close(Handle *self, PyObject *unused)
 {
+	if (self->born != forks)
+		handle_forked(self, 0);
 	if (self->h && !self->closing) {
 		self->closing = 1;
 		self->busy++;
@@ -140,15 +252,23 @@ static PyObject *Handle_close(Handle *self, PyObject *unused)
 
 static void Handle_dealloc(Handle *self)
 {
-	/* no call can be running: each holds a reference */
-	if (self->h)
+	/* no call can be running: each holds a reference; a forked child's
+	 * copy of its parent's handle is left alone (handle_forked) */
+	if (self->h && self->born == forks)
 		shardfs_close(self->h);
+	Py_XDECREF(self->path);
+	Py_XDECREF(self->fspath);
 	Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Handle_closed(Handle *self, void *unused)
 {
 	return PyBool_FromLong(!self->h || self->closing);
+}
+
+static PyObject *Handle_path(Handle *self, void *unused)
+{
+	return Py_NewRef(self->path ? self->path : Py_None);
 }
 
 static PyObject *Handle_format(Handle *self, void *unused)
@@ -176,17 +296,21 @@ static PyObject *entry_tuple(const struct shardfs_entry *e)
 	return r;
 }
 
-static PyObject *Handle_stat(Handle *self, PyObject *args)
+static const char *const path_only[] = { "path" };
+
+static PyObject *Handle_stat(Handle *self, PyObject *const *args, Py_ssize_t nargs,
+			     PyObject *kwnames)
 {
+	PyObject *a[1];
 	struct call c;
-	if (begin(self, args, &c))
+	if (args_get("stat", args, nargs, kwnames, path_only, 1, 1, a) || begin(self, a[0], &c))
 		return NULL;
 	struct shardfs_entry e;
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = shardfs_stat(c.h, c.path, &e);
+	rc = shardfs_stat(c.h, c.p.s, &e);
 	Py_END_ALLOW_THREADS
-	return done(self, c.pathobj, rc < 0 ? api_error(rc, c.path) : entry_tuple(&e));
+	return end(self, &c, rc < 0 ? api_error(rc, c.p.s) : entry_tuple(&e));
 }
 
 /* The entries of a listing, gathered without the GIL (their strings are
@@ -211,21 +335,24 @@ static int collect(const struct shardfs_entry *e, void *arg)
 	return 0;
 }
 
-static PyObject *Handle_listdir(Handle *self, PyObject *args)
+static PyObject *Handle_listdir(Handle *self, PyObject *const *args, Py_ssize_t nargs,
+				PyObject *kwnames)
 {
+	PyObject *a[1];
 	struct call c;
-	if (begin(self, args, &c))
+	if (args_get("listdir", args, nargs, kwnames, path_only, 1, 1, a) ||
+	    begin(self, a[0], &c))
 		return NULL;
 	struct entries l = { 0 };
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
-	rc = shardfs_list(c.h, c.path, collect, &l);
+	rc = shardfs_list(c.h, c.p.s, collect, &l);
 	Py_END_ALLOW_THREADS
 	PyObject *r = NULL;
 	if (rc == -ENOMEM && !shardfs_last_error()[0])
 		PyErr_NoMemory();
 	else if (rc < 0)
-		api_error(rc, c.path);
+		api_error(rc, c.p.s);
 	else if ((r = PyList_New((Py_ssize_t)l.n))) {
 		for (size_t i = 0; i < l.n; i++) {
 			PyObject *t = entry_tuple(&l.v[i]);
@@ -237,84 +364,91 @@ static PyObject *Handle_listdir(Handle *self, PyObject *args)
 		}
 	}
 	free(l.v);
-	return done(self, c.pathobj, r);
+	return end(self, &c, r);
 }
 
-/* A whole file up to this size is read in one call (one lookup) into a
- * scratch buffer, then copied: cheaper than learning its size first. */
-#define READ_AT_ONCE (64 * 1024)
-
-static PyObject *Handle_read(Handle *self, PyObject *args)
+/* The whole file from `off` in one lookup: its bytes held where they lie,
+ * then copied into a bytes object of their size. */
+static PyObject *read_to_end(struct call *c, unsigned long long off)
 {
-	struct call c;
-	if (begin(self, args, &c))
-		return NULL;
-	PyObject *r = NULL;
-	ssize_t n = 0;
-	if (c.size < 0) {
-		/* to the end: small files in one call */
-		char *scratch = malloc(READ_AT_ONCE);
-		if (!scratch) {
-			PyErr_NoMemory();
-			goto out;
-		}
-		struct shardfs_entry e = { 0 };
-		int more = 0;
-		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_read(c.h, c.path, scratch, READ_AT_ONCE, c.off);
-		if (n == READ_AT_ONCE) {
-			/* a larger file: its size, then one read into the result */
-			int rc = shardfs_stat(c.h, c.path, &e);
-			more = 1;
-			if (rc < 0)
-				n = rc;
-		}
-		Py_END_ALLOW_THREADS
-		if (n < 0)
-			api_error((int)n, c.path);
-		else if (!more)
-			r = PyBytes_FromStringAndSize(scratch, n);
-		free(scratch);
-		if (n < 0 || !more)
-			goto out;
-		c.size = e.size > c.off ? (Py_ssize_t)(e.size - c.off) : 0;
-	}
-	r = PyBytes_FromStringAndSize(NULL, c.size);
+	const void *data;
+	struct shardfs_hold *hd = NULL;
+	ssize_t n;
+	Py_BEGIN_ALLOW_THREADS
+	n = shardfs_hold(c->h, c->p.s, off, SIZE_MAX, &data, &hd);
+	Py_END_ALLOW_THREADS
+	if (n < 0)
+		return api_error((int)n, c->p.s);
+	PyObject *r = PyBytes_FromStringAndSize(NULL, n);
 	if (r) {
 		char *buf = PyBytes_AS_STRING(r);
+		int rc;
+		/* without the GIL: a mapped page may have to come from disk */
 		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_read(c.h, c.path, buf, (size_t)c.size, c.off);
+		rc = shardfs_hold_copy(hd, buf);
+		Py_END_ALLOW_THREADS
+		if (rc < 0) {
+			Py_CLEAR(r);
+			api_error(rc, c->p.s);
+		}
+	}
+	shardfs_release(hd);
+	return r;
+}
+
+static const char *const read_args[] = { "path", "size", "offset" };
+
+static PyObject *Handle_read(Handle *self, PyObject *const *args, Py_ssize_t nargs,
+			     PyObject *kwnames)
+{
+	PyObject *a[3];
+	Py_ssize_t size;
+	unsigned long long off;
+	struct call c;
+	if (args_get("read", args, nargs, kwnames, read_args, 3, 1, a) ||
+	    ssize_get(a[1], -1, &size) || offset_get(a[2], &off) || begin(self, a[0], &c))
+		return NULL;
+	if (size < 0)
+		return end(self, &c, read_to_end(&c, off));
+	PyObject *r = PyBytes_FromStringAndSize(NULL, size);
+	if (r) {
+		char *buf = PyBytes_AS_STRING(r);
+		ssize_t n;
+		Py_BEGIN_ALLOW_THREADS
+		n = shardfs_read(c.h, c.p.s, buf, (size_t)size, off);
 		Py_END_ALLOW_THREADS
 		if (n < 0) {
 			Py_CLEAR(r);
-			api_error((int)n, c.path);
-		} else if (n < c.size) {
+			api_error((int)n, c.p.s);
+		} else if (n < size) {
 			_PyBytes_Resize(&r, n);
 		}
 	}
-out:
-	return done(self, c.pathobj, r);
+	return end(self, &c, r);
 }
 
-static PyObject *Handle_readinto(Handle *self, PyObject *args)
+static const char *const readinto_args[] = { "path", "buffer", "offset" };
+
+static PyObject *Handle_readinto(Handle *self, PyObject *const *args, Py_ssize_t nargs,
+				 PyObject *kwnames)
 {
-	PyObject *pathobj;
-	Py_buffer b;
+	PyObject *a[3];
 	unsigned long long off;
-	if (!PyArg_ParseTuple(args, "O&w*K", PyUnicode_FSConverter, &pathobj, &b, &off))
+	Py_buffer b;
+	struct call c;
+	if (args_get("readinto", args, nargs, kwnames, readinto_args, 3, 2, a) ||
+	    offset_get(a[2], &off) || PyObject_GetBuffer(a[1], &b, PyBUF_WRITABLE))
 		return NULL;
-	struct shardfs *h = enter_path(self, pathobj);
-	if (!h) {
+	if (begin(self, a[0], &c)) {
 		PyBuffer_Release(&b);
 		return NULL;
 	}
-	const char *path = PyBytes_AS_STRING(pathobj);
 	ssize_t n;
 	Py_BEGIN_ALLOW_THREADS
-	n = shardfs_read(h, path, b.buf, (size_t)b.len, off);
+	n = shardfs_read(c.h, c.p.s, b.buf, (size_t)b.len, off);
 	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
-	return done(self, pathobj, n < 0 ? api_error((int)n, path) : PyLong_FromSsize_t(n));
+	return end(self, &c, n < 0 ? api_error((int)n, c.p.s) : PyLong_FromSsize_t(n));
 }
 
 /* ---- Held: bytes where they lie, as a read-only buffer ---- */
@@ -328,27 +462,35 @@ typedef struct {
 
 static PyTypeObject HeldType;
 
-static PyObject *Handle_hold(Handle *self, PyObject *args)
+static const char *const buffer_args[] = { "path", "offset", "size" };
+
+static PyObject *Handle_buffer(Handle *self, PyObject *const *args, Py_ssize_t nargs,
+			       PyObject *kwnames)
 {
+	PyObject *a[3];
+	Py_ssize_t size;
+	unsigned long long off;
 	struct call c;
-	if (begin(self, args, &c))
+	if (args_get("buffer", args, nargs, kwnames, buffer_args, 3, 1, a) ||
+	    offset_get(a[1], &off) || ssize_get(a[2], -1, &size) || begin(self, a[0], &c))
 		return NULL;
-	Held *r = PyObject_New(Held, &HeldType);
-	if (r) {
+	Held *held = PyObject_New(Held, &HeldType);
+	PyObject *r = NULL;
+	if (held) {
 		ssize_t n;
-		r->hold = NULL;
+		held->hold = NULL;
 		Py_BEGIN_ALLOW_THREADS
-		n = shardfs_hold(c.h, c.path, c.off, c.size < 0 ? SIZE_MAX : (size_t)c.size, &r->data,
-				 &r->hold);
+		n = shardfs_hold(c.h, c.p.s, off, size < 0 ? SIZE_MAX : (size_t)size, &held->data,
+				 &held->hold);
 		Py_END_ALLOW_THREADS
-		if (n < 0) {
-			Py_CLEAR(r);
-			api_error((int)n, c.path);
-		} else {
-			r->len = n;
-		}
+		held->len = n < 0 ? 0 : n;
+		if (n < 0)
+			api_error((int)n, c.p.s);
+		else
+			r = PyMemoryView_FromObject((PyObject *)held);
+		Py_DECREF(held);
 	}
-	return done(self, c.pathobj, (PyObject *)r);
+	return end(self, &c, r);
 }
 
 static void Held_dealloc(Held *self)
@@ -400,25 +542,39 @@ static PyTypeObject HeldType = {
 	.tp_flags = Py_TPFLAGS_DEFAULT,
 };
 
+#define FAST METH_FASTCALL | METH_KEYWORDS
+
 static PyMethodDef Handle_methods[] = {
 	{ "close", (PyCFunction)Handle_close, METH_NOARGS,
-	  "close(): lets go of the container (after calls still running)." },
-	{ "stat", (PyCFunction)Handle_stat, METH_VARARGS,
+	  "close(): lets go of the container. Calls still running finish first; buffers "
+	  "handed out stay valid." },
+	{ "stat", (PyCFunction)(void (*)(void))Handle_stat, FAST,
 	  "stat(path) -> (name, kind, size, target, error)" },
-	{ "listdir", (PyCFunction)Handle_listdir, METH_VARARGS,
-	  "listdir(dir) -> [(name, kind, size, target, error), ...] in listing order" },
-	{ "read", (PyCFunction)Handle_read, METH_VARARGS,
-	  "read(path, size=-1, offset=0) -> bytes (shorter at the end; size -1: to the end)" },
-	{ "readinto", (PyCFunction)Handle_readinto, METH_VARARGS,
-	  "readinto(path, buffer, offset) -> number of bytes read into the writable buffer" },
-	{ "hold", (PyCFunction)Handle_hold, METH_VARARGS,
-	  "hold(path, size=-1, offset=0) -> Held, the bytes where they lie (size -1: to the end)" },
+	{ "listdir", (PyCFunction)(void (*)(void))Handle_listdir, FAST,
+	  "listdir(path) -> [(name, kind, size, target, error), ...] in listing order" },
+	{ "read", (PyCFunction)(void (*)(void))Handle_read, FAST,
+	  "read(path, size=-1, offset=0) -> bytes\n\nUp to `size` bytes (all if negative) of "
+	  "file `path` from `offset`, copied into a new bytes object (one lookup, one copy)." },
+	{ "readinto", (PyCFunction)(void (*)(void))Handle_readinto, FAST,
+	  "readinto(path, buffer, offset=0) -> int\n\nCopies bytes of file `path` from `offset` "
+	  "into the writable `buffer` (bytearray, numpy array...); returns how many." },
+	{ "buffer", (PyCFunction)(void (*)(void))Handle_buffer, FAST,
+	  "buffer(path, offset=0, size=-1) -> memoryview\n\nThe bytes of file `path` as a "
+	  "read-only memoryview, without a copy where they are stored as-is: it looks into the "
+	  "container's mapping (stored members, raw tiles), or into the decoded part "
+	  "(memoryview.obj.mapped says which). It keeps what it looks at alive, also past "
+	  "close(). As with numpy.memmap, should the source file shrink while the memoryview "
+	  "lives, touching the lost pages kills the process with SIGBUS; read() copies instead "
+	  "and raises OSError then." },
 	{ NULL },
 };
 
 static PyGetSetDef Handle_getset[] = {
-	{ "format", (getter)Handle_format, NULL, "the format module that opened the file", NULL },
+	{ "format", (getter)Handle_format, NULL,
+	  "The format module that opened the file: \"tsumugi\", \"tatami\", \"taridx\", "
+	  "\"sidx\" (a Shardlake shard), \"alias\" or \"tet\".", NULL },
 	{ "closed", (getter)Handle_closed, NULL, "True once close() was called", NULL },
+	{ "path", (getter)Handle_path, NULL, "the path the container was opened with", NULL },
 	{ NULL },
 };
 
@@ -428,11 +584,44 @@ static PyTypeObject HandleType = {
 	.tp_doc = "Handle(path): a container opened with libshardfs-format (shardfs_open).",
 	.tp_basicsize = sizeof(Handle),
 	.tp_dealloc = (destructor)Handle_dealloc,
-	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
 	.tp_methods = Handle_methods,
 	.tp_getset = Handle_getset,
 	.tp_init = (initproc)Handle_init,
 	.tp_new = PyType_GenericNew,
+};
+
+/* ---- line_starts: where each line of a text starts (Fold) ---- */
+
+static PyObject *line_starts(PyObject *mod, PyObject *arg)
+{
+	Py_buffer b;
+	if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE))
+		return NULL;
+	const char *p = b.buf, *end = p + b.len;
+	Py_ssize_t lines = 0;
+	Py_BEGIN_ALLOW_THREADS
+	for (const char *q = p; q < end && (q = memchr(q, '\n', (size_t)(end - q))); q++)
+		lines++;
+	Py_END_ALLOW_THREADS
+	PyObject *r = PyBytes_FromStringAndSize(NULL, (lines + 1) * (Py_ssize_t)sizeof(int64_t));
+	if (r) {
+		int64_t *at = (int64_t *)PyBytes_AS_STRING(r);
+		Py_BEGIN_ALLOW_THREADS
+		*at++ = 0;
+		for (const char *q = p; q < end && (q = memchr(q, '\n', (size_t)(end - q))); q++)
+			*at++ = q + 1 - p;
+		Py_END_ALLOW_THREADS
+	}
+	PyBuffer_Release(&b);
+	return r;
+}
+
+static PyMethodDef module_methods[] = {
+	{ "line_starts", line_starts, METH_O,
+	  "line_starts(text) -> bytes: 0 and the offset after each newline of the buffer, as "
+	  "native int64 (numpy.frombuffer(..., numpy.int64)); lines[i] is text[s[i]:s[i+1]]." },
+	{ NULL },
 };
 
 static struct PyModuleDef module = {
@@ -440,6 +629,7 @@ static struct PyModuleDef module = {
 	.m_name = "shardfs._shardfs",
 	.m_doc = "The C API of libshardfs-format, one call for each (see the shardfs package).",
 	.m_size = -1,
+	.m_methods = module_methods,
 };
 
 PyMODINIT_FUNC PyInit__shardfs(void);
@@ -447,6 +637,12 @@ PyMODINIT_FUNC PyInit__shardfs(void)
 {
 	if (PyType_Ready(&HandleType) < 0 || PyType_Ready(&HeldType) < 0)
 		return NULL;
+	static int registered;
+	if (!registered && pthread_atfork(NULL, NULL, count_fork)) {
+		PyErr_SetString(PyExc_OSError, "pthread_atfork failed");
+		return NULL;
+	}
+	registered = 1;
 	PyObject *m = PyModule_Create(&module);
 	if (!m)
 		return NULL;

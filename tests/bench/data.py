@@ -4,6 +4,7 @@ between runs (each data set is rebuilt only when its parameters change).
 Tar folds are written here with Python's tarfile (the taridx test writer
 makes small fixtures only) and indexed with the project's own
 `shardfs-taridx`; .tet files come from tests/writers/tet_writer.py."""
+import io
 import json
 import os
 import random
@@ -123,6 +124,41 @@ def lone_tar(root, members, lo=16, hi=64):
     _write_tar(src / "t.tar", ((f"s{i:07d}.bin", pool.take(rng.randint(lo, hi))) for i in range(members)))
     _stamp(d, params)
     return src
+
+
+def jpeg_fold(root, tools, samples, shards, side=256):
+    """A fold `j` of `samples` samples `<key>.jpg` (a side x side JPEG made
+    with PIL: smooth colour fields plus noise, about 20-30 KiB at quality
+    90) and `<key>.cls` in `shards` tars, plus the same files extracted into
+    `native/`. Returns (src dir, native dir, keys in order)."""
+    from PIL import Image
+    params = dict(kind="jpeg", samples=samples, shards=shards, side=side, v=1)
+    d = Path(root) / f"jpeg-{samples}-{side}"
+    keys = [f"img{i:06d}" for i in range(samples)]
+    src, nat = d / "src", d / "native"
+    if _fresh(d, params):
+        return src, nat, keys
+    src.mkdir()
+    nat.mkdir()
+    rng = np.random.default_rng(samples)
+    yy, xx = np.mgrid[0:side, 0:side].astype(np.float32) / side
+    per = -(-samples // shards)
+    for s in range(shards):
+        batch = []
+        for k in keys[s * per:(s + 1) * per]:
+            a, b, c = rng.random(3, dtype=np.float32)
+            field = np.stack([xx * a, yy * b, (xx + yy) * c / 2], axis=-1) * 200
+            noise = rng.integers(0, 40, size=(side, side, 3), dtype=np.uint8)
+            img = Image.fromarray((field + noise).clip(0, 255).astype(np.uint8))
+            out = io.BytesIO()
+            img.save(out, format="JPEG", quality=90)
+            batch += [(f"{k}.jpg", out.getvalue()), (f"{k}.cls", str(int(rng.integers(10))).encode())]
+        _write_tar(src / f"j_{s:04d}.tar", batch)
+        for n, b in batch:
+            (nat / n).write_bytes(b)
+    index_fold(tools, src, "j")
+    _stamp(d, params)
+    return src, nat, keys
 
 
 def big_member(root, tools, size):

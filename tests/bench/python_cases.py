@@ -5,12 +5,17 @@ random reads: the members of a small fold in random order, one call each,
 through the module (View.read), through a reader that knows each member's
 tar and offset (a dict built with tarfile) and calls os.pread once per
 member, and from the same files extracted (open, read, close). Then the time
-to open a fold of 1,000,000 members ready for fold[i]."""
+to open a fold of 1,000,000 members ready for fold[i]. And an epoch of a
+2-worker PyTorch DataLoader decoding JPEGs with a random crop, over the
+module's FoldDataset and over the same files extracted."""
+import io
 import os
 import random
 import sys
 import tarfile
 import time
+
+import numpy as np
 
 import data
 from cases import median, row
@@ -104,5 +109,82 @@ def fold_open(ctx):
                 "<=")]
 
 
+CROP = 128
+
+
+def decode(jpg, cls, seed):
+    """What a training loader does with a sample: the JPEG decoded, a random
+    CROP x CROP piece of it as a CHW uint8 tensor, and its class."""
+    import torch
+    from PIL import Image
+    img = Image.open(io.BytesIO(jpg))
+    rng = random.Random(seed)
+    x, y = rng.randrange(img.width - CROP + 1), rng.randrange(img.height - CROP + 1)
+    a = np.asarray(img.crop((x, y, x + CROP, y + CROP)).convert("RGB"))
+    return torch.from_numpy(a.copy()).permute(2, 0, 1), int(cls)
+
+
+def decode_sample(s):
+    """FoldDataset's transform: a shardfs.Sample decoded as `decode` does."""
+    return decode(s["jpg"], s["cls"], s.index)
+
+
+class NativeJPEGs:
+    """The same samples as files: <key>.jpg and <key>.cls in `root`, sample
+    i being keys[i] (samples.jsonl's order: the keys sorted)."""
+
+    def __init__(self, root, keys):
+        self.root, self.keys = root, keys
+
+    def __len__(self):
+        return len(self.keys)
+
+    def __getitem__(self, i):
+        base = os.path.join(self.root, self.keys[i])
+        with open(base + ".jpg", "rb") as f:
+            jpg = f.read()
+        with open(base + ".cls", "rb") as f:
+            cls = f.read()
+        return decode(jpg, cls, i)
+
+
+def _epoch(ds, seed):
+    """Images per second of one shuffled epoch through a 2-worker
+    DataLoader (workers started by fork, Linux's default)."""
+    import torch
+    from torch.utils.data import DataLoader
+    loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2,
+                        generator=torch.Generator().manual_seed(seed))
+    t = time.perf_counter()
+    n = 0
+    for x, y in loader:
+        n += len(y)
+    rate = n / (time.perf_counter() - t)
+    if n != len(ds):
+        raise RuntimeError(f"the epoch gave {n} samples of {len(ds)}")
+    return rate
+
+
+def dataloader_jpeg(ctx):
+    """Medians of 3 rounds, alternated (module, native, module...), each
+    side's files warm right before its epoch."""
+    shardfs = _module(ctx)
+    n = ctx.size(10_000, 256)
+    src, native, keys = data.jpeg_fold(ctx.work, ctx.tools, n, 4)
+    mod_ds = shardfs.FoldDataset(src / "j.taridx", transform=decode_sample)
+    nat_ds = NativeJPEGs(str(native), keys)
+    if len(mod_ds) != n or mod_ds.fold[n - 1].key != keys[-1]:
+        raise RuntimeError("the fold's samples are not the keys in order")
+    mod, nat = [], []
+    for r in range(3):
+        data.warm(sorted(src.glob("*")))
+        mod.append(_epoch(mod_ds, r))
+        data.warm(sorted(native.iterdir()))
+        nat.append(_epoch(nat_ds, r))
+    mod_ds.fold.view.close()
+    return [row("python_dataloader_jpeg", median(mod), "images/s", "native files", median(nat),
+                0.97)]
+
+
 def python_group(ctx):
-    return random_reads(ctx) + fold_open(ctx)
+    return random_reads(ctx) + fold_open(ctx) + dataloader_jpeg(ctx)

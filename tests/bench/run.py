@@ -14,13 +14,15 @@ shared and noisy: the ratios are the result, not the absolute times.
 References: the same bytes read natively (extracted files, or the byte
 range of the source file, in the page cache), squashfuse_ll over an
 uncompressed squashfs image of the same files, archivemount on one shard,
-and `zstd -d` on the same frames. The packages they come from are
-installed with apt-get when missing (as root).
+and `zstd -d` on the same frames. The packages they come from (and PIL,
+which makes and decodes the JPEGs of the python group) are installed with
+apt-get when missing (as root).
 
 --quick runs every case on small data with two runs, for the smoke test;
 its figures are not meaningful.
 """
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -36,10 +38,13 @@ from data import REPO  # noqa: E402
 
 PACKAGES = {"squashfuse_ll": "squashfuse", "mksquashfs": "squashfs-tools",
             "archivemount": "archivemount", "zstd": "zstd", "fusermount3": "fuse3"}
+# Python modules the cases import (PIL: the JPEGs of the DataLoader case)
+PY_PACKAGES = {"PIL": "python3-pil"}
 
 
 def install_references():
-    missing = sorted({pkg for tool, pkg in PACKAGES.items() if not shutil.which(tool)})
+    missing = sorted({pkg for tool, pkg in PACKAGES.items() if not shutil.which(tool)} |
+                     {pkg for mod, pkg in PY_PACKAGES.items() if not importlib.util.find_spec(mod)})
     if not missing:
         return
     if os.geteuid() != 0:

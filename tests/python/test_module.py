@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import SAMPLES
+from conftest import SAMPLES, WRITERS
 
 import shardfs
 
@@ -121,8 +121,7 @@ def test_buffers_look_into_the_mapping_and_outlive_the_view(samples):
     with shardfs.open(src) as v:
         want = v.read("000003.txt")
         buf = v.buffer("000003.txt")
-        raw = v._handle().hold("000003.txt")
-        assert raw.mapped  # a stored member: the tar's own pages
+        assert buf.obj.mapped  # a stored member: the tar's own pages
         part = v.buffer("000003.txt", 2, 5)
         into = bytearray(len(want) + 4)
         n = v.readinto("000003.txt", memoryview(into)[2:], 0)
@@ -223,3 +222,84 @@ def test_large_empty_and_partial_reads(tmp_path, mount):
                 assert f.read() == want
                 f.seek(-min(n, 10), io.SEEK_END)
                 assert f.read() == want[-10:] if n else f.read() == b""
+
+
+def test_the_gil_is_let_go_while_a_part_decodes(tmp_path):
+    """While the main thread decodes a large zstd chunk (View.buffer: the
+    decode and nothing else in one call), a second thread
+    counts in Python. Forced GIL switches are off (switch interval 1000 s)
+    and the counter lets go of the GIL itself each turn (time.sleep(0)), so
+    it can count during the call only if the call let go of the GIL: a call
+    holding it sees no count, however the machine is loaded. A call that
+    lets go may still see none if the counter is not scheduled in time, so
+    a fresh view decodes again, up to 10 times."""
+    import sys
+    import time
+    sys.path.insert(0, str(WRITERS))
+    import tet_writer
+    rows, cols = 1024, 8192  # 32 MiB of float32, one chunk
+    a = np.cumsum(np.random.default_rng(7).standard_normal((rows, cols), dtype=np.float32),
+                  axis=1).astype("<f4")
+    path = tmp_path / "z.tet"
+    tet_writer.write_tet(str(path), [tet_writer.Dataset(b"x", a, (rows, cols), codec="zstd")])
+    with shardfs.open(path) as v:
+        chunk = max((f"{d}/{f}" if d else f for d, _, fs in v.walk() for f in fs),
+                    key=lambda p: v.stat(p).size)
+    assert shardfs.open(path).stat(chunk).size >= a.nbytes
+
+    count, stop = [0], threading.Event()
+
+    def counter():
+        while not stop.is_set():
+            count[0] += 1
+            time.sleep(0)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1000)
+    t = threading.Thread(target=counter)
+    t.start()
+    try:
+        while count[0] == 0:
+            time.sleep(0.01)
+        seen = []
+        for _ in range(10):
+            with shardfs.open(path) as v:
+                before = count[0]
+                data = v.buffer(chunk)  # the decode alone: no copy after it
+                seen.append(count[0] - before)
+                assert len(data) >= a.nbytes
+                data.release()
+            if seen[-1]:
+                break
+    finally:
+        stop.set()
+        sys.setswitchinterval(old)
+        t.join(timeout=60)
+    assert any(seen), f"no count while {len(seen)} decodes ran: the GIL was held"
+
+
+def test_a_source_changed_in_place_fails_reads(samples, tmp_path):
+    """A tar of a fold rewritten in place (same bytes, a new mtime) under an
+    open View: reads raise EIO once the library has looked (at most 10 ms
+    after the change; polled here with a deadline), and keep failing."""
+    import shutil
+    import time
+    for f in (samples / "taridx").iterdir():
+        shutil.copy(f, tmp_path / f.name)
+    with shardfs.open(tmp_path / "demo.taridx") as v:
+        want = v.read("000003.txt")
+        tar = next(p for p in sorted(tmp_path.glob("demo_*.tar")) if want in p.read_bytes())
+        later = time.time_ns() + 10**9
+        os.utime(tar, ns=(later, later))
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert v.read("000003.txt") == want  # not looked again yet
+            except OSError as e:
+                assert e.errno == errno.EIO and "changed in place" in str(e), e
+                break
+            assert time.monotonic() < deadline, "the change was never noticed"
+            time.sleep(0.005)
+        with pytest.raises(OSError) as e:
+            v.read("000003.txt")
+        assert e.value.errno == errno.EIO

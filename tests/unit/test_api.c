@@ -248,6 +248,11 @@ static void test_tsumugi(void)
 	shardfs_close(h);
 	for (int k = 0; k < 2; k++) {
 		CHECK(held[k] && memcmp(held_data[k], held_want[k], held_len[k]) == 0);
+		/* a copy of the held bytes, checked, also past close */
+		char *copy = malloc(held_len[k] + 1);
+		CHECK(copy && shardfs_hold_copy(held[k], copy) == 0);
+		CHECK(copy && memcmp(copy, held_want[k], held_len[k]) == 0);
+		free(copy);
 		shardfs_release(held[k]);
 		free(held_want[k]);
 	}

@@ -1,13 +1,12 @@
-/* The daemon's decode cache: decode once under concurrent readers, stay
+/* The decode cache (the daemon's and the C API's): decode once under concurrent readers, stay
  * within the byte budget, evict least recently used, survive failures. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-#include "cache.h"
 #include "check.h"
-#include "stats.h"
+#include "sf_dcache.h"
 
 static atomic_int produced;
 
@@ -29,14 +28,14 @@ static int produce_fail(const struct sf_part *p, struct sf_cache *cache, struct 
 	return sf_fail(e, -EIO, "broken on purpose");
 }
 
-static struct dcache *budget_cache;
+static struct sf_dcache *budget_cache;
 static atomic_uint_fast64_t live, peak_live;
 
 /* Records the most bytes held by the cache plus being decoded at once. */
 static int produce_counted(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
 			   struct sf_err *e)
 {
-	uint64_t now = atomic_fetch_add(&live, p->aux) + p->aux + dcache_bytes(budget_cache);
+	uint64_t now = atomic_fetch_add(&live, p->aux) + p->aux + sf_dcache_bytes(budget_cache);
 	for (uint64_t seen = atomic_load(&peak_live); now > seen &&
 	     !atomic_compare_exchange_weak(&peak_live, &seen, now);)
 		;
@@ -61,7 +60,7 @@ static int produce_outer(const struct sf_part *p, struct sf_cache *cache, struct
 }
 
 struct race {
-	struct dcache *c;
+	struct sf_dcache *c;
 	struct sf_part *p;
 	int rc;
 	uint8_t first;
@@ -72,7 +71,7 @@ static void *reader(void *arg)
 	struct race *r = arg;
 	struct sf_buf *b = NULL;
 	struct sf_err e;
-	r->rc = sf_part_get(dcache_iface(r->c), r->p, &b, &e);
+	r->rc = sf_part_get(sf_dcache_iface(r->c), r->p, &b, &e);
 	if (r->rc == 0) {
 		r->first = b->data[0];
 		sf_buf_unref(b);
@@ -80,7 +79,7 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static void race_on(struct dcache *c, struct sf_part *p, int nthreads, int want_rc)
+static void race_on(struct sf_dcache *c, struct sf_part *p, int nthreads, int want_rc)
 {
 	pthread_t t[16];
 	struct race r[16];
@@ -98,17 +97,16 @@ static void race_on(struct dcache *c, struct sf_part *p, int nthreads, int want_
 
 int main(void)
 {
-	struct stats stats;
-	stats_init(&stats);
+	struct sf_dcache_counts counts = { 0 };
 	struct sf_view *v = sf_view_new(NULL, "t");
-	struct dcache *c = dcache_new(1000, &stats);
+	struct sf_dcache *c = sf_dcache_new(1000, &counts);
 
 	/* 16 readers of one part: one decode */
 	struct sf_part *p = sf_view_part(v, produce_slow, NULL, 300, "p");
 	p->aux = 300;
 	race_on(c, p, 16, 0);
 	CHECK_EQ_U(atomic_load(&produced), 1);
-	CHECK_EQ_U(dcache_bytes(c), 300);
+	CHECK_EQ_U(sf_dcache_bytes(c), 300);
 
 	/* more parts than the budget holds: the least recently used goes */
 	struct sf_part *q[5];
@@ -122,13 +120,13 @@ int main(void)
 	race_on(c, p, 1, 0);    /* p becomes most recent: still cached */
 	CHECK_EQ_U(atomic_load(&produced), 2);
 	race_on(c, q[2], 1, 0); /* over budget: q[0] (least recent) is evicted */
-	CHECK(dcache_bytes(c) <= 1000);
+	CHECK(sf_dcache_bytes(c) <= 1000);
 	atomic_store(&produced, 0);
 	race_on(c, p, 1, 0);
 	CHECK_EQ_U(atomic_load(&produced), 0);
 	race_on(c, q[0], 1, 0);
 	CHECK_EQ_U(atomic_load(&produced), 1);
-	CHECK(dcache_bytes(c) <= 1000);
+	CHECK(sf_dcache_bytes(c) <= 1000);
 
 	/* a part larger than the whole budget is refused, never decoded */
 	struct sf_part *big = sf_view_part(v, produce_slow, NULL, 5000, "big");
@@ -143,12 +141,12 @@ int main(void)
 	race_on(c, vague, 1, -EIO);
 	race_on(c, vague, 3, -EIO);
 	CHECK_EQ_U(atomic_load(&produced), 1);
-	CHECK(dcache_bytes(c) <= 1000);
+	CHECK(sf_dcache_bytes(c) <= 1000);
 
 	/* decodes running count against the budget: four readers of four
 	 * parts of 400 bytes never have more than 1000 bytes decoded or
 	 * being decoded */
-	struct dcache *small = dcache_new(1000, &stats);
+	struct sf_dcache *small = sf_dcache_new(1000, &counts);
 	budget_cache = small;
 	for (int round = 0; round < 3; round++) {
 		pthread_t t[4];
@@ -171,7 +169,7 @@ int main(void)
 	inner->aux = 600;
 	struct sf_part *outer = sf_view_part(v, produce_outer, inner, 600, "outer");
 	race_on(small, outer, 1, 0);
-	dcache_free(small);
+	sf_dcache_free(small);
 
 	/* failures reach every waiting reader and are not cached */
 	struct sf_part *bad = sf_view_part(v, produce_fail, NULL, 10, "bad");
@@ -184,10 +182,9 @@ int main(void)
 	liar->aux = 100;
 	race_on(c, liar, 1, -EIO);
 
-	CHECK(atomic_load(&stats.cache_hits) > 0);
-	CHECK(atomic_load(&stats.cache_evictions) > 0);
-	dcache_free(c);
+	CHECK(atomic_load(&counts.hits) > 0);
+	CHECK(atomic_load(&counts.evictions) > 0);
+	sf_dcache_free(c);
 	sf_view_unref(v);
-	stats_fini(&stats);
 	CHECK_DONE();
 }

@@ -1,4 +1,4 @@
-#include "cache.h"
+#include "sf_dcache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,7 +8,11 @@
 
 #include "sf_hash.h"
 #include "sf_map.h"
-#include "stats.h"
+
+static void count(atomic_uint_fast64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
 
 struct entry {
 	uint64_t id;
@@ -18,7 +22,7 @@ struct entry {
 	struct entry *prev, *next; /* LRU list, most recent first */
 };
 
-struct dcache {
+struct sf_dcache {
 	struct sf_cache iface;   /* first, so the interface pointer is the cache */
 	pthread_mutex_t lock;
 	pthread_cond_t loaded;
@@ -27,15 +31,15 @@ struct dcache {
 	struct sf_hash entries;    /* by id_hash of the part id */
 	struct entry *head, *tail;
 	void (*on_slow)(void);
-	struct stats *stats;      /* counts hits, misses, evictions, decodes */
+	struct sf_dcache_counts *counts;
 };
 
-void dcache_on_slow(struct dcache *c, void (*fn)(void))
+void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void))
 {
 	c->on_slow = fn;
 }
 
-static void slow(const struct dcache *c)
+static void slow(const struct sf_dcache *c)
 {
 	if (c->on_slow)
 		c->on_slow();
@@ -48,12 +52,12 @@ static uint64_t id_hash(uint64_t id)
 	return id * 0x9E3779B97F4A7C15ull;
 }
 
-static struct entry *find(struct dcache *c, uint64_t id)
+static struct entry *find(struct sf_dcache *c, uint64_t id)
 {
 	return sf_hash_get(&c->entries, id_hash(id), NULL, NULL);
 }
 
-static void lru_unlink(struct dcache *c, struct entry *e)
+static void lru_unlink(struct sf_dcache *c, struct entry *e)
 {
 	if (e->prev)
 		e->prev->next = e->next;
@@ -66,7 +70,7 @@ static void lru_unlink(struct dcache *c, struct entry *e)
 	e->prev = e->next = NULL;
 }
 
-static void lru_front(struct dcache *c, struct entry *e)
+static void lru_front(struct sf_dcache *c, struct entry *e)
 {
 	e->next = c->head;
 	e->prev = NULL;
@@ -82,12 +86,12 @@ static bool same_entry(const void *key, const void *val)
 	return key == val;
 }
 
-static void hash_remove(struct dcache *c, struct entry *e)
+static void hash_remove(struct sf_dcache *c, struct entry *e)
 {
 	sf_hash_del(&c->entries, id_hash(e->id), same_entry, e);
 }
 
-static void drop(struct dcache *c, struct entry *e)
+static void drop(struct sf_dcache *c, struct entry *e)
 {
 	hash_remove(c, e);
 	lru_unlink(c, e);
@@ -101,7 +105,7 @@ static void drop(struct dcache *c, struct entry *e)
 /* Unlinks a placeholder that will hold no buffer (its decode failed, or the
  * part is too big to keep). Readers waiting on it still look at it when they
  * wake, so the last of them frees it. */
-static void abandon(struct dcache *c, struct entry *e)
+static void abandon(struct sf_dcache *c, struct entry *e)
 {
 	hash_remove(c, e);
 	lru_unlink(c, e);
@@ -114,14 +118,14 @@ static void abandon(struct dcache *c, struct entry *e)
  * reference to is kept: evicting it would free nothing until the reader is
  * done, and its bytes would be out of the count meanwhile. An entry whose
  * waiters have not woken yet stays until they have looked at it. */
-static bool make_room(struct dcache *c, uint64_t need)
+static bool make_room(struct sf_dcache *c, uint64_t need)
 {
 	struct entry *e = c->tail;
 	while (c->bytes + c->reserved + need > c->budget && e) {
 		struct entry *prev = e->prev;
 		if (!e->loading && !e->waiters && atomic_load(&e->buf->refs) == 1) {
 			drop(c, e);
-			stat_add(&c->stats->cache_evictions, 1);
+			count(&c->counts->evictions, 1);
 		}
 		e = prev;
 	}
@@ -152,7 +156,7 @@ static _Thread_local bool holding;
  * waits for), nor does a reader after ROOM_WAIT_NS (it may itself hold the
  * parts that fill the budget, e.g. the earlier parts of the same read): the
  * budget is then exceeded by that one part, for as long as it is held. */
-static void reserve(struct dcache *c, uint64_t size)
+static void reserve(struct sf_dcache *c, uint64_t size)
 {
 	struct timespec until, now;
 	clock_gettime(CLOCK_REALTIME, &until);
@@ -176,7 +180,7 @@ static void reserve(struct dcache *c, uint64_t size)
 
 /* A part that cannot fit in the budget is never decoded (a file can claim
  * any decoded size): its readers get EIO and the log says what to raise. */
-static int too_big(const struct dcache *c, const struct sf_part *part, uint64_t size,
+static int too_big(const struct sf_dcache *c, const struct sf_part *part, uint64_t size,
 		   struct sf_err *err)
 {
 	return sf_fail(err, -EIO,
@@ -198,7 +202,7 @@ static void drop_source_pages(const struct sf_view *v)
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err)
 {
-	struct dcache *c = (struct dcache *)iface;
+	struct sf_dcache *c = (struct sf_dcache *)iface;
 	uint64_t size = atomic_load(&part->size);
 	if (size != SF_SIZE_UNKNOWN && size > c->budget)
 		return too_big(c, part, size, err);
@@ -221,7 +225,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		}
 	}
 	if (e) {
-		stat_add(&c->stats->cache_hits, 1);
+		count(&c->counts->hits, 1);
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
@@ -235,7 +239,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		pthread_mutex_unlock(&c->lock);
 		return too_big(c, part, size, err);
 	}
-	stat_add(&c->stats->cache_misses, 1);
+	count(&c->counts->misses, 1);
 	e = calloc(1, sizeof *e);
 	if (!e) {
 		pthread_mutex_unlock(&c->lock);
@@ -266,8 +270,8 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	e->loading = false;
 	c->reserved -= claim;
 	if (rc == 0) {
-		stat_add(&c->stats->parts_decoded, 1);
-		stat_add(&c->stats->bytes_decoded, buf->len);
+		count(&c->counts->parts_decoded, 1);
+		count(&c->counts->bytes_decoded, buf->len);
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
@@ -300,7 +304,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path,
 			const char *what, struct sf_err *err)
 {
-	struct dcache *c = (struct dcache *)iface;
+	struct sf_dcache *c = (struct sf_dcache *)iface;
 	if (bytes > c->budget)
 		return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, more than "
 			       "--cache-size (%llu bytes) holds", path, what,
@@ -336,16 +340,16 @@ static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path
 
 static void cache_uncharge(struct sf_cache *iface, uint64_t bytes)
 {
-	struct dcache *c = (struct dcache *)iface;
+	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	c->reserved -= bytes;
 	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
 }
 
-struct dcache *dcache_new(uint64_t budget, struct stats *stats)
+struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts)
 {
-	struct dcache *c = calloc(1, sizeof *c);
+	struct sf_dcache *c = calloc(1, sizeof *c);
 	if (!c)
 		return NULL;
 	c->iface.get = cache_get;
@@ -353,13 +357,13 @@ struct dcache *dcache_new(uint64_t budget, struct stats *stats)
 	c->iface.uncharge = cache_uncharge;
 	c->iface.limit = budget;
 	c->budget = budget;
-	c->stats = stats;
+	c->counts = counts;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
 	return c;
 }
 
-void dcache_free(struct dcache *c)
+void sf_dcache_free(struct sf_dcache *c)
 {
 	if (!c)
 		return;
@@ -371,12 +375,12 @@ void dcache_free(struct dcache *c)
 	free(c);
 }
 
-struct sf_cache *dcache_iface(struct dcache *c)
+struct sf_cache *sf_dcache_iface(struct sf_dcache *c)
 {
 	return &c->iface;
 }
 
-uint64_t dcache_bytes(struct dcache *c)
+uint64_t sf_dcache_bytes(struct sf_dcache *c)
 {
 	pthread_mutex_lock(&c->lock);
 	uint64_t b = c->bytes;
@@ -384,12 +388,12 @@ uint64_t dcache_bytes(struct dcache *c)
 	return b;
 }
 
-uint64_t dcache_budget(struct dcache *c)
+uint64_t sf_dcache_budget(struct sf_dcache *c)
 {
 	return c->budget;
 }
 
-void dcache_read_done(void)
+void sf_dcache_read_done(void)
 {
 	holding = false;
 }

@@ -1,0 +1,39 @@
+/* The decode cache (docs/design.md §2): decoded parts held within a byte budget,
+ * least recently used first out. A part asked for by several readers at
+ * once is decoded by one of them while the others wait, so it is decoded
+ * at most once while it stays cached. Decodes running count against the
+ * budget by the size their part declares; a part that cannot fit in the
+ * whole budget is refused (EIO) instead of decoded. */
+#ifndef SF_DCACHE_H
+#define SF_DCACHE_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "sf_view.h"
+
+struct sf_dcache;
+
+/* What a cache counts (the daemon's stats.json shows them). */
+struct sf_dcache_counts {
+	atomic_uint_fast64_t hits, misses, evictions;
+	atomic_uint_fast64_t bytes_decoded, parts_decoded;
+};
+
+/* `counts`: where its counters go. The daemon makes one for its mount
+ * (--cache-size), the C API one for its process (shardfs.c). */
+struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts);
+void sf_dcache_free(struct sf_dcache *c);
+/* The sf_cache interface the views read through. */
+struct sf_cache *sf_dcache_iface(struct sf_dcache *c);
+/* The calling thread's read is over: it has dropped every part it got from
+ * the cache (after sf_readv_release), or handed them to what outlives the
+ * read (a shardfs_hold): its next decodes may wait for room again. */
+void sf_dcache_read_done(void);
+uint64_t sf_dcache_bytes(struct sf_dcache *c);
+uint64_t sf_dcache_budget(struct sf_dcache *c);
+/* `fn` is called before the cache decodes a part or waits for another
+ * reader's decode of it: work that may take long. */
+void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void));
+
+#endif
