@@ -247,12 +247,13 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst)
 {
 	struct sf_err e = { { 0 } };
+	int rc;
 	if (!hold->rv.bytes)
 		return 0;
 	if (hold->copy)
 		memcpy(dst, hold->copy, hold->rv.bytes);
-	else if (sf_guard_copy(&hold->rv, dst, &e))
-		return fail(-EIO, &e);
+	else if ((rc = sf_readv_copy(&hold->rv, dst, &e)))
+		return fail(rc, &e);
 	return 0;
 }
 
