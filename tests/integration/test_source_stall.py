@@ -143,6 +143,19 @@ def test_stall_stays_with_its_files(source, mount):
     daemon = mount.last.proc
     handles = {p: os.open(mnt / p, os.O_RDONLY) for p in cold}
     small = os.open(mnt / "small.txt", os.O_RDONLY)
+    try:
+        stall_and_read(src, mnt, daemon, cold, handles, small)
+    finally:
+        # an open file would keep the daemon alive past a lazy unmount
+        for fd in [*handles.values(), small]:
+            os.close(fd)
+    wait_unstuck(mnt)
+    # stuck lines last only while requests wait
+    assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
+
+
+def stall_and_read(src, mnt, daemon, cold, handles, small):
+    """The body of test_stall_stays_with_its_files, with its files open."""
     assert os.read(small, 100) == b"held by the kernel\n"
     for p, fd in handles.items():
         assert len(os.pread(fd, 4096, 0)) == 4096  # opened, first pages read
@@ -169,7 +182,9 @@ def test_stall_stays_with_its_files(source, mount):
             s, dt = timed(lambda: stats(mnt))
             took.append(dt)
             stuck = [w for w in s["stuck"] if w["path"] in cold]
-            if stuck and stuck[0]["seconds"] >= 1.5:
+            # on a loaded machine the second reader may reach the source
+            # well after the first has waited its 1.5 s
+            if stuck and stuck[0]["seconds"] >= 1.5 and s["at_source"] >= 2:
                 break
             time.sleep(0.05)
         assert stuck, s
@@ -208,11 +223,6 @@ def test_stall_stays_with_its_files(source, mount):
         with open(mnt / p, "rb") as f:
             f.seek(off)
             assert f.read(len(want)) == want
-        os.close(handles[p])
-    os.close(small)
-    wait_unstuck(mnt)
-    # stuck lines last only while requests wait
-    assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
 
 
 def test_silly_renamed_container(source, mount):
