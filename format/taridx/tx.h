@@ -109,44 +109,65 @@ int tx_num(const uint8_t *p, size_t n, uint64_t *v);
  * map's blocks, never more than the blocks it reads. */
 int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_entry *en);
 /* Called for each piece of a sparse member's data, in order: `len` bytes
- * at `off` of the member are at `src`. 0 or a negative errno. */
-typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, const uint8_t *src);
+ * at `off` of the member are at offset `src` of the tar. 0 or a negative
+ * errno. */
+typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, uint64_t src);
 /* tx_entry_read when only tar[0 .. have) is at hand of a tar of tarsize
  * bytes (a copy of a stretch of it): -EAGAIN when a header, record or
  * sparse map block it must read lies beyond `have`. */
 int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64_t at,
 		     struct tx_entry *en);
-/* Walks a sparse member's map (en->sparse set, en read from tar): 0, or
- * -EINVAL with *why when the map is malformed, out of order, has more than
- * TX_SPARSE_MAX pieces or does not account for the stored bytes exactly;
- * or what fn returned. Linear in the map. */
-int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
-		   const char **why);
+/* The longest map text a 1.0 sparse member may start with: a count and
+ * two numbers per piece of at most 20 digits and a newline each. */
+#define TX_MAP_TEXT_MAX ((2 * (size_t)TX_SPARSE_MAX + 1) * 21)
+/* Walks a sparse member's map (en->sparse set, en read from a copy of the
+ * tar whose byte at offset x is at base + (x - base_off), holding its
+ * records, sparse blocks and, for 1.0, the first TX_MAP_TEXT_MAX bytes of
+ * its data, as tx_entry_read_copy makes it): 0, or -EINVAL with *why when
+ * the map is malformed, out of order, has more than TX_SPARSE_MAX pieces
+ * or does not account for the stored bytes exactly; or what fn returned.
+ * Linear in the map. */
+int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry *en,
+		   tx_piece_fn *fn, void *arg, const char **why);
 
 /* ---- reading headers through copies (tx_window.c) ----------------------- */
 
-/* A pass over every header of a tar reads them through copies of
- * TX_WINDOW_BYTES stretches where they lie close together (small members:
- * a page fault a header costs more than reading the whole stretch). */
+/* Tar headers are read from copies (pread), never from the mapping, whose
+ * lost page would raise a signal. A refill reads TX_WINDOW_SMALL bytes
+ * from where it is asked, or `ahead` when a walk set it: a pass over every
+ * header of a tar of small members copies TX_WINDOW_BYTES stretches (a
+ * system call a header would cost more than copying the whole stretch). */
 #define TX_WINDOW_BYTES (1u << 20)
+#define TX_WINDOW_SMALL (16u << 10)
 struct tx_window {
-	uint8_t *buf;               /* TX_WINDOW_BYTES, or NULL: the mapping alone */
 	const struct sf_map *map;   /* what the copy is of */
 	uint64_t off, len;
+	size_t cap;
+	uint8_t *buf;
+	size_t ahead;               /* a refill's length; 0 for TX_WINDOW_SMALL */
 };
-
-/* The `need` bytes at `at` of map from the copy, refilled from `at` when
- * they are not in it; NULL when they cannot be had so (no buffer, past the
- * end, a failed read): the caller reads the mapping instead. */
-const uint8_t *tx_window_at(struct tx_window *w, const struct sf_map *map, uint64_t at,
-			    uint64_t need);
-/* Reads the entry at `at` of map as tx_entry_read does, from the copy when
- * its header blocks fit in one, else (and for sparse members, whose maps
- * are read from the tar) from the mapping. Offsets in en are the tar's;
- * the block at offset x is at *base + (x - *base_off), valid until the
- * window moves. */
+void tx_window_free(struct tx_window *w);
+/* Points *p at a copy of the `need` bytes at `at` of map (inside it), read
+ * when they are not in the window yet. 0, or as sf_map_read (-EIO when
+ * the tar was truncated or its storage fails). *p lasts until the window
+ * moves. */
+int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, uint64_t need,
+		  const uint8_t **p, struct sf_err *e);
+/* Reads the entry at `at` of map as tx_entry_read does, from a copy held
+ * in w that starts at most at `at` and holds its records, sparse blocks
+ * and 1.0 map text. Offsets in en are the tar's; the block at offset x is
+ * at *base + (x - *base_off), valid until the window moves. 0 or 1 as
+ * tx_entry_read, or a negative errno with e set when the tar cannot be
+ * read. */
 int tx_entry_read_copy(struct tx_window *w, const struct sf_map *map, uint64_t at,
-		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off);
+		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off,
+		       struct sf_err *e);
+struct tx_fold;
+/* Sets how far w reads ahead for row r of a pass over every row of f: a
+ * TX_WINDOW_BYTES stretch when the headers of the rows just after it lie
+ * in one (small members), else TX_WINDOW_SMALL (large ones, whose data
+ * would be copied for nothing). */
+void tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 
@@ -233,8 +254,10 @@ struct tx_member {
 	const char *bad;
 	enum tx_kind kind;
 	/* a member's header and records as tar readers read them (kind is
-	 * not TX_OTHER, bad is NULL) */
+	 * not TX_OTHER, bad is NULL); hdr and en's strings point into the
+	 * window the check was given */
 	struct tx_entry en;
+	char why[512]; /* what bad says when the tar could not be read */
 };
 
 struct tx_fold {
@@ -299,8 +322,10 @@ int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct s
 /* Checks a row against its tar: its key, its header's checksum, and for a
  * member the records before it (the rows just before it) and its data as
  * tar readers find them, which the row's size must state (sparse map
- * included). Linear in the member's records and map. */
-void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m);
+ * included). Linear in the member's records and map. Its bytes are read
+ * through w (tx_window_free'd by the caller), whose copy m points into: a
+ * tar that cannot be read makes the row bad, saying why. */
+void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w);
 /* Gives file n the content of member row r (its size known now, its
  * extents placed on first read: zero-copy from the tar, holes of a
  * sparse member as zeros). 0 or -ENOMEM. */

@@ -146,17 +146,21 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	struct tx_str link = { 0 };
 	size_t plen;
 	uint8_t *path = malloc(TX_PATH_MAX);
-	tx_member_check(f, r, &m);
+	struct tx_window w = { 0 };
+	tx_member_check(f, r, &m, &w);
 	int rc = path ? tx_member_names(f, r, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
 	free(path);
-	if (rc)
-		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again",
-			       f->view->path, r);
-	if (n->kind == SF_LINK) {
-		if (!(n->u.target = strndup((const char *)link.p, link.len)))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
-		return 0;
+	if (rc) {
+		tx_window_free(&w);
+		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again%s%s",
+			       f->view->path, r, m.bad ? ": " : "", m.bad ? m.bad : "");
 	}
+	if (n->kind == SF_LINK) {
+		n->u.target = strndup((const char *)link.p, link.len);
+		tx_window_free(&w);
+		return n->u.target ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	tx_window_free(&w);
 	char why[400];
 	snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is no member stored before it",
 		 f->view->path, r, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
@@ -168,14 +172,15 @@ struct flat_probe {
 	const uint8_t *raw;
 	size_t len;
 	long best;
-	struct tx_member m;
+	struct tx_member m; /* the best's row and kind */
+	struct tx_window w;
 };
 
 static bool probe_row(void *arg, uint32_t r)
 {
 	struct flat_probe *p = arg;
 	struct tx_member m;
-	tx_member_check(p->f, r, &m);
+	tx_member_check(p->f, r, &m, &p->w);
 	if (m.bad || m.kind == TX_OTHER)
 		return false;
 	/* a flat name has at most 100 bytes: a longer path cannot equal it */
@@ -225,6 +230,9 @@ struct walk {
 	uint8_t *won;
 	uint32_t *link_to;
 	struct sf_hash dirs;
+	/* copies of the tars: of the row being listed (its member's names
+	 * point into it), and of the rows it is compared with */
+	struct tx_window cur, cmp;
 	/* the path being listed, the path of a row it is compared with, and
 	 * the path a hard link names */
 	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
@@ -236,6 +244,21 @@ static struct walk *walk_new(struct tx_fold *f)
 	if (k)
 		k->f = f;
 	return k;
+}
+
+static void walk_free(struct walk *k)
+{
+	size_t pos = 0;
+	void *d;
+	while ((d = sf_hash_next(&k->dirs, &pos)))
+		free(d);
+	sf_hash_free(&k->dirs);
+	sf_ids_free(&k->winner);
+	tx_window_free(&k->cur);
+	tx_window_free(&k->cmp);
+	free(k->won);
+	free(k->link_to);
+	free(k);
 }
 
 /* Whether a member that is no file, link or symlink is a directory (the
@@ -250,7 +273,8 @@ static bool is_dir(const struct tx_member *m)
 static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *plen,
 		      struct tx_str *link)
 {
-	tx_member_check(k->f, r, m);
+	tx_window_plan(k->f, &k->cur, r);
+	tx_member_check(k->f, r, m, &k->cur);
 	return !m->bad && (m->kind != TX_OTHER || is_dir(m)) &&
 	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
 }
@@ -270,29 +294,20 @@ static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint
 	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
 }
 
-/* A pass over every row's header reads it through copies (tx_window)
- * where the next WINDOW_ROWS rows' headers lie in one, else from the
- * mapping. */
-#define WINDOW_ROWS 128
-
-/* The header of row r when it lies inside its tar, else NULL. */
-static const uint8_t *row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r)
+/* The header of row r into *hdr when it lies inside its tar, else NULL. */
+static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
+		      const uint8_t **hdr, struct sf_err *e)
 {
-	struct tx_row row, ahead;
+	struct tx_row row;
 	tx_row_get(&f->ix, r, &row);
+	*hdr = NULL;
 	if (row.fid >= f->nshards || !f->shards[row.fid].map)
-		return NULL;
+		return 0;
 	const struct sf_map *map = f->shards[row.fid].map;
 	if (!sf_range_ok(map->size, row.off, TX_BLOCK))
-		return NULL;
-	if (w->len && w->map == map && row.off >= w->off && row.off - w->off <= w->len - TX_BLOCK)
-		return w->buf + (row.off - w->off);
-	uint64_t last = r + (uint64_t)WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
-	tx_row_get(&f->ix, last, &ahead);
-	const uint8_t *p = NULL;
-	if (ahead.fid == row.fid && ahead.off >= row.off && ahead.off - row.off < TX_WINDOW_BYTES - TX_BLOCK)
-		p = tx_window_at(w, map, row.off, TX_BLOCK);
-	return p ? p : map->data + row.off;
+		return 0;
+	tx_window_plan(f, w, r);
+	return tx_window_get(w, map, row.off, TX_BLOCK, hdr, e);
 }
 
 /* Whether row r, if a member, is keyed by its name field alone, seen from
@@ -329,10 +344,12 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
-	struct tx_window w = { .buf = malloc(TX_WINDOW_BYTES) };
+	struct tx_window w = { 0 };
 	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		read_rows(f);
-		const uint8_t *hdr = row_header(f, &w, r);
+		const uint8_t *hdr;
+		if ((rc = row_header(f, &w, r, &hdr, e)))
+			break;
 		if (!hdr) {
 			after_record = false;
 			continue;
@@ -346,8 +363,8 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
 			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	}
-	free(w.buf);
-	free(k);
+	tx_window_free(&w);
+	walk_free(k);
 	if (rc)
 		sf_ids_free(&f->unkeyed);
 	else
@@ -396,6 +413,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1 };
 		tx_lookup_each(&f->ix, k.hash, tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash),
 			       (uint16_t)extid, probe_row, &p);
+		tx_window_free(&p.w);
 		char esc[SF_NAME_MAX + 1];
 		sf_name_escape(raw, n, SF_NAME_MAX, esc);
 		if (p.best >= 0 && p.m.kind != TX_HARDLINK && strcmp(esc, name) == 0) {
@@ -428,7 +446,7 @@ static bool same_path(const void *key, uint32_t r)
 	struct tx_member m;
 	struct tx_str link;
 	size_t olen;
-	tx_member_check(k->f, r, &m);
+	tx_member_check(k->f, r, &m, &k->cmp);
 	return !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) &&
 	       olen == p->len && memcmp(k->other, p->path, olen) == 0;
 }
@@ -501,21 +519,8 @@ static uint32_t link_row(struct walk *k, struct tx_str link)
 	if (!w)
 		return TX_NO_ROW;
 	struct tx_member m;
-	tx_member_check(k->f, *w, &m);
+	tx_member_check(k->f, *w, &m, &k->cmp);
 	return m.kind == TX_HARDLINK ? k->link_to[*w] : *w;
-}
-
-static void walk_free(struct walk *k)
-{
-	size_t pos = 0;
-	void *d;
-	while ((d = sf_hash_next(&k->dirs, &pos)))
-		free(d);
-	sf_hash_free(&k->dirs);
-	sf_ids_free(&k->winner);
-	free(k->won);
-	free(k->link_to);
-	free(k);
 }
 
 /* Pass one, in row order: the row that shows each path, and what each
@@ -578,7 +583,7 @@ static int add_entry(struct walk *k, struct sf_node *root, uint32_t r, const str
 		aux = k->link_to[r];
 		struct tx_member t;
 		if (aux != TX_NO_ROW) {
-			tx_member_check(k->f, aux, &t);
+			tx_member_check(k->f, aux, &t, &k->cmp);
 			if (t.kind == TX_SYMLINK)
 				kind = SF_LINK;
 		}

@@ -39,7 +39,8 @@ enum tx_kind tx_kind_of(uint8_t typeflag)
 /* The first block of the records that describe the header of row r: the
  * rows just before it that are records and end where the next begins
  * (the indexer made a row of each). */
-static uint64_t chain_start(const struct tx_fold *f, uint64_t r, const struct sf_map *map)
+static int chain_start(const struct tx_fold *f, uint64_t r, const struct sf_map *map,
+		       struct tx_window *w, uint64_t *start, struct sf_err *e)
 {
 	struct tx_row row, prev;
 	tx_row_get(&f->ix, r, &row);
@@ -47,32 +48,55 @@ static uint64_t chain_start(const struct tx_fold *f, uint64_t r, const struct sf
 	for (uint64_t q = r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
 		tx_row_get(&f->ix, q - 1, &prev);
 		if (prev.fid != row.fid || !sf_range_ok(map->size, prev.off, TX_BLOCK) ||
-		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK ||
-		    !tx_is_record(map->data[prev.off + 156]))
+		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK)
+			break;
+		const uint8_t *h;
+		int rc = tx_window_get(w, map, prev.off, TX_BLOCK, &h, e);
+		if (rc)
+			return rc;
+		if (!tx_is_record(h[156]))
 			break;
 		at = prev.off;
 	}
-	return at;
+	*start = at;
+	return 0;
+}
+
+/* Why a member cannot be read when its tar cannot: the message names the
+ * tar, the part and what failed, as the view's errors say it. */
+static const char *unreadable(struct tx_member *m, struct sf_err *e)
+{
+	snprintf(m->why, sizeof m->why, "%s", e->msg);
+	return m->why;
 }
 
 /* The member's headers as tar readers read them, or why not. */
 static const char *read_member(const struct tx_fold *f, uint64_t r, const struct sf_map *map,
-			       struct tx_member *m)
+			       struct tx_member *m, struct tx_window *w)
 {
 	struct tx_entry *en = &m->en;
-	if (tx_entry_read(map->data, map->size, chain_start(f, r, map), en) || en->hdr != m->row.off)
+	struct sf_err e = { 0 };
+	const uint8_t *base;
+	uint64_t start, boff;
+	int rc = chain_start(f, r, map, w, &start, &e);
+	if (!rc)
+		rc = tx_entry_read_copy(w, map, start, en, &base, &boff, &e);
+	if (rc < 0)
+		return unreadable(m, &e);
+	if (rc || en->hdr != m->row.off)
 		return en->bad ? en->bad : "the extension records before it do not lead to its header";
+	m->hdr = base + (en->hdr - boff);
 	if (en->bad)
 		return en->bad;
 	if (en->row_size != m->row.size)
 		return "the row's size is not the extent its tar headers give";
 	const char *why = NULL;
 	if (en->sparse)
-		tx_sparse_each(map->data, en, NULL, NULL, &why);
+		tx_sparse_each(base, boff, en, NULL, NULL, &why);
 	return why;
 }
 
-void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
+void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w)
 {
 	memset(m, 0, sizeof *m);
 	tx_row_get(&f->ix, r, &m->row);
@@ -91,7 +115,11 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 		m->bad = "tar header lies past the end of the shard";
 		return;
 	}
-	m->hdr = map->data + row->off;
+	struct sf_err e = { 0 };
+	if (tx_window_get(w, map, row->off, TX_BLOCK, &m->hdr, &e)) {
+		m->bad = unreadable(m, &e);
+		return;
+	}
 	if (row->extid >= f->ix.n_ext) {
 		m->bad = "extension id out of range";
 		return;
@@ -114,7 +142,7 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 		m->bad = "its tar header fails its checksum";
 	if (m->bad || tx_is_record(m->hdr[156]))
 		return;
-	if ((m->bad = read_member(f, r, map, m)))
+	if ((m->bad = read_member(f, r, map, m, w)))
 		return;
 	m->kind = tx_kind_of(m->en.type);
 	if (m->kind == TX_FILE && !m->en.nrec && !m->en.sparse)
@@ -124,16 +152,18 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 /* Places a sparse member's pieces, zeros between them. */
 struct placer {
 	struct sf_node *n;
+	const struct sf_map *tar;
 	uint64_t at;
 };
 
-static int place(void *arg, uint64_t off, uint64_t len, const uint8_t *src)
+/* The pieces' bytes go to the kernel from the mapping (zero-copy). */
+static int place(void *arg, uint64_t off, uint64_t len, uint64_t src)
 {
 	struct placer *p = arg;
 	if (off > p->at && sf_file_add_zero(p->n, off - p->at))
 		return -ENOMEM;
 	p->at = off + len;
-	return sf_file_add_map(p->n, src, len) ? -ENOMEM : 0;
+	return sf_file_add_map(p->n, p->tar->data + src, len) ? -ENOMEM : 0;
 }
 
 static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
@@ -141,22 +171,37 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	(void)c;
 	struct tx_fold *f = n->arg;
 	struct tx_member m;
-	tx_member_check(f, n->aux, &m);
-	if (m.bad || m.kind != TX_FILE)
-		return sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
-			       m.bad ? m.bad : "no longer a file");
-	const uint8_t *tar = f->shards[m.row.fid].map->data;
-	if (!m.en.sparse)
-		return sf_file_add_map(n, tar + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
-	struct placer p = { n, 0 };
-	const char *why;
-	int rc = tx_sparse_each(tar, &m.en, place, &p, &why);
-	if (!rc && p.at < m.en.size)
-		rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
-	if (rc)
-		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
-			       (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
-	return 0;
+	struct tx_window w = { 0 };
+	tx_member_check(f, n->aux, &m, &w);
+	int rc = 0;
+	if (m.bad || m.kind != TX_FILE) {
+		rc = sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
+			     m.bad ? m.bad : "no longer a file");
+	} else if (!m.en.sparse) {
+		const struct sf_map *tar = f->shards[m.row.fid].map;
+		rc = sf_file_add_map(n, tar->data + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+	} else {
+		struct placer p = { n, f->shards[m.row.fid].map, 0 };
+		const char *why;
+		const uint8_t *base;
+		uint64_t boff;
+		/* the window was moved by nothing since the check: the entry
+		 * is read again from it at no cost */
+		rc = tx_entry_read_copy(&w, p.tar, m.en.first, &m.en, &base, &boff, e);
+		if (rc > 0) {
+			rc = sf_fail(e, -EIO, "%s: row %llu: no longer a file", f->view->path,
+				     (unsigned long long)n->aux);
+		} else if (!rc) {
+			rc = tx_sparse_each(base, boff, &m.en, place, &p, &why);
+			if (!rc && p.at < m.en.size)
+				rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
+			if (rc)
+				rc = sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
+					     (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
+		}
+	}
+	tx_window_free(&w);
+	return rc;
 }
 
 int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
@@ -172,7 +217,9 @@ int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
 		return 0;
 	}
 	struct tx_member m;
-	tx_member_check(f, r, &m);
+	struct tx_window w = { 0 };
+	tx_member_check(f, r, &m, &w);
+	tx_window_free(&w);
 	if (m.bad || m.kind != TX_FILE) {
 		char why[400];
 		snprintf(why, sizeof why, "%s: row %llu: %s", f->view->path, (unsigned long long)r,

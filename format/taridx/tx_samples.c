@@ -72,6 +72,7 @@ struct scratch {
 	struct sf_str paths;
 	uint8_t raw[TX_PATH_MAX];
 	struct sf_ids group; /* grouping table over the window: member indexes */
+	struct tx_window tar; /* copies of the tars' headers */
 };
 
 /* A scratch on the heap (its path buffer is 64 KiB: not for a daemon
@@ -85,6 +86,7 @@ static struct scratch *scratch_new(struct tx_fold *f)
 		s->n = s->cap = 0;
 		s->paths = (struct sf_str){ 0 };
 		s->group = (struct sf_ids){ .map = { 0 } };
+		s->tar = (struct tx_window){ 0 };
 	}
 	return s;
 }
@@ -94,6 +96,7 @@ static void scratch_free(struct scratch *s)
 	free(s->m);
 	sf_ids_free(&s->group);
 	sf_str_free(&s->paths);
+	tx_window_free(&s->tar);
 	free(s);
 }
 
@@ -129,7 +132,8 @@ static bool member_path(struct scratch *s, uint32_t r, struct smember *out, bool
 	struct tx_member m;
 	struct tx_str link;
 	size_t rlen;
-	tx_member_check(s->f, r, &m);
+	tx_window_plan(s->f, &s->tar, r);
+	tx_member_check(s->f, r, &m, &s->tar);
 	if (m.bad || m.kind == TX_OTHER ||
 	    tx_member_names(s->f, r, &m, s->raw, TX_PATH_MAX, &rlen, &link))
 		return false;

@@ -8,12 +8,13 @@
 /* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200
 
-/* `path` has room for TX_PATH_MAX bytes. */
+/* `path` has room for TX_PATH_MAX bytes; w copies the tars. */
 static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint64_t *bad_per_fid,
-		      uint8_t *path)
+		      uint8_t *path, struct tx_window *w)
 {
 	struct tx_member m;
-	tx_member_check(f, r, &m);
+	tx_window_plan(f, w, r);
+	tx_member_check(f, r, &m, w);
 	const struct tx_row *row = &m.row;
 	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
 	bool bad = false;
@@ -62,7 +63,13 @@ static void check_shards(struct tx_fold *f, const struct tx_counts *c, const uin
 			sf_report_add(rep, true, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
 			continue;
 		}
-		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
+		uint8_t first[TX_BLOCK];
+		struct sf_err e;
+		bool empty = sh->map->size < TX_BLOCK;
+		if (!empty && sf_map_read(sh->map, 0, TX_BLOCK, first, "its first block", &e))
+			sf_report_add(rep, true, "%s", e.msg);
+		else
+			empty = empty || tx_block_is_zero(first);
 		if (bad[i] && bad[i] == c->per_fid[i] && empty)
 			shifted = true;
 		if (bad[i] && bad[i] == c->per_fid[i])
@@ -89,8 +96,10 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 		return NULL;
 	}
 	struct sf_report rep = { .error_limit = MAX_FINDINGS };
+	struct tx_window w = { 0 };
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		check_row(f, r, &rep, bad, path);
+		check_row(f, r, &rep, bad, path, &w);
+	tx_window_free(&w);
 	check_shards(f, c, bad, &rep);
 	free(bad);
 	free(path);
