@@ -181,8 +181,11 @@ struct tx_row {
 };
 
 struct tx_index {
-	const uint8_t *data;
+	const uint8_t *data; /* the file: its rows are read from here */
 	size_t size;
+	/* A copy of an index file's header, extension and crash-stem blocks,
+	 * which ext and crash point into (NULL when parsed from memory). */
+	uint8_t *head;
 	uint16_t major, minor, rec_size, hdr_size;
 	uint64_t n_stems, n_rows, off_crash, off_arr;
 	uint32_t n_ext, n_crash;
@@ -203,9 +206,14 @@ struct tx_index {
 };
 
 /* Parses and checks the header, extension and crash blocks (spec §6.2).
- * `what` names the file in messages. The index keeps pointers into p. */
+ * `what` names the file in messages. The index keeps pointers into p (an
+ * index in memory: built, or the tool's). */
 int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
 		   struct sf_err *e);
+/* The same for the index file mapped in m: its header and blocks are
+ * parsed from a copy (pread) the index keeps, bounded by the file. */
+int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
+		  struct sf_err *e);
 void tx_index_free(struct tx_index *ix);
 /* The listing's check (sf_format.check): the header and the sizes it
  * implies. tx_index_parse starts with it. */

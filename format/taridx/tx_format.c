@@ -175,7 +175,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!f)
 		return -ENOMEM;
 	atomic_store(&f->ready, true);
-	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
+	int rc = tx_index_open(a->map, a->path, &f->ix, e);
 	if (rc)
 		return rc;
 	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)) ||

@@ -92,18 +92,15 @@ int tx_check(const struct sf_probe *p, struct sf_err *e)
 	return parse_header(p->head, p->size, p->path, &ix, e);
 }
 
-int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
-		   struct sf_err *e)
+/* The extension and crash-stem blocks, from `head` (the file's first
+ * off_arr bytes), after parse_header. */
+static int parse_blocks(const uint8_t *head, const char *what, struct tx_index *ix,
+			struct sf_err *e)
 {
-	int rc = parse_header(p, n, what, ix, e);
-	if (rc)
-		return rc;
-	ix->data = p;
-	ix->size = n;
-	rc = split_block(p + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
+	int rc = split_block(head + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
 			     "extension", &ix->ext, e);
 	if (!rc)
-		rc = split_block(p + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,
+		rc = split_block(head + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,
 				 "crash-stem", &ix->crash, e);
 	if (!rc && ix->n_crash) {
 		ix->crash_by_hash = malloc(ix->n_crash * sizeof *ix->crash_by_hash);
@@ -121,6 +118,34 @@ int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index
 	return rc;
 }
 
+int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
+		   struct sf_err *e)
+{
+	int rc = parse_header(p, n, what, ix, e);
+	if (rc)
+		return rc;
+	ix->data = p;
+	ix->size = n;
+	return parse_blocks(p, what, ix, e);
+}
+
+int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
+		  struct sf_err *e)
+{
+	uint8_t hdr[TX_HDR_SIZE] = { 0 };
+	/* parse_header refuses a shorter file before reading hdr */
+	int rc = m->size < TX_HDR_SIZE ? 0 : sf_map_read(m, 0, TX_HDR_SIZE, hdr, "its header", e);
+	if (!rc)
+		rc = parse_header(hdr, m->size, what, ix, e);
+	if (!rc)
+		rc = sf_map_copy(m, 0, ix->off_arr, &ix->head, "its extension and crash-stem blocks", e);
+	if (rc)
+		return rc;
+	ix->data = m->data;
+	ix->size = m->size;
+	return parse_blocks(ix->head, what, ix, e);
+}
+
 void tx_index_free(struct tx_index *ix)
 {
 	free(ix->ext);
@@ -128,6 +153,8 @@ void tx_index_free(struct tx_index *ix)
 	free(ix->crash_by_hash);
 	free(ix->perm);
 	free(ix->start);
+	free(ix->head);
+	ix->head = NULL;
 	ix->ext = ix->crash = NULL;
 	ix->crash_by_hash = NULL;
 	ix->perm = ix->start = NULL;
