@@ -1,5 +1,5 @@
 /* Containing faults of mapped source bytes, for the code that still
- * parses them in place (taridx);
+ * parses them in place (taridx's index rows, tx_row_get);
  * the others read copies (sf_map_read) and never fault, and copies for the
  * kernel go through sf_readv_copy. To be removed with the last of them.
  *

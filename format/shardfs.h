@@ -22,8 +22,9 @@
  * read after a change in place (size or mtime) is seen: reads compare a
  * file with what was opened at most every 10 ms (a fstat per read would
  * cost more than the read), so a change is noticed within 10 ms of it.
- * Tsumugi, tatami, tet and Shardlake files are read with pread and
- * process_vm_readv, so no signal is raised. Taridx folds are still parsed from the mapping: for
+ * Tsumugi, tatami, tet and Shardlake files, and a taridx fold's tars and
+ * index blocks, are read with pread and process_vm_readv, so no signal is
+ * raised. A taridx index's rows are still read from the mapping: for
  * them the library installs a process-wide SIGBUS handler at its first
  * open, which turns a fault inside its own calls into -EIO and passes any
  * other SIGBUS to the handler that was there before. (shardfs_hold's
