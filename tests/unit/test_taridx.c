@@ -712,6 +712,92 @@ static void test_headers(void)
 /* Reads samples.jsonl of DIR/<stem>.taridx whole, then in pieces of `piece`
  * bytes from `from` on (a reader resuming each time), and checks both give
  * `want`. */
+/* Counts a sparse map's pieces and checks that they are placed by tar
+ * offset, one byte each, right after the map text. */
+struct pieces {
+	uint64_t n, first_src;
+};
+
+static int count_piece(void *arg, uint64_t off, uint64_t len, uint64_t src)
+{
+	struct pieces *p = arg;
+	if (!p->n++)
+		p->first_src = src;
+	return off == (p->n - 1) * 4 && len == 1 ? 0 : -EINVAL;
+}
+
+/* Entries read from copies of a tar file (tx_entry_read_copy): a copy
+ * grows while a record or a 1.0 map text past its first 16 KiB asks for
+ * more, the map is walked from the copy, and a tar cut short under the
+ * mapping is -EIO naming it, never a signal. */
+static void test_copies(const char *dir)
+{
+	struct sf_str t = { 0 }, recs = { 0 }, map = { 0 };
+	/* a pax record of 100,000 bytes before a header */
+	size_t vlen = 100000, rlen = 6 + 1 + 8 + vlen + 1;
+	char *rec = malloc(rlen + 1);
+	CHECK(rec != NULL);
+	int k = snprintf(rec, rlen + 1, "%zu comment=", rlen);
+	memset(rec + k, 'c', vlen);
+	rec[k + vlen] = '\n';
+	rec[rlen] = 0;
+	pax_text(&t, rec);
+	free(rec);
+	tar_add(&t, "a.bin", 5, '0', "abc", 3);
+	/* then a 1.0 sparse member of 10000 one-byte pieces: its map text is
+	 * past 16 KiB */
+	pax_rec(&recs, "GNU.sparse.major", "1");
+	pax_rec(&recs, "GNU.sparse.minor", "0");
+	pax_rec(&recs, "GNU.sparse.realsize", "40000");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	char line[64];
+	sf_str_add(&map, "10000\n", 6);
+	for (int i = 0; i < 10000; i++) {
+		int n = snprintf(line, sizeof line, "%d\n1\n", i * 4);
+		sf_str_add(&map, line, (size_t)n);
+	}
+	size_t text = map.len;
+	while (map.len % 512)
+		sf_str_addc(&map, 0);
+	for (int i = 0; i < 10000; i++)
+		sf_str_addc(&map, 'x');
+	tar_add(&t, "GNUSparseFile.0/s.bin", 21, '0', (const char *)map.p, map.len);
+	static const uint8_t end[1024];
+	sf_str_add(&t, end, sizeof end);
+	CHECK(text > TX_WINDOW_SMALL);
+	write_file(dir, "copies.tar", t.p, t.len);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/copies.tar", dir);
+	struct sf_map *m = NULL;
+	struct sf_err e;
+	CHECK(sf_map_open(path, &m, &e) == 0);
+	struct tx_window w = { 0 };
+	struct tx_entry en;
+	const uint8_t *base;
+	uint64_t boff;
+	uint64_t rec_end = 512 + (rlen + 511) / 512 * 512;
+	CHECK(tx_entry_read_copy(&w, m, 0, &en, &base, &boff, &e) == 0 && !en.bad && en.nrec == 1 &&
+	      en.hdr == rec_end && en.size == 3 && !memcmp(base + (en.data - boff), "abc", 3));
+	uint64_t second = en.next;
+	CHECK(tx_entry_read_copy(&w, m, second, &en, &base, &boff, &e) == 0 && !en.bad &&
+	      en.sparse == TX_SPARSE_10 && en.size == 40000);
+	struct pieces pc = { 0 };
+	const char *why = NULL;
+	CHECK(tx_sparse_each(base, boff, &en, count_piece, &pc, &why) == 0 && pc.n == 10000 &&
+	      pc.first_src == en.data + (text + 511) / 512 * 512);
+	/* cut short under the mapping: an error, not a signal */
+	tx_window_free(&w);
+	CHECK(truncate(path, 512) == 0);
+	CHECK(tx_entry_read_copy(&w, m, second, &en, &base, &boff, &e) == -EIO && strstr(e.msg, "copies.tar"));
+	tx_window_free(&w);
+	sf_map_unref(m);
+	unlink(path);
+	sf_str_free(&t);
+	sf_str_free(&recs);
+	sf_str_free(&map);
+}
+
 static void expect_samples(const char *dir, const char *stem, const char *want, size_t piece,
 			   size_t from)
 {
@@ -842,6 +928,7 @@ int main(void)
 	test_long_paths(dir);
 	test_broken(dir);
 	test_samples(dir);
+	test_copies(dir);
 	char path[4096];
 	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn" };
 	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
