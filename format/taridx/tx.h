@@ -139,12 +139,25 @@ int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry
  * system call a header would cost more than copying the whole stretch). */
 #define TX_WINDOW_BYTES (1u << 20)
 #define TX_WINDOW_SMALL (16u << 10)
+/* Index rows are parsed from copies too (tx_rows_get): a read of one row
+ * copies the TX_ROWS_NEAR rows around it (a row's look back at the records
+ * before it, a sample's rows); a read just past what is held, as a pass
+ * over the rows makes, copies TX_ROWS_PASS rows (64 KiB), keeping
+ * TX_CHAIN_MAX rows before it. Caller-owned: no lock, no sharing. */
+#define TX_ROWS_NEAR 16
+#define TX_ROWS_PASS 2048
+struct tx_rows {
+	uint64_t first, n;          /* rows held, from row `first` */
+	size_t cap;                 /* rows buf has room for */
+	uint8_t *buf;
+};
 struct tx_window {
 	const struct sf_map *map;   /* what the copy is of */
 	uint64_t off, len;
 	size_t cap;
 	uint8_t *buf;
 	size_t ahead;               /* a refill's length; 0 for TX_WINDOW_SMALL */
+	struct tx_rows rows;        /* the index rows a check reads */
 };
 void tx_window_free(struct tx_window *w);
 /* Points *p at a copy of the `need` bytes at `at` of map (inside it), read
@@ -166,8 +179,8 @@ struct tx_fold;
 /* Sets how far w reads ahead for row r of a pass over every row of f: a
  * TX_WINDOW_BYTES stretch when the headers of the rows just after it lie
  * in one (small members), else TX_WINDOW_SMALL (large ones, whose data
- * would be copied for nothing). */
-void tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r);
+ * would be copied for nothing). 0, or as tx_rows_get. */
+int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, struct sf_err *e);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 
@@ -181,7 +194,11 @@ struct tx_row {
 };
 
 struct tx_index {
-	const uint8_t *data; /* the file: its rows are read from here */
+	/* An index in memory (built, or the tool's) has its rows read from
+	 * data; an index file's are copied from map (pread) as they are read,
+	 * never parsed from its mapping. */
+	const uint8_t *data;
+	const struct sf_map *map;
 	size_t size;
 	/* A copy of an index file's header, extension and crash-stem blocks,
 	 * which ext and crash point into (NULL when parsed from memory). */
@@ -199,10 +216,14 @@ struct tx_index {
 	/* The (keyhash, crashid) lookup, built on first use: rows grouped by
 	 * the top bits of their key hash (perm), bucket b being
 	 * perm[start[b] .. start[b+1]). 4 bytes per row plus at most 4 per
-	 * row for the buckets. */
+	 * row for the buckets; while it is built, 12 more per row (each row's
+	 * key hash and crash id, sorted by without reading rows again). */
 	uint32_t *perm;
 	uint32_t *start;
 	unsigned bits;
+	/* counted as the lookup is built: distinct (keyhash, crashid) pairs
+	 * (samples), and maximal runs of consecutive rows with one pair */
+	uint64_t groups, runs;
 };
 
 /* Parses and checks the header, extension and crash blocks (spec §6.2).
@@ -218,20 +239,28 @@ void tx_index_free(struct tx_index *ix);
 /* The listing's check (sf_format.check): the header and the sizes it
  * implies. tx_index_parse starts with it. */
 int tx_check(const struct sf_probe *p, struct sf_err *e);
-void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out);
+/* Row r (below n_rows) into *out: 0, or -EIO (the index file truncated, its
+ * storage failing) with a message naming the file and the row. One small
+ * pread: for a row here and there. */
+int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e);
+/* The same through w's copy (struct tx_rows): for passes and rows near
+ * each other. */
+int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
+		struct sf_err *e);
+void tx_rows_free(struct tx_rows *w);
 /* Crash id of a stem: its position in the crash block (1-based), else 0. */
 uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash);
 /* Extension id of an extension, or -1. */
 long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len);
-/* Builds the lookup (once). */
+/* Builds the lookup (once), and counts groups and runs, in one pass over
+ * the rows. 0, -ENOMEM, or as tx_rows_get. */
 int tx_lookup_build(struct tx_index *ix, struct sf_err *e);
 /* Calls fn for each row with this key hash, crash id and extension id, in
- * row order; stops early when fn returns true. */
-void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
-		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg);
-/* Number of distinct (keyhash, crashid) groups (samples), and the number
- * of maximal runs of consecutive rows with the same pair. Needs the lookup. */
-void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs);
+ * row order, reading rows through w; stops early when fn returns true.
+ * 0, or as tx_rows_get. */
+int tx_lookup_each(const struct tx_index *ix, struct tx_rows *w, uint64_t keyhash,
+		   uint32_t crashid, uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg,
+		   struct sf_err *e);
 
 /* ---- shards ----------------------------------------------------------- */
 
@@ -330,14 +359,16 @@ int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct s
 /* Checks a row against its tar: its key, its header's checksum, and for a
  * member the records before it (the rows just before it) and its data as
  * tar readers find them, which the row's size must state (sparse map
- * included). Linear in the member's records and map. Its bytes are read
- * through w (tx_window_free'd by the caller), whose copy m points into: a
- * tar that cannot be read makes the row bad, saying why. */
-void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w);
+ * included). Linear in the member's records and map. Its bytes and rows
+ * are read through w (tx_window_free'd by the caller), whose copy m points
+ * into: a tar that cannot be read makes the row bad, saying why. 0, or as
+ * tx_rows_get when the index's rows cannot be read (then m is not set). */
+int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w,
+		    struct sf_err *e);
 /* Gives file n the content of member row r (its size known now, its
  * extents placed on first read: zero-copy from the tar, holes of a
- * sparse member as zeros). 0 or -ENOMEM. */
-int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r);
+ * sparse member as zeros). 0, or -ENOMEM or as tx_rows_get with e set. */
+int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, struct sf_err *e);
 /* The payload bytes of a row, or NULL when they are not inside the tar. */
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
 /* Appends the components of `raw` to the path out[0 .. *len), dropping
@@ -377,9 +408,11 @@ struct tx_counts {
 	uint64_t *per_fid;   /* rows per shard, nshards entries */
 	uint64_t beyond;     /* rows whose fid names no shard */
 };
-/* Renders one of the fold's .shardfs files from the row counts; NULL when
- * out of memory. */
-typedef struct sf_buf *tx_render_fn(struct tx_fold *f, const struct tx_counts *c);
+/* Renders one of the fold's .shardfs files from the row counts into *out
+ * (NULL when out of memory): 0, or a negative errno with e set when the
+ * rows cannot be read. */
+typedef int tx_render_fn(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **out,
+			 struct sf_err *e);
 /* info.txt, info.json and verify all need a pass over the rows first: makes
  * it (with `samples`, also the count of samples.jsonl's lines), then
  * renders. */

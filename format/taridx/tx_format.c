@@ -122,9 +122,11 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 	int rc = end && last ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	uint64_t step = f->ix.n_rows / SAMPLED + 1;
 	int match = 1;
+	struct tx_rows w = { 0 };
 	for (uint64_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		struct tx_row row;
-		tx_row_get(&f->ix, r, &row);
+		if ((rc = tx_rows_get(&f->ix, &w, r, &row, e)))
+			break;
 		const struct sf_map *m = row.fid < f->nshards ? f->shards[row.fid].map : NULL;
 		/* both under the tar's size: no sum below wraps */
 		uint64_t stop = m && row.off <= m->size && row.size <= m->size ?
@@ -141,10 +143,12 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 			last[row.fid] = r;
 		}
 	}
+	tx_rows_free(&w);
 	for (size_t i = 0; !rc && i < f->nshards; i++) {
 		const struct sf_map *m = f->shards[i].map;
 		struct tx_row row;
-		tx_row_get(&f->ix, last[i], &row);
+		if ((rc = tx_row_get(&f->ix, last[i], &row, e)))
+			break;
 		uint8_t after[TX_BLOCK];
 		bool more = end[i] + TX_BLOCK <= m->size;
 		match = end[i] && end[i] <= m->size + TX_BLOCK ? header_matches(f, &row, e) : 1;

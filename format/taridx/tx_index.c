@@ -1,7 +1,9 @@
 /* The .taridx file: header, extension and crash-stem blocks, rows
  * (spec §3), and the (keyhash, crashid) lookup over the rows. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "sf_bytes.h"
@@ -141,7 +143,7 @@ int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
 		rc = sf_map_copy(m, 0, ix->off_arr, &ix->head, "its extension and crash-stem blocks", e);
 	if (rc)
 		return rc;
-	ix->data = m->data;
+	ix->map = m;
 	ix->size = m->size;
 	return parse_blocks(ix->head, what, ix, e);
 }
@@ -160,9 +162,8 @@ void tx_index_free(struct tx_index *ix)
 	ix->perm = ix->start = NULL;
 }
 
-void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out)
+static void row_decode(const uint8_t *p, struct tx_row *out)
 {
-	const uint8_t *p = ix->data + ix->off_arr + r * TX_ROW_SIZE;
 	out->fid = sf_le16(p);
 	out->off = sf_le64(p + 2);
 	out->size = sf_le64(p + 10);
@@ -171,9 +172,72 @@ void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out)
 	out->keyhash = sf_le64(p + 24);
 }
 
-static uint64_t row_keyhash(const struct tx_index *ix, uint64_t r)
+/* Copies rows [first, first + n) of an index file into dst. */
+static int rows_read(const struct tx_index *ix, uint64_t first, uint64_t n, uint8_t *dst,
+		     struct sf_err *e)
 {
-	return sf_le64(ix->data + ix->off_arr + r * TX_ROW_SIZE + 24);
+	char what[64];
+	if (n == 1)
+		snprintf(what, sizeof what, "row %llu", (unsigned long long)first);
+	else
+		snprintf(what, sizeof what, "rows %llu to %llu", (unsigned long long)first,
+			 (unsigned long long)(first + n - 1));
+	return sf_map_read(ix->map, ix->off_arr + first * TX_ROW_SIZE, n * TX_ROW_SIZE, dst, what, e);
+}
+
+int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e)
+{
+	if (!ix->map) {
+		row_decode(ix->data + ix->off_arr + r * TX_ROW_SIZE, out);
+		return 0;
+	}
+	uint8_t p[TX_ROW_SIZE];
+	int rc = rows_read(ix, r, 1, p, e);
+	if (!rc)
+		row_decode(p, out);
+	return rc;
+}
+
+int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
+		struct sf_err *e)
+{
+	if (!ix->map)
+		return tx_row_get(ix, r, out, e);
+	if (w->n && r >= w->first && r - w->first < w->n) {
+		row_decode(w->buf + (r - w->first) * TX_ROW_SIZE, out);
+		return 0;
+	}
+	if (r >= ix->n_rows)
+		return sf_fail(e, -EINVAL, "%s: row %llu of %llu rows", ix->map->path,
+			       (unsigned long long)r, (unsigned long long)ix->n_rows);
+	/* a pass reads on past what is held; anything else is a row here and
+	 * there, with the records before it and the rows of its sample */
+	bool pass = w->n && r >= w->first + w->n && r - (w->first + w->n) < TX_ROWS_PASS;
+	uint64_t back = pass ? TX_CHAIN_MAX : TX_ROWS_NEAR / 2, want = pass ? TX_ROWS_PASS : TX_ROWS_NEAR;
+	uint64_t first = r > back ? r - back : 0;
+	if (want > ix->n_rows - first)
+		want = ix->n_rows - first;
+	if (want > w->cap) {
+		uint8_t *b = realloc(w->buf, (size_t)want * TX_ROW_SIZE);
+		if (!b)
+			return sf_fail(e, -ENOMEM, "%s: out of memory reading rows", ix->map->path);
+		w->buf = b;
+		w->cap = (size_t)want;
+	}
+	w->n = 0;
+	int rc = rows_read(ix, first, want, w->buf, e);
+	if (rc)
+		return rc;
+	w->first = first;
+	w->n = want;
+	row_decode(w->buf + (r - first) * TX_ROW_SIZE, out);
+	return 0;
+}
+
+void tx_rows_free(struct tx_rows *w)
+{
+	free(w->buf);
+	*w = (struct tx_rows){ 0 };
 }
 
 uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash)
@@ -207,34 +271,61 @@ static size_t bucket_of(const struct tx_index *ix, uint64_t keyhash)
 	return ix->bits ? (size_t)(keyhash >> (64 - ix->bits)) : 0;
 }
 
+/* Each row's key hash and crash id, gathered in one pass for the sort. */
+struct row_keys {
+	uint64_t *hash;
+	uint32_t *crash;
+};
+
 /* Order within a bucket: by key hash, crash id, then row, so that the rows
  * of one (keyhash, crashid) pair sit together in row order. */
 static int cmp_rows(const void *a, const void *b, void *arg)
 {
-	const struct tx_index *ix = arg;
+	const struct row_keys *k = arg;
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	struct tx_row rx, ry;
-	tx_row_get(ix, x, &rx);
-	tx_row_get(ix, y, &ry);
-	if (rx.keyhash != ry.keyhash)
-		return rx.keyhash < ry.keyhash ? -1 : 1;
-	if (rx.crashid != ry.crashid)
-		return rx.crashid < ry.crashid ? -1 : 1;
+	if (k->hash[x] != k->hash[y])
+		return k->hash[x] < k->hash[y] ? -1 : 1;
+	if (k->crash[x] != k->crash[y])
+		return k->crash[x] < k->crash[y] ? -1 : 1;
 	return (x > y) - (x < y);
 }
 
-static void sort_bucket(struct tx_index *ix, uint32_t *p, size_t n)
+static void sort_bucket(struct row_keys *k, uint32_t *p, size_t n)
 {
 	if (n > 16) {
-		qsort_r(p, n, sizeof *p, cmp_rows, ix);
+		qsort_r(p, n, sizeof *p, cmp_rows, k);
 		return;
 	}
 	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && cmp_rows(&p[j - 1], &p[j], ix) > 0; j--) {
+		for (size_t j = i; j > 0 && cmp_rows(&p[j - 1], &p[j], k) > 0; j--) {
 			uint32_t t = p[j];
 			p[j] = p[j - 1];
 			p[j - 1] = t;
 		}
+}
+
+static bool same_keys(const struct row_keys *k, uint32_t x, uint32_t y)
+{
+	return k->hash[x] == k->hash[y] && k->crash[x] == k->crash[y];
+}
+
+/* Gathers every row's key hash and crash id, counting runs of one pair. */
+static int gather_keys(struct tx_index *ix, struct row_keys *k, struct sf_err *e)
+{
+	struct tx_rows w = { 0 };
+	int rc = 0;
+	uint64_t runs = 0;
+	for (uint64_t r = 0; !rc && r < ix->n_rows; r++) {
+		struct tx_row row;
+		if ((rc = tx_rows_get(ix, &w, r, &row, e)))
+			break;
+		k->hash[r] = row.keyhash;
+		k->crash[r] = row.crashid;
+		runs += r == 0 || !same_keys(k, (uint32_t)r - 1, (uint32_t)r);
+	}
+	tx_rows_free(&w);
+	ix->runs = runs;
+	return rc;
 }
 
 int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
@@ -246,62 +337,57 @@ int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
 	unsigned bits = 0;
 	while (bits < 31 && (2ull << bits) <= ix->n_rows)
 		bits++;
-	size_t nb = (size_t)1 << bits;
+	size_t nb = (size_t)1 << bits, nr = ix->n_rows ? (size_t)ix->n_rows : 1;
 	uint32_t *start = calloc(nb + 1, sizeof *start);
-	uint32_t *perm = malloc((ix->n_rows ? ix->n_rows : 1) * sizeof *perm);
-	if (!start || !perm) {
+	uint32_t *perm = malloc(nr * sizeof *perm);
+	struct row_keys k = { malloc(nr * sizeof *k.hash), malloc(nr * sizeof *k.crash) };
+	int rc = start && perm && k.hash && k.crash ? 0 : sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+	if (!rc)
+		rc = gather_keys(ix, &k, e);
+	if (rc) {
 		free(start);
 		free(perm);
-		return sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+		free(k.hash);
+		free(k.crash);
+		return rc;
 	}
 	ix->bits = bits;
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		start[bucket_of(ix, row_keyhash(ix, r)) + 1]++;
+		start[bucket_of(ix, k.hash[r]) + 1]++;
 	for (size_t b = 0; b < nb; b++)
 		start[b + 1] += start[b];
 	/* place rows; start[b] walks forward and is restored after */
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		perm[start[bucket_of(ix, row_keyhash(ix, r))]++] = (uint32_t)r;
+		perm[start[bucket_of(ix, k.hash[r])]++] = (uint32_t)r;
 	for (size_t b = nb; b > 0; b--)
 		start[b] = start[b - 1];
 	start[0] = 0;
 	for (size_t b = 0; b < nb; b++)
-		sort_bucket(ix, perm + start[b], start[b + 1] - start[b]);
+		sort_bucket(&k, perm + start[b], start[b + 1] - start[b]);
+	/* the lookup keeps each pair's rows together */
+	ix->groups = 0;
+	for (uint64_t i = 0; i < ix->n_rows; i++)
+		ix->groups += i == 0 || !same_keys(&k, perm[i - 1], perm[i]);
+	free(k.hash);
+	free(k.crash);
 	ix->perm = perm;
 	ix->start = start;
 	return 0;
 }
 
-void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
-		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg)
+int tx_lookup_each(const struct tx_index *ix, struct tx_rows *w, uint64_t keyhash,
+		   uint32_t crashid, uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg,
+		   struct sf_err *e)
 {
 	size_t b = bucket_of(ix, keyhash);
 	for (uint32_t i = ix->start[b]; i < ix->start[b + 1]; i++) {
 		struct tx_row row;
-		tx_row_get(ix, ix->perm[i], &row);
+		int rc = tx_rows_get(ix, w, ix->perm[i], &row, e);
+		if (rc)
+			return rc;
 		if (row.keyhash == keyhash && row.crashid == crashid && row.extid == extid &&
 		    fn(arg, ix->perm[i]))
-			return;
+			return 0;
 	}
-}
-
-void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs)
-{
-	uint64_t groups = 0, nruns = 0;
-	struct tx_row prev = { 0 }, row;
-	for (uint64_t r = 0; r < ix->n_rows; r++) {
-		tx_row_get(ix, r, &row);
-		if (r == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
-			nruns++;
-		prev = row;
-	}
-	/* the lookup keeps each pair's rows together */
-	for (uint64_t i = 0; i < ix->n_rows; i++) {
-		tx_row_get(ix, ix->perm[i], &row);
-		if (i == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
-			groups++;
-		prev = row;
-	}
-	*samples = groups;
-	*runs = nruns;
+	return 0;
 }

@@ -11,6 +11,7 @@ void tx_window_free(struct tx_window *w)
 	free(w->buf);
 	w->buf = NULL;
 	w->len = w->cap = 0;
+	tx_rows_free(&w->rows);
 }
 
 int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, uint64_t need,
@@ -93,17 +94,20 @@ int tx_entry_read_copy(struct tx_window *w, const struct sf_map *map, uint64_t a
  * read ahead so far. */
 #define WINDOW_ROWS 128
 
-void tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r)
+int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, struct sf_err *e)
 {
 	struct tx_row row, ahead;
-	tx_row_get(&f->ix, r, &row);
-	if (row.fid >= f->nshards)
-		return;
+	int rc = tx_rows_get(&f->ix, &w->rows, r, &row, e);
+	if (rc || row.fid >= f->nshards)
+		return rc;
 	if (w->len && w->map == f->shards[row.fid].map && row.off >= w->off &&
 	    row.off - w->off <= w->len && w->len - (row.off - w->off) >= TX_BLOCK)
-		return;
+		return 0;
+	/* once per tar copy: a row of its own, not to move the pass's rows */
 	uint64_t last = r + WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
-	tx_row_get(&f->ix, last, &ahead);
+	if ((rc = tx_row_get(&f->ix, last, &ahead, e)))
+		return rc;
 	w->ahead = ahead.fid == row.fid && ahead.off >= row.off &&
 			   ahead.off - row.off < TX_WINDOW_BYTES - TX_BLOCK ? TX_WINDOW_BYTES : 0;
+	return 0;
 }
