@@ -9,7 +9,6 @@
 #include <xxhash.h>
 
 #include "sf_bytes.h"
-#include "sf_fault.h"
 #include "sf_hash.h"
 #include "sf_name.h"
 #include "tx.h"
@@ -211,17 +210,10 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
-static int lookup_build(void *ctx, struct sf_err *e)
-{
-	return tx_lookup_build(ctx, e);
-}
-
-/* The index is read in a guard of its own, inside the turn, so that a
- * fault cannot leave the turn taken. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	sf_turn_take(&f->lookup_turn);
-	int rc = sf_guard_run(f->view, NULL, lookup_build, &f->ix, e);
+	int rc = tx_lookup_build(&f->ix, e);
 	sf_turn_give(&f->lookup_turn);
 	return rc;
 }

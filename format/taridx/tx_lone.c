@@ -137,9 +137,9 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 	if (f->unready) {
 		rc = sf_fail(e, -EIO, "%s", f->unready);
 	} else if (!atomic_load(&f->ready)) {
-		/* the walk reads copies (a lost page is -EIO) and its index is
-		 * in memory: no guard; the tar is checked around it, so that a
-		 * change in place fails it */
+		/* the walk reads copies (a lost page is -EIO) into an index in
+		 * memory; the tar is checked around it, so that a change in
+		 * place fails it */
 		struct sf_map *tar = f->shards[0].map;
 		uint64_t size = tar->size;
 		atomic_fetch_add(&sf_progress.walking, 1);
