@@ -232,7 +232,8 @@ struct tx_index {
 int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
 		   struct sf_err *e);
 /* The same for the index file mapped in m: its header and blocks are
- * parsed from a copy (pread) the index keeps, bounded by the file. */
+ * parsed from a copy (pread) the index keeps, bounded by the file, and its
+ * rows are copied as they are read (tx_row_get, tx_rows_get). */
 int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
 		  struct sf_err *e);
 void tx_index_free(struct tx_index *ix);

@@ -308,7 +308,8 @@ static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint
 	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
 }
 
-/* The header of row r into *hdr when it lies inside its tar, else NULL. */
+/* The header of row r into *hdr when it lies inside its tar, else NULL: 0,
+ * or as tx_rows_get and tx_window_get. */
 static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
 		      const uint8_t **hdr, struct sf_err *e)
 {
