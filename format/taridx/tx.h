@@ -139,15 +139,19 @@ int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry
  * system call a header would cost more than copying the whole stretch). */
 #define TX_WINDOW_BYTES (1u << 20)
 #define TX_WINDOW_SMALL (16u << 10)
-/* Index rows are parsed from copies too (tx_rows_get): a read of one row
- * copies the TX_ROWS_NEAR rows around it (a row's look back at the records
- * before it, a sample's rows); a read just past what is held, as a pass
- * over the rows makes, copies TX_ROWS_PASS rows (64 KiB), keeping
- * TX_CHAIN_MAX rows before it. Caller-owned: no lock, no sharing. */
+/* Index rows are parsed from copies too (tx_row_get, tx_rows_get): a read
+ * of a row here and there copies the TX_ROWS_NEAR rows around it into a
+ * copy the thread keeps (a row's look back at the records before it, a
+ * sample's rows, and the lookup, the content and the build of one member
+ * read the same rows in turn); a read of the row just past the highest
+ * one asked, as a pass over the rows makes, copies TX_ROWS_PASS rows
+ * (64 KiB) into the caller's, keeping TX_CHAIN_MAX rows before it. Neither
+ * is shared between threads: no lock. */
 #define TX_ROWS_NEAR 16
 #define TX_ROWS_PASS 2048
 struct tx_rows {
 	uint64_t first, n;          /* rows held, from row `first` */
+	uint64_t high;              /* rows below it have been asked */
 	size_t cap;                 /* rows buf has room for */
 	uint8_t *buf;
 };
@@ -199,6 +203,7 @@ struct tx_index {
 	 * never parsed from its mapping. */
 	const uint8_t *data;
 	const struct sf_map *map;
+	uint64_t id;        /* an index file's: unique in the process, never reused */
 	size_t size;
 	/* A copy of an index file's header, extension and crash-stem blocks,
 	 * which ext and crash point into (NULL when parsed from memory). */
@@ -215,10 +220,13 @@ struct tx_index {
 	} *crash_by_hash;      /* the crash stems sorted by their XXH64 */
 	/* The (keyhash, crashid) lookup, built on first use: rows grouped by
 	 * the top bits of their key hash (perm), bucket b being
-	 * perm[start[b] .. start[b+1]). 4 bytes per row plus at most 4 per
-	 * row for the buckets; while it is built, 12 more per row (each row's
-	 * key hash and crash id, sorted by without reading rows again). */
+	 * perm[start[b] .. start[b+1]), and tag[i] the 8 bits of perm[i]'s
+	 * key hash below the bucket's, so that a lookup reads (copies) only
+	 * the rows its key may be. 5 bytes per row plus at most 4 per row for
+	 * the buckets; while it is built, 12 more per row (each row's key hash
+	 * and crash id, sorted by without reading rows again). */
 	uint32_t *perm;
+	uint8_t *tag;
 	uint32_t *start;
 	unsigned bits;
 	/* counted as the lookup is built: distinct (keyhash, crashid) pairs
@@ -241,8 +249,9 @@ void tx_index_free(struct tx_index *ix);
  * implies. tx_index_parse starts with it. */
 int tx_check(const struct sf_probe *p, struct sf_err *e);
 /* Row r (below n_rows) into *out: 0, or -EIO (the index file truncated, its
- * storage failing) with a message naming the file and the row. One small
- * pread: for a row here and there. */
+ * storage failing) with a message naming the file and the row. From the
+ * rows this thread copied last, else one small pread: for a row here and
+ * there. */
 int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e);
 /* The same through w's copy (struct tx_rows): for passes and rows near
  * each other. */

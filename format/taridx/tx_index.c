@@ -1,6 +1,7 @@
 /* The .taridx file: header, extension and crash-stem blocks, rows
  * (spec §3), and the (keyhash, crashid) lookup over the rows. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -143,7 +144,9 @@ int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
 		rc = sf_map_copy(m, 0, ix->off_arr, &ix->head, "its extension and crash-stem blocks", e);
 	if (rc)
 		return rc;
+	static _Atomic uint64_t ids;
 	ix->map = m;
+	ix->id = atomic_fetch_add(&ids, 1) + 1;
 	ix->size = m->size;
 	return parse_blocks(ix->head, what, ix, e);
 }
@@ -154,12 +157,14 @@ void tx_index_free(struct tx_index *ix)
 	free(ix->crash);
 	free(ix->crash_by_hash);
 	free(ix->perm);
+	free(ix->tag);
 	free(ix->start);
 	free(ix->head);
 	ix->head = NULL;
 	ix->ext = ix->crash = NULL;
 	ix->crash_by_hash = NULL;
 	ix->perm = ix->start = NULL;
+	ix->tag = NULL;
 }
 
 static void row_decode(const uint8_t *p, struct tx_row *out)
@@ -172,18 +177,22 @@ static void row_decode(const uint8_t *p, struct tx_row *out)
 	out->keyhash = sf_le64(p + 24);
 }
 
-/* Copies rows [first, first + n) of an index file into dst. */
-static int rows_read(const struct tx_index *ix, uint64_t first, uint64_t n, uint8_t *dst,
-		     struct sf_err *e)
+/* Copies rows [first, first + n) of an index file into dst, for row r. */
+static int rows_read(const struct tx_index *ix, uint64_t r, uint64_t first, uint64_t n,
+		     uint8_t *dst, struct sf_err *e)
 {
-	char what[64];
-	if (n == 1)
-		snprintf(what, sizeof what, "row %llu", (unsigned long long)first);
-	else
-		snprintf(what, sizeof what, "rows %llu to %llu", (unsigned long long)first,
-			 (unsigned long long)(first + n - 1));
+	char what[80];
+	snprintf(what, sizeof what, "row %llu (read with rows %llu to %llu)", (unsigned long long)r,
+		 (unsigned long long)first, (unsigned long long)(first + n - 1));
 	return sf_map_read(ix->map, ix->off_arr + first * TX_ROW_SIZE, n * TX_ROW_SIZE, dst, what, e);
 }
+
+/* The rows around the last row this thread read here and there, of the
+ * index file `id` (0: none). */
+static _Thread_local struct {
+	uint64_t id, first, n;
+	uint8_t buf[TX_ROWS_NEAR * TX_ROW_SIZE];
+} near;
 
 int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e)
 {
@@ -191,11 +200,22 @@ int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct
 		row_decode(ix->data + ix->off_arr + r * TX_ROW_SIZE, out);
 		return 0;
 	}
-	uint8_t p[TX_ROW_SIZE];
-	int rc = rows_read(ix, r, 1, p, e);
-	if (!rc)
-		row_decode(p, out);
-	return rc;
+	if (near.id != ix->id || r < near.first || r - near.first >= near.n) {
+		if (r >= ix->n_rows)
+			return sf_fail(e, -EINVAL, "%s: row %llu of %llu rows", ix->map->path,
+				       (unsigned long long)r, (unsigned long long)ix->n_rows);
+		uint64_t first = r > TX_ROWS_NEAR / 2 ? r - TX_ROWS_NEAR / 2 : 0;
+		uint64_t n = ix->n_rows - first < TX_ROWS_NEAR ? ix->n_rows - first : TX_ROWS_NEAR;
+		near.id = 0;
+		int rc = rows_read(ix, r, first, n, near.buf, e);
+		if (rc)
+			return rc;
+		near.id = ix->id;
+		near.first = first;
+		near.n = n;
+	}
+	row_decode(near.buf + (r - near.first) * TX_ROW_SIZE, out);
+	return 0;
 }
 
 int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
@@ -203,18 +223,16 @@ int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct
 {
 	if (!ix->map)
 		return tx_row_get(ix, r, out, e);
+	bool pass = w->high && r == w->high;
+	if (r >= w->high)
+		w->high = r + 1;
 	if (w->n && r >= w->first && r - w->first < w->n) {
 		row_decode(w->buf + (r - w->first) * TX_ROW_SIZE, out);
 		return 0;
 	}
-	if (r >= ix->n_rows)
-		return sf_fail(e, -EINVAL, "%s: row %llu of %llu rows", ix->map->path,
-			       (unsigned long long)r, (unsigned long long)ix->n_rows);
-	/* a pass reads on past what is held; anything else is a row here and
-	 * there, with the records before it and the rows of its sample */
-	bool pass = w->n && r >= w->first + w->n && r - (w->first + w->n) < TX_ROWS_PASS;
-	uint64_t back = pass ? TX_CHAIN_MAX : TX_ROWS_NEAR / 2, want = pass ? TX_ROWS_PASS : TX_ROWS_NEAR;
-	uint64_t first = r > back ? r - back : 0;
+	if (!pass || r >= ix->n_rows)
+		return tx_row_get(ix, r, out, e);
+	uint64_t first = r > TX_CHAIN_MAX ? r - TX_CHAIN_MAX : 0, want = TX_ROWS_PASS;
 	if (want > ix->n_rows - first)
 		want = ix->n_rows - first;
 	if (want > w->cap) {
@@ -225,7 +243,7 @@ int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct
 		w->cap = (size_t)want;
 	}
 	w->n = 0;
-	int rc = rows_read(ix, first, want, w->buf, e);
+	int rc = rows_read(ix, r, first, want, w->buf, e);
 	if (rc)
 		return rc;
 	w->first = first;
@@ -269,6 +287,11 @@ long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len)
 static size_t bucket_of(const struct tx_index *ix, uint64_t keyhash)
 {
 	return ix->bits ? (size_t)(keyhash >> (64 - ix->bits)) : 0;
+}
+
+static uint8_t tag_of(const struct tx_index *ix, uint64_t keyhash)
+{
+	return (uint8_t)(keyhash >> (56 - ix->bits));
 }
 
 /* Each row's key hash and crash id, gathered in one pass for the sort. */
@@ -340,13 +363,15 @@ int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
 	size_t nb = (size_t)1 << bits, nr = ix->n_rows ? (size_t)ix->n_rows : 1;
 	uint32_t *start = calloc(nb + 1, sizeof *start);
 	uint32_t *perm = malloc(nr * sizeof *perm);
+	uint8_t *tag = malloc(nr);
 	struct row_keys k = { malloc(nr * sizeof *k.hash), malloc(nr * sizeof *k.crash) };
-	int rc = start && perm && k.hash && k.crash ? 0 : sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+	int rc = start && perm && tag && k.hash && k.crash ? 0 : sf_fail(e, -ENOMEM, "out of memory for the row lookup");
 	if (!rc)
 		rc = gather_keys(ix, &k, e);
 	if (rc) {
 		free(start);
 		free(perm);
+		free(tag);
 		free(k.hash);
 		free(k.crash);
 		return rc;
@@ -366,11 +391,14 @@ int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
 		sort_bucket(&k, perm + start[b], start[b + 1] - start[b]);
 	/* the lookup keeps each pair's rows together */
 	ix->groups = 0;
-	for (uint64_t i = 0; i < ix->n_rows; i++)
+	for (uint64_t i = 0; i < ix->n_rows; i++) {
 		ix->groups += i == 0 || !same_keys(&k, perm[i - 1], perm[i]);
+		tag[i] = tag_of(ix, k.hash[perm[i]]);
+	}
 	free(k.hash);
 	free(k.crash);
 	ix->perm = perm;
+	ix->tag = tag;
 	ix->start = start;
 	return 0;
 }
@@ -380,8 +408,11 @@ int tx_lookup_each(const struct tx_index *ix, struct tx_rows *w, uint64_t keyhas
 		   struct sf_err *e)
 {
 	size_t b = bucket_of(ix, keyhash);
+	uint8_t tag = tag_of(ix, keyhash);
 	for (uint32_t i = ix->start[b]; i < ix->start[b + 1]; i++) {
 		struct tx_row row;
+		if (ix->tag[i] != tag)
+			continue;
 		int rc = tx_rows_get(ix, w, ix->perm[i], &row, e);
 		if (rc)
 			return rc;

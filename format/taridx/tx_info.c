@@ -185,7 +185,7 @@ static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf
 	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c->beyond));
 	/* what the (keyhash, crashid) lookup costs beyond the mapped index */
 	json_object_set_new(j, "lookup_bytes",
-			    json_integer((json_int_t)(ix->n_rows * sizeof *ix->perm +
+			    json_integer((json_int_t)(ix->n_rows * (sizeof *ix->perm + sizeof *ix->tag) +
 						      (((size_t)1 << ix->bits) + 1) * sizeof *ix->start)));
 	*out = sf_json_pretty(j);
 	json_decref(j);
