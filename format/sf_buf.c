@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sf_fault.h"
 
 struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 {
@@ -18,7 +17,6 @@ struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 	atomic_init(&b->refs, 1);
 	b->len = len;
 	b->data = data;
-	sf_guard_note_new(b);
 	return b;
 }
 
@@ -41,8 +39,6 @@ struct sf_buf *sf_buf_ref(struct sf_buf *b)
 
 void sf_buf_unref(struct sf_buf *b)
 {
-	if (b)
-		sf_guard_note_unref(b);
 	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
 		free(b->data);
 		free(b);
@@ -68,7 +64,6 @@ static bool str_reserve(struct sf_str *s, size_t more)
 		s->oom = true;
 		return false;
 	}
-	sf_guard_note_grow(s, s->p, p);
 	s->p = p;
 	s->cap = cap;
 	return true;
@@ -113,7 +108,6 @@ struct sf_buf *sf_str_take(struct sf_str *s)
 		sf_str_free(s);
 		return NULL;
 	}
-	sf_guard_note_gone(s->p);
 	struct sf_buf *b = s->p ? sf_buf_wrap(s->p, s->len) : sf_buf_new(0);
 	if (!b) {
 		sf_str_free(s);
@@ -125,7 +119,6 @@ struct sf_buf *sf_str_take(struct sf_str *s)
 
 void sf_str_free(struct sf_str *s)
 {
-	sf_guard_note_gone(s->p);
 	free(s->p);
 	memset(s, 0, sizeof *s);
 }

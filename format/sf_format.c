@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "sf_buf.h"
-#include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_view.h"
@@ -162,24 +161,12 @@ int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 	return 0;
 }
 
-struct open_call {
-	const struct sf_format *f;
-	const struct sf_open_args *a;
-	struct sf_view **out;
-};
-
-static int run_open(void *ctx, struct sf_err *e)
-{
-	struct open_call *o = ctx;
-	return sf_format_view(o->f, o->a, o->out, e);
-}
-
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e)
 {
 	*out = NULL;
-	/* any mapping: opening maps further files (taridx shards) */
-	int rc = sf_guard_run(NULL, NULL, run_open, &(struct open_call){ f, a, out }, e);
+	/* what was read counts only if the file is still as mapped */
+	int rc = sf_format_view(f, a, out, e);
 	if (rc == 0)
 		rc = sf_map_check(a->map, e);
 	for (size_t i = 0; rc == 0 && i < (*out)->nmaps; i++)

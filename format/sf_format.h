@@ -160,12 +160,11 @@ const struct sf_format *sf_format_for(const char *dirpath, const char *name);
 /* The formats built in, i = 0, 1, ... until it returns NULL. */
 const struct sf_format *sf_format_nth(size_t i);
 
-/* Opens a container into a view with f's steps, guarded against faults of
- * its mappings (sf_fault.h) and checked against a change in place while it
- * was read. */
+/* Opens a container into a view with f's steps, and checks it against a
+ * change in place while it was read (sf_map_check). */
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e);
-/* The same steps unguarded and unchecked: for a map that has no file
+/* The same steps unchecked: for a map that has no file
  * behind it (the fuzz harness). */
 int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e);

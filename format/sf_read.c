@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
-#include "sf_fault.h"
+#include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_view.h"
 
@@ -30,7 +30,7 @@ int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf *
 		    struct sf_err *e)
 {
 	*out = NULL;
-	int rc = sf_guard_run(p->view, NULL, run_produce, &(struct produce_call){ p, c, out }, e);
+	int rc = sf_checked_run(p->view, run_produce, &(struct produce_call){ p, c, out }, e);
 	if (rc && *out) {
 		/* produced, but the source changed meanwhile */
 		sf_buf_unref(*out);
@@ -146,11 +146,9 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, siz
 		b = sf_buf_new(len);
 		if (!b)
 			return -ENOMEM;
-		/* held before the guarded call: a fault loses nothing */
 		if ((rc = rv_hold(rv, b)))
 			return rc;
-		rc = sf_guard_run(f->view, NULL, run_gen,
-				  &(struct gen_call){ x, x->off + off, b->data, len, c }, e);
+		rc = sf_checked_run(f->view, run_gen, &(struct gen_call){ x, x->off + off, b->data, len, c }, e);
 		if (rc)
 			return rc;
 		rv->from_synth += len;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "sf_fault.h"
+#include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_name.h"
 
@@ -779,8 +779,8 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
 
 /* ---- using trees ------------------------------------------------------ */
 
-/* Lazy work reads the container: it runs guarded (sf_fault.h), inside the
- * view's turn so that a fault leaves the turn to be given back as usual. */
+/* Lazy work reads the container: it runs between checks of its mappings
+ * (sf_mapcheck.h), so that a change in place fails it. */
 static int run_populate(void *ctx, struct sf_err *e)
 {
 	struct sf_node *dir = ctx;
@@ -789,7 +789,7 @@ static int run_populate(void *ctx, struct sf_err *e)
 
 static int populate(struct sf_node *dir, struct sf_err *e)
 {
-	return sf_guard_run(dir->view, NULL, run_populate, dir, e);
+	return sf_checked_run(dir->view, run_populate, dir, e);
 }
 
 struct lookup_call {
@@ -892,7 +892,7 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 	if (!rc && !hit && !dir->u.dir.populated) {
 		if (dir->u.dir.lookup) {
 			struct lookup_call l = { dir, name, &hit };
-			rc = sf_guard_run(dir->view, NULL, run_lookup, &l, e);
+			rc = sf_checked_run(dir->view, run_lookup, &l, e);
 		}
 		if (!dir->u.dir.lookup || rc == SF_LOOKUP_LIST) {
 			rc = populate(dir, e);
@@ -936,7 +936,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
-			rc = sf_guard_run(f->view, NULL, run_build, &(struct build_call){ f, c }, e);
+			rc = sf_checked_run(f->view, run_build, &(struct build_call){ f, c }, e);
 		if (rc == 0 && fl->size_known && fl->size != fl->known_size)
 			rc = sf_fail(e, -EIO, "%s: built %llu bytes, listed as %llu", f->view->path,
 				     (unsigned long long)fl->size,

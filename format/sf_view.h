@@ -77,8 +77,8 @@ struct sf_cache {
 };
 extern struct sf_cache sf_nocache;
 
-/* Runs a part's produce function guarded (sf_fault.h): what a cache calls
- * to decode. On failure *out is NULL. */
+/* Runs a part's produce function between checks of the view's mappings
+ * (sf_mapcheck.h): what a cache calls to decode. On failure *out is NULL. */
 int sf_part_produce(const struct sf_part *p, struct sf_cache *c, struct sf_buf **out,
 		    struct sf_err *e);
 /* Decodes a part through the cache, recording its size. */
@@ -223,8 +223,8 @@ struct sf_view {
 	struct sf_map **maps;     /* mappings the extents point into, by address */
 	size_t nmaps, capmaps;
 	/* The container's own mapping when the view holds it (set by
-	 * sf_format_open): what guarded code checks in a view of many
-	 * mappings (sf_fault.c). */
+	 * sf_format_open): what lazy work is checked against in a view of
+	 * many mappings (sf_mapcheck.c). */
 	struct sf_map *source;
 	void *state;              /* the format's parsed container */
 	void (*free_state)(void *state);

@@ -9,7 +9,6 @@
 #include <string.h>
 
 #include "sf_dcache.h"
-#include "sf_fault.h"
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_read.h"

@@ -22,12 +22,11 @@
  * read after a change in place (size or mtime) is seen: reads compare a
  * file with what was opened at most every 10 ms (a fstat per read would
  * cost more than the read), so a change is noticed within 10 ms of it.
- * Tsumugi, tatami, tet and Shardlake files are read with pread and
- * process_vm_readv, so no signal is raised. Taridx folds are still parsed from the mapping: for
- * them the library installs a process-wide SIGBUS handler at its first
- * open, which turns a fault inside its own calls into -EIO and passes any
- * other SIGBUS to the handler that was there before. (shardfs_hold's
- * mapped bytes are the caller's to touch: see there.)
+ * The library parses and decodes only bytes it has copied out of the
+ * files (pread), and copies mapped bytes for the caller through the kernel
+ * (process_vm_readv), so no signal is raised and it installs no signal
+ * handler. (shardfs_hold's mapped bytes are the caller's to touch: see
+ * there.)
  *
  * Memory: a file rendered from the whole container (a fold's
  * .shardfs/samples.jsonl, about 70 bytes a sample) is kept whole from its

@@ -16,7 +16,7 @@
 #include "transport.h"
 #include "sf_big.h"
 #include "sf_hash.h"
-#include "sf_fault.h"
+#include "sf_mapcheck.h"
 #include "sf_format.h"
 #include "sf_map.h"
 #include "sf_open.h"

@@ -13,7 +13,6 @@
 #include "transport.h"
 #include "meta.h"
 #include "request.h"
-#include "sf_fault.h"
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_read.h"

@@ -109,44 +109,82 @@ int tx_num(const uint8_t *p, size_t n, uint64_t *v);
  * map's blocks, never more than the blocks it reads. */
 int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_entry *en);
 /* Called for each piece of a sparse member's data, in order: `len` bytes
- * at `off` of the member are at `src`. 0 or a negative errno. */
-typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, const uint8_t *src);
+ * at `off` of the member are at offset `src` of the tar. 0 or a negative
+ * errno. */
+typedef int tx_piece_fn(void *arg, uint64_t off, uint64_t len, uint64_t src);
 /* tx_entry_read when only tar[0 .. have) is at hand of a tar of tarsize
  * bytes (a copy of a stretch of it): -EAGAIN when a header, record or
  * sparse map block it must read lies beyond `have`. */
 int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64_t at,
 		     struct tx_entry *en);
-/* Walks a sparse member's map (en->sparse set, en read from tar): 0, or
- * -EINVAL with *why when the map is malformed, out of order, has more than
- * TX_SPARSE_MAX pieces or does not account for the stored bytes exactly;
- * or what fn returned. Linear in the map. */
-int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
-		   const char **why);
+/* The longest map text a 1.0 sparse member may start with: a count and
+ * two numbers per piece of at most 20 digits and a newline each. */
+#define TX_MAP_TEXT_MAX ((2 * (size_t)TX_SPARSE_MAX + 1) * 21)
+/* Walks a sparse member's map (en->sparse set, en read from a copy of the
+ * tar whose byte at offset x is at base + (x - base_off), holding its
+ * records, sparse blocks and, for 1.0, the first TX_MAP_TEXT_MAX bytes of
+ * its data, as tx_entry_read_copy makes it): 0, or -EINVAL with *why when
+ * the map is malformed, out of order, has more than TX_SPARSE_MAX pieces
+ * or does not account for the stored bytes exactly; or what fn returned.
+ * Linear in the map. */
+int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry *en,
+		   tx_piece_fn *fn, void *arg, const char **why);
 
 /* ---- reading headers through copies (tx_window.c) ----------------------- */
 
-/* A pass over every header of a tar reads them through copies of
- * TX_WINDOW_BYTES stretches where they lie close together (small members:
- * a page fault a header costs more than reading the whole stretch). */
+/* Tar headers are read from copies (pread), never from the mapping, whose
+ * lost page would raise a signal. A refill reads TX_WINDOW_SMALL bytes
+ * from where it is asked, or `ahead` when a walk set it: a pass over every
+ * header of a tar of small members copies TX_WINDOW_BYTES stretches (a
+ * system call a header would cost more than copying the whole stretch). */
 #define TX_WINDOW_BYTES (1u << 20)
+#define TX_WINDOW_SMALL (16u << 10)
+/* Index rows are parsed from copies too (tx_row_get, tx_rows_get): a read
+ * of a row here and there copies the TX_ROWS_NEAR rows around it into a
+ * copy the thread keeps (a row's look back at the records before it, a
+ * sample's rows, and the lookup, the content and the build of one member
+ * read the same rows in turn); a read of the row just past the highest
+ * one asked, as a pass over the rows makes, copies TX_ROWS_PASS rows
+ * (64 KiB) into the caller's, keeping TX_CHAIN_MAX rows before it. Neither
+ * is shared between threads: no lock. */
+#define TX_ROWS_NEAR 16
+#define TX_ROWS_PASS 2048
+struct tx_rows {
+	uint64_t first, n;          /* rows held, from row `first` */
+	uint64_t high;              /* rows below it have been asked */
+	size_t cap;                 /* rows buf has room for */
+	uint8_t *buf;
+};
 struct tx_window {
-	uint8_t *buf;               /* TX_WINDOW_BYTES, or NULL: the mapping alone */
 	const struct sf_map *map;   /* what the copy is of */
 	uint64_t off, len;
+	size_t cap;
+	uint8_t *buf;
+	size_t ahead;               /* a refill's length; 0 for TX_WINDOW_SMALL */
+	struct tx_rows rows;        /* the index rows a check reads */
 };
-
-/* The `need` bytes at `at` of map from the copy, refilled from `at` when
- * they are not in it; NULL when they cannot be had so (no buffer, past the
- * end, a failed read): the caller reads the mapping instead. */
-const uint8_t *tx_window_at(struct tx_window *w, const struct sf_map *map, uint64_t at,
-			    uint64_t need);
-/* Reads the entry at `at` of map as tx_entry_read does, from the copy when
- * its header blocks fit in one, else (and for sparse members, whose maps
- * are read from the tar) from the mapping. Offsets in en are the tar's;
- * the block at offset x is at *base + (x - *base_off), valid until the
- * window moves. */
+void tx_window_free(struct tx_window *w);
+/* Points *p at a copy of the `need` bytes at `at` of map (inside it), read
+ * when they are not in the window yet. 0, or as sf_map_read (-EIO when
+ * the tar was truncated or its storage fails). *p lasts until the window
+ * moves. */
+int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, uint64_t need,
+		  const uint8_t **p, struct sf_err *e);
+/* Reads the entry at `at` of map as tx_entry_read does, from a copy held
+ * in w that starts at most at `at` and holds its records, sparse blocks
+ * and 1.0 map text. Offsets in en are the tar's; the block at offset x is
+ * at *base + (x - *base_off), valid until the window moves. 0 or 1 as
+ * tx_entry_read, or a negative errno with e set when the tar cannot be
+ * read. */
 int tx_entry_read_copy(struct tx_window *w, const struct sf_map *map, uint64_t at,
-		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off);
+		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off,
+		       struct sf_err *e);
+struct tx_fold;
+/* Sets how far w reads ahead for row r of a pass over every row of f: a
+ * TX_WINDOW_BYTES stretch when the headers of the rows just after it lie
+ * in one (small members), else TX_WINDOW_SMALL (large ones, whose data
+ * would be copied for nothing). 0, or as tx_rows_get. */
+int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, struct sf_err *e);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 
@@ -160,8 +198,16 @@ struct tx_row {
 };
 
 struct tx_index {
+	/* An index in memory (built, or the tool's) has its rows read from
+	 * data; an index file's are copied from map (pread) as they are read,
+	 * never parsed from its mapping. */
 	const uint8_t *data;
+	const struct sf_map *map;
+	uint64_t id;        /* an index file's: unique in the process, never reused */
 	size_t size;
+	/* A copy of an index file's header, extension and crash-stem blocks,
+	 * which ext and crash point into (NULL when parsed from memory). */
+	uint8_t *head;
 	uint16_t major, minor, rec_size, hdr_size;
 	uint64_t n_stems, n_rows, off_crash, off_arr;
 	uint32_t n_ext, n_crash;
@@ -174,35 +220,57 @@ struct tx_index {
 	} *crash_by_hash;      /* the crash stems sorted by their XXH64 */
 	/* The (keyhash, crashid) lookup, built on first use: rows grouped by
 	 * the top bits of their key hash (perm), bucket b being
-	 * perm[start[b] .. start[b+1]). 4 bytes per row plus at most 4 per
-	 * row for the buckets. */
+	 * perm[start[b] .. start[b+1]), and tag[i] the 8 bits of perm[i]'s
+	 * key hash below the bucket's, so that a lookup reads (copies) only
+	 * the rows its key may be. 5 bytes per row plus at most 4 per row for
+	 * the buckets; while it is built, 12 more per row (each row's key hash
+	 * and crash id, sorted by without reading rows again). */
 	uint32_t *perm;
+	uint8_t *tag;
 	uint32_t *start;
 	unsigned bits;
+	/* counted as the lookup is built: distinct (keyhash, crashid) pairs
+	 * (samples), and maximal runs of consecutive rows with one pair */
+	uint64_t groups, runs;
 };
 
 /* Parses and checks the header, extension and crash blocks (spec §6.2).
- * `what` names the file in messages. The index keeps pointers into p. */
+ * `what` names the file in messages. The index keeps pointers into p (an
+ * index in memory: built, or the tool's). */
 int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
 		   struct sf_err *e);
+/* The same for the index file mapped in m: its header and blocks are
+ * parsed from a copy (pread) the index keeps, bounded by the file, and its
+ * rows are copied as they are read (tx_row_get, tx_rows_get). */
+int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
+		  struct sf_err *e);
 void tx_index_free(struct tx_index *ix);
 /* The listing's check (sf_format.check): the header and the sizes it
  * implies. tx_index_parse starts with it. */
 int tx_check(const struct sf_probe *p, struct sf_err *e);
-void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out);
+/* Row r (below n_rows) into *out: 0, or -EIO (the index file truncated, its
+ * storage failing) with a message naming the file and the row. From the
+ * rows this thread copied last, else one small pread: for a row here and
+ * there. */
+int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e);
+/* The same through w's copy (struct tx_rows): for passes and rows near
+ * each other. */
+int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
+		struct sf_err *e);
+void tx_rows_free(struct tx_rows *w);
 /* Crash id of a stem: its position in the crash block (1-based), else 0. */
 uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash);
 /* Extension id of an extension, or -1. */
 long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len);
-/* Builds the lookup (once). */
+/* Builds the lookup (once), and counts groups and runs, in one pass over
+ * the rows. 0, -ENOMEM, or as tx_rows_get. */
 int tx_lookup_build(struct tx_index *ix, struct sf_err *e);
 /* Calls fn for each row with this key hash, crash id and extension id, in
- * row order; stops early when fn returns true. */
-void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
-		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg);
-/* Number of distinct (keyhash, crashid) groups (samples), and the number
- * of maximal runs of consecutive rows with the same pair. Needs the lookup. */
-void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs);
+ * row order, reading rows through w; stops early when fn returns true.
+ * 0, or as tx_rows_get. */
+int tx_lookup_each(const struct tx_index *ix, struct tx_rows *w, uint64_t keyhash,
+		   uint32_t crashid, uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg,
+		   struct sf_err *e);
 
 /* ---- shards ----------------------------------------------------------- */
 
@@ -233,8 +301,10 @@ struct tx_member {
 	const char *bad;
 	enum tx_kind kind;
 	/* a member's header and records as tar readers read them (kind is
-	 * not TX_OTHER, bad is NULL) */
+	 * not TX_OTHER, bad is NULL); hdr and en's strings point into the
+	 * window the check was given */
 	struct tx_entry en;
+	char why[512]; /* what bad says when the tar could not be read */
 };
 
 struct tx_fold {
@@ -299,12 +369,16 @@ int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct s
 /* Checks a row against its tar: its key, its header's checksum, and for a
  * member the records before it (the rows just before it) and its data as
  * tar readers find them, which the row's size must state (sparse map
- * included). Linear in the member's records and map. */
-void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m);
+ * included). Linear in the member's records and map. Its bytes and rows
+ * are read through w (tx_window_free'd by the caller), whose copy m points
+ * into: a tar that cannot be read makes the row bad, saying why. 0, or as
+ * tx_rows_get when the index's rows cannot be read (then m is not set). */
+int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w,
+		    struct sf_err *e);
 /* Gives file n the content of member row r (its size known now, its
  * extents placed on first read: zero-copy from the tar, holes of a
- * sparse member as zeros). 0 or -ENOMEM. */
-int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r);
+ * sparse member as zeros). 0, or -ENOMEM or as tx_rows_get with e set. */
+int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, struct sf_err *e);
 /* The payload bytes of a row, or NULL when they are not inside the tar. */
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
 /* Appends the components of `raw` to the path out[0 .. *len), dropping
@@ -344,9 +418,11 @@ struct tx_counts {
 	uint64_t *per_fid;   /* rows per shard, nshards entries */
 	uint64_t beyond;     /* rows whose fid names no shard */
 };
-/* Renders one of the fold's .shardfs files from the row counts; NULL when
- * out of memory. */
-typedef struct sf_buf *tx_render_fn(struct tx_fold *f, const struct tx_counts *c);
+/* Renders one of the fold's .shardfs files from the row counts into *out
+ * (NULL when out of memory): 0, or a negative errno with e set when the
+ * rows cannot be read. */
+typedef int tx_render_fn(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **out,
+			 struct sf_err *e);
 /* info.txt, info.json and verify all need a pass over the rows first: makes
  * it (with `samples`, also the count of samples.jsonl's lines), then
  * renders. */

@@ -164,19 +164,17 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		    struct sf_err *e)
 {
 	uint8_t *path = malloc(TX_PATH_MAX);
-	struct tx_window w = { .buf = malloc(TX_WINDOW_BYTES) };
-	if (!path) {
-		free(w.buf);
+	struct tx_window w = { .ahead = TX_WINDOW_BYTES };
+	if (!path)
 		return sf_fail(e, -ENOMEM, "out of memory");
-	}
 	uint64_t pos = 0, boff;
 	const uint8_t *base;
 	int rc = 0;
 	struct tx_entry en;
-	while (!rc && tx_entry_read_copy(&w, m, pos, &en, &base, &boff) == 0) {
+	while (!rc && !(rc = tx_entry_read_copy(&w, m, pos, &en, &base, &boff, e))) {
 		const char *why = en.bad;
 		if (!why && en.sparse)
-			tx_sparse_each(m->data, &en, NULL, NULL, &why);
+			tx_sparse_each(base, boff, &en, NULL, NULL, &why);
 		if (why) {
 			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: %s", name,
 				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
@@ -202,9 +200,9 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		}
 		pos = en.next;
 	}
-	free(w.buf);
+	tx_window_free(&w);
 	free(path);
-	return rc;
+	return rc > 0 ? 0 : rc;
 }
 
 /* tx_build_index, counting what it walks in `walked` (if not NULL). */

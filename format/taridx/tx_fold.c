@@ -9,7 +9,6 @@
 #include <xxhash.h>
 
 #include "sf_bytes.h"
-#include "sf_fault.h"
 #include "sf_hash.h"
 #include "sf_name.h"
 #include "tx.h"
@@ -49,7 +48,9 @@ static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e
 {
 	struct tx_fold *f = n->arg;
 	struct tx_row row;
-	tx_row_get(&f->ix, n->aux, &row);
+	int rc = tx_row_get(&f->ix, n->aux, &row, e);
+	if (rc)
+		return rc;
 	const uint8_t *p = tx_payload(f, &row);
 	if (!p)
 		return sf_fail(e, -EIO, "%s: row %llu: payload outside its tar", f->view->path,
@@ -60,10 +61,12 @@ static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e
 /* Gives a file the payload of row r, or marks it broken (listed with the
  * row's size, reads fail EIO) when the payload is not inside its tar: so
  * only rows/ entries, since a member's row verifies (tx_member_check). */
-static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
+static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r, struct sf_err *e)
 {
 	struct tx_row row;
-	tx_row_get(&f->ix, r, &row);
+	int rc = tx_row_get(&f->ix, r, &row, e);
+	if (rc)
+		return rc;
 	n->aux = r;
 	if (tx_payload(f, &row)) {
 		sf_file_set_build_sized(n, build_payload, f, row.size);
@@ -78,7 +81,7 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 			 f->view->path, (unsigned long long)r, (unsigned long long)row.size,
 			 (unsigned long long)row.off + TX_BLOCK, f->shards[row.fid].name,
 			 f->shards[row.fid].map->size);
-	return sf_file_set_broken(n, row.size, why);
+	return sf_file_set_broken(n, row.size, why) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 }
 
 /* ---- .shardfs/rows/ ---------------------------------------------------- */
@@ -87,9 +90,7 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r)
 static int make_row(struct sf_node *n, struct sf_err *e)
 {
 	read_rows(n->view->state);
-	if (set_payload(n->view->state, n, n->key))
-		return sf_fail(e, -ENOMEM, "%s: out of memory", n->view->path);
-	return 0;
+	return set_payload(n->view->state, n, n->key, e);
 }
 
 static int rows_lookup(struct sf_node *dir, const char *name, struct sf_node **out,
@@ -137,7 +138,7 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	struct tx_fold *f = n->view->state;
 	read_rows(f);
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
-		return tx_member_set_content(f, n, n->aux) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
+		return tx_member_set_content(f, n, n->aux, e);
 	/* a symlink, or a hard link to nothing: the header names the target */
 	/* (a symlink's aux is the row it shows: itself, or for a hard link to
 	 * a symlink, that symlink) */
@@ -146,17 +147,26 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	struct tx_str link = { 0 };
 	size_t plen;
 	uint8_t *path = malloc(TX_PATH_MAX);
-	tx_member_check(f, r, &m);
-	int rc = path ? tx_member_names(f, r, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
-	free(path);
-	if (rc)
-		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again",
-			       f->view->path, r);
-	if (n->kind == SF_LINK) {
-		if (!(n->u.target = strndup((const char *)link.p, link.len)))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
-		return 0;
+	struct tx_window w = { 0 };
+	int rc = tx_member_check(f, r, &m, &w, e);
+	if (rc) {
+		free(path);
+		tx_window_free(&w);
+		return rc;
 	}
+	rc = path ? tx_member_names(f, r, &m, path, TX_PATH_MAX, &plen, &link) : -ENOMEM;
+	free(path);
+	if (rc) {
+		tx_window_free(&w);
+		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %u: its names cannot be read again%s%s",
+			       f->view->path, r, m.bad ? ": " : "", m.bad ? m.bad : "");
+	}
+	if (n->kind == SF_LINK) {
+		n->u.target = strndup((const char *)link.p, link.len);
+		tx_window_free(&w);
+		return n->u.target ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	tx_window_free(&w);
 	char why[400];
 	snprintf(why, sizeof why, "%s: row %u: hard link to %.*s, which is no member stored before it",
 		 f->view->path, r, (int)(link.len < 200 ? link.len : 200), (const char *)link.p);
@@ -168,14 +178,18 @@ struct flat_probe {
 	const uint8_t *raw;
 	size_t len;
 	long best;
-	struct tx_member m;
+	struct tx_member m; /* the best's row and kind */
+	struct tx_window w;
+	int rc;             /* the index's rows could not be read (e says why) */
+	struct sf_err *e;
 };
 
 static bool probe_row(void *arg, uint32_t r)
 {
 	struct flat_probe *p = arg;
 	struct tx_member m;
-	tx_member_check(p->f, r, &m);
+	if ((p->rc = tx_member_check(p->f, r, &m, &p->w, p->e)))
+		return true;
 	if (m.bad || m.kind == TX_OTHER)
 		return false;
 	/* a flat name has at most 100 bytes: a longer path cannot equal it */
@@ -196,17 +210,10 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
-static int lookup_build(void *ctx, struct sf_err *e)
-{
-	return tx_lookup_build(ctx, e);
-}
-
-/* The index is read in a guard of its own, inside the turn, so that a
- * fault cannot leave the turn taken. */
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	sf_turn_take(&f->lookup_turn);
-	int rc = sf_guard_run(f->view, NULL, lookup_build, &f->ix, e);
+	int rc = tx_lookup_build(&f->ix, e);
 	sf_turn_give(&f->lookup_turn);
 	return rc;
 }
@@ -217,6 +224,9 @@ int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
  * and the one that finds the root names the index cannot key. */
 struct walk {
 	struct tx_fold *f;
+	/* the index's rows could not be read: the pass stops, e says why */
+	int rc;
+	struct sf_err *e;
 	/* the listing's: full paths of members map to the latest row with
 	 * each path so far (fid, then offset) in 4 bytes a slot, a bit per row
 	 * says whether the row is the one shown, the row each hard link shows
@@ -225,17 +235,44 @@ struct walk {
 	uint8_t *won;
 	uint32_t *link_to;
 	struct sf_hash dirs;
+	/* copies of the tars: of the row being listed (its member's names
+	 * point into it), and of the rows it is compared with */
+	struct tx_window cur, cmp;
 	/* the path being listed, the path of a row it is compared with, and
 	 * the path a hard link names */
 	uint8_t path[TX_PATH_MAX], other[TX_PATH_MAX], target[TX_PATH_MAX];
 };
 
-static struct walk *walk_new(struct tx_fold *f)
+static struct walk *walk_new(struct tx_fold *f, struct sf_err *e)
 {
 	struct walk *k = calloc(1, sizeof *k);
-	if (k)
+	if (k) {
 		k->f = f;
+		k->e = e;
+	}
 	return k;
+}
+
+/* Checks row r through w for the walk: false when the index's rows cannot
+ * be read (k->rc set) or could not before. */
+static bool walk_check(struct walk *k, uint32_t r, struct tx_member *m, struct tx_window *w)
+{
+	return !k->rc && !(k->rc = tx_member_check(k->f, r, m, w, k->e));
+}
+
+static void walk_free(struct walk *k)
+{
+	size_t pos = 0;
+	void *d;
+	while ((d = sf_hash_next(&k->dirs, &pos)))
+		free(d);
+	sf_hash_free(&k->dirs);
+	sf_ids_free(&k->winner);
+	tx_window_free(&k->cur);
+	tx_window_free(&k->cmp);
+	free(k->won);
+	free(k->link_to);
+	free(k);
 }
 
 /* Whether a member that is no file, link or symlink is a directory (the
@@ -250,8 +287,9 @@ static bool is_dir(const struct tx_member *m)
 static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *plen,
 		      struct tx_str *link)
 {
-	tx_member_check(k->f, r, m);
-	return !m->bad && (m->kind != TX_OTHER || is_dir(m)) &&
+	if (!k->rc)
+		k->rc = tx_window_plan(k->f, &k->cur, r, k->e);
+	return walk_check(k, r, m, &k->cur) && !m->bad && (m->kind != TX_OTHER || is_dir(m)) &&
 	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
 }
 
@@ -270,29 +308,22 @@ static bool keyed(const struct tx_fold *f, const struct tx_member *m, const uint
 	       tx_crash_id(&f->ix, key.stem, key.stem_len, key.hash) == m->row.crashid;
 }
 
-/* A pass over every row's header reads it through copies (tx_window)
- * where the next WINDOW_ROWS rows' headers lie in one, else from the
- * mapping. */
-#define WINDOW_ROWS 128
-
-/* The header of row r when it lies inside its tar, else NULL. */
-static const uint8_t *row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r)
+/* The header of row r into *hdr when it lies inside its tar, else NULL: 0,
+ * or as tx_rows_get and tx_window_get. */
+static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
+		      const uint8_t **hdr, struct sf_err *e)
 {
-	struct tx_row row, ahead;
-	tx_row_get(&f->ix, r, &row);
-	if (row.fid >= f->nshards || !f->shards[row.fid].map)
-		return NULL;
+	struct tx_row row;
+	*hdr = NULL;
+	int rc = tx_rows_get(&f->ix, &w->rows, r, &row, e);
+	if (rc || row.fid >= f->nshards || !f->shards[row.fid].map)
+		return rc;
 	const struct sf_map *map = f->shards[row.fid].map;
 	if (!sf_range_ok(map->size, row.off, TX_BLOCK))
-		return NULL;
-	if (w->len && w->map == map && row.off >= w->off && row.off - w->off <= w->len - TX_BLOCK)
-		return w->buf + (row.off - w->off);
-	uint64_t last = r + (uint64_t)WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
-	tx_row_get(&f->ix, last, &ahead);
-	const uint8_t *p = NULL;
-	if (ahead.fid == row.fid && ahead.off >= row.off && ahead.off - row.off < TX_WINDOW_BYTES - TX_BLOCK)
-		p = tx_window_at(w, map, row.off, TX_BLOCK);
-	return p ? p : map->data + row.off;
+		return 0;
+	if ((rc = tx_window_plan(f, w, r, e)))
+		return rc;
+	return tx_window_get(w, map, row.off, TX_BLOCK, hdr, e);
 }
 
 /* Whether row r, if a member, is keyed by its name field alone, seen from
@@ -321,7 +352,7 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 {
 	if (f->unkeyed_done)
 		return 0;
-	struct walk *k = walk_new(f);
+	struct walk *k = walk_new(f, e);
 	if (!k)
 		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	struct tx_member m;
@@ -329,25 +360,29 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
-	struct tx_window w = { .buf = malloc(TX_WINDOW_BYTES) };
+	struct tx_window w = { 0 };
 	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		read_rows(f);
-		const uint8_t *hdr = row_header(f, &w, r);
+		const uint8_t *hdr;
+		if ((rc = row_header(f, &w, r, &hdr, e)))
+			break;
 		if (!hdr) {
 			after_record = false;
 			continue;
 		}
 		bool plain = plainly_keyed(hdr, after_record);
 		after_record = tx_is_record(hdr[156]);
-		if (plain || !member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen))
+		if (plain || !member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen)) {
+			rc = k->rc;
 			continue;
+		}
 		const uint8_t *slash = memchr(k->path, '/', plen);
 		uint64_t h = XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0);
 		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
 			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	}
-	free(w.buf);
-	free(k);
+	tx_window_free(&w);
+	walk_free(k);
 	if (rc)
 		sf_ids_free(&f->unkeyed);
 	else
@@ -393,9 +428,13 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	if (n <= 100 && !memchr(raw, '/', n) && !k.cut && k.stem_len && extid >= 0) {
 		if ((rc = tx_fold_lookup(f, e)))
 			return rc;
-		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1 };
-		tx_lookup_each(&f->ix, k.hash, tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash),
-			       (uint16_t)extid, probe_row, &p);
+		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1, .e = e };
+		rc = tx_lookup_each(&f->ix, &p.w.rows, k.hash,
+				    tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash), (uint16_t)extid,
+				    probe_row, &p, e);
+		tx_window_free(&p.w);
+		if (rc || (rc = p.rc))
+			return rc;
 		char esc[SF_NAME_MAX + 1];
 		sf_name_escape(raw, n, SF_NAME_MAX, esc);
 		if (p.best >= 0 && p.m.kind != TX_HARDLINK && strcmp(esc, name) == 0) {
@@ -428,8 +467,7 @@ static bool same_path(const void *key, uint32_t r)
 	struct tx_member m;
 	struct tx_str link;
 	size_t olen;
-	tx_member_check(k->f, r, &m);
-	return !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) &&
+	return walk_check(k, r, &m, &k->cmp) && !tx_member_names(k->f, r, &m, k->other, TX_PATH_MAX, &olen, &link) &&
 	       olen == p->len && memcmp(k->other, p->path, olen) == 0;
 }
 
@@ -501,21 +539,9 @@ static uint32_t link_row(struct walk *k, struct tx_str link)
 	if (!w)
 		return TX_NO_ROW;
 	struct tx_member m;
-	tx_member_check(k->f, *w, &m);
+	if (!walk_check(k, *w, &m, &k->cmp))
+		return TX_NO_ROW;
 	return m.kind == TX_HARDLINK ? k->link_to[*w] : *w;
-}
-
-static void walk_free(struct walk *k)
-{
-	size_t pos = 0;
-	void *d;
-	while ((d = sf_hash_next(&k->dirs, &pos)))
-		free(d);
-	sf_hash_free(&k->dirs);
-	sf_ids_free(&k->winner);
-	free(k->won);
-	free(k->link_to);
-	free(k);
 }
 
 /* Pass one, in row order: the row that shows each path, and what each
@@ -526,7 +552,7 @@ static void pick_rows(struct walk *k)
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
-	for (uint32_t r = 0; r < f->ix.n_rows; r++) {
+	for (uint32_t r = 0; !k->rc && r < f->ix.n_rows; r++) {
 		read_rows(f);
 		if (!member_at(k, r, &m, &plen, &link))
 			continue;
@@ -545,7 +571,8 @@ static void pick_rows(struct walk *k)
 			continue;
 		}
 		struct tx_row prev;
-		tx_row_get(&f->ix, *w, &prev);
+		if ((k->rc = tx_rows_get(&f->ix, &k->cmp.rows, *w, &prev, k->e)))
+			return;
 		if (m.row.fid > prev.fid || (m.row.fid == prev.fid && m.row.off >= prev.off)) {
 			bit_clear(k->won, *w);
 			bit_set(k->won, r);
@@ -578,7 +605,8 @@ static int add_entry(struct walk *k, struct sf_node *root, uint32_t r, const str
 		aux = k->link_to[r];
 		struct tx_member t;
 		if (aux != TX_NO_ROW) {
-			tx_member_check(k->f, aux, &t);
+			if (!walk_check(k, aux, &t, &k->cmp))
+				return k->rc;
 			if (t.kind == TX_SYMLINK)
 				kind = SF_LINK;
 		}
@@ -608,7 +636,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 		return rc;
 	/* entries can now be searched without coming back to the lookup hook */
 	root->u.dir.populated = true;
-	struct walk *k = walk_new(f);
+	struct walk *k = walk_new(f, e);
 	/* room for every row, so that no put below fails */
 	if (!k || !(k->won = calloc(f->ix.n_rows / 8 + 1, 1)) ||
 	    !(k->link_to = calloc(f->ix.n_rows + 1, sizeof *k->link_to)) ||
@@ -618,6 +646,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 		return sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 	}
 	pick_rows(k);
+	rc = k->rc;
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
@@ -626,10 +655,12 @@ static int populate_root(struct sf_node *root, struct sf_err *e)
 		for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
 			read_rows(f);
 			if (bit_get(f->hooked_member, r) != hooked || !bit_get(k->won, r) ||
-			    !member_at(k, r, &m, &plen, &link))
+			    !member_at(k, r, &m, &plen, &link)) {
+				rc = k->rc;
 				continue;
+			}
 			if (is_dir(&m) ? add_dir(k, root, plen) : add_entry(k, root, r, &m, plen))
-				rc = sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
+				rc = k->rc ? k->rc : sf_fail(e, -ENOMEM, "%s: out of memory listing the fold", root->view->path);
 		}
 	}
 	walk_free(k);

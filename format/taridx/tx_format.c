@@ -78,14 +78,21 @@ static bool later(const struct timespec *a, const struct timespec *b)
 }
 
 /* Whether the header of row `row` lies in its tar, passes its checksum and
- * holds the key the row states. */
-static bool header_matches(const struct tx_fold *f, const struct tx_row *row)
+ * holds the key the row states: 1 or 0, or a negative errno with e set
+ * when the tar cannot be read. */
+static int header_matches(const struct tx_fold *f, const struct tx_row *row, struct sf_err *e)
 {
 	const struct sf_map *m = f->shards[row->fid].map;
-	if (!sf_range_ok(m->size, row->off, TX_BLOCK) || !tx_hdr_checksum_ok(m->data + row->off))
-		return false;
+	uint8_t h[TX_BLOCK];
+	if (!sf_range_ok(m->size, row->off, TX_BLOCK))
+		return 0;
+	int rc = sf_map_read(m, row->off, TX_BLOCK, h, "a sampled header", e);
+	if (rc)
+		return rc;
+	if (!tx_hdr_checksum_ok(h))
+		return 0;
 	struct tx_key k;
-	tx_key_from(m->data + row->off, tx_field_len(m->data + row->off, 100), &k);
+	tx_key_from(h, tx_field_len(h, 100), &k);
 	return k.hash == row->keyhash;
 }
 
@@ -114,9 +121,12 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 	uint64_t *last = calloc(f->nshards, sizeof *last);
 	int rc = end && last ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	uint64_t step = f->ix.n_rows / SAMPLED + 1;
+	int match = 1;
+	struct tx_rows w = { 0 };
 	for (uint64_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		struct tx_row row;
-		tx_row_get(&f->ix, r, &row);
+		if ((rc = tx_rows_get(&f->ix, &w, r, &row, e)))
+			break;
 		const struct sf_map *m = row.fid < f->nshards ? f->shards[row.fid].map : NULL;
 		/* both under the tar's size: no sum below wraps */
 		uint64_t stop = m && row.off <= m->size && row.size <= m->size ?
@@ -124,8 +134,8 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 		if (!stop)
 			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu lies outside the shards (size)", a->path, why,
 				     (unsigned long long)r);
-		else if (r % step == 0 && !header_matches(f, &row))
-			rc = sf_fail(e, -EINVAL, "%s: %s: row %llu: the header at offset %llu of %s does not hold its key (a sampled header)",
+		else if (r % step == 0 && (match = header_matches(f, &row, e)) <= 0)
+			rc = match < 0 ? match : sf_fail(e, -EINVAL, "%s: %s: row %llu: the header at offset %llu of %s does not hold its key (a sampled header)",
 				     a->path, why, (unsigned long long)r, (unsigned long long)row.off,
 				     f->shards[row.fid].name);
 		else if (stop >= end[row.fid]) {
@@ -133,18 +143,27 @@ static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct s
 			last[row.fid] = r;
 		}
 	}
+	tx_rows_free(&w);
 	for (size_t i = 0; !rc && i < f->nshards; i++) {
 		const struct sf_map *m = f->shards[i].map;
 		struct tx_row row;
-		tx_row_get(&f->ix, last[i], &row);
+		if ((rc = tx_row_get(&f->ix, last[i], &row, e)))
+			break;
+		uint8_t after[TX_BLOCK];
+		bool more = end[i] + TX_BLOCK <= m->size;
+		match = end[i] && end[i] <= m->size + TX_BLOCK ? header_matches(f, &row, e) : 1;
+		if (match < 0 || (more && (rc = sf_map_read(m, end[i], TX_BLOCK, after, "what follows its rows", e)))) {
+			rc = match < 0 ? match : rc;
+			break;
+		}
 		/* the last member's padding may be cut at the tar's end */
 		if (end[i] > m->size + TX_BLOCK)
 			rc = sf_fail(e, -EINVAL, "%s: %s: its rows run past the end of %s (%zu bytes) (size)",
 				     a->path, why, f->shards[i].name, m->size);
-		else if (end[i] && !header_matches(f, &row))
+		else if (!match)
 			rc = sf_fail(e, -EINVAL, "%s: %s: the last row of %s does not match its header (a sampled header)",
 				     a->path, why, f->shards[i].name);
-		else if (end[i] + TX_BLOCK <= m->size && !tx_block_is_zero(m->data + end[i]))
+		else if (more && !tx_block_is_zero(after))
 			rc = sf_fail(e, -EINVAL, "%s: %s: %s holds more than its rows after offset %llu (size)",
 				     a->path, why, f->shards[i].name, (unsigned long long)end[i]);
 	}
@@ -160,7 +179,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 	if (!f)
 		return -ENOMEM;
 	atomic_store(&f->ready, true);
-	int rc = tx_index_parse(a->map->data, a->map->size, a->path, &f->ix, e);
+	int rc = tx_index_open(a->map, a->path, &f->ix, e);
 	if (rc)
 		return rc;
 	if (!(f->hooked_member = calloc(f->ix.n_rows / 8 + 1, 1)) ||

@@ -277,7 +277,7 @@ int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64
 
 struct sparse_walk {
 	const struct tx_entry *en;
-	const uint8_t *src;   /* the stored data */
+	uint64_t src;         /* tar offset of the stored data */
 	uint64_t avail;       /* its length */
 	uint64_t used, end, n;
 	tx_piece_fn *fn;
@@ -359,10 +359,6 @@ static bool next_number(const uint8_t *p, size_t n, size_t *pos, uint8_t sep, ui
 	return true;
 }
 
-/* The longest map text a 1.0 sparse member may start with: a count and
- * two numbers per piece of at most 20 digits and a newline each. */
-#define MAP_TEXT_MAX ((2 * (size_t)TX_SPARSE_MAX + 1) * 21)
-
 /* Reads the lines of a 1.0 map from p[0 .. n), setting *end past them;
  * with `place`, walks its pieces too. */
 static bool map_lines(const uint8_t *p, size_t n, size_t *end, struct sparse_walk *w, bool place)
@@ -385,16 +381,16 @@ static bool map_lines(const uint8_t *p, size_t n, size_t *end, struct sparse_wal
 	return pos <= n;
 }
 
-int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *fn, void *arg,
-		   const char **why)
+int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry *en,
+		   tx_piece_fn *fn, void *arg, const char **why)
 {
-	struct sparse_walk w = { .en = en, .src = tar + en->data, .avail = en->stored, .fn = fn, .arg = arg };
+	struct sparse_walk w = { .en = en, .src = en->data, .avail = en->stored, .fn = fn, .arg = arg };
 	*why = NULL;
 	bool ok = true;
 	if (en->sparse == TX_SPARSE_OLDGNU) {
-		const uint8_t *h = tar + en->hdr;
+		const uint8_t *h = base + (en->hdr - base_off);
 		ok = gnu_slots(&w, h + 386, 4);
-		for (const uint8_t *b = h + TX_BLOCK; ok && b < tar + en->data; b += TX_BLOCK)
+		for (const uint8_t *b = h + TX_BLOCK; ok && b < base + (en->data - base_off); b += TX_BLOCK)
 			ok = gnu_slots(&w, b, 21);
 	} else if (en->sparse == TX_SPARSE_00) {
 		ok = pax_each(en->map.p, en->map.len, pair_00, &w) && !w.have_off;
@@ -409,11 +405,11 @@ int tx_sparse_each(const uint8_t *tar, const struct tx_entry *en, tx_piece_fn *f
 		/* the map is text at the start of the data: a count, then an
 		 * offset and a size per piece, one a line, padded to a block.
 		 * Read once to find where the data starts, then placed. */
-		const uint8_t *p = tar + en->data;
-		size_t n = en->stored < MAP_TEXT_MAX ? (size_t)en->stored : MAP_TEXT_MAX, end = 0;
+		const uint8_t *p = base + (en->data - base_off);
+		size_t n = en->stored < TX_MAP_TEXT_MAX ? (size_t)en->stored : TX_MAP_TEXT_MAX, end = 0;
 		ok = map_lines(p, n, &end, &w, false);
 		if (ok && padded(end) <= en->stored) {
-			w.src = p + padded(end);
+			w.src = en->data + padded(end);
 			w.avail = en->stored - padded(end);
 			ok = map_lines(p, n, &end, &w, true);
 		} else if (ok) {

@@ -1,7 +1,10 @@
 /* The .taridx file: header, extension and crash-stem blocks, rows
  * (spec §3), and the (keyhash, crashid) lookup over the rows. */
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "sf_bytes.h"
@@ -92,18 +95,15 @@ int tx_check(const struct sf_probe *p, struct sf_err *e)
 	return parse_header(p->head, p->size, p->path, &ix, e);
 }
 
-int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
-		   struct sf_err *e)
+/* The extension and crash-stem blocks, from `head` (the file's first
+ * off_arr bytes), after parse_header. */
+static int parse_blocks(const uint8_t *head, const char *what, struct tx_index *ix,
+			struct sf_err *e)
 {
-	int rc = parse_header(p, n, what, ix, e);
-	if (rc)
-		return rc;
-	ix->data = p;
-	ix->size = n;
-	rc = split_block(p + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
+	int rc = split_block(head + TX_HDR_SIZE, ix->off_crash - TX_HDR_SIZE, ix->n_ext, what,
 			     "extension", &ix->ext, e);
 	if (!rc)
-		rc = split_block(p + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,
+		rc = split_block(head + ix->off_crash, ix->off_arr - ix->off_crash, ix->n_crash, what,
 				 "crash-stem", &ix->crash, e);
 	if (!rc && ix->n_crash) {
 		ix->crash_by_hash = malloc(ix->n_crash * sizeof *ix->crash_by_hash);
@@ -121,21 +121,54 @@ int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index
 	return rc;
 }
 
+int tx_index_parse(const uint8_t *p, size_t n, const char *what, struct tx_index *ix,
+		   struct sf_err *e)
+{
+	int rc = parse_header(p, n, what, ix, e);
+	if (rc)
+		return rc;
+	ix->data = p;
+	ix->size = n;
+	return parse_blocks(p, what, ix, e);
+}
+
+int tx_index_open(const struct sf_map *m, const char *what, struct tx_index *ix,
+		  struct sf_err *e)
+{
+	uint8_t hdr[TX_HDR_SIZE] = { 0 };
+	/* parse_header refuses a shorter file before reading hdr */
+	int rc = m->size < TX_HDR_SIZE ? 0 : sf_map_read(m, 0, TX_HDR_SIZE, hdr, "its header", e);
+	if (!rc)
+		rc = parse_header(hdr, m->size, what, ix, e);
+	if (!rc)
+		rc = sf_map_copy(m, 0, ix->off_arr, &ix->head, "its extension and crash-stem blocks", e);
+	if (rc)
+		return rc;
+	static _Atomic uint64_t ids;
+	ix->map = m;
+	ix->id = atomic_fetch_add(&ids, 1) + 1;
+	ix->size = m->size;
+	return parse_blocks(ix->head, what, ix, e);
+}
+
 void tx_index_free(struct tx_index *ix)
 {
 	free(ix->ext);
 	free(ix->crash);
 	free(ix->crash_by_hash);
 	free(ix->perm);
+	free(ix->tag);
 	free(ix->start);
+	free(ix->head);
+	ix->head = NULL;
 	ix->ext = ix->crash = NULL;
 	ix->crash_by_hash = NULL;
 	ix->perm = ix->start = NULL;
+	ix->tag = NULL;
 }
 
-void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out)
+static void row_decode(const uint8_t *p, struct tx_row *out)
 {
-	const uint8_t *p = ix->data + ix->off_arr + r * TX_ROW_SIZE;
 	out->fid = sf_le16(p);
 	out->off = sf_le64(p + 2);
 	out->size = sf_le64(p + 10);
@@ -144,9 +177,85 @@ void tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out)
 	out->keyhash = sf_le64(p + 24);
 }
 
-static uint64_t row_keyhash(const struct tx_index *ix, uint64_t r)
+/* Copies rows [first, first + n) of an index file into dst, for row r. */
+static int rows_read(const struct tx_index *ix, uint64_t r, uint64_t first, uint64_t n,
+		     uint8_t *dst, struct sf_err *e)
 {
-	return sf_le64(ix->data + ix->off_arr + r * TX_ROW_SIZE + 24);
+	char what[80];
+	snprintf(what, sizeof what, "row %llu (read with rows %llu to %llu)", (unsigned long long)r,
+		 (unsigned long long)first, (unsigned long long)(first + n - 1));
+	return sf_map_read(ix->map, ix->off_arr + first * TX_ROW_SIZE, n * TX_ROW_SIZE, dst, what, e);
+}
+
+/* The rows around the last row this thread read here and there, of the
+ * index file `id` (0: none). */
+static _Thread_local struct {
+	uint64_t id, first, n;
+	uint8_t buf[TX_ROWS_NEAR * TX_ROW_SIZE];
+} near;
+
+int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e)
+{
+	if (!ix->map) {
+		row_decode(ix->data + ix->off_arr + r * TX_ROW_SIZE, out);
+		return 0;
+	}
+	if (near.id != ix->id || r < near.first || r - near.first >= near.n) {
+		if (r >= ix->n_rows)
+			return sf_fail(e, -EINVAL, "%s: row %llu of %llu rows", ix->map->path,
+				       (unsigned long long)r, (unsigned long long)ix->n_rows);
+		uint64_t first = r > TX_ROWS_NEAR / 2 ? r - TX_ROWS_NEAR / 2 : 0;
+		uint64_t n = ix->n_rows - first < TX_ROWS_NEAR ? ix->n_rows - first : TX_ROWS_NEAR;
+		near.id = 0;
+		int rc = rows_read(ix, r, first, n, near.buf, e);
+		if (rc)
+			return rc;
+		near.id = ix->id;
+		near.first = first;
+		near.n = n;
+	}
+	row_decode(near.buf + (r - near.first) * TX_ROW_SIZE, out);
+	return 0;
+}
+
+int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
+		struct sf_err *e)
+{
+	if (!ix->map)
+		return tx_row_get(ix, r, out, e);
+	bool pass = w->high && r == w->high;
+	if (r >= w->high)
+		w->high = r + 1;
+	if (w->n && r >= w->first && r - w->first < w->n) {
+		row_decode(w->buf + (r - w->first) * TX_ROW_SIZE, out);
+		return 0;
+	}
+	if (!pass || r >= ix->n_rows)
+		return tx_row_get(ix, r, out, e);
+	uint64_t first = r > TX_CHAIN_MAX ? r - TX_CHAIN_MAX : 0, want = TX_ROWS_PASS;
+	if (want > ix->n_rows - first)
+		want = ix->n_rows - first;
+	if (want > w->cap) {
+		uint8_t *b = realloc(w->buf, (size_t)want * TX_ROW_SIZE);
+		if (!b)
+			return sf_fail(e, -ENOMEM, "%s: out of memory reading rows", ix->map->path);
+		w->buf = b;
+		w->cap = (size_t)want;
+	}
+	w->n = 0;
+	int rc = rows_read(ix, r, first, want, w->buf, e);
+	if (rc)
+		return rc;
+	w->first = first;
+	w->n = want;
+	row_decode(w->buf + (r - first) * TX_ROW_SIZE, out);
+	return 0;
+}
+
+void tx_rows_free(struct tx_rows *w)
+{
+	free(w->buf);
+	*w = (struct tx_rows){ 0 };
 }
 
 uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len, uint64_t hash)
@@ -180,34 +289,66 @@ static size_t bucket_of(const struct tx_index *ix, uint64_t keyhash)
 	return ix->bits ? (size_t)(keyhash >> (64 - ix->bits)) : 0;
 }
 
+static uint8_t tag_of(const struct tx_index *ix, uint64_t keyhash)
+{
+	return (uint8_t)(keyhash >> (56 - ix->bits));
+}
+
+/* Each row's key hash and crash id, gathered in one pass for the sort. */
+struct row_keys {
+	uint64_t *hash;
+	uint32_t *crash;
+};
+
 /* Order within a bucket: by key hash, crash id, then row, so that the rows
  * of one (keyhash, crashid) pair sit together in row order. */
 static int cmp_rows(const void *a, const void *b, void *arg)
 {
-	const struct tx_index *ix = arg;
+	const struct row_keys *k = arg;
 	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	struct tx_row rx, ry;
-	tx_row_get(ix, x, &rx);
-	tx_row_get(ix, y, &ry);
-	if (rx.keyhash != ry.keyhash)
-		return rx.keyhash < ry.keyhash ? -1 : 1;
-	if (rx.crashid != ry.crashid)
-		return rx.crashid < ry.crashid ? -1 : 1;
+	if (k->hash[x] != k->hash[y])
+		return k->hash[x] < k->hash[y] ? -1 : 1;
+	if (k->crash[x] != k->crash[y])
+		return k->crash[x] < k->crash[y] ? -1 : 1;
 	return (x > y) - (x < y);
 }
 
-static void sort_bucket(struct tx_index *ix, uint32_t *p, size_t n)
+static void sort_bucket(struct row_keys *k, uint32_t *p, size_t n)
 {
 	if (n > 16) {
-		qsort_r(p, n, sizeof *p, cmp_rows, ix);
+		qsort_r(p, n, sizeof *p, cmp_rows, k);
 		return;
 	}
 	for (size_t i = 1; i < n; i++)
-		for (size_t j = i; j > 0 && cmp_rows(&p[j - 1], &p[j], ix) > 0; j--) {
+		for (size_t j = i; j > 0 && cmp_rows(&p[j - 1], &p[j], k) > 0; j--) {
 			uint32_t t = p[j];
 			p[j] = p[j - 1];
 			p[j - 1] = t;
 		}
+}
+
+static bool same_keys(const struct row_keys *k, uint32_t x, uint32_t y)
+{
+	return k->hash[x] == k->hash[y] && k->crash[x] == k->crash[y];
+}
+
+/* Gathers every row's key hash and crash id, counting runs of one pair. */
+static int gather_keys(struct tx_index *ix, struct row_keys *k, struct sf_err *e)
+{
+	struct tx_rows w = { 0 };
+	int rc = 0;
+	uint64_t runs = 0;
+	for (uint64_t r = 0; !rc && r < ix->n_rows; r++) {
+		struct tx_row row;
+		if ((rc = tx_rows_get(ix, &w, r, &row, e)))
+			break;
+		k->hash[r] = row.keyhash;
+		k->crash[r] = row.crashid;
+		runs += r == 0 || !same_keys(k, (uint32_t)r - 1, (uint32_t)r);
+	}
+	tx_rows_free(&w);
+	ix->runs = runs;
+	return rc;
 }
 
 int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
@@ -219,62 +360,65 @@ int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
 	unsigned bits = 0;
 	while (bits < 31 && (2ull << bits) <= ix->n_rows)
 		bits++;
-	size_t nb = (size_t)1 << bits;
+	size_t nb = (size_t)1 << bits, nr = ix->n_rows ? (size_t)ix->n_rows : 1;
 	uint32_t *start = calloc(nb + 1, sizeof *start);
-	uint32_t *perm = malloc((ix->n_rows ? ix->n_rows : 1) * sizeof *perm);
-	if (!start || !perm) {
+	uint32_t *perm = malloc(nr * sizeof *perm);
+	uint8_t *tag = malloc(nr);
+	struct row_keys k = { malloc(nr * sizeof *k.hash), malloc(nr * sizeof *k.crash) };
+	int rc = start && perm && tag && k.hash && k.crash ? 0 : sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+	if (!rc)
+		rc = gather_keys(ix, &k, e);
+	if (rc) {
 		free(start);
 		free(perm);
-		return sf_fail(e, -ENOMEM, "out of memory for the row lookup");
+		free(tag);
+		free(k.hash);
+		free(k.crash);
+		return rc;
 	}
 	ix->bits = bits;
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		start[bucket_of(ix, row_keyhash(ix, r)) + 1]++;
+		start[bucket_of(ix, k.hash[r]) + 1]++;
 	for (size_t b = 0; b < nb; b++)
 		start[b + 1] += start[b];
 	/* place rows; start[b] walks forward and is restored after */
 	for (uint64_t r = 0; r < ix->n_rows; r++)
-		perm[start[bucket_of(ix, row_keyhash(ix, r))]++] = (uint32_t)r;
+		perm[start[bucket_of(ix, k.hash[r])]++] = (uint32_t)r;
 	for (size_t b = nb; b > 0; b--)
 		start[b] = start[b - 1];
 	start[0] = 0;
 	for (size_t b = 0; b < nb; b++)
-		sort_bucket(ix, perm + start[b], start[b + 1] - start[b]);
+		sort_bucket(&k, perm + start[b], start[b + 1] - start[b]);
+	/* the lookup keeps each pair's rows together */
+	ix->groups = 0;
+	for (uint64_t i = 0; i < ix->n_rows; i++) {
+		ix->groups += i == 0 || !same_keys(&k, perm[i - 1], perm[i]);
+		tag[i] = tag_of(ix, k.hash[perm[i]]);
+	}
+	free(k.hash);
+	free(k.crash);
 	ix->perm = perm;
+	ix->tag = tag;
 	ix->start = start;
 	return 0;
 }
 
-void tx_lookup_each(const struct tx_index *ix, uint64_t keyhash, uint32_t crashid,
-		    uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg)
+int tx_lookup_each(const struct tx_index *ix, struct tx_rows *w, uint64_t keyhash,
+		   uint32_t crashid, uint16_t extid, bool (*fn)(void *arg, uint32_t row), void *arg,
+		   struct sf_err *e)
 {
 	size_t b = bucket_of(ix, keyhash);
+	uint8_t tag = tag_of(ix, keyhash);
 	for (uint32_t i = ix->start[b]; i < ix->start[b + 1]; i++) {
 		struct tx_row row;
-		tx_row_get(ix, ix->perm[i], &row);
+		if (ix->tag[i] != tag)
+			continue;
+		int rc = tx_rows_get(ix, w, ix->perm[i], &row, e);
+		if (rc)
+			return rc;
 		if (row.keyhash == keyhash && row.crashid == crashid && row.extid == extid &&
 		    fn(arg, ix->perm[i]))
-			return;
+			return 0;
 	}
-}
-
-void tx_count_groups(const struct tx_index *ix, uint64_t *samples, uint64_t *runs)
-{
-	uint64_t groups = 0, nruns = 0;
-	struct tx_row prev = { 0 }, row;
-	for (uint64_t r = 0; r < ix->n_rows; r++) {
-		tx_row_get(ix, r, &row);
-		if (r == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
-			nruns++;
-		prev = row;
-	}
-	/* the lookup keeps each pair's rows together */
-	for (uint64_t i = 0; i < ix->n_rows; i++) {
-		tx_row_get(ix, ix->perm[i], &row);
-		if (i == 0 || row.keyhash != prev.keyhash || row.crashid != prev.crashid)
-			groups++;
-		prev = row;
-	}
-	*samples = groups;
-	*runs = nruns;
+	return 0;
 }

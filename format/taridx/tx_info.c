@@ -21,16 +21,24 @@ static int count_rows(struct tx_fold *f, bool samples, struct tx_counts *c, stru
 	c->per_fid = calloc(f->nshards + 1, sizeof *c->per_fid);
 	if (!c->per_fid)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
-	tx_count_groups(&f->ix, &c->groups, &c->runs);
-	for (uint64_t r = 0; r < f->ix.n_rows; r++) {
+	c->groups = f->ix.groups;
+	c->runs = f->ix.runs;
+	struct tx_rows w = { 0 };
+	for (uint64_t r = 0; !rc && r < f->ix.n_rows; r++) {
 		struct tx_row row;
-		tx_row_get(&f->ix, r, &row);
+		if ((rc = tx_rows_get(&f->ix, &w, r, &row, e)))
+			break;
 		if (row.fid < f->nshards)
 			c->per_fid[row.fid]++;
 		else
 			c->beyond++;
 	}
-	return 0;
+	tx_rows_free(&w);
+	if (rc) {
+		free(c->per_fid);
+		c->per_fid = NULL;
+	}
+	return rc;
 }
 
 /* Whether upstream's own loader can read the index back: it splits the
@@ -68,13 +76,16 @@ int tx_render_counted(const struct sf_part *p, tx_render_fn *render, bool sample
 	int rc = count_rows(f, samples, &c, e);
 	if (rc)
 		return rc;
-	*out = render(f, &c);
+	*out = NULL;
+	rc = render(f, &c, out, e);
 	free(c.per_fid);
-	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	return rc || *out ? rc : sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
 }
 
-static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
+static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **out,
+		    struct sf_err *e)
 {
+	(void)e;
 	const struct tx_index *ix = &f->ix;
 	struct sf_str s = { 0 };
 	if (f->lone)
@@ -106,7 +117,8 @@ static struct sf_buf *info_txt(struct tx_fold *f, const struct tx_counts *c)
 	}
 	if (c->beyond)
 		sf_str_addf(&s, "rows naming a missing shard: %llu\n", (unsigned long long)c->beyond);
-	return sf_str_take(&s);
+	*out = sf_str_take(&s);
+	return 0;
 }
 
 int tx_info_txt(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)
@@ -122,8 +134,10 @@ static json_t *strs_json(const struct tx_str *v, uint32_t n)
 	return a;
 }
 
-static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
+static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **out,
+		     struct sf_err *e)
 {
+	(void)e;
 	const struct tx_index *ix = &f->ix;
 	json_t *j = json_object(), *h = json_object(), *shards = json_array();
 	json_object_set_new(j, "format", json_string(f->lone ? "tar" : "taridx"));
@@ -171,11 +185,11 @@ static struct sf_buf *info_json(struct tx_fold *f, const struct tx_counts *c)
 	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c->beyond));
 	/* what the (keyhash, crashid) lookup costs beyond the mapped index */
 	json_object_set_new(j, "lookup_bytes",
-			    json_integer((json_int_t)(ix->n_rows * sizeof *ix->perm +
+			    json_integer((json_int_t)(ix->n_rows * (sizeof *ix->perm + sizeof *ix->tag) +
 						      (((size_t)1 << ix->bits) + 1) * sizeof *ix->start)));
-	struct sf_buf *b = sf_json_pretty(j);
+	*out = sf_json_pretty(j);
 	json_decref(j);
-	return b;
+	return 0;
 }
 
 int tx_info_json(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sf_fault.h"
 #include "sf_map.h"
 #include "tx.h"
 
@@ -108,9 +107,8 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 /* Walks the tar's headers into an index (tx_index_tar, through copies),
  * then holds its memory in the budget: 32 bytes and two bits a row, as a
  * fold's index takes. */
-static int build_index(void *ctx, struct sf_err *e)
+static int build_index(struct tx_fold *f, struct sf_err *e)
 {
-	struct tx_fold *f = ctx;
 	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
 	if (rc)
 		return rc;
@@ -139,12 +137,18 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 	if (f->unready) {
 		rc = sf_fail(e, -EIO, "%s", f->unready);
 	} else if (!atomic_load(&f->ready)) {
-		/* in a guard of its own inside the turn, so that a fault on the
-		 * tar (cut short meanwhile) cannot leave the turn taken */
-		uint64_t size = f->shards[0].map->size;
+		/* the walk reads copies (a lost page is -EIO) into an index in
+		 * memory; the tar is checked around it, so that a change in
+		 * place fails it */
+		struct sf_map *tar = f->shards[0].map;
+		uint64_t size = tar->size;
 		atomic_fetch_add(&sf_progress.walking, 1);
 		atomic_fetch_add(&sf_progress.bytes_to_walk, size);
-		rc = sf_guard_run(f->view, NULL, build_index, f, e);
+		rc = sf_map_check(tar, e);
+		if (!rc)
+			rc = build_index(f, e);
+		if (!rc)
+			rc = sf_map_check(tar, e);
 		atomic_fetch_sub(&sf_progress.walking, 1);
 		atomic_fetch_sub(&sf_progress.bytes_to_walk, size);
 		atomic_fetch_add(&sf_progress.walks_done, !rc);

@@ -38,63 +38,104 @@ enum tx_kind tx_kind_of(uint8_t typeflag)
 
 /* The first block of the records that describe the header of row r: the
  * rows just before it that are records and end where the next begins
- * (the indexer made a row of each). */
-static uint64_t chain_start(const struct tx_fold *f, uint64_t r, const struct sf_map *map)
+ * (the indexer made a row of each). 0; 1 when the tar cannot be read (te
+ * says why); or as tx_rows_get (e). */
+static int chain_start(const struct tx_fold *f, const struct tx_row *row, uint64_t r,
+		       const struct sf_map *map, struct tx_window *w, uint64_t *start,
+		       struct sf_err *te, struct sf_err *e)
 {
-	struct tx_row row, prev;
-	tx_row_get(&f->ix, r, &row);
-	uint64_t at = row.off, end;
+	struct tx_row prev;
+	uint64_t at = row->off, end;
 	for (uint64_t q = r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
-		tx_row_get(&f->ix, q - 1, &prev);
-		if (prev.fid != row.fid || !sf_range_ok(map->size, prev.off, TX_BLOCK) ||
-		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK ||
-		    !tx_is_record(map->data[prev.off + 156]))
+		int rc = tx_rows_get(&f->ix, &w->rows, q - 1, &prev, e);
+		if (rc)
+			return rc;
+		if (prev.fid != row->fid || !sf_range_ok(map->size, prev.off, TX_BLOCK) ||
+		    !sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) || end > at || at - end >= TX_BLOCK)
+			break;
+		const uint8_t *h;
+		if (tx_window_get(w, map, prev.off, TX_BLOCK, &h, te))
+			return 1;
+		if (!tx_is_record(h[156]))
 			break;
 		at = prev.off;
 	}
-	return at;
+	*start = at;
+	return 0;
 }
 
-/* The member's headers as tar readers read them, or why not. */
-static const char *read_member(const struct tx_fold *f, uint64_t r, const struct sf_map *map,
-			       struct tx_member *m)
+/* Why a member cannot be read when its tar cannot: the message names the
+ * tar, the part and what failed, as the view's errors say it. */
+static const char *unreadable(struct tx_member *m, struct sf_err *e)
+{
+	snprintf(m->why, sizeof m->why, "%s", e->msg);
+	return m->why;
+}
+
+/* The member's headers as tar readers read them, or why not (m->bad). 0,
+ * or as tx_rows_get. */
+static int read_member(const struct tx_fold *f, uint64_t r, const struct sf_map *map,
+		       struct tx_member *m, struct tx_window *w, struct sf_err *e)
 {
 	struct tx_entry *en = &m->en;
-	if (tx_entry_read(map->data, map->size, chain_start(f, r, map), en) || en->hdr != m->row.off)
-		return en->bad ? en->bad : "the extension records before it do not lead to its header";
+	struct sf_err te = { 0 };
+	const uint8_t *base;
+	uint64_t start, boff;
+	int rc = chain_start(f, &m->row, r, map, w, &start, &te, e);
+	if (rc < 0)
+		return rc;
+	if (!rc && (rc = tx_entry_read_copy(w, map, start, en, &base, &boff, &te)) > 0) {
+		m->bad = en->bad ? en->bad : "the extension records before it do not lead to its header";
+		return 0;
+	}
+	if (rc) {
+		m->bad = unreadable(m, &te);
+		return 0;
+	}
+	if (en->hdr != m->row.off) {
+		m->bad = en->bad ? en->bad : "the extension records before it do not lead to its header";
+		return 0;
+	}
+	m->hdr = base + (en->hdr - boff);
 	if (en->bad)
-		return en->bad;
-	if (en->row_size != m->row.size)
-		return "the row's size is not the extent its tar headers give";
-	const char *why = NULL;
-	if (en->sparse)
-		tx_sparse_each(map->data, en, NULL, NULL, &why);
-	return why;
+		m->bad = en->bad;
+	else if (en->row_size != m->row.size)
+		m->bad = "the row's size is not the extent its tar headers give";
+	else if (en->sparse)
+		tx_sparse_each(base, boff, en, NULL, NULL, &m->bad);
+	return 0;
 }
 
-void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
+int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w,
+		    struct sf_err *e)
 {
 	memset(m, 0, sizeof *m);
-	tx_row_get(&f->ix, r, &m->row);
+	int rc = tx_rows_get(&f->ix, &w->rows, r, &m->row, e);
+	if (rc)
+		return rc;
 	m->kind = TX_OTHER;
 	const struct tx_row *row = &m->row;
 	if (row->fid >= f->nshards) {
 		m->bad = "fid names no shard beside the index";
-		return;
+		return 0;
 	}
 	const struct sf_map *map = f->shards[row->fid].map;
 	if (!map) {
 		m->bad = "its shard could not be opened";
-		return;
+		return 0;
 	}
 	if (!sf_range_ok(map->size, row->off, TX_BLOCK)) {
 		m->bad = "tar header lies past the end of the shard";
-		return;
+		return 0;
 	}
-	m->hdr = map->data + row->off;
+	struct sf_err te = { 0 };
+	if (tx_window_get(w, map, row->off, TX_BLOCK, &m->hdr, &te)) {
+		m->bad = unreadable(m, &te);
+		return 0;
+	}
 	if (row->extid >= f->ix.n_ext) {
 		m->bad = "extension id out of range";
-		return;
+		return 0;
 	}
 	struct tx_key k;
 	tx_key_from(m->hdr, tx_field_len(m->hdr, 100), &k);
@@ -113,27 +154,30 @@ void tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m)
 	else if (tx_is_record(m->hdr[156]) && !tx_hdr_checksum_ok(m->hdr))
 		m->bad = "its tar header fails its checksum";
 	if (m->bad || tx_is_record(m->hdr[156]))
-		return;
-	if ((m->bad = read_member(f, r, map, m)))
-		return;
+		return 0;
+	if ((rc = read_member(f, r, map, m, w, e)) || m->bad)
+		return rc;
 	m->kind = tx_kind_of(m->en.type);
 	if (m->kind == TX_FILE && !m->en.nrec && !m->en.sparse)
 		atomic_fetch_or_explicit(&f->plain[r / 8], (uint8_t)(1u << (r % 8)), memory_order_relaxed);
+	return 0;
 }
 
 /* Places a sparse member's pieces, zeros between them. */
 struct placer {
 	struct sf_node *n;
+	const struct sf_map *tar;
 	uint64_t at;
 };
 
-static int place(void *arg, uint64_t off, uint64_t len, const uint8_t *src)
+/* The pieces' bytes go to the kernel from the mapping (zero-copy). */
+static int place(void *arg, uint64_t off, uint64_t len, uint64_t src)
 {
 	struct placer *p = arg;
 	if (off > p->at && sf_file_add_zero(p->n, off - p->at))
 		return -ENOMEM;
 	p->at = off + len;
-	return sf_file_add_map(p->n, src, len) ? -ENOMEM : 0;
+	return sf_file_add_map(p->n, p->tar->data + src, len) ? -ENOMEM : 0;
 }
 
 static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
@@ -141,25 +185,39 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	(void)c;
 	struct tx_fold *f = n->arg;
 	struct tx_member m;
-	tx_member_check(f, n->aux, &m);
-	if (m.bad || m.kind != TX_FILE)
-		return sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
-			       m.bad ? m.bad : "no longer a file");
-	const uint8_t *tar = f->shards[m.row.fid].map->data;
-	if (!m.en.sparse)
-		return sf_file_add_map(n, tar + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
-	struct placer p = { n, 0 };
-	const char *why;
-	int rc = tx_sparse_each(tar, &m.en, place, &p, &why);
-	if (!rc && p.at < m.en.size)
-		rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
-	if (rc)
-		return sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
-			       (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
-	return 0;
+	struct tx_window w = { 0 };
+	int rc = tx_member_check(f, n->aux, &m, &w, e);
+	if (!rc && (m.bad || m.kind != TX_FILE)) {
+		rc = sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
+			     m.bad ? m.bad : "no longer a file");
+	} else if (!rc && !m.en.sparse) {
+		const struct sf_map *tar = f->shards[m.row.fid].map;
+		rc = sf_file_add_map(n, tar->data + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+	} else if (!rc) {
+		struct placer p = { n, f->shards[m.row.fid].map, 0 };
+		const char *why;
+		const uint8_t *base;
+		uint64_t boff;
+		/* the window was moved by nothing since the check: the entry
+		 * is read again from it at no cost */
+		rc = tx_entry_read_copy(&w, p.tar, m.en.first, &m.en, &base, &boff, e);
+		if (rc > 0) {
+			rc = sf_fail(e, -EIO, "%s: row %llu: no longer a file", f->view->path,
+				     (unsigned long long)n->aux);
+		} else if (!rc) {
+			rc = tx_sparse_each(base, boff, &m.en, place, &p, &why);
+			if (!rc && p.at < m.en.size)
+				rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
+			if (rc)
+				rc = sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
+					     (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
+		}
+	}
+	tx_window_free(&w);
+	return rc;
 }
 
-int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
+int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, struct sf_err *e)
 {
 	n->aux = r;
 	/* A listing or a lookup checked the member before making its node:
@@ -167,17 +225,22 @@ int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r)
 	 * are read again only by the build. */
 	if (atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1) {
 		struct tx_row row;
-		tx_row_get(&f->ix, r, &row);
-		sf_file_set_build_sized(n, build_member, f, row.size);
-		return 0;
+		int rc = tx_row_get(&f->ix, r, &row, e);
+		if (!rc)
+			sf_file_set_build_sized(n, build_member, f, row.size);
+		return rc;
 	}
 	struct tx_member m;
-	tx_member_check(f, r, &m);
+	struct tx_window w = { 0 };
+	int rc = tx_member_check(f, r, &m, &w, e);
+	tx_window_free(&w);
+	if (rc)
+		return rc;
 	if (m.bad || m.kind != TX_FILE) {
 		char why[400];
 		snprintf(why, sizeof why, "%s: row %llu: %s", f->view->path, (unsigned long long)r,
 			 m.bad ? m.bad : "not a file");
-		return sf_file_set_broken(n, 0, why);
+		return sf_file_set_broken(n, 0, why) ? sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path) : 0;
 	}
 	sf_file_set_build_sized(n, build_member, f, m.en.size);
 	return 0;

@@ -72,6 +72,10 @@ struct scratch {
 	struct sf_str paths;
 	uint8_t raw[TX_PATH_MAX];
 	struct sf_ids group; /* grouping table over the window: member indexes */
+	struct tx_window tar; /* copies of the tars' headers and of the rows */
+	/* the index's rows could not be read: the pass stops, e says why */
+	int rc;
+	struct sf_err e;
 };
 
 /* A scratch on the heap (its path buffer is 64 KiB: not for a daemon
@@ -85,6 +89,8 @@ static struct scratch *scratch_new(struct tx_fold *f)
 		s->n = s->cap = 0;
 		s->paths = (struct sf_str){ 0 };
 		s->group = (struct sf_ids){ .map = { 0 } };
+		s->tar = (struct tx_window){ 0 };
+		s->rc = 0;
 	}
 	return s;
 }
@@ -94,6 +100,7 @@ static void scratch_free(struct scratch *s)
 	free(s->m);
 	sf_ids_free(&s->group);
 	sf_str_free(&s->paths);
+	tx_window_free(&s->tar);
 	free(s);
 }
 
@@ -129,7 +136,9 @@ static bool member_path(struct scratch *s, uint32_t r, struct smember *out, bool
 	struct tx_member m;
 	struct tx_str link;
 	size_t rlen;
-	tx_member_check(s->f, r, &m);
+	if (s->rc || (s->rc = tx_window_plan(s->f, &s->tar, r, &s->e)) ||
+	    (s->rc = tx_member_check(s->f, r, &m, &s->tar, &s->e)))
+		return false;
 	if (m.bad || m.kind == TX_OTHER ||
 	    tx_member_names(s->f, r, &m, s->raw, TX_PATH_MAX, &rlen, &link))
 		return false;
@@ -306,7 +315,7 @@ static int add_member(struct scratch *s, uint32_t r, bool *stem_ok)
 		return -ENOMEM;
 	if (member_path(s, r, &s->m[s->n], stem_ok))
 		s->n++;
-	return s->paths.oom ? -ENOMEM : 0;
+	return s->paths.oom ? -ENOMEM : s->rc;
 }
 
 static bool same_pair(const struct tx_row *a, const struct tx_row *b)
@@ -326,16 +335,18 @@ static int step(struct tx_samples *sm, struct scratch *s, struct pos *p, struct 
 	int rc = 0;
 	if (sm->runs) {
 		struct tx_row head, row;
-		tx_row_get(ix, p->row, &head);
+		rc = s->rc = tx_rows_get(ix, &s->tar.rows, p->row, &head, &s->e);
 		uint64_t r = p->row;
-		do {
+		while (!rc) {
 			bool ok = true;
 			rc = add_member(s, (uint32_t)r, stem_ok ? &ok : NULL);
 			if (!ok)
 				*stem_ok = false;
-			if (++r < ix->n_rows)
-				tx_row_get(ix, r, &row);
-		} while (!rc && r < ix->n_rows && same_pair(&head, &row));
+			if (rc || ++r >= ix->n_rows ||
+			    (rc = s->rc = tx_rows_get(ix, &s->tar.rows, r, &row, &s->e)) ||
+			    !same_pair(&head, &row))
+				break;
+		}
 		p->row = r;
 	} else {
 		uint64_t r = p->row++;
@@ -384,6 +395,8 @@ static int link_chains(struct tx_samples *sm, struct scratch *s)
 			continue;
 		uint64_t h = s->m[0].khash;
 		uint32_t *tail = sf_ids_find(&last, h, row_has_key, s);
+		if ((rc = s->rc))
+			break;
 		if (tail) {
 			sm->next[*tail] = (uint32_t)r + 1;
 			*tail = (uint32_t)r;
@@ -455,6 +468,17 @@ static void samples_clear(struct tx_samples *sm)
 
 /* ---- the file ----------------------------------------------------------- */
 
+/* The error of a pass that failed with rc: the index's rows could not be
+ * read (as s->e says), else out of memory. */
+static int failed(const struct scratch *s, int rc, const char *doing, struct sf_err *e)
+{
+	if (s->rc) {
+		*e = s->e;
+		return s->rc;
+	}
+	return sf_fail(e, rc, "%s: out of memory %s", s->f->view->path, doing);
+}
+
 /* The furthest known position at or before byte `off`: a mark or a cursor. */
 static struct pos start_for(struct tx_samples *sm, uint64_t off)
 {
@@ -510,9 +534,11 @@ static int gen(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cach
 		done += k;
 	}
 	sf_str_free(&text);
+	if (rc)
+		rc = failed(s, rc, "producing samples.jsonl", e);
 	scratch_free(s);
 	if (rc)
-		return sf_fail(e, rc, "%s: out of memory producing samples.jsonl", f->view->path);
+		return rc;
 	if (done < len)
 		return sf_fail(e, -EIO, "%s: samples.jsonl came out shorter than counted (a shard changed?)",
 			       f->view->path);
@@ -543,13 +569,13 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct sf_str text = { 0 };
 	bool keep = f->view->keep_generated;
 	rc = count_all(sm, s, keep ? &text : NULL);
-	scratch_free(s);
-	if (!rc && sm->size)
-		rc = keep ? sf_file_add_str(n, &text) : sf_file_add_gen(n, gen, sm, 0, sm->size);
-	sf_str_free(&text);
 	if (rc)
-		return sf_fail(e, rc, "%s: out of memory counting samples.jsonl", f->view->path);
-	return 0;
+		rc = failed(s, rc, "counting samples.jsonl", e);
+	scratch_free(s);
+	if (!rc && sm->size && (keep ? sf_file_add_str(n, &text) : sf_file_add_gen(n, gen, sm, 0, sm->size)))
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
+	sf_str_free(&text);
+	return rc;
 }
 
 int tx_samples_add(struct tx_fold *f, struct sf_node *meta)
@@ -573,10 +599,13 @@ int tx_samples_count(struct tx_fold *f, uint64_t *n, struct sf_err *e)
 	 * which info (a part) must not take */
 	struct tx_samples sm = { .f = f };
 	struct scratch *s = scratch_new(f);
-	int rc = s ? count_all(&sm, s, NULL) : -ENOMEM;
-	if (s)
-		scratch_free(s);
+	if (!s)
+		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples", f->view->path);
+	int rc = count_all(&sm, s, NULL);
+	if (rc)
+		rc = failed(s, rc, "counting samples", e);
+	scratch_free(s);
 	*n = sm.nsamples;
 	samples_clear(&sm);
-	return rc ? sf_fail(e, rc, "%s: out of memory counting samples", f->view->path) : 0;
+	return rc;
 }

@@ -8,12 +8,15 @@
 /* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200
 
-/* `path` has room for TX_PATH_MAX bytes. */
-static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint64_t *bad_per_fid,
-		      uint8_t *path)
+/* `path` has room for TX_PATH_MAX bytes; w copies the tars and rows. 0, or
+ * as tx_rows_get. */
+static int check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint64_t *bad_per_fid,
+		     uint8_t *path, struct tx_window *w, struct sf_err *e)
 {
 	struct tx_member m;
-	tx_member_check(f, r, &m);
+	int rc = tx_window_plan(f, w, r, e);
+	if (rc || (rc = tx_member_check(f, r, &m, w, e)))
+		return rc;
 	const struct tx_row *row = &m.row;
 	const char *shard = row->fid < f->nshards ? f->shards[row->fid].name : "-";
 	bool bad = false;
@@ -34,7 +37,7 @@ static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint
 	/* a member the view cannot show must not go unnoticed */
 	size_t plen;
 	struct tx_str link;
-	int rc = m.bad || m.kind == TX_OTHER ? 0 :
+	rc = m.bad || m.kind == TX_OTHER ? 0 :
 		 tx_member_names(f, (uint32_t)r, &m, path, TX_PATH_MAX, &plen, &link);
 	if (rc == -ENAMETOOLONG)
 		sf_report_add(rep, true, "row %llu (fid %u %s, offset %llu): member not shown: its full path is longer than %d bytes",
@@ -44,6 +47,7 @@ static void check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint
 			      (unsigned long long)r, row->fid, shard, (unsigned long long)row->off);
 	if (bad && row->fid < f->nshards)
 		bad_per_fid[row->fid]++;
+	return 0;
 }
 
 /* Explains failures that come from the shards beside the index no longer
@@ -62,7 +66,13 @@ static void check_shards(struct tx_fold *f, const struct tx_counts *c, const uin
 			sf_report_add(rep, true, "shard %zu (%s) cannot be read: %s", i, sh->name, sh->problem);
 			continue;
 		}
-		bool empty = sh->map->size < TX_BLOCK || tx_block_is_zero(sh->map->data);
+		uint8_t first[TX_BLOCK];
+		struct sf_err e;
+		bool empty = sh->map->size < TX_BLOCK;
+		if (!empty && sf_map_read(sh->map, 0, TX_BLOCK, first, "its first block", &e))
+			sf_report_add(rep, true, "%s", e.msg);
+		else
+			empty = empty || tx_block_is_zero(first);
 		if (bad[i] && bad[i] == c->per_fid[i] && empty)
 			shifted = true;
 		if (bad[i] && bad[i] == c->per_fid[i])
@@ -78,7 +88,8 @@ static void check_shards(struct tx_fold *f, const struct tx_counts *c, const uin
 	}
 }
 
-static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
+static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **out,
+		  struct sf_err *e)
 {
 	const struct tx_index *ix = &f->ix;
 	uint64_t *bad = calloc(f->nshards + 1, sizeof *bad);
@@ -86,11 +97,20 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 	if (!bad || !path) {
 		free(bad);
 		free(path);
-		return NULL;
+		return 0;
 	}
 	struct sf_report rep = { .error_limit = MAX_FINDINGS };
-	for (uint64_t r = 0; r < ix->n_rows; r++)
-		check_row(f, r, &rep, bad, path);
+	struct tx_window w = { 0 };
+	int rc = 0;
+	for (uint64_t r = 0; !rc && r < ix->n_rows; r++)
+		rc = check_row(f, r, &rep, bad, path, &w, e);
+	tx_window_free(&w);
+	if (rc) {
+		free(bad);
+		free(path);
+		sf_buf_unref(sf_report_take(&rep));
+		return rc;
+	}
 	check_shards(f, c, bad, &rep);
 	free(bad);
 	free(path);
@@ -104,7 +124,8 @@ static struct sf_buf *verify(struct tx_fold *f, const struct tx_counts *c)
 	/* no upstream reader reads the index of a tar alone: it is ours */
 	if (!f->lone && !tx_upstream_loadable(ix))
 		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
-	return sf_report_take(&rep);
+	*out = sf_report_take(&rep);
+	return 0;
 }
 
 int tx_verify(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out, struct sf_err *e)

@@ -1,62 +1,113 @@
-/* Reading tar headers through copies (tx.h, struct tx_window): a pass over
- * every header of a tar of small members costs a page fault a header when
- * read from the mapping, more than copying the whole stretch. */
+/* Reading tar headers through copies (tx.h, struct tx_window): parsing
+ * never touches the mapping, so a lost page is an error code. */
 #include <errno.h>
-#include <unistd.h>
+#include <stdlib.h>
 
 #include "sf_bytes.h"
 #include "tx.h"
 
-const uint8_t *tx_window_at(struct tx_window *w, const struct sf_map *map, uint64_t at,
-			    uint64_t need)
+void tx_window_free(struct tx_window *w)
+{
+	free(w->buf);
+	w->buf = NULL;
+	w->len = w->cap = 0;
+	tx_rows_free(&w->rows);
+}
+
+int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, uint64_t need,
+		  const uint8_t **p, struct sf_err *e)
 {
 	if (w->len && w->map == map && at >= w->off && at - w->off <= w->len &&
-	    need <= w->len - (at - w->off))
-		return w->buf + (at - w->off);
+	    need <= w->len - (at - w->off)) {
+		*p = w->buf + (at - w->off);
+		return 0;
+	}
+	if (!sf_range_ok(map->size, at, need))
+		return sf_fail(e, -EINVAL, "%s: tar headers: [%llu, +%llu) is past its end", map->path,
+			       (unsigned long long)at, (unsigned long long)need);
+	uint64_t want = w->ahead ? w->ahead : TX_WINDOW_SMALL;
+	if (want > map->size - at)
+		want = map->size - at;
+	if (want < need)
+		want = need;
+	if (want > w->cap) {
+		uint8_t *b = realloc(w->buf, (size_t)want);
+		if (!b)
+			return sf_fail(e, -ENOMEM, "%s: tar headers: out of memory", map->path);
+		w->buf = b;
+		w->cap = (size_t)want;
+	}
 	w->len = 0;
-	if (!w->buf || at >= map->size || need > TX_WINDOW_BYTES)
-		return NULL;
-	size_t len = map->size - at < TX_WINDOW_BYTES ? (size_t)(map->size - at) : TX_WINDOW_BYTES;
-	ssize_t got = pread(map->fd, w->buf, len, (off_t)at);
-	/* a failed or short read leaves it to the mapping, whose fault the
-	 * guard turns into EIO */
-	if (got < 0 || (uint64_t)got < need)
-		return NULL;
+	int rc = sf_map_read(map, at, want, w->buf, "tar headers", e);
+	if (rc)
+		return rc;
 	w->map = map;
 	w->off = at;
-	w->len = (uint64_t)got;
-	return w->buf;
+	w->len = want;
+	*p = w->buf;
+	return 0;
 }
 
 int tx_entry_read_copy(struct tx_window *w, const struct sf_map *map, uint64_t at,
-		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off)
+		       struct tx_entry *en, const uint8_t **base, uint64_t *base_off,
+		       struct sf_err *e)
 {
-	for (int tries = 0; tries < 2; tries++) {
-		/* the first try takes the copy as it stands, the second one
-		 * copied from `at` */
-		if (tries) {
-			if (w->len && w->map == map && w->off == at)
-				break; /* copied from `at` already */
-			w->len = 0;
-			if (!tx_window_at(w, map, at, TX_BLOCK))
-				break;
+	uint64_t tarsize = at < map->size ? map->size - at : 0, need = tarsize < TX_BLOCK ? tarsize : TX_BLOCK;
+	for (;;) {
+		const uint8_t *p = NULL;
+		uint64_t have = 0;
+		if (need) {
+			int rc = tx_window_get(w, map, at, need, &p, e);
+			if (rc)
+				return rc;
+			have = w->off + w->len - at;
 		}
-		if (!w->len || w->map != map || at < w->off || at - w->off > w->len)
+		/* the entry's blocks from `at` on: more of them copied while it
+		 * asks for more (doubling, so linear in what it reads, which
+		 * TX_CHAIN_MAX, TX_RECORDS_MAX and TX_SPARSE_MAX bound) */
+		int rc = tx_entry_read_in(p, have, tarsize, 0, en);
+		uint64_t more = 0;
+		if (rc == -EAGAIN)
+			more = 2 * have;
+		else if (rc == 0 && !en->bad && en->sparse == TX_SPARSE_10)
+			more = en->data + (en->stored < TX_MAP_TEXT_MAX ? en->stored : TX_MAP_TEXT_MAX);
+		if (more > have) {
+			need = more < tarsize ? more : tarsize;
 			continue;
-		int rc = tx_entry_read_in(w->buf, w->len, map->size - w->off, at - w->off, en);
-		if (rc == -EAGAIN || (rc == 0 && !en->bad && en->sparse))
-			continue;
-		en->first += w->off;
-		en->hdr += w->off;
-		en->data += w->off;
-		en->next += w->off;
+		}
+		if (rc < 0) /* cannot be: the whole rest of the tar was at hand */
+			return sf_fail(e, -EIO, "%s: tar headers at %llu cannot be read", map->path,
+				       (unsigned long long)at);
+		en->first += at;
+		en->hdr += at;
+		en->data += at;
+		en->next += at;
 		if (en->bad)
-			en->bad_at += w->off;
-		*base = w->buf;
-		*base_off = w->off;
+			en->bad_at += at;
+		*base = p;
+		*base_off = at;
 		return rc;
 	}
-	*base = map->data;
-	*base_off = 0;
-	return tx_entry_read(map->data, map->size, at, en);
+}
+
+/* Rows whose headers one TX_WINDOW_BYTES copy must hold for a pass to
+ * read ahead so far. */
+#define WINDOW_ROWS 128
+
+int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, struct sf_err *e)
+{
+	struct tx_row row, ahead;
+	int rc = tx_rows_get(&f->ix, &w->rows, r, &row, e);
+	if (rc || row.fid >= f->nshards)
+		return rc;
+	if (w->len && w->map == f->shards[row.fid].map && row.off >= w->off &&
+	    row.off - w->off <= w->len && w->len - (row.off - w->off) >= TX_BLOCK)
+		return 0;
+	/* once per tar copy: a row of its own, not to move the pass's rows */
+	uint64_t last = r + WINDOW_ROWS < f->ix.n_rows ? r + WINDOW_ROWS : f->ix.n_rows - 1;
+	if ((rc = tx_row_get(&f->ix, last, &ahead, e)))
+		return rc;
+	w->ahead = ahead.fid == row.fid && ahead.off >= row.off &&
+			   ahead.off - row.off < TX_WINDOW_BYTES - TX_BLOCK ? TX_WINDOW_BYTES : 0;
+	return 0;
 }

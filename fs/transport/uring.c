@@ -41,7 +41,6 @@
 
 #include "loop.h"
 #include "sf_err.h"
-#include "sf_fault.h"
 #include "sf_read.h"
 #include "stats.h"
 #include "uring_abi.h"

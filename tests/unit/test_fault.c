@@ -1,25 +1,22 @@
 /* Unit tests of reading a source that shrinks under its mapping: the copies
  * parsers read (sf_map_read, sf_map_copy, sf_win_get) and the copies made
  * for the kernel (sf_readv_copy, sf_readv_fit) fail with EIO, with no
- * signal; the source-fault guard (format/sf_fault.c, still around the
- * formats not yet reading through copies): a mapped file truncated under
- * its mapping faults inside guarded code, which then fails with EIO and
- * leaves the guard stack as it found it; a change in place is noticed
- * before mapped bytes are served; a fault outside a guard still kills the
- * process. */
+ * signal; lazy work runs between checks of its view's mappings
+ * (sf_checked_run), so that a change in place before or during it fails
+ * it; a change in place is noticed before mapped bytes are served; and
+ * the library leaves the process's SIGBUS disposition as it found it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "check.h"
 #include "sf_buf.h"
-#include "sf_fault.h"
 #include "sf_map.h"
+#include "sf_mapcheck.h"
 #include "sf_read.h"
 #include "sf_view.h"
 
@@ -44,111 +41,42 @@ static struct sf_map *mapped_then_cut(char *path, off_t keep)
 	return m;
 }
 
-struct touch {
-	const volatile uint8_t *p;
-	int sum;
-	struct sf_map *inner; /* run a nested guard on this */
+struct work {
+	int runs;
+	int cut_fd; /* >= 0: the work truncates this file */
 };
 
-static int touch(void *ctx, struct sf_err *e)
+static int work(void *ctx, struct sf_err *e)
 {
-	struct touch *t = ctx;
-	if (t->inner) {
-		struct touch in = { t->p, 0, NULL };
-		int rc = sf_guard_run(NULL, NULL, touch, &in, e);
-		t->sum = in.sum;
-		return rc;
-	}
-	t->sum = t->p[0];
+	struct work *w = ctx;
+	w->runs++;
+	CHECK(w->cut_fd < 0 || ftruncate(w->cut_fd, 10) == 0);
 	return 0;
 }
 
-/* A decode's pattern: its output made first, then the stored bytes read. */
-static int decode(void *ctx, struct sf_err *e)
-{
-	struct touch *t = ctx;
-	struct sf_buf *kept = sf_buf_new(8), *spent = sf_buf_new(8);
-	sf_buf_unref(spent);
-	kept->data[0] = t->p[0];
-	t->sum = kept->data[0];
-	sf_buf_unref(kept);
-	return 0;
-}
-
-/* A text rendering's pattern: a string grown, then the stored bytes read. */
-static int render(void *ctx, struct sf_err *e)
-{
-	struct touch *t = ctx;
-	struct sf_str s = { 0 };
-	for (int i = 0; i < 100; i++)
-		sf_str_addf(&s, "line %d\n", i);
-	sf_str_addc(&s, (char)t->p[0]);
-	t->sum = s.p[s.len - 1] & 0xFF;
-	sf_str_free(&s);
-	return 0;
-}
-
-static void test_guard(void)
+/* Lazy work over a view: run while its file is as mapped; failed with EIO
+ * naming the file when the file changes in place during the work (its
+ * result would be of another file), and not run at all once it has. */
+static void test_checked_run(void)
 {
 	char path[] = "/tmp/sf_fault_XXXXXX";
-	struct sf_map *m = mapped_then_cut(path, (off_t)page);
-	struct sf_err e;
-	for (int i = 0; i < 1000; i++) {
-		/* the third page lies past the new end: SIGBUS, contained */
-		struct touch t = { m->data + 2 * page, -1, NULL };
-		CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == -EIO);
-		/* the first page is still there */
-		t = (struct touch){ m->data, -1, NULL };
-		CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == 0 && t.sum == 0xAB);
-	}
-	/* the buffers and strings the fault orphans are dropped
-	 * (LeakSanitizer would say) */
-	for (int i = 0; i < 100; i++) {
-		struct touch t = { m->data + 2 * page, -1, NULL };
-		CHECK(sf_guard_run(NULL, NULL, decode, &t, &e) == -EIO && t.sum == -1);
-		t = (struct touch){ m->data + 2 * page, -1, NULL };
-		CHECK(sf_guard_run(NULL, NULL, render, &t, &e) == -EIO && t.sum == -1);
-	}
-	struct touch r = { m->data, -1, NULL };
-	CHECK(sf_guard_run(NULL, NULL, render, &r, &e) == 0 && r.sum == 0xAB);
-	/* nested: the inner guard takes the fault, the outer one goes on */
-	struct touch t = { m->data + 2 * page, -1, m };
-	CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == -EIO);
-	t = (struct touch){ m->data, -1, m };
-	CHECK(sf_guard_run(NULL, NULL, touch, &t, &e) == 0 && t.sum == 0xAB);
-	/* a guard given the mapping checks it first: the change is final */
-	t = (struct touch){ m->data, -1, NULL };
-	CHECK(sf_guard_run(NULL, m, touch, &t, &e) == -EIO && t.sum == -1);
-	CHECK(strstr(e.msg, "changed in place") != NULL);
-	CHECK(atomic_load(&m->changed));
+	struct sf_map *m = mapped_then_cut(path, -1);
+	struct sf_view *v = sf_view_new(NULL, "t");
+	CHECK(sf_view_hold_map(v, m) == 0);
+	struct sf_err e = { { 0 } };
+	struct work w = { 0, -1 };
+	CHECK(sf_checked_run(v, work, &w, &e) == 0 && w.runs == 1);
+	w.cut_fd = open(path, O_WRONLY);
+	CHECK(w.cut_fd >= 0);
+	CHECK(sf_checked_run(v, work, &w, &e) == -EIO && w.runs == 2);
+	CHECK(strstr(e.msg, path) && strstr(e.msg, "changed in place"));
+	close(w.cut_fd);
+	w.cut_fd = -1;
+	CHECK(sf_checked_run(v, work, &w, &e) == -EIO && w.runs == 2);
+	CHECK(atomic_load(&m->changed) && sf_view_refused(v, &e) == -EIO);
+	sf_view_unref(v);
 	sf_map_unref(m);
 	unlink(path);
-}
-
-/* A fault on a mapping the guard does not cover is not ours to contain. */
-static void test_not_ours(void)
-{
-	char a[] = "/tmp/sf_fault_XXXXXX", b[] = "/tmp/sf_fault_XXXXXX";
-	struct sf_map *cut = mapped_then_cut(a, 0);
-	struct sf_map *other = mapped_then_cut(b, -1);
-	pid_t pid = fork();
-	if (pid == 0) {
-		int null = open("/dev/null", O_WRONLY);
-		dup2(null, 2);
-		struct touch t = { cut->data, -1, NULL };
-		struct sf_err e;
-		sf_guard_run(NULL, other, touch, &t, &e);
-		_exit(0);
-	}
-	int status = 0;
-	CHECK(waitpid(pid, &status, 0) == pid);
-	/* killed by SIGBUS, or (under ASan) reported and exited non-zero */
-	CHECK((WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS) ||
-	      (WIFEXITED(status) && WEXITSTATUS(status) != 0));
-	sf_map_unref(cut);
-	sf_map_unref(other);
-	unlink(a);
-	unlink(b);
 }
 
 /* A mapping cut inside a page reads zeros past the new end without a
@@ -217,9 +145,15 @@ static void test_copies(void)
 int main(void)
 {
 	page = (size_t)sysconf(_SC_PAGESIZE);
+	struct sigaction before, after;
+	CHECK(sigaction(SIGBUS, NULL, &before) == 0);
 	test_copies();
-	test_guard();
-	test_not_ours();
+	test_checked_run();
 	test_zeros_past_end();
+	/* no handler installed: an embedding process keeps its own */
+	CHECK(sigaction(SIGBUS, NULL, &after) == 0);
+	CHECK(after.sa_flags == before.sa_flags &&
+	      (after.sa_flags & SA_SIGINFO ? after.sa_sigaction == before.sa_sigaction :
+	       after.sa_handler == before.sa_handler));
 	CHECK_DONE();
 }

@@ -5,6 +5,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -291,12 +293,19 @@ static struct sf_buf *write_fold_from(const char *dir, const char *stem, struct 
 	snprintf(tar, sizeof tar, "%s_0000.tar", stem);
 	snprintf(index, sizeof index, "%s.taridx", stem);
 	write_file(dir, tar, t->p, t->len);
-	struct sf_map m = { .data = index_from->p, .size = index_from->len };
-	const struct sf_map *maps[1] = { &m };
+	/* the indexer reads files (pread), so the rows' tar is one too */
+	char from[PATH_MAX];
+	snprintf(from, sizeof from, "%s/%s.from", dir, stem);
+	write_file(dir, strrchr(from, '/') + 1, index_from->p, index_from->len);
+	struct sf_map *m = NULL;
+	struct sf_err e;
+	CHECK(sf_map_open(from, &m, &e) == 0);
+	const struct sf_map *maps[1] = { m };
 	const char *names[1] = { tar };
 	struct sf_buf *ix = NULL;
-	struct sf_err e;
 	CHECK(tx_build_index(maps, names, 1, false, NULL, NULL, NULL, &ix, &e) == 0);
+	sf_map_unref(m);
+	unlink(from);
 	if (index_from != t)
 		sf_str_free(index_from);
 	sf_str_free(t);
@@ -643,7 +652,7 @@ static void test_headers(void)
 	const char *why = NULL;
 	CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.sparse == TX_SPARSE_10 &&
 	      en.size == 100 && en.nrec == 1 && en.hdr == 1024);
-	CHECK(tx_sparse_each(t.p, &en, NULL, NULL, &why) == -EINVAL && why && strstr(why, "more than 65536"));
+	CHECK(tx_sparse_each(t.p, 0, &en, NULL, NULL, &why) == -EINVAL && why && strstr(why, "more than 65536"));
 	sf_str_free(&t);
 	sf_str_free(&map);
 	sf_str_free(&recs);
@@ -659,7 +668,7 @@ static void test_headers(void)
 		tar_add(&t, "GNUSparseFile.0/n.bin", 21, '0', "abcd", 4);
 		CHECK(tx_entry_read(t.p, t.len, 0, &en) == 0 && !en.bad && en.size == 12 &&
 		      en.pax_path.len == 13 && !memcmp(en.pax_path.p, "real/name.bin", 13));
-		CHECK((tx_sparse_each(t.p, &en, NULL, NULL, &why) == 0) == (i == 0));
+		CHECK((tx_sparse_each(t.p, 0, &en, NULL, NULL, &why) == 0) == (i == 0));
 		sf_str_free(&t);
 		sf_str_free(&recs);
 	}
@@ -703,6 +712,92 @@ static void test_headers(void)
 /* Reads samples.jsonl of DIR/<stem>.taridx whole, then in pieces of `piece`
  * bytes from `from` on (a reader resuming each time), and checks both give
  * `want`. */
+/* Counts a sparse map's pieces and checks that they are placed by tar
+ * offset, one byte each, right after the map text. */
+struct pieces {
+	uint64_t n, first_src;
+};
+
+static int count_piece(void *arg, uint64_t off, uint64_t len, uint64_t src)
+{
+	struct pieces *p = arg;
+	if (!p->n++)
+		p->first_src = src;
+	return off == (p->n - 1) * 4 && len == 1 ? 0 : -EINVAL;
+}
+
+/* Entries read from copies of a tar file (tx_entry_read_copy): a copy
+ * grows while a record or a 1.0 map text past its first 16 KiB asks for
+ * more, the map is walked from the copy, and a tar cut short under the
+ * mapping is -EIO naming it, never a signal. */
+static void test_copies(const char *dir)
+{
+	struct sf_str t = { 0 }, recs = { 0 }, map = { 0 };
+	/* a pax record of 100,000 bytes before a header */
+	size_t vlen = 100000, rlen = 6 + 1 + 8 + vlen + 1;
+	char *rec = malloc(rlen + 1);
+	CHECK(rec != NULL);
+	int k = snprintf(rec, rlen + 1, "%zu comment=", rlen);
+	memset(rec + k, 'c', vlen);
+	rec[k + vlen] = '\n';
+	rec[rlen] = 0;
+	pax_text(&t, rec);
+	free(rec);
+	tar_add(&t, "a.bin", 5, '0', "abc", 3);
+	/* then a 1.0 sparse member of 10000 one-byte pieces: its map text is
+	 * past 16 KiB */
+	pax_rec(&recs, "GNU.sparse.major", "1");
+	pax_rec(&recs, "GNU.sparse.minor", "0");
+	pax_rec(&recs, "GNU.sparse.realsize", "40000");
+	sf_str_addc(&recs, 0);
+	pax_text(&t, (const char *)recs.p);
+	char line[64];
+	sf_str_add(&map, "10000\n", 6);
+	for (int i = 0; i < 10000; i++) {
+		int n = snprintf(line, sizeof line, "%d\n1\n", i * 4);
+		sf_str_add(&map, line, (size_t)n);
+	}
+	size_t text = map.len;
+	while (map.len % 512)
+		sf_str_addc(&map, 0);
+	for (int i = 0; i < 10000; i++)
+		sf_str_addc(&map, 'x');
+	tar_add(&t, "GNUSparseFile.0/s.bin", 21, '0', (const char *)map.p, map.len);
+	static const uint8_t end[1024];
+	sf_str_add(&t, end, sizeof end);
+	CHECK(text > TX_WINDOW_SMALL);
+	write_file(dir, "copies.tar", t.p, t.len);
+	char path[4096];
+	snprintf(path, sizeof path, "%s/copies.tar", dir);
+	struct sf_map *m = NULL;
+	struct sf_err e;
+	CHECK(sf_map_open(path, &m, &e) == 0);
+	struct tx_window w = { 0 };
+	struct tx_entry en;
+	const uint8_t *base;
+	uint64_t boff;
+	uint64_t rec_end = 512 + (rlen + 511) / 512 * 512;
+	CHECK(tx_entry_read_copy(&w, m, 0, &en, &base, &boff, &e) == 0 && !en.bad && en.nrec == 1 &&
+	      en.hdr == rec_end && en.size == 3 && !memcmp(base + (en.data - boff), "abc", 3));
+	uint64_t second = en.next;
+	CHECK(tx_entry_read_copy(&w, m, second, &en, &base, &boff, &e) == 0 && !en.bad &&
+	      en.sparse == TX_SPARSE_10 && en.size == 40000);
+	struct pieces pc = { 0 };
+	const char *why = NULL;
+	CHECK(tx_sparse_each(base, boff, &en, count_piece, &pc, &why) == 0 && pc.n == 10000 &&
+	      pc.first_src == en.data + (text + 511) / 512 * 512);
+	/* cut short under the mapping: an error, not a signal */
+	tx_window_free(&w);
+	CHECK(truncate(path, 512) == 0);
+	CHECK(tx_entry_read_copy(&w, m, second, &en, &base, &boff, &e) == -EIO && strstr(e.msg, "copies.tar"));
+	tx_window_free(&w);
+	sf_map_unref(m);
+	unlink(path);
+	sf_str_free(&t);
+	sf_str_free(&recs);
+	sf_str_free(&map);
+}
+
 static void expect_samples(const char *dir, const char *stem, const char *want, size_t piece,
 			   size_t from)
 {
@@ -819,6 +914,82 @@ static void test_samples(const char *dir)
 	}
 }
 
+/* Index rows are read from copies of the file: a pass, rows here and
+ * there and the lookup give what the rows in memory give; an index cut
+ * short under its mapping fails with EIO naming it and the row, never a
+ * signal, and a view over it fails its lookups with EIO naming it. */
+static bool same_row(const struct tx_row *a, const struct tx_row *b)
+{
+	return a->fid == b->fid && a->off == b->off && a->size == b->size && a->extid == b->extid &&
+	       a->crashid == b->crashid && a->keyhash == b->keyhash;
+}
+
+static void test_rows_cut(const char *dir)
+{
+	struct sf_str t = { 0 };
+	enum { N = 5000 };
+	for (int i = 0; i < N; i++) {
+		char name[32];
+		int n = snprintf(name, sizeof name, "m%04d.%s", i / 2, i % 2 ? "cls" : "jpg");
+		tar_add(&t, name, (size_t)n, '0', "x", 1);
+	}
+	struct sf_buf *mem = write_fold(dir, "cut", &t);
+	CHECK(mem != NULL);
+	if (!mem)
+		return;
+	char path[4096];
+	snprintf(path, sizeof path, "%s/cut.taridx", dir);
+	struct sf_map *m = NULL;
+	struct sf_err e = { { 0 } };
+	struct tx_index in_mem, in_file, cut;
+	CHECK(sf_map_open(path, &m, &e) == 0);
+	CHECK(tx_index_parse(mem->data, mem->len, "mem", &in_mem, &e) == 0 && in_mem.n_rows == N);
+	CHECK(tx_index_open(m, path, &in_file, &e) == 0 && !in_file.data);
+	CHECK(tx_index_open(m, path, &cut, &e) == 0);
+	struct tx_rows w = { 0 }, near = { 0 };
+	struct tx_row a, b;
+	bool same = true;
+	for (uint64_t r = 0; r < N; r++) {
+		CHECK(tx_row_get(&in_mem, r, &a, &e) == 0);
+		same = same && tx_rows_get(&in_file, &w, r, &b, &e) == 0 && same_row(&a, &b);
+		/* here and there, backwards and forwards */
+		uint64_t q = (r * 7919) % N;
+		CHECK(tx_row_get(&in_mem, q, &a, &e) == 0);
+		same = same && tx_rows_get(&in_file, &near, q, &b, &e) == 0 && same_row(&a, &b);
+		same = same && tx_row_get(&in_file, q, &b, &e) == 0 && same_row(&a, &b);
+	}
+	CHECK(same);
+	/* a pass copies at most TX_ROWS_PASS rows at a time */
+	CHECK(w.cap <= TX_ROWS_PASS);
+	tx_rows_free(&w);
+	tx_rows_free(&near);
+	CHECK(tx_lookup_build(&in_mem, &e) == 0 && tx_lookup_build(&in_file, &e) == 0);
+	CHECK(in_file.groups == N / 2 && in_file.runs == N / 2 && in_mem.groups == in_file.groups &&
+	      in_mem.runs == in_file.runs);
+	CHECK(memcmp(in_mem.perm, in_file.perm, N * sizeof *in_mem.perm) == 0);
+	struct sf_view *v = NULL;
+	CHECK(open_in(dir, "cut.taridx", &v) == 0 && v);
+	expect_content(v, "m0100.cls", "x");
+	/* cut short: the rows past the new end cannot be read */
+	CHECK(truncate(path, (off_t)(in_file.off_arr + 100 * TX_ROW_SIZE)) == 0);
+	CHECK(tx_row_get(&in_file, 10, &b, &e) == 0);
+	CHECK(tx_row_get(&in_file, N - 1, &b, &e) == -EIO && strstr(e.msg, path) &&
+	      strstr(e.msg, "row 4999"));
+	CHECK(tx_rows_get(&cut, &w, 3000, &b, &e) == -EIO && strstr(e.msg, path) &&
+	      strstr(e.msg, "rows 2992 to 3007"));
+	tx_rows_free(&w);
+	CHECK(tx_lookup_build(&cut, &e) == -EIO && strstr(e.msg, path) && strstr(e.msg, "rows 0 to 2047") &&
+	      !cut.perm);
+	struct sf_node *n = NULL;
+	CHECK(v && sf_dir_find(v->root, "m2000.jpg", &n, &e) == -EIO && !n && strstr(e.msg, "cut.taridx"));
+	sf_view_unref(v);
+	tx_index_free(&in_mem);
+	tx_index_free(&in_file);
+	tx_index_free(&cut);
+	sf_map_unref(m);
+	sf_buf_unref(mem);
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/test_taridx.XXXXXX";
@@ -833,6 +1004,8 @@ int main(void)
 	test_long_paths(dir);
 	test_broken(dir);
 	test_samples(dir);
+	test_copies(dir);
+	test_rows_cut(dir);
 	char path[4096];
 	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn" };
 	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
