@@ -3,10 +3,10 @@
  *
  * A mapped page can be lost (the file truncated under the mapping, its
  * storage failing): touched in user space it raises SIGBUS. So mapped
- * bytes go only to the kernel (reply iovecs, process_vm_readv), which
- * turns a lost page into an error; parsers and decoders read the bytes
- * they need through sf_map_read / sf_map_copy (pread on the mapping's fd),
- * where a lost page is -EIO. */
+ * bytes go only to the kernel (reply iovecs; copies pread the file, or use
+ * process_vm_readv), which turns a lost page into an error; parsers and
+ * decoders read the bytes they need through sf_map_read / sf_map_copy
+ * (pread on the mapping's fd), where a lost page is -EIO. */
 #ifndef SF_MAP_H
 #define SF_MAP_H
 

@@ -79,10 +79,12 @@ int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 	return 0;
 }
 
-static int rv_push(struct sf_readv *rv, const void *p, size_t len)
+static int rv_push(struct sf_readv *rv, const void *p, size_t len, const struct sf_map *m)
 {
-	if (sf_grow(&rv->iov, &rv->cap, rv->n, sizeof *rv->iov, 8))
+	if (sf_grow(&rv->iov, &rv->cap, rv->n, sizeof *rv->iov, 8) ||
+	    sf_grow(&rv->src, &rv->capsrc, rv->n, sizeof *rv->src, 8))
 		return -ENOMEM;
+	rv->src[rv->n] = m;
 	rv->iov[rv->n].iov_base = (void *)p;
 	rv->iov[rv->n].iov_len = len;
 	rv->n++;
@@ -117,18 +119,19 @@ static int run_gen(void *ctx, struct sf_err *e)
 }
 
 /* Appends [off, off+len) of extent x. */
-static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, size_t len,
-		    struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_map *m,
+		    uint64_t off, size_t len, struct sf_cache *c, struct sf_readv *rv,
+		    struct sf_err *e)
 {
 	int rc;
 	struct sf_buf *b;
 	switch (x->kind) {
 	case SF_EXT_MAP:
 		rv->from_map += len;
-		return rv_push(rv, x->u.map + off, len);
+		return rv_push(rv, x->u.map + off, len, m);
 	case SF_EXT_BUF:
 		rv->from_synth += len;
-		return rv_push(rv, x->u.buf->data + x->off + off, len);
+		return rv_push(rv, x->u.buf->data + x->off + off, len, NULL);
 	case SF_EXT_PART:
 		rc = sf_part_get(c, x->u.part, &b, e);
 		if (rc)
@@ -141,7 +144,7 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, siz
 		if ((rc = rv_hold(rv, b)))
 			return rc;
 		rv->from_cache += len;
-		return rv_push(rv, b->data + x->off + off, len);
+		return rv_push(rv, b->data + x->off + off, len, NULL);
 	case SF_EXT_GEN:
 		b = sf_buf_new(len);
 		if (!b)
@@ -152,12 +155,12 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, uint64_t off, siz
 		if (rc)
 			return rc;
 		rv->from_synth += len;
-		return rv_push(rv, b->data, len);
+		return rv_push(rv, b->data, len, NULL);
 	case SF_EXT_ZERO:
 		rv->from_synth += len;
 		while (len) {
 			size_t k = len < sizeof zeros ? len : sizeof zeros;
-			if ((rc = rv_push(rv, zeros, k)))
+			if ((rc = rv_push(rv, zeros, k, NULL)))
 				return rc;
 			len -= k;
 		}
@@ -192,7 +195,7 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		else
 			hi = mid;
 	}
-	struct sf_map *checked = NULL;
+	struct sf_map *m = NULL, *checked = NULL;
 	for (size_t i = lo; i < fl->n && len; i++) {
 		const struct sf_ext *x = &fl->ext[i];
 		uint64_t in = off - fl->start[i];
@@ -202,12 +205,12 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 			/* served without being read here: the file is checked
 			 * instead (once per read), as a page past its new end
 			 * would be served as zeros */
-			struct sf_map *m = sf_view_map_at(f->view, x->u.map);
+			m = sf_view_map_at(f->view, x->u.map);
 			if (m && m != checked && (rc = sf_map_check(m, e)))
 				return rc;
 			checked = m;
 		}
-		rc = read_ext(f, x, in, (size_t)k, c, rv, e);
+		rc = read_ext(f, x, m, in, (size_t)k, c, rv, e);
 		if (rc)
 			return rc;
 		off += k;
@@ -223,6 +226,7 @@ void sf_readv_release(struct sf_readv *rv)
 	sf_view_unref(rv->view);
 	free(rv->hold);
 	free(rv->iov);
+	free(rv->src);
 	memset(rv, 0, sizeof *rv);
 }
 
@@ -257,35 +261,68 @@ static int copy_by_pipe(uint8_t *dst, const uint8_t *src, size_t n)
 	return rc;
 }
 
-/* Copies the bytes of `n` pieces to dst through the kernel: a mapped page
- * that cannot be read (the source file shrank under its mapping, its
- * storage fails) is then -EIO instead of a SIGBUS. */
-static int copy_pieces(uint8_t *dst, const struct iovec *iov, size_t n)
+/* Copies n pieces that lie in no known mapping through the kernel: a
+ * mapped page that cannot be read (the source file shrank under its
+ * mapping, its storage fails) is then -EIO instead of a SIGBUS. */
+static int copy_by_kernel(uint8_t *dst, const struct iovec *iov, size_t n)
 {
-	while (n) {
-		size_t k = n < IOV_MAX ? n : IOV_MAX, want = 0;
-		for (size_t i = 0; i < k; i++)
-			want += iov[i].iov_len;
-		struct iovec to = { dst, want };
-		ssize_t got = process_vm_readv(getpid(), &to, 1, iov, k, 0);
-		if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
-			uint8_t *at = dst;
-			for (size_t i = 0; i < k; at += iov[i++].iov_len)
-				if (copy_by_pipe(at, iov[i].iov_base, iov[i].iov_len))
-					return -EIO;
-		} else if (got < 0 || (size_t)got != want) {
+	size_t want = 0;
+	for (size_t i = 0; i < n; i++)
+		want += iov[i].iov_len;
+	struct iovec to = { dst, want };
+	ssize_t got = process_vm_readv(getpid(), &to, 1, iov, n, 0);
+	if (got < 0 && (errno == ENOSYS || errno == EPERM)) {
+		for (size_t i = 0; i < n; dst += iov[i++].iov_len)
+			if (copy_by_pipe(dst, iov[i].iov_base, iov[i].iov_len))
+				return -EIO;
+		return 0;
+	}
+	return got < 0 || (size_t)got != want ? -EIO : 0;
+}
+
+/* Copies a piece of mapping m from its file: the page cache serves it
+ * without this process's page tables (no fault, nothing pinned), and a
+ * file that ends early is -EIO. */
+static int copy_from_file(uint8_t *dst, const struct sf_map *m, const struct iovec *piece)
+{
+	uint64_t off = sf_map_off(m, piece->iov_base);
+	for (size_t have = 0, len = piece->iov_len; have < len;) {
+		ssize_t got = pread(m->fd, dst + have, len - have, (off_t)(off + have));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
 			return -EIO;
+		have += (size_t)got;
+	}
+	return 0;
+}
+
+/* Copies the bytes of `n` pieces to dst: from their files where their
+ * mapping is known (src), through the kernel otherwise. */
+static int copy_pieces(uint8_t *dst, const struct iovec *iov, const struct sf_map *const *src,
+		       size_t n)
+{
+	for (size_t i = 0; i < n;) {
+		if (src && src[i]) {
+			if (copy_from_file(dst, src[i], &iov[i]))
+				return -EIO;
+			dst += iov[i++].iov_len;
+			continue;
 		}
+		size_t k = 0, want = 0;
+		while (i + k < n && k < IOV_MAX && !(src && src[i + k]))
+			want += iov[i + k++].iov_len;
+		if (copy_by_kernel(dst, iov + i, k))
+			return -EIO;
 		dst += want;
-		iov += k;
-		n -= k;
+		i += k;
 	}
 	return 0;
 }
 
 int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e)
 {
-	if (copy_pieces(dst, rv->iov, rv->n) == 0)
+	if (copy_pieces(dst, rv->iov, rv->src, rv->n) == 0)
 		return 0;
 	return sf_fail(e, -EIO, "%s: reading a source file failed (truncated or its storage fails)",
 		       rv->view ? rv->view->path : "?");
@@ -315,14 +352,18 @@ int sf_readv_fit(struct sf_readv *rv, size_t max)
 	size_t out = 0;
 	for (size_t i = 0; i < rv->n;) {
 		if (rv->iov[i].iov_len >= big) {
+			if (rv->src)
+				rv->src[out] = rv->src[i];
 			rv->iov[out++] = rv->iov[i++];
 			continue;
 		}
 		size_t j = i, len = 0;
 		while (j < rv->n && rv->iov[j].iov_len < big)
 			len += rv->iov[j++].iov_len;
-		if ((rc = copy_pieces(at, rv->iov + i, j - i)))
+		if ((rc = copy_pieces(at, rv->iov + i, rv->src ? rv->src + i : NULL, j - i)))
 			return rc;
+		if (rv->src)
+			rv->src[out] = NULL;
 		rv->iov[out++] = (struct iovec){ at, len };
 		at += len;
 		i = j;

@@ -10,6 +10,7 @@
 struct sf_buf;
 struct sf_cache;
 struct sf_err;
+struct sf_map;
 struct sf_node;
 struct sf_view;
 
@@ -18,6 +19,11 @@ struct sf_view;
 struct sf_readv {
 	struct iovec *iov;
 	size_t n, cap;
+	/* Per piece, the mapping it lies in when known (copies pread its
+	 * file rather than ask the kernel to read this process's memory), or
+	 * NULL; `src` itself may be NULL when no piece has one. */
+	const struct sf_map **src;
+	size_t capsrc;
 	struct sf_buf **hold;
 	size_t nhold, caphold;
 	/* The view of the file read: its buffers and mappings back the
@@ -37,9 +43,10 @@ void sf_readv_release(struct sf_readv *rv);
  * holds, long ones stay where they are. 0, or -ENOMEM, or -EIO when a
  * mapped page could not be read (the answer is then only fit for release). */
 int sf_readv_fit(struct sf_readv *rv, size_t max);
-/* Copies the collected bytes into dst (rv->bytes long) through the kernel
- * (process_vm_readv): a mapped source page that cannot be read is -EIO,
- * never a signal. */
+/* Copies the collected bytes into dst (rv->bytes long) through the kernel:
+ * pieces of a known mapping by pread on its file, the others by
+ * process_vm_readv. A source page that cannot be read is -EIO, never a
+ * signal. */
 int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e);
 
 #endif

@@ -358,6 +358,52 @@ static void test_zstd_from_file(void)
 	free(src);
 }
 
+/* A read's pieces from a mapping the view holds are copied from the file:
+ * the bytes come back exactly, through sf_readv_fit's moves too, and a file
+ * cut after the read was gathered fails the copy with EIO (no signal). */
+static void test_copy_from_file(void)
+{
+	static uint8_t bytes[3 << 12];
+	for (size_t i = 0; i < sizeof bytes; i++)
+		bytes[i] = (uint8_t)(i * 13 + i / 509);
+	char path[] = "/tmp/sf_core_XXXXXX";
+	struct sf_map *m = map_bytes(path, bytes, sizeof bytes);
+	struct sf_view *v = sf_view_new(NULL, "t");
+	CHECK(sf_view_hold_map(v, m) == 0);
+	struct sf_node *f = sf_dir_add_file(v->root, "f", 1);
+	static const uint8_t mem[5] = { 1, 2, 3, 4, 5 };
+	size_t at = 0, size = 0;
+	for (int i = 0; i < 40; i++) {
+		size_t len = i % 7 == 0 ? 3000 : (size_t)i % 4 + 1;
+		at = (at + 4093) % (sizeof bytes - len);
+		CHECK(i % 5 == 3 ? sf_file_add_map(f, mem, sizeof mem) == 0 :
+				   sf_file_add_map(f, m->data + at, len) == 0);
+		size += i % 5 == 3 ? sizeof mem : len;
+	}
+	struct sf_err e;
+	CHECK(sf_file_ready(f, &sf_nocache, &e) == 0);
+	uint8_t *want = malloc(size), *got = malloc(size);
+	struct sf_readv rv = { 0 };
+	CHECK(sf_file_read(f, 0, size, &sf_nocache, &rv, &e) == 0);
+	CHECK(rv.src && rv.src[0] == m);
+	CHECK(sf_readv_copy(&rv, want, &e) == 0);
+	size_t k = 0;
+	for (size_t i = 0; i < rv.n; k += rv.iov[i++].iov_len)
+		CHECK(memcmp(want + k, rv.iov[i].iov_base, rv.iov[i].iov_len) == 0);
+	CHECK(sf_readv_fit(&rv, 3) == 0);
+	CHECK(sf_readv_copy(&rv, got, &e) == 0 && memcmp(got, want, size) == 0);
+	sf_readv_release(&rv);
+	CHECK(sf_file_read(f, 0, size, &sf_nocache, &rv, &e) == 0);
+	CHECK(truncate(path, 4096) == 0);
+	CHECK(sf_readv_copy(&rv, got, &e) == -EIO && strstr(e.msg, "t:"));
+	sf_readv_release(&rv);
+	sf_view_unref(v);
+	sf_map_unref(m);
+	unlink(path);
+	free(want);
+	free(got);
+}
+
 static void test_json(void)
 {
 	struct sf_str s = { 0 };
@@ -782,6 +828,7 @@ int main(void)
 	test_zstd();
 	test_zstd_check();
 	test_zstd_from_file();
+	test_copy_from_file();
 	test_json();
 	test_report();
 	test_grow();
