@@ -1002,6 +1002,11 @@ void sf_view_set_keep_generated(struct sf_view *v, bool keep)
 	v->keep_generated = keep;
 }
 
+void sf_view_set_keep_copies(struct sf_view *v, bool keep)
+{
+	v->keep_copies = keep;
+}
+
 void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups)
 {
 	v->drop_every = lookups ? lookups : 1;

@@ -252,6 +252,12 @@ struct sf_view {
 	 * (the Python module's Fold); the daemon's readers read pieces, and its
 	 * memory is budgeted (sf_view_set_keep_generated). */
 	bool keep_generated;
+	/* Indexes a lookup reads are copied whole on first use and kept
+	 * (a fold's rows, 32 bytes a member), so that a lookup makes no system
+	 * call to read them: for a host that reads members at random itself
+	 * (the Python module); the daemon copies rows as it reads them, its
+	 * memory bounded per member (sf_view_set_keep_copies). */
+	bool keep_copies;
 };
 
 #define SF_DROP_EVERY 4096
@@ -405,6 +411,7 @@ struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
 /* The container's own mapping when the view holds it, else NULL. */
 struct sf_map *sf_view_source(const struct sf_view *v);
 void sf_view_set_keep_generated(struct sf_view *v, bool keep);
+void sf_view_set_keep_copies(struct sf_view *v, bool keep);
 /* How many member lookups pass between page drops (drop_every; not 0). */
 void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups);
 /* The cache lazy work of the view reads through from now on. */

@@ -78,6 +78,7 @@ int shardfs_open(const char *path, struct shardfs **out)
 		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
 	sf_view_set_drop_every(h->view, DROP_EVERY);
 	sf_view_set_keep_generated(h->view, true);
+	sf_view_set_keep_copies(h->view, true);
 	h->cache = sf_dcache_iface(cache);
 	sf_view_set_cache(h->view, h->cache);
 	*out = h;

@@ -232,6 +232,10 @@ struct tx_index {
 	/* counted as the lookup is built: distinct (keyhash, crashid) pairs
 	 * (samples), and maximal runs of consecutive rows with one pair */
 	uint64_t groups, runs;
+	/* An index file's rows copied whole when its lookup is built for a
+	 * host that keeps copies (sf_view.keep_copies: the Python module),
+	 * 32 bytes a row; rows are then read from it, with no system call. */
+	_Atomic(uint8_t *) kept;
 };
 
 /* Parses and checks the header, extension and crash blocks (spec §6.2).
@@ -263,8 +267,9 @@ uint32_t tx_crash_id(const struct tx_index *ix, const uint8_t *stem, size_t len,
 /* Extension id of an extension, or -1. */
 long tx_ext_id(const struct tx_index *ix, const uint8_t *ext, size_t len);
 /* Builds the lookup (once), and counts groups and runs, in one pass over
- * the rows. 0, -ENOMEM, or as tx_rows_get. */
-int tx_lookup_build(struct tx_index *ix, struct sf_err *e);
+ * the rows; with `keep`, the pass is one copy of the rows, kept (kept).
+ * 0, -ENOMEM, or as tx_rows_get. */
+int tx_lookup_build(struct tx_index *ix, bool keep, struct sf_err *e);
 /* Calls fn for each row with this key hash, crash id and extension id, in
  * row order, reading rows through w; stops early when fn returns true.
  * 0, or as tx_rows_get. */

@@ -213,7 +213,7 @@ static int populate_root(struct sf_node *root, struct sf_err *e);
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	sf_turn_take(&f->lookup_turn);
-	int rc = tx_lookup_build(&f->ix, e);
+	int rc = tx_lookup_build(&f->ix, f->view->keep_copies, e);
 	sf_turn_give(&f->lookup_turn);
 	return rc;
 }

@@ -165,6 +165,8 @@ void tx_index_free(struct tx_index *ix)
 	ix->crash_by_hash = NULL;
 	ix->perm = ix->start = NULL;
 	ix->tag = NULL;
+	free(atomic_load(&ix->kept));
+	atomic_store(&ix->kept, NULL);
 }
 
 static void row_decode(const uint8_t *p, struct tx_row *out)
@@ -196,8 +198,9 @@ static _Thread_local struct {
 
 int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct sf_err *e)
 {
-	if (!ix->map) {
-		row_decode(ix->data + ix->off_arr + r * TX_ROW_SIZE, out);
+	const uint8_t *kept = atomic_load_explicit(&ix->kept, memory_order_acquire);
+	if (kept || !ix->map) {
+		row_decode(kept ? kept + r * TX_ROW_SIZE : ix->data + ix->off_arr + r * TX_ROW_SIZE, out);
 		return 0;
 	}
 	if (near.id != ix->id || r < near.first || r - near.first >= near.n) {
@@ -221,7 +224,7 @@ int tx_row_get(const struct tx_index *ix, uint64_t r, struct tx_row *out, struct
 int tx_rows_get(const struct tx_index *ix, struct tx_rows *w, uint64_t r, struct tx_row *out,
 		struct sf_err *e)
 {
-	if (!ix->map)
+	if (!ix->map || atomic_load_explicit(&ix->kept, memory_order_acquire))
 		return tx_row_get(ix, r, out, e);
 	bool pass = w->high && r == w->high;
 	if (r >= w->high)
@@ -351,10 +354,26 @@ static int gather_keys(struct tx_index *ix, struct row_keys *k, struct sf_err *e
 	return rc;
 }
 
-int tx_lookup_build(struct tx_index *ix, struct sf_err *e)
+/* Copies the rows of an index file whole, for rows read with no system
+ * call from then on (published before the lookup that reads them). */
+static int keep_rows(struct tx_index *ix, struct sf_err *e)
+{
+	uint8_t *rows;
+	if (!ix->map || atomic_load(&ix->kept))
+		return 0;
+	int rc = sf_map_copy(ix->map, ix->off_arr, ix->n_rows * TX_ROW_SIZE, &rows, "its rows", e);
+	if (!rc)
+		atomic_store_explicit(&ix->kept, rows, memory_order_release);
+	return rc;
+}
+
+int tx_lookup_build(struct tx_index *ix, bool keep, struct sf_err *e)
 {
 	if (ix->start)
 		return 0;
+	int kr = keep ? keep_rows(ix, e) : 0;
+	if (kr)
+		return kr;
 	/* the largest power of two not above the row count: one or two rows
 	 * per bucket on average, and at most 4 bytes per row for the starts */
 	unsigned bits = 0;

@@ -36,6 +36,14 @@ enum tx_kind tx_kind_of(uint8_t typeflag)
 	}
 }
 
+/* Whether row r was checked before and found a plain file: no records
+ * before its header, none after (its tar's changes in place are the
+ * mapping checks' to find). */
+static bool is_plain(const struct tx_fold *f, uint64_t r)
+{
+	return atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1;
+}
+
 /* The first block of the records that describe the header of row r: the
  * rows just before it that are records and end where the next begins
  * (the indexer made a row of each). 0; 1 when the tar cannot be read (te
@@ -46,7 +54,7 @@ static int chain_start(const struct tx_fold *f, const struct tx_row *row, uint64
 {
 	struct tx_row prev;
 	uint64_t at = row->off, end;
-	for (uint64_t q = r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
+	for (uint64_t q = is_plain(f, r) ? 0 : r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
 		int rc = tx_rows_get(&f->ix, &w->rows, q - 1, &prev, e);
 		if (rc)
 			return rc;
@@ -106,6 +114,42 @@ static int read_member(const struct tx_fold *f, uint64_t r, const struct sf_map 
 	return 0;
 }
 
+/* The check's first copy, its header (*hdr). A fresh window (a lookup's
+ * check of one row) copies just that header and, when the row before ends
+ * right before it (unless r is plain), that row's header, which
+ * chain_start reads next: one pread of those bytes rather than two of
+ * TX_WINDOW_SMALL. A window in use
+ * (a pass) reads on as it does. 0; 1 when the tar cannot be read (te says
+ * why); or as tx_rows_get (e). */
+static int first_copy(const struct tx_fold *f, uint64_t r, const struct tx_row *row,
+		      const struct sf_map *map, struct tx_window *w, const uint8_t **hdr,
+		      struct sf_err *te, struct sf_err *e)
+{
+	uint64_t from = row->off, end;
+	bool lone = !w->len && !w->ahead;
+	if (lone && r > 0 && !is_plain(f, r)) {
+		struct tx_row prev;
+		int rc = tx_rows_get(&f->ix, &w->rows, r - 1, &prev, e);
+		if (rc)
+			return rc;
+		if (prev.fid == row->fid && prev.off < row->off &&
+		    row->off - prev.off <= TX_WINDOW_SMALL &&
+		    sf_add_ok(prev.off + TX_BLOCK, prev.size, &end) && end <= row->off &&
+		    row->off - end < TX_BLOCK)
+			from = prev.off;
+	}
+	if (lone)
+		w->ahead = (size_t)(row->off + TX_BLOCK - from);
+	const uint8_t *p;
+	int bad = tx_window_get(w, map, from, row->off + TX_BLOCK - from, &p, te);
+	if (lone)
+		w->ahead = 0;
+	if (bad)
+		return 1;
+	*hdr = p + (row->off - from);
+	return 0;
+}
+
 int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w,
 		    struct sf_err *e)
 {
@@ -129,7 +173,9 @@ int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, st
 		return 0;
 	}
 	struct sf_err te = { 0 };
-	if (tx_window_get(w, map, row->off, TX_BLOCK, &m->hdr, &te)) {
+	if ((rc = first_copy(f, r, row, map, w, &m->hdr, &te, e)) < 0)
+		return rc;
+	if (rc) {
 		m->bad = unreadable(m, &te);
 		return 0;
 	}
@@ -186,6 +232,17 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct tx_fold *f = n->arg;
 	struct tx_member m;
 	struct tx_window w = { 0 };
+	if (is_plain(f, n->aux)) {
+		/* checked when its node was made, a plain file: its bytes follow
+		 * its header, as its row says (a change in place since is the
+		 * mapping checks' to find) */
+		int rc = tx_row_get(&f->ix, n->aux, &m.row, e);
+		const uint8_t *p = rc ? NULL : tx_payload(f, &m.row);
+		if (!rc && !p)
+			rc = sf_fail(e, -EIO, "%s: row %llu: payload outside its tar", f->view->path,
+				     (unsigned long long)n->aux);
+		return rc ? rc : sf_file_add_map(n, p, m.row.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+	}
 	int rc = tx_member_check(f, n->aux, &m, &w, e);
 	if (!rc && (m.bad || m.kind != TX_FILE)) {
 		rc = sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
@@ -221,9 +278,9 @@ int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, stru
 {
 	n->aux = r;
 	/* A listing or a lookup checked the member before making its node:
-	 * when that found a plain file, its size is its row's and its headers
-	 * are read again only by the build. */
-	if (atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1) {
+	 * when that found a plain file, its size and bytes are its row's
+	 * (build_member reads no header again). */
+	if (is_plain(f, r)) {
 		struct tx_row row;
 		int rc = tx_row_get(&f->ix, r, &row, e);
 		if (!rc)

@@ -941,11 +941,12 @@ static void test_rows_cut(const char *dir)
 	snprintf(path, sizeof path, "%s/cut.taridx", dir);
 	struct sf_map *m = NULL;
 	struct sf_err e = { { 0 } };
-	struct tx_index in_mem, in_file, cut;
+	struct tx_index in_mem, in_file, cut, kept;
 	CHECK(sf_map_open(path, &m, &e) == 0);
 	CHECK(tx_index_parse(mem->data, mem->len, "mem", &in_mem, &e) == 0 && in_mem.n_rows == N);
 	CHECK(tx_index_open(m, path, &in_file, &e) == 0 && !in_file.data);
 	CHECK(tx_index_open(m, path, &cut, &e) == 0);
+	CHECK(tx_index_open(m, path, &kept, &e) == 0);
 	struct tx_rows w = { 0 }, near = { 0 };
 	struct tx_row a, b;
 	bool same = true;
@@ -963,10 +964,14 @@ static void test_rows_cut(const char *dir)
 	CHECK(w.cap <= TX_ROWS_PASS);
 	tx_rows_free(&w);
 	tx_rows_free(&near);
-	CHECK(tx_lookup_build(&in_mem, &e) == 0 && tx_lookup_build(&in_file, &e) == 0);
+	CHECK(tx_lookup_build(&in_mem, false, &e) == 0 && tx_lookup_build(&in_file, false, &e) == 0);
 	CHECK(in_file.groups == N / 2 && in_file.runs == N / 2 && in_mem.groups == in_file.groups &&
 	      in_mem.runs == in_file.runs);
 	CHECK(memcmp(in_mem.perm, in_file.perm, N * sizeof *in_mem.perm) == 0);
+	/* a host that keeps copies: the rows copied whole, the same lookup */
+	CHECK(!in_file.kept && tx_lookup_build(&kept, true, &e) == 0 && kept.kept);
+	CHECK(kept.groups == in_file.groups && kept.runs == in_file.runs);
+	CHECK(memcmp(kept.perm, in_file.perm, N * sizeof *kept.perm) == 0);
 	struct sf_view *v = NULL;
 	CHECK(open_in(dir, "cut.taridx", &v) == 0 && v);
 	expect_content(v, "m0100.cls", "x");
@@ -978,14 +983,21 @@ static void test_rows_cut(const char *dir)
 	CHECK(tx_rows_get(&cut, &w, 3000, &b, &e) == -EIO && strstr(e.msg, path) &&
 	      strstr(e.msg, "rows 2992 to 3007"));
 	tx_rows_free(&w);
-	CHECK(tx_lookup_build(&cut, &e) == -EIO && strstr(e.msg, path) && strstr(e.msg, "rows 0 to 2047") &&
-	      !cut.perm);
+	CHECK(tx_lookup_build(&cut, false, &e) == -EIO && strstr(e.msg, path) &&
+	      strstr(e.msg, "rows 0 to 2047") && !cut.perm);
+	/* rows kept are read from their copy, cut file or not */
+	CHECK(tx_row_get(&kept, N - 1, &b, &e) == 0 && tx_row_get(&in_mem, N - 1, &a, &e) == 0 &&
+	      same_row(&a, &b));
+	CHECK(tx_rows_get(&kept, &w, 3000, &b, &e) == 0 && tx_row_get(&in_mem, 3000, &a, &e) == 0 &&
+	      same_row(&a, &b));
+	tx_rows_free(&w);
 	struct sf_node *n = NULL;
 	CHECK(v && sf_dir_find(v->root, "m2000.jpg", &n, &e) == -EIO && !n && strstr(e.msg, "cut.taridx"));
 	sf_view_unref(v);
 	tx_index_free(&in_mem);
 	tx_index_free(&in_file);
 	tx_index_free(&cut);
+	tx_index_free(&kept);
 	sf_map_unref(m);
 	sf_buf_unref(mem);
 }
