@@ -167,9 +167,12 @@ def containers(c, build, work, n, make=data.many_containers, what="containers"):
             return
         peak = kib(proc.pid, "VmHWM")
         # 40 MiB until tet views became zarr hierarchies with consolidated
-        # metadata (issue 28): about 10 KiB more per open view, 44 MiB here;
-        # the full-size case's limit stays 64 MiB (docs/performance.md)
-        c.add(f"{what}_find_peak", (peak - base) / 1024, 48, f"MiB ({n} containers)")
+        # metadata (issue 28): about 10 KiB more per open view, 44 MiB here.
+        # VmHWM counts the mapped pages of the open views as well, which the
+        # kernel keeps or reclaims as it likes: the same build read 39-58 MiB
+        # from run to run (sessions 8 and 9), so the limit is the full-size
+        # case's 64 MiB (docs/performance.md) rather than 48.
+        c.add(f"{what}_find_peak", (peak - base) / 1024, 64, f"MiB ({n} containers)")
         with open(f"/proc/{proc.pid}/maps") as f:
             c.add(f"{what}_find_mappings", sum(1 for _ in f), 2048, f"({n} containers)")
 
