@@ -81,4 +81,15 @@ static inline void spit(const char *path, const void *p, size_t len)
 	}
 }
 
+/* A mkstemp/mkdtemp template "<dir>/<name>-XXXXXX" in out: dir is $TMPDIR
+ * when set and short (the tests build longer paths, and a socket path, in
+ * small buffers from it), else /tmp. */
+static inline void check_tmp(char *out, size_t cap, const char *name)
+{
+	const char *dir = getenv("TMPDIR");
+	if (!dir || !dir[0] || strlen(dir) > 40)
+		dir = "/tmp";
+	snprintf(out, cap, "%s/%s-XXXXXX", dir, name);
+}
+
 #endif

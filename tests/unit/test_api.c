@@ -269,7 +269,8 @@ static void test_errors(void)
 	CHECK_EQ_U(shardfs_open(fixture("tet/EXPECTED.json"), &h), -EPROTONOSUPPORT);
 
 	/* a torn copy (the first half of the file) does not open */
-	char dir[] = "/tmp/shardfs-api-XXXXXX";
+	char dir[64];
+	check_tmp(dir, sizeof dir, "shardfs-api");
 	CHECK(mkdtemp(dir) != NULL);
 	char torn[4096];
 	snprintf(torn, sizeof torn, "%s/torn.tet", dir);

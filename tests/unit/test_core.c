@@ -329,7 +329,8 @@ static void test_zstd_from_file(void)
 	CHECK(!ZSTD_isError(b));
 	ZSTD_freeCCtx(cc);
 	size_t total = a + sizeof skip + b;
-	char path[] = "/tmp/sf_core_XXXXXX";
+	char path[64];
+	check_tmp(path, sizeof path, "sf_core");
 	struct sf_map *m = map_bytes(path, file, total);
 	struct sf_err e;
 	/* the bound is the frames' blocks times their largest block, as
@@ -366,7 +367,8 @@ static void test_copy_from_file(void)
 	static uint8_t bytes[3 << 12];
 	for (size_t i = 0; i < sizeof bytes; i++)
 		bytes[i] = (uint8_t)(i * 13 + i / 509);
-	char path[] = "/tmp/sf_core_XXXXXX";
+	char path[64];
+	check_tmp(path, sizeof path, "sf_core");
 	struct sf_map *m = map_bytes(path, bytes, sizeof bytes);
 	struct sf_view *v = sf_view_new(NULL, "t");
 	CHECK(sf_view_hold_map(v, m) == 0);

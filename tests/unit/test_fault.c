@@ -59,7 +59,8 @@ static int work(void *ctx, struct sf_err *e)
  * result would be of another file), and not run at all once it has. */
 static void test_checked_run(void)
 {
-	char path[] = "/tmp/sf_fault_XXXXXX";
+	char path[64];
+	check_tmp(path, sizeof path, "sf_fault");
 	struct sf_map *m = mapped_then_cut(path, -1);
 	struct sf_view *v = sf_view_new(NULL, "t");
 	CHECK(sf_view_hold_map(v, m) == 0);
@@ -83,7 +84,8 @@ static void test_checked_run(void)
  * fault: a read of a view file over those bytes fails instead. */
 static void test_zeros_past_end(void)
 {
-	char path[] = "/tmp/sf_fault_XXXXXX";
+	char path[64];
+	check_tmp(path, sizeof path, "sf_fault");
 	struct sf_map *m = mapped_then_cut(path, (off_t)page + 10);
 	struct sf_view *v = sf_view_new(NULL, "t");
 	CHECK(sf_view_hold_map(v, m) == 0);
@@ -105,7 +107,8 @@ static void test_zeros_past_end(void)
  * EINVAL. No signal is raised: nothing here touches the lost pages. */
 static void test_copies(void)
 {
-	char path[] = "/tmp/sf_fault_XXXXXX";
+	char path[64];
+	check_tmp(path, sizeof path, "sf_fault");
 	struct sf_map *m = mapped_then_cut(path, (off_t)page);
 	struct sf_err e = { { 0 } };
 	uint8_t b[16];

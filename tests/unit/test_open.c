@@ -29,7 +29,7 @@ static void put(const char *rel, const char *text)
  * and beside top an outside file that only a symlink or ".." could reach. */
 static void make_tree(void)
 {
-	snprintf(top_path, sizeof top_path, "/tmp/sf-open-XXXXXX");
+	check_tmp(top_path, sizeof top_path, "sf-open");
 	CHECK(mkdtemp(top_path) != NULL);
 	char outside[96];
 	snprintf(outside, sizeof outside, "%s.outside", top_path);

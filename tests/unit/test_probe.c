@@ -111,7 +111,7 @@ static void test_big(void)
 int main(void)
 {
 	test_big();
-	snprintf(dir_path, sizeof dir_path, "/tmp/sf-probe-XXXXXX");
+	check_tmp(dir_path, sizeof dir_path, "sf-probe");
 	CHECK(mkdtemp(dir_path) != NULL);
 	dirfd_ = open(dir_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	size_t small_len, large_len;

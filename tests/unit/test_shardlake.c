@@ -467,7 +467,7 @@ int main(void)
 {
 	check_root("main");
 	check_root("legacy");
-	snprintf(tmp, sizeof tmp, "/tmp/test_shardlake.XXXXXX");
+	check_tmp(tmp, sizeof tmp, "test_shardlake");
 	CHECK(mkdtemp(tmp) != NULL);
 	char cmd[256];
 	snprintf(cmd, sizeof cmd, "mkdir -p %s/indexes/bad/shards %s/indexes/pq/shards %s/aliases",

@@ -1004,7 +1004,8 @@ static void test_rows_cut(const char *dir)
 
 int main(void)
 {
-	char dir[] = "/tmp/test_taridx.XXXXXX";
+	char dir[64];
+	check_tmp(dir, sizeof dir, "test_taridx");
 	CHECK(mkdtemp(dir) != NULL);
 	test_keys();
 	test_headers();
@@ -1019,7 +1020,7 @@ int main(void)
 	test_copies(dir);
 	test_rows_cut(dir);
 	char path[4096];
-	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn" };
+	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn", "cut" };
 	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
 		snprintf(path, sizeof path, "%s/%s.taridx", dir, made[i]);
 		unlink(path);

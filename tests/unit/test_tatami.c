@@ -168,7 +168,8 @@ static void damaged(const char *file, const char *out, long at, uint8_t xor, lon
 
 static void test_damage(void)
 {
-	char dir[] = "/tmp/test-tatami-XXXXXX";
+	char dir[64];
+	check_tmp(dir, sizeof dir, "test-tatami");
 	CHECK(mkdtemp(dir) != NULL);
 	char p[128];
 	snprintf(p, sizeof p, "%s/t.tatami", dir);

@@ -662,7 +662,7 @@ static void test_empty(void)
 
 int main(void)
 {
-	snprintf(tmpdir, sizeof tmpdir, "/tmp/test-tet-XXXXXX");
+	check_tmp(tmpdir, sizeof tmpdir, "test-tet");
 	if (!mkdtemp(tmpdir))
 		return 1;
 	test_fixtures();

@@ -14,7 +14,7 @@
 #include "sf_read.h"
 #include "views.h"
 
-static char tmpdir[] = "/tmp/test-tsumugi-XXXXXX";
+static char tmpdir[64];
 
 static unsigned hexbyte(const char *h)
 {
@@ -513,6 +513,7 @@ static void test_writer(void)
 
 int main(void)
 {
+	check_tmp(tmpdir, sizeof tmpdir, "test-tsumugi");
 	if (!mkdtemp(tmpdir))
 		return 1;
 	static const char *const fixtures[] = { "gold_empty.tsumugi", "gold_prod.tsumugi",
