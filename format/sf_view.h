@@ -253,7 +253,7 @@ struct sf_view {
 	 * memory is budgeted (sf_view_set_keep_generated). */
 	bool keep_generated;
 	/* Indexes a lookup reads are copied whole on first use and kept
-	 * (a fold's rows, 32 bytes a member), so that a lookup makes no system
+	 * (a fold's rows, 32 bytes a member, charged to the view's cache), so that a lookup makes no system
 	 * call to read them: for a host that reads members at random itself
 	 * (the Python module); the daemon copies rows as it reads them, its
 	 * memory bounded per member (sf_view_set_keep_copies). */

@@ -31,8 +31,9 @@
  * Memory: a file rendered from the whole container (a fold's
  * .shardfs/samples.jsonl, about 70 bytes a sample) is kept whole from its
  * first use until shardfs_close, where the mount renders it per read; so
- * are a fold's index rows (32 bytes a member) from its first lookup by
- * name, where the mount copies the rows each lookup reads.
+ * are a fold's index rows (32 bytes a member, held in the decode cache's
+ * budget, else read per lookup) from its first lookup by name, where the
+ * mount copies the rows each lookup reads.
  *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.

@@ -341,7 +341,8 @@ struct tx_fold {
 	/* A tar with no index (tx_lone.c): the index is built from its
 	 * headers when the view is first used (tx_fold_ready) into `built`,
 	 * its memory charged to `charged_to`. Folds of a .taridx are ready
-	 * when opened. */
+	 * when opened; the rows a host that keeps copies keeps (tx_index.kept)
+	 * are charged the same way. */
 	bool lone;
 	atomic_bool ready;
 	struct sf_turn ready_turn;

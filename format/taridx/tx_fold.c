@@ -210,10 +210,26 @@ static bool probe_row(void *arg, uint32_t r)
 
 static int populate_root(struct sf_node *root, struct sf_err *e);
 
+/* Whether the lookup keeps the rows of the index file whole (a host that
+ * keeps copies): only when the host's cache takes the charge, which the
+ * fold holds until it is freed; otherwise rows are copied as read. */
+static bool keep_rows(struct tx_fold *f)
+{
+	struct sf_cache *c = f->view->cache;
+	uint64_t bytes = f->ix.n_rows * TX_ROW_SIZE;
+	struct sf_err ignored = { { 0 } };
+	if (!f->view->keep_copies || !f->ix.map || f->charged ||
+	    sf_cache_charge(c, bytes, f->view->path, "keeping its index rows", &ignored))
+		return false;
+	f->charged_to = c;
+	f->charged = bytes;
+	return true;
+}
+
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	sf_turn_take(&f->lookup_turn);
-	int rc = tx_lookup_build(&f->ix, f->view->keep_copies, e);
+	int rc = f->ix.start ? 0 : tx_lookup_build(&f->ix, keep_rows(f), e);
 	sf_turn_give(&f->lookup_turn);
 	return rc;
 }
