@@ -227,6 +227,7 @@ void sf_readv_release(struct sf_readv *rv)
 	free(rv->hold);
 	free(rv->iov);
 	free(rv->src);
+	sf_recent_free(&rv->pre);
 	memset(rv, 0, sizeof *rv);
 }
 
@@ -297,14 +298,17 @@ static int copy_from_file(uint8_t *dst, const struct sf_map *m, const struct iov
 	return 0;
 }
 
-/* Copies the bytes of `n` pieces to dst: from their files where their
- * mapping is known (src), through the kernel otherwise. */
+/* Copies the bytes of `n` pieces to dst: from the lookup's copy (pre) or
+ * their files where their mapping is known (src), through the kernel
+ * otherwise. */
 static int copy_pieces(uint8_t *dst, const struct iovec *iov, const struct sf_map *const *src,
-		       size_t n)
+		       size_t n, const struct sf_recent *pre)
 {
 	for (size_t i = 0; i < n;) {
 		if (src && src[i]) {
-			if (copy_from_file(dst, src[i], &iov[i]))
+			if (!sf_recent_copy(pre, src[i], sf_map_off(src[i], iov[i].iov_base),
+					    iov[i].iov_len, dst) &&
+			    copy_from_file(dst, src[i], &iov[i]))
 				return -EIO;
 			dst += iov[i++].iov_len;
 			continue;
@@ -322,7 +326,7 @@ static int copy_pieces(uint8_t *dst, const struct iovec *iov, const struct sf_ma
 
 int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e)
 {
-	if (copy_pieces(dst, rv->iov, rv->src, rv->n) == 0)
+	if (copy_pieces(dst, rv->iov, rv->src, rv->n, &rv->pre) == 0)
 		return 0;
 	return sf_fail(e, -EIO, "%s: reading a source file failed (truncated or its storage fails)",
 		       rv->view ? rv->view->path : "?");
@@ -360,7 +364,7 @@ int sf_readv_fit(struct sf_readv *rv, size_t max)
 		size_t j = i, len = 0;
 		while (j < rv->n && rv->iov[j].iov_len < big)
 			len += rv->iov[j++].iov_len;
-		if ((rc = copy_pieces(at, rv->iov + i, rv->src ? rv->src + i : NULL, j - i)))
+		if ((rc = copy_pieces(at, rv->iov + i, rv->src ? rv->src + i : NULL, j - i, &rv->pre)))
 			return rc;
 		if (rv->src)
 			rv->src[out] = NULL;

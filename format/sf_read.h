@@ -7,6 +7,8 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "sf_recent.h"
+
 struct sf_buf;
 struct sf_cache;
 struct sf_err;
@@ -30,6 +32,9 @@ struct sf_readv {
 	 * pieces, whatever lets go of the view meanwhile (a FORGET, a view
 	 * closed past --max-open). An answer gathers from one file. */
 	struct sf_view *view;
+	/* What the lookup of this read copied along (sf_recent_take): pieces
+	 * it holds are copied from it rather than read again. */
+	struct sf_recent pre;
 	uint64_t bytes;
 	uint64_t from_map, from_cache, from_synth; /* byte accounting */
 };
@@ -43,9 +48,9 @@ void sf_readv_release(struct sf_readv *rv);
  * holds, long ones stay where they are. 0, or -ENOMEM, or -EIO when a
  * mapped page could not be read (the answer is then only fit for release). */
 int sf_readv_fit(struct sf_readv *rv, size_t max);
-/* Copies the collected bytes into dst (rv->bytes long) through the kernel:
- * pieces of a known mapping by pread on its file, the others by
- * process_vm_readv. A source page that cannot be read is -EIO, never a
+/* Copies the collected bytes into dst (rv->bytes long): pieces the lookup
+ * copied along from that copy; through the kernel the others, of a known
+ * mapping by pread on its file, the rest by process_vm_readv. A source page that cannot be read is -EIO, never a
  * signal. */
 int sf_readv_copy(const struct sf_readv *rv, void *dst, struct sf_err *e);
 

@@ -53,6 +53,9 @@ static void cache_start(void)
  * both. */
 #define RECHECK_NS (10 * 1000 * 1000)
 #define DROP_EVERY 65536
+/* The most of a file a read from its start has its lookup copy along: a
+ * sample's member, rarely more (a larger file is read by its own pread). */
+#define READ_ALONG_MAX ((size_t)64 << 10)
 
 static _Thread_local char last_error[sizeof(struct sf_err)];
 
@@ -176,7 +179,11 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *f;
+	/* a read from the start of a small file: its lookup may copy it along
+	 * with the header it checks, one pread for both (sf_recent.h) */
+	sf_recent_want(off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0);
 	int rc = walk(h, path, &f);
+	rv->pre = sf_recent_take();
 	if (rc)
 		return rc;
 	if (f->kind != SF_FILE)

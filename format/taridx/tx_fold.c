@@ -11,6 +11,7 @@
 #include "sf_bytes.h"
 #include "sf_hash.h"
 #include "sf_name.h"
+#include "sf_recent.h"
 #include "tx.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
@@ -448,6 +449,14 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		rc = tx_lookup_each(&f->ix, &p.w.rows, k.hash,
 				    tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash), (uint16_t)extid,
 				    probe_row, &p, e);
+		if (!rc && !p.rc && p.best >= 0 && sf_recent_wanted() && p.w.len &&
+		    p.w.map == f->shards[p.m.row.fid].map && p.m.en.data >= p.w.off &&
+		    p.m.en.size <= p.w.len && p.m.en.data - p.w.off <= p.w.len - p.m.en.size) {
+			/* the member's payload is in the copy its check made */
+			sf_recent_keep(p.w.map, p.w.off, p.w.buf, (size_t)p.w.len);
+			p.w.buf = NULL;
+			p.w.len = p.w.cap = 0;
+		}
 		tx_window_free(&p.w);
 		if (rc || (rc = p.rc))
 			return rc;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sf_bytes.h"
+#include "sf_recent.h"
 #include "tx.h"
 
 const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row)
@@ -118,7 +119,8 @@ static int read_member(const struct tx_fold *f, uint64_t r, const struct sf_map 
  * check of one row) copies just that header and, when the row before ends
  * right before it (unless r is plain), that row's header, which
  * chain_start reads next: one pread of those bytes rather than two of
- * TX_WINDOW_SMALL. A window in use
+ * TX_WINDOW_SMALL; and the payload after it when a read of it waits on
+ * the lookup. A window in use
  * (a pass) reads on as it does. 0; 1 when the tar cannot be read (te says
  * why); or as tx_rows_get (e). */
 static int first_copy(const struct tx_fold *f, uint64_t r, const struct tx_row *row,
@@ -138,10 +140,22 @@ static int first_copy(const struct tx_fold *f, uint64_t r, const struct tx_row *
 		    row->off - end < TX_BLOCK)
 			from = prev.off;
 	}
+	size_t hdrs = (size_t)(row->off + TX_BLOCK - from), along = 0;
+	/* a read waits on this lookup: the payload too, in the same pread
+	 * (the lookup hands the copy to the read, sf_recent.h) */
+	if (lone && row->size && row->size <= sf_recent_wanted() &&
+	    sf_range_ok(map->size, row->off + TX_BLOCK, row->size))
+		along = (size_t)row->size;
 	if (lone)
-		w->ahead = (size_t)(row->off + TX_BLOCK - from);
+		w->ahead = hdrs + along;
 	const uint8_t *p;
-	int bad = tx_window_get(w, map, from, row->off + TX_BLOCK - from, &p, te);
+	int bad = tx_window_get(w, map, from, hdrs, &p, te);
+	/* a payload that cannot be read is the read's to report, not the
+	 * check's: the headers alone again */
+	if (bad && along) {
+		w->ahead = hdrs;
+		bad = tx_window_get(w, map, from, hdrs, &p, te);
+	}
 	if (lone)
 		w->ahead = 0;
 	if (bad)

@@ -18,6 +18,7 @@
 #include "sf_format.h"
 #include "taridx/tx.h"
 #include "sf_read.h"
+#include "sf_recent.h"
 
 /* The whole content of a view file, or NULL when a read fails (*rc). */
 static struct sf_buf *read_all(struct sf_node *f, int *rc)
@@ -1002,6 +1003,56 @@ static void test_rows_cut(const char *dir)
 	sf_buf_unref(mem);
 }
 
+/* A lookup a read waits on copies the member's payload along with its
+ * header (sf_recent.h), and the read copies from that: the bytes are
+ * right when the tar is cut after the read was gathered (nothing is read
+ * again). A member larger than the read asks for, or a lookup no read
+ * waits on, copies nothing along. */
+static void test_read_along(const char *dir)
+{
+	struct sf_str t = { 0 };
+	char big[3000];
+	memset(big, 'b', sizeof big);
+	tar_add(&t, "a.bin", 5, '0', "alpha", 5);
+	tar_add(&t, "b.bin", 5, '0', big, sizeof big);
+	tar_add(&t, "c.bin", 5, '0', "gamma", 5);
+	struct sf_buf *ix = write_fold(dir, "ra", &t);
+	sf_buf_unref(ix);
+	char tar[4096];
+	snprintf(tar, sizeof tar, "%s/ra_0000.tar", dir);
+	struct sf_view *v = NULL;
+	struct sf_err e = { { 0 } };
+	CHECK(open_in(dir, "ra.taridx", &v) == 0 && v);
+	if (!v)
+		return;
+	/* no read waits: nothing copied along */
+	CHECK(walk(v, "a.bin") != NULL);
+	struct sf_recent r = sf_recent_take();
+	CHECK(!r.buf);
+	/* larger than the read asks for: nothing copied along */
+	sf_recent_want(100);
+	CHECK(walk(v, "b.bin") != NULL);
+	r = sf_recent_take();
+	CHECK(!r.buf && !sf_recent_wanted());
+	sf_recent_want(1 << 16);
+	struct sf_node *n = walk(v, "c.bin");
+	r = sf_recent_take();
+	CHECK(n && r.buf && r.len >= 512 + 5);
+	struct sf_readv rv = { 0 };
+	CHECK(n && sf_file_ready(n, &sf_nocache, &e) == 0 &&
+	      sf_file_read(n, 0, 5, &sf_nocache, &rv, &e) == 0 && rv.bytes == 5);
+	rv.pre = r;
+	/* the tar cut: the read copies from the lookup's copy */
+	CHECK(truncate(tar, 1024) == 0);
+	uint8_t out[5] = { 0 };
+	CHECK(sf_readv_copy(&rv, out, &e) == 0 && memcmp(out, "gamma", 5) == 0);
+	/* without it, the cut is the read's error */
+	sf_recent_free(&rv.pre);
+	CHECK(sf_readv_copy(&rv, out, &e) == -EIO);
+	sf_readv_release(&rv);
+	sf_view_unref(v);
+}
+
 int main(void)
 {
 	char dir[64];
@@ -1019,8 +1070,9 @@ int main(void)
 	test_samples(dir);
 	test_copies(dir);
 	test_rows_cut(dir);
+	test_read_along(dir);
 	char path[4096];
-	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn", "cut" };
+	static const char *const made[] = { "l", "h", "sa", "sw", "sc", "sn", "cut", "ra" };
 	for (size_t i = 0; i < sizeof made / sizeof *made; i++) {
 		snprintf(path, sizeof path, "%s/%s.taridx", dir, made[i]);
 		unlink(path);
