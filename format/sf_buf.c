@@ -45,7 +45,7 @@ void sf_buf_unref(struct sf_buf *b)
 	}
 }
 
-static bool str_reserve(struct sf_str *s, size_t more)
+bool sf_str_reserve(struct sf_str *s, size_t more)
 {
 	if (s->oom)
 		return false;
@@ -69,14 +69,6 @@ static bool str_reserve(struct sf_str *s, size_t more)
 	return true;
 }
 
-void sf_str_add(struct sf_str *s, const void *p, size_t n)
-{
-	if (n && str_reserve(s, n)) {
-		memcpy(s->p + s->len, p, n);
-		s->len += n;
-	}
-}
-
 void sf_str_addc(struct sf_str *s, char c)
 {
 	sf_str_add(s, &c, 1);
@@ -87,7 +79,7 @@ void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap)
 	va_list again;
 	va_copy(again, ap);
 	int n = vsnprintf(NULL, 0, fmt, ap);
-	if (n >= 0 && str_reserve(s, (size_t)n + 1)) {
+	if (n >= 0 && sf_str_reserve(s, (size_t)n + 1)) {
 		vsnprintf((char *)s->p + s->len, (size_t)n + 1, fmt, again);
 		s->len += (size_t)n;
 	}

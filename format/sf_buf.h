@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* A reference-counted byte buffer. */
 struct sf_buf {
@@ -38,7 +39,17 @@ struct sf_str {
 	size_t len, cap;
 	bool oom;
 };
-void sf_str_add(struct sf_str *s, const void *p, size_t n);
+/* Appends n bytes; a string that cannot grow is marked oom (sf_str_take
+ * then gives NULL). Inline: renders of millions of lines (samples.jsonl)
+ * append a few bytes at a time. */
+bool sf_str_reserve(struct sf_str *s, size_t more);
+static inline void sf_str_add(struct sf_str *s, const void *p, size_t n)
+{
+	if (n && (s->len + n <= s->cap || sf_str_reserve(s, n))) {
+		memcpy(s->p + s->len, p, n);
+		s->len += n;
+	}
+}
 void sf_str_addf(struct sf_str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void sf_str_vaddf(struct sf_str *s, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
 void sf_str_addc(struct sf_str *s, char c);

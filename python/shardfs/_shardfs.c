@@ -599,21 +599,32 @@ static PyObject *line_starts(PyObject *mod, PyObject *arg)
 	if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE))
 		return NULL;
 	const char *p = b.buf, *end = p + b.len;
-	Py_ssize_t lines = 0;
+	/* one pass, the starts into a growing array: a fold's samples.jsonl
+	 * has a line per sample, millions of them */
+	int64_t *at = NULL;
+	size_t n = 0, cap = 0;
+	int oom = 0;
 	Py_BEGIN_ALLOW_THREADS
-	for (const char *q = p; q < end && (q = memchr(q, '\n', (size_t)(end - q))); q++)
-		lines++;
-	Py_END_ALLOW_THREADS
-	PyObject *r = PyBytes_FromStringAndSize(NULL, (lines + 1) * (Py_ssize_t)sizeof(int64_t));
-	if (r) {
-		int64_t *at = (int64_t *)PyBytes_AS_STRING(r);
-		Py_BEGIN_ALLOW_THREADS
-		*at++ = 0;
-		for (const char *q = p; q < end && (q = memchr(q, '\n', (size_t)(end - q))); q++)
-			*at++ = q + 1 - p;
-		Py_END_ALLOW_THREADS
+	for (const char *q = p; !oom; q++) {
+		if (n == cap) {
+			size_t want = cap ? 2 * cap : 1024;
+			int64_t *grown = realloc(at, want * sizeof *at);
+			if (!grown) {
+				oom = 1;
+				break;
+			}
+			at = grown;
+			cap = want;
+		}
+		at[n++] = q - p;
+		if (q >= end || !(q = memchr(q, '\n', (size_t)(end - q))))
+			break;
 	}
+	Py_END_ALLOW_THREADS
 	PyBuffer_Release(&b);
+	PyObject *r = oom ? PyErr_NoMemory() :
+			    PyBytes_FromStringAndSize((const char *)at, (Py_ssize_t)(n * sizeof *at));
+	free(at);
 	return r;
 }
 
