@@ -34,14 +34,18 @@ class Fold:
 
     def __init__(self, view, path="", buffers=False):
         self.view, self.path, self.buffers = view, path.strip("/"), buffers
-        import numpy as np  # here: `import shardfs` alone needs no numpy
         index = self._p(".shardfs/samples.jsonl")
         data = view.buffer(index)
-        self._starts = np.frombuffer(_shardfs.line_starts(data), dtype=np.int64)
+        self._set_starts(_shardfs.line_starts(data))
         if len(data) and data[-1] != 0x0A:
             raise OSError(f"{view.path}: {index}: the last line has no newline")
         self._data = data
         self._keys = None
+
+    def _set_starts(self, raw):
+        # native int64s read in place (no numpy needed, none imported)
+        self._raw_starts = raw
+        self._starts = memoryview(raw).cast("q")
 
     def _p(self, rel):
         return f"{self.path}/{rel}" if self.path else rel
@@ -49,11 +53,11 @@ class Fold:
     def __getstate__(self):
         # the line index travels (no second pass); the bytes are read again
         return {"view": self.view, "path": self.path, "buffers": self.buffers,
-                "starts": self._starts}
+                "starts": self._raw_starts}
 
     def __setstate__(self, s):
         self.view, self.path, self.buffers = s["view"], s["path"], s["buffers"]
-        self._starts = s["starts"]
+        self._set_starts(s["starts"])
         self._data = self.view.buffer(self._p(".shardfs/samples.jsonl"))
         self._keys = None
 

@@ -70,6 +70,25 @@ def test_fold_samples_by_index_and_key_as_the_mount_shows_them(fold, mount):
         assert {e: bytes(b) for e, b in zero.items()} == dict(f[5])
 
 
+def test_fold_needs_no_numpy(fold, mount):
+    """A fold opens and reads in a process where numpy cannot be imported
+    (its line index is read in place), and travels by pickle."""
+    mnt = mount(fold)
+    want = json.loads((mnt / "train/.shardfs/samples.jsonl").read_text().splitlines()[7])
+    code = f"""
+import json, pickle, sys
+sys.modules["numpy"] = None
+import shardfs
+with shardfs.open({str(fold / "train.taridx")!r}) as v:
+    f = v.fold()
+    g = pickle.loads(pickle.dumps(f))
+    s = g[7]
+    print(json.dumps([len(f), s.index, s.key, sorted(s), "numpy" in sys.modules and sys.modules["numpy"] is not None]))
+"""
+    got = json.loads(run([str(PYTHON), "-c", code]))
+    assert got == [120, want["i"], want["key"], sorted(want["members"]), False]
+
+
 def run(cmd, timeout=600):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=module_env())
     assert r.returncode == 0, r.stderr[-4000:]
