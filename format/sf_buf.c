@@ -1,5 +1,6 @@
 /* Reference-counted buffers and growable strings. */
 #include "sf_buf.h"
+#include "sf_big.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@ struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 	atomic_init(&b->refs, 1);
 	b->len = len;
 	b->data = data;
+	b->big = false;
 	return b;
 }
 
@@ -40,9 +42,20 @@ struct sf_buf *sf_buf_ref(struct sf_buf *b)
 void sf_buf_unref(struct sf_buf *b)
 {
 	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
-		free(b->data);
+		if (b->big)
+			sf_big_free(b->data);
+		else
+			free(b->data);
 		free(b);
 	}
+}
+
+static void str_release(struct sf_str *s)
+{
+	if (s->big)
+		sf_big_free(s->p);
+	else
+		free(s->p);
 }
 
 bool sf_str_reserve(struct sf_str *s, size_t more)
@@ -59,13 +72,23 @@ bool sf_str_reserve(struct sf_str *s, size_t more)
 		}
 		cap *= 2;
 	}
-	uint8_t *p = realloc(s->p, cap);
+	uint8_t *p;
+	if (cap >= SF_STR_BIG) {
+		p = sf_big_alloc(cap, 1);
+		if (p && s->len)
+			memcpy(p, s->p, s->len);
+		if (p)
+			str_release(s);
+	} else {
+		p = realloc(s->p, cap);
+	}
 	if (!p) {
 		s->oom = true;
 		return false;
 	}
 	s->p = p;
 	s->cap = cap;
+	s->big = cap >= SF_STR_BIG;
 	return true;
 }
 
@@ -105,13 +128,14 @@ struct sf_buf *sf_str_take(struct sf_str *s)
 		sf_str_free(s);
 		return NULL;
 	}
+	b->big = s->big;
 	memset(s, 0, sizeof *s);
 	return b;
 }
 
 void sf_str_free(struct sf_str *s)
 {
-	free(s->p);
+	str_release(s);
 	memset(s, 0, sizeof *s);
 }
 

@@ -15,6 +15,7 @@ struct sf_buf {
 	atomic_uint refs;
 	size_t len;
 	uint8_t *data;
+	bool big; /* data is from sf_big_alloc (sf_big.h), not malloc */
 };
 
 struct sf_buf *sf_buf_new(size_t len);            /* zero-filled; NULL on ENOMEM */
@@ -33,12 +34,16 @@ int sf_grow(void *pp, size_t *cap, size_t n, size_t size, size_t first);
 int sf_grow_by(void *pp, size_t *cap, size_t n, size_t size, size_t first,
 	       void *(*resize)(void *old, size_t had, size_t want));
 
-/* A growable byte string for building text and JSON views. */
+/* A growable byte string for building text and JSON views. One of
+ * SF_STR_BIG bytes or more moves to huge pages (sf_big.h): a fold's
+ * samples.jsonl is tens of megabytes of fresh memory. */
 struct sf_str {
 	uint8_t *p;
 	size_t len, cap;
 	bool oom;
+	bool big; /* p is from sf_big_alloc */
 };
+#define SF_STR_BIG ((size_t)4 << 20)
 /* Appends n bytes; a string that cannot grow is marked oom (sf_str_take
  * then gives NULL). Inline: renders of millions of lines (samples.jsonl)
  * append a few bytes at a time. */

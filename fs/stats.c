@@ -124,7 +124,7 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 		size_t from = s->log_text.len;
 		add_line(&s->log_text, when, path, msg);
 		if (s->log_text.oom) /* not logged: the text is left as it was */
-			s->log_text = (struct sf_str){ s->log_text.p, from, s->log_text.cap, false };
+			s->log_text = (struct sf_str){ s->log_text.p, from, s->log_text.cap, false, s->log_text.big };
 		else
 			errlog_keep(s, h, s->log_text.len - from);
 	}

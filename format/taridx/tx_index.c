@@ -7,6 +7,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_big.h"
 #include "sf_bytes.h"
 #include "tx.h"
 
@@ -156,16 +157,16 @@ void tx_index_free(struct tx_index *ix)
 	free(ix->ext);
 	free(ix->crash);
 	free(ix->crash_by_hash);
-	free(ix->perm);
-	free(ix->tag);
-	free(ix->start);
+	sf_big_free(ix->perm);
+	sf_big_free(ix->tag);
+	sf_big_free(ix->start);
 	free(ix->head);
 	ix->head = NULL;
 	ix->ext = ix->crash = NULL;
 	ix->crash_by_hash = NULL;
 	ix->perm = ix->start = NULL;
 	ix->tag = NULL;
-	free(atomic_load(&ix->kept));
+	sf_big_free(atomic_load(&ix->kept));
 	atomic_store(&ix->kept, NULL);
 }
 
@@ -358,11 +359,15 @@ static int gather_keys(struct tx_index *ix, struct row_keys *k, struct sf_err *e
  * call from then on (published before the lookup that reads them). */
 static int keep_rows(struct tx_index *ix, struct sf_err *e)
 {
-	uint8_t *rows;
 	if (!ix->map || atomic_load(&ix->kept))
 		return 0;
-	int rc = sf_map_copy(ix->map, ix->off_arr, ix->n_rows * TX_ROW_SIZE, &rows, "its rows", e);
-	if (!rc)
+	uint8_t *rows = sf_big_alloc(ix->n_rows, TX_ROW_SIZE);
+	if (!rows)
+		return sf_fail(e, -ENOMEM, "%s: out of memory for its rows", ix->map->path);
+	int rc = sf_map_read(ix->map, ix->off_arr, ix->n_rows * TX_ROW_SIZE, rows, "its rows", e);
+	if (rc)
+		sf_big_free(rows);
+	else
 		atomic_store_explicit(&ix->kept, rows, memory_order_release);
 	return rc;
 }
@@ -380,19 +385,21 @@ int tx_lookup_build(struct tx_index *ix, bool keep, struct sf_err *e)
 	while (bits < 31 && (2ull << bits) <= ix->n_rows)
 		bits++;
 	size_t nb = (size_t)1 << bits, nr = ix->n_rows ? (size_t)ix->n_rows : 1;
-	uint32_t *start = calloc(nb + 1, sizeof *start);
-	uint32_t *perm = malloc(nr * sizeof *perm);
-	uint8_t *tag = malloc(nr);
-	struct row_keys k = { malloc(nr * sizeof *k.hash), malloc(nr * sizeof *k.crash) };
+	/* in huge pages (sf_big.h): a million rows' arrays are 17 MB of
+	 * fresh memory */
+	uint32_t *start = sf_big_alloc(nb + 1, sizeof *start);
+	uint32_t *perm = sf_big_alloc(nr, sizeof *perm);
+	uint8_t *tag = sf_big_alloc(nr, 1);
+	struct row_keys k = { sf_big_alloc(nr, sizeof *k.hash), sf_big_alloc(nr, sizeof *k.crash) };
 	int rc = start && perm && tag && k.hash && k.crash ? 0 : sf_fail(e, -ENOMEM, "out of memory for the row lookup");
 	if (!rc)
 		rc = gather_keys(ix, &k, e);
 	if (rc) {
-		free(start);
-		free(perm);
-		free(tag);
-		free(k.hash);
-		free(k.crash);
+		sf_big_free(start);
+		sf_big_free(perm);
+		sf_big_free(tag);
+		sf_big_free(k.hash);
+		sf_big_free(k.crash);
 		return rc;
 	}
 	ix->bits = bits;
@@ -414,8 +421,8 @@ int tx_lookup_build(struct tx_index *ix, bool keep, struct sf_err *e)
 		ix->groups += i == 0 || !same_keys(&k, perm[i - 1], perm[i]);
 		tag[i] = tag_of(ix, k.hash[perm[i]]);
 	}
-	free(k.hash);
-	free(k.crash);
+	sf_big_free(k.hash);
+	sf_big_free(k.crash);
 	ix->perm = perm;
 	ix->tag = tag;
 	ix->start = start;
