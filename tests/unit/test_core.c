@@ -480,6 +480,45 @@ static void test_grow(void)
 	free(a);
 }
 
+/* A string that grows past SF_STR_BIG moves to huge pages with what it
+ * held, and the buffer it is taken into frees it so (ASan sees a wrong
+ * free); a small one stays in malloc's. */
+static void test_str_big(void)
+{
+	struct sf_str s = { 0 };
+	char line[32];
+	size_t n = 0;
+	while (s.len < SF_STR_BIG + 4096 && !s.oom) {
+		int k = snprintf(line, sizeof line, "%zu\n", n++);
+		sf_str_add(&s, line, (size_t)k);
+	}
+	CHECK(!s.oom && s.big && s.cap >= s.len);
+	/* every line where it was written */
+	size_t at = 0;
+	bool same = true;
+	for (size_t i = 0; i < n && same; i++) {
+		int k = snprintf(line, sizeof line, "%zu\n", i);
+		same = at + (size_t)k <= s.len && memcmp(s.p + at, line, (size_t)k) == 0;
+		at += (size_t)k;
+	}
+	CHECK(same && at == s.len);
+	size_t len = s.len;
+	struct sf_buf *b = sf_str_take(&s);
+	CHECK(b && b->big && b->len == len && !s.p && b->data[0] == '0');
+	sf_buf_unref(b);
+	struct sf_str small = { 0 };
+	sf_str_add(&small, "abc", 3);
+	CHECK(!small.big);
+	b = sf_str_take(&small);
+	CHECK(b && !b->big && b->len == 3);
+	sf_buf_unref(b);
+	/* freed while big, without a take */
+	sf_str_add(&s, "x", 1);
+	CHECK(sf_str_reserve(&s, SF_STR_BIG) && s.big && s.len == 1 && s.p[0] == 'x');
+	sf_str_free(&s);
+	CHECK(!s.p && !s.big);
+}
+
 struct hitem {
 	uint64_t hash;
 	int id;
@@ -834,6 +873,7 @@ int main(void)
 	test_json();
 	test_report();
 	test_grow();
+	test_str_big();
 	test_hash();
 	test_hash_rolling();
 	test_ids();
