@@ -877,6 +877,12 @@ static bool find_settled(struct sf_node *dir, const char *name, struct sf_node *
 	return i < 0 || *out;
 }
 
+int sf_dir_find_known(struct sf_node *dir, const char *name, struct sf_node **out)
+{
+	*out = NULL;
+	return dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out);
+}
+
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e)
 {

@@ -367,6 +367,11 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
  * first). *out is NULL if absent. */
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
+/* What sf_dir_find answers from what a settled directory already holds:
+ * 1 with *out (pinned as sf_dir_find pins it, or NULL: no such name), or 0
+ * when the answer needs lazy work (then only sf_dir_find answers). Takes
+ * the names lock only: it never waits on lazy work, nor on the source. */
+int sf_dir_find_known(struct sf_node *dir, const char *name, struct sf_node **out);
 /* Makes sure a directory is populated. */
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e);
 /* The same from a hook of the directory's view (its turn held: the turn

@@ -124,6 +124,21 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	src_end(dm);
 }
 
+/* Answers a lookup in view directory dir with what it found: kid (pinned,
+ * its pin handed to the fnode) or nothing. */
+static void answer_view(fuse_req_t req, struct daemon *dm, struct fnode *dir, struct sf_node *kid)
+{
+	if (!kid) {
+		reply_negative(req, VIEW_TIMEOUT);
+		return;
+	}
+	fnode_find(&dm->tree);
+	struct fnode *n = fnode_for_view(&dm->tree, dir, kid, NULL);
+	/* the fnode holds the node now (or, out of memory, nothing does) */
+	sf_node_unpin(kid);
+	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
+}
+
 static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req);
@@ -152,20 +167,20 @@ static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	if (!kid) {
-		reply_negative(req, VIEW_TIMEOUT);
-		return;
-	}
-	fnode_find(&dm->tree);
-	struct fnode *n = fnode_for_view(&dm->tree, dir, kid, NULL);
-	/* the fnode holds the node now (or, out of memory, nothing does) */
-	sf_node_unpin(kid);
-	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
+	answer_view(req, dm, dir, kid);
 }
 
 static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 {
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	/* a name the view already holds, or knows absent, reads nothing: it is
+	 * answered with no section at the source, so that it answers while
+	 * the source holds every thread the pool gives it */
+	struct sf_node *vn = fnode_vn(dir), *kid;
+	if (vn && sf_node_kind(vn) == SF_DIR && sf_dir_find_known(vn, name, &kid)) {
+		answer_view(req, dm, dir, kid);
+		return;
+	}
 	char pb[FNODE_PATH_MAX];
 	if (!src_begin(req, "lookup", node_path(dir, pb), name))
 		return;

@@ -355,8 +355,19 @@ def test_stall_holding_a_view(source, mount):
     # entered through its .shardfs/ (an OPENDIR of the fold's root would
     # list it): the members' headers are not read yet
     meta = os.open(mnt / "fold" / ".shardfs", os.O_RDONLY | os.O_DIRECTORY)
-    info = {n: (mnt / "fold" / ".shardfs" / n).read_bytes() for n in ("info.json", "info.txt")}
     cached = os.open(mnt / "fold" / ".shardfs" / "info.json", os.O_RDONLY)
+    try:
+        holding_a_view(src, mnt, daemon, members, meta, cached)
+    finally:
+        # an open file would keep the lazily unmounted daemon alive
+        os.close(cached)
+        os.close(meta)
+    wait_unstuck(mnt)
+
+
+def holding_a_view(src, mnt, daemon, members, meta, cached):
+    """The body of test_stall_holding_a_view, with its files open."""
+    info = {n: (mnt / "fold" / ".shardfs" / n).read_bytes() for n in ("info.json", "info.txt")}
     # ".." of .shardfs: no lookup of "fold" in SRC, whose entry the
     # kernel asks again after a second
     names = list_in_outage(
@@ -380,9 +391,6 @@ def test_stall_holding_a_view(source, mount):
     for n, b in info.items():
         assert (mnt / "fold" / ".shardfs" / n).read_bytes() == b
     assert os.pread(cached, len(info["info.json"]) + 1, 0) == info["info.json"]
-    os.close(cached)
-    os.close(meta)
-    wait_unstuck(mnt)
 
 
 def test_stall_holding_a_listing(source, mount):
@@ -398,16 +406,29 @@ def test_stall_holding_a_listing(source, mount):
     tw.write_tet(str(d / "v.tet"), [tw.Dataset(b"y", a[:64], (64, 64))])
     (d / "plain.txt").write_bytes(b"plain\n")
     mnt = mount(src.mnt, "--threads", "2")
-    daemon = mount.last.proc
     # the view w entered by name (a partial listing of d), its x/ listed;
     # d itself never listed, held only by a path descriptor
     dpath = os.open(mnt / "d", os.O_PATH)
     x = os.open(mnt / "d" / "w" / "x", os.O_RDONLY | os.O_DIRECTORY)
     w = os.open("..", os.O_PATH, dir_fd=x)
+    fds = [x, w, dpath]
+    try:
+        holding_a_listing(src, mnt, a, dpath, x, w, fds)
+    finally:
+        # an open file would keep the lazily unmounted daemon alive
+        for fd in fds:
+            os.close(fd)
+    wait_unstuck(mnt)
+
+
+def holding_a_listing(src, mnt, a, dpath, x, w, fds):
+    """The body of test_stall_holding_a_listing, with its files open (fds,
+    which it adds to)."""
     tiles = sorted(os.listdir(x))
     assert "0.1" in tiles, tiles
     want = np.ascontiguousarray(a[:128, 128:]).tobytes()
     tile = os.open("0.1", os.O_RDONLY, dir_fd=x)
+    fds.append(tile)
     assert os.pread(tile, len(want) + 1, 0) == want
     names = list_in_outage(
         src, mnt, lambda: os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=dpath), "d", {
@@ -428,6 +449,67 @@ def test_stall_holding_a_listing(source, mount):
     with open(mnt / "d" / "v" / "y" / "0.0", "rb") as f:
         assert f.read() == np.ascontiguousarray(a[:64, :64]).tobytes()
     assert (mnt / "d" / "plain.txt").read_bytes() == b"plain\n"
-    for fd in (tile, x, w, dpath):
-        os.close(fd)
+
+
+def test_known_names_answer_while_the_source_holds_the_pool(source, mount):
+    """With one request thread, readers stuck at the source hold all the
+    pool may give it, so requests that may read the source are refused
+    (EIO); a lookup of a name a view already holds, or knows absent, reads
+    nothing and answers (it took a place at the source too, and was refused
+    whenever a release or a forget was in flight beside a stuck request)."""
+    src = source()
+    rng = np.random.default_rng(37)
+    members = [rng.bytes(1 << 20) for _ in range(4)]
+    xw.write_fold(src.backing, "fold", [(f"{i:06d}", {"bin": m}) for i, m in enumerate(members)])
+    mnt = mount(src.mnt, "--threads", "1")
+    meta = os.open(mnt / "fold" / ".shardfs", os.O_RDONLY | os.O_DIRECTORY)
+    # opened (built) before the outage; their second halves are not read yet
+    handles = [os.open(mnt / "fold" / f"{i:06d}.bin", os.O_RDONLY) for i in range(len(members))]
+    try:
+        known_names(src, mnt, members, meta, handles)
+    finally:
+        # an open file would keep the lazily unmounted daemon alive
+        for fd in [*handles, meta]:
+            os.close(fd)
     wait_unstuck(mnt)
+
+
+def known_names(src, mnt, members, meta, handles):
+    """The body of test_known_names_answer_while_the_source_holds_the_pool,
+    with its files open."""
+    info = (mnt / "fold" / ".shardfs" / "info.json").read_bytes()
+    results = {}
+
+    def reader(i):
+        try:
+            results[i] = os.pread(handles[i], 4096, 3 << 18) == members[i][3 << 18:(3 << 18) + 4096]
+        except OSError as e:
+            results[i] = e.errno
+
+    readers = [threading.Thread(target=reader, args=(i,), daemon=True) for i in range(len(members))]
+    src.stop()
+    try:
+        for t in readers:
+            t.start()
+        deadline, s = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            s, _ = timed(lambda: stats(mnt))
+            if s["at_source"] >= 2 and s["stuck"] and s["stuck"][0]["seconds"] >= 1.5:
+                break
+            time.sleep(0.05)
+        assert s["at_source"] >= 2 and s["stuck"], s
+        for _ in range(5):
+            assert timed(lambda: os.stat("rows", dir_fd=meta))[1] < 1.0
+            assert timed(lambda: os.stat("info.json", dir_fd=meta))[1] < 1.0
+            with pytest.raises(FileNotFoundError):
+                timed(lambda: os.stat("nothing", dir_fd=meta))
+    finally:
+        src.cont()
+    for t in readers:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in readers)
+    # each reader got its bytes, or EIO when the pool had no thread to give
+    assert all(r is True or r == errno.EIO for r in results.values()), results
+    assert (mnt / "fold" / ".shardfs" / "info.json").read_bytes() == info
+    for i, m in enumerate(members):
+        assert os.pread(handles[i], len(m) + 1, 0) == m
