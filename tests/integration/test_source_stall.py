@@ -154,6 +154,15 @@ def test_stall_stays_with_its_files(source, mount):
     assert "stuck" not in (mnt / ".shardfs" / "errors").read_text()
 
 
+def readers_done(readers, results):
+    """Joins the readers once the source is back: each got its exact bytes
+    (True), or EIO when the pool had no thread left to give the source."""
+    for t in readers:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in readers)
+    assert all(r is True or r == errno.EIO for r in results.values()), results
+
+
 def stall_and_read(src, mnt, daemon, cold, handles, small):
     """The body of test_stall_stays_with_its_files, with its files open."""
     assert os.read(small, 100) == b"held by the kernel\n"
@@ -209,12 +218,7 @@ def stall_and_read(src, mnt, daemon, cold, handles, small):
         assert max(took) < 1.0, took
     finally:
         src.cont()
-    for t in readers:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in readers)
-    # each stuck reader got its exact bytes, or EIO when no thread was left
-    # to give the source
-    assert all(r is True or r == errno.EIO for r in results.values()), results
+    readers_done(readers, results)
     assert sum(r is True for r in results.values()) >= 2, results
     # the same daemon reads everything exactly again, old handles and new
     assert daemon.poll() is None
@@ -508,11 +512,7 @@ def known_names(src, mnt, members, meta, handles):
                 timed(lambda: os.stat("nothing", dir_fd=meta))
     finally:
         src.cont()
-    for t in readers:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in readers)
-    # each reader got its bytes, or EIO when the pool had no thread to give
-    assert all(r is True or r == errno.EIO for r in results.values()), results
+    readers_done(readers, results)
     assert (mnt / "fold" / ".shardfs" / "info.json").read_bytes() == info
     for i, m in enumerate(members):
         assert os.pread(handles[i], len(m) + 1, 0) == m
