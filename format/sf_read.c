@@ -219,6 +219,24 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 	return 0;
 }
 
+int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,
+		   struct sf_readv *rv, struct sf_err *e)
+{
+	int rc = sf_view_refused(v, e);
+	if (rc)
+		return rc;
+	if (off >= s->size)
+		return 0;
+	if ((rc = sf_map_check(s->map, e)))
+		return rc;
+	if (!rv->view)
+		rv->view = sf_view_ref(v);
+	if (len > s->size - off)
+		len = s->size - off;
+	rv->from_map += len;
+	return rv_push(rv, s->map->data + s->off + off, (size_t)len, s->map);
+}
+
 void sf_readv_release(struct sf_readv *rv)
 {
 	for (size_t i = 0; i < rv->nhold; i++)

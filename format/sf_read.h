@@ -14,6 +14,7 @@ struct sf_cache;
 struct sf_err;
 struct sf_map;
 struct sf_node;
+struct sf_stored;
 struct sf_view;
 
 /* A read's answer: iovecs pointing into mappings and buffers, plus the
@@ -42,6 +43,10 @@ struct sf_readv {
 /* Collects [off, off+len) of a ready file (len clipped to the size). */
 int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
+/* Collects [off, off+len) of a file whose bytes sf_view_locate found in
+ * view v (len clipped to the size), checked as sf_file_read checks. */
+int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,
+		   struct sf_readv *rv, struct sf_err *e);
 void sf_readv_release(struct sf_readv *rv);
 /* Makes the answer at most `max` pieces (max >= 2), whatever it was
  * gathered from: runs of short pieces are copied into one buffer the answer

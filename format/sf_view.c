@@ -511,6 +511,11 @@ void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn)
 	dir->u.dir.lookup = fn;
 }
 
+void sf_dir_set_locate(struct sf_node *dir, sf_locate_fn fn)
+{
+	dir->u.dir.locate = fn;
+}
+
 /* ---- file content ----------------------------------------------------- */
 
 static int file_push(struct sf_node *f, struct sf_ext x)
@@ -804,6 +809,18 @@ static int run_lookup(void *ctx, struct sf_err *e)
 	return l->dir->u.dir.lookup(l->dir, l->name, l->hit, e);
 }
 
+struct locate_call {
+	struct sf_node *dir;
+	const char *name;
+	struct sf_stored *out;
+};
+
+static int run_locate(void *ctx, struct sf_err *e)
+{
+	struct locate_call *l = ctx;
+	return l->dir->u.dir.locate(l->dir, l->name, l->out, e);
+}
+
 struct build_call {
 	struct sf_node *f;
 	struct sf_cache *c;
@@ -1088,3 +1105,19 @@ int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
 	return 0;
 }
 
+int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
+		   struct sf_err *e)
+{
+	struct sf_node *root = v->root;
+	while (*path == '/')
+		path++;
+	if (root->kind != SF_DIR || !root->u.dir.locate || !*path || strchr(path, '/') ||
+	    strcmp(path, ".") == 0 || atomic_load(&root->u.dir.settled))
+		return SF_LOOKUP_LIST;
+	work_begin(v);
+	/* a listing, even one under way, names the entries from then on */
+	int rc = root->u.dir.populated ? SF_LOOKUP_LIST :
+		 sf_checked_run(v, run_locate, &(struct locate_call){ root, path, out }, e);
+	work_end(v, NULL);
+	return rc;
+}

@@ -136,6 +136,19 @@ typedef int (*sf_populate_fn)(struct sf_node *dir, struct sf_err *e);
 #define SF_LOOKUP_LIST 1
 typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 			    struct sf_node **out, struct sf_err *e);
+/* Where a file's bytes lie when they are stored as-is in one mapping of
+ * its view: [off, off + size) of map. */
+struct sf_stored {
+	struct sf_map *map;
+	uint64_t off, size;
+};
+/* Where the bytes of the file `name` of a directory not yet populated lie
+ * (optional; the taridx flat-name lookup without a node): 0 and *out; 1
+ * (SF_LOOKUP_LIST) when the hook cannot say so cheaply, and the lookup
+ * hook then a read answer instead (never otherwise than they would). Runs
+ * in the view's turn. */
+typedef int (*sf_locate_fn)(struct sf_node *dir, const char *name, struct sf_stored *out,
+			    struct sf_err *e);
 /* Builds a lazily described file's extents (called once), using
  * sf_file_add_* on `f`. */
 typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
@@ -152,6 +165,7 @@ struct sf_dir {
 	struct sf_hash index;
 	sf_populate_fn populate;
 	sf_lookup_fn lookup;
+	sf_locate_fn locate;
 	atomic_bool populated;
 	/* populated, and found so with no lazy work running: nothing adds to
 	 * it any more (a directory made by lazy work may be filled by it
@@ -330,6 +344,7 @@ void sf_node_set_host(struct sf_node *n, void *host);
 /* Marks a directory lazy: `fn` adds its entries on first listing/lookup. */
 void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg);
 void sf_dir_set_lookup(struct sf_node *dir, sf_lookup_fn fn);
+void sf_dir_set_locate(struct sf_node *dir, sf_locate_fn fn);
 
 /* Content of files. Extents are appended in order. */
 int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len);
@@ -445,5 +460,14 @@ struct sf_file_size sf_file_size(const struct sf_node *f);
 /* Resolves a path relative to `from` ("a/b/c"; no "..", no links followed). */
 int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
 		 struct sf_err *e);
+
+/* A read by name without a node (the C API's reads of members, many
+ * thousands a second): 0 and where the bytes of the file at `path` lie,
+ * when the root's locate hook can tell so for a name at the root before
+ * the root is listed; 1 when it cannot, and the caller
+ * walks to the file (the walk is the authority, and says why a name
+ * fails); or a negative errno, e set. */
+int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
+		   struct sf_err *e);
 
 #endif

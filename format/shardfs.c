@@ -179,13 +179,21 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *f;
+	struct sf_stored st;
 	/* a read from the start of a small file: its lookup may copy it along
 	 * with the header it checks, one pread for both (sf_recent.h) */
 	sf_recent_want(off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0);
-	int rc = walk(h, path, &f);
+	/* a member found without a node where the view can (most reads of a
+	 * fold by name), else the walk, which also says why a name fails */
+	bool stored = sf_view_locate(h->view, path, &st, &e) == 0;
+	int rc = stored ? 0 : walk(h, path, &f);
 	rv->pre = sf_recent_take();
 	if (rc)
 		return rc;
+	if (stored) {
+		rc = sf_stored_read(h->view, &st, off, len, rv, &e);
+		return rc ? fail(rc, &e) : 0;
+	}
 	if (f->kind != SF_FILE)
 		return fail(sf_fail(&e, f->kind == SF_DIR ? -EISDIR : -EINVAL,
 				    "%s: %s is not a file", h->view->path, path), &e);

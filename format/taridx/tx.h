@@ -338,6 +338,16 @@ struct tx_fold {
 	 * and no sparse map, so its row's size is its size (tx_member.c). Set
 	 * by any thread that checks the row, outside the view's turn too. */
 	_Atomic uint8_t *plain;
+	/* Per row, for a host that keeps copies (the C API, whose readers
+	 * read members by name, each many times): the tag of the root name
+	 * whose lookup showed the row as a plain file, or 0. Looking that name
+	 * up again takes the row without checking its member: the check is of
+	 * bytes the mapping checks keep as they were. A tag is a hash keyed
+	 * by a random seed, so no name can be made to take another's tag.
+	 * Written in the view's turn; charged to the host's cache. */
+	_Atomic uint64_t *named;
+	uint64_t named_seed, named_charged;
+	struct sf_cache *named_charged_to;
 	/* A tar with no index (tx_lone.c): the index is built from its
 	 * headers when the view is first used (tx_fold_ready) into `built`,
 	 * its memory charged to `charged_to`. Folds of a .taridx are ready
@@ -379,6 +389,10 @@ int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct s
  * are read through w (tx_window_free'd by the caller), whose copy m points
  * into: a tar that cannot be read makes the row bad, saying why. 0, or as
  * tx_rows_get when the index's rows cannot be read (then m is not set). */
+/* Whether row r was checked before and found a plain file: a header
+ * with no record before it and no sparse map, its payload right after it
+ * and its row's size long. */
+bool tx_row_plain(const struct tx_fold *f, uint64_t r);
 int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, struct tx_window *w,
 		    struct sf_err *e);
 /* Gives file n the content of member row r (its size known now, its

@@ -5,9 +5,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include "sf_big.h"
 #include "sf_bytes.h"
 #include "sf_hash.h"
 #include "sf_name.h"
@@ -176,10 +178,12 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 
 struct flat_probe {
 	const struct tx_fold *f;
-	const uint8_t *raw;
+	uint8_t raw[SF_NAME_MAX + 16]; /* the name unescaped */
 	size_t len;
+	uint64_t tag;       /* the name's (tx_fold.named), or 0 */
 	long best;
 	struct tx_member m; /* the best's row and kind */
+	bool known;         /* best is the row the name's tag was left on */
 	struct tx_window w;
 	int rc;             /* the index's rows could not be read (e says why) */
 	struct sf_err *e;
@@ -189,6 +193,14 @@ static bool probe_row(void *arg, uint32_t r)
 {
 	struct flat_probe *p = arg;
 	struct tx_member m;
+	if (p->tag && atomic_load_explicit(&p->f->named[r], memory_order_relaxed) == p->tag) {
+		/* this name's lookup found this row before, of all its rows */
+		p->rc = tx_rows_get(&p->f->ix, &p->w.rows, r, &p->m.row, p->e);
+		p->m.kind = TX_FILE;
+		p->best = r;
+		p->known = true;
+		return true;
+	}
 	if ((p->rc = tx_member_check(p->f, r, &m, &p->w, p->e)))
 		return true;
 	if (m.bad || m.kind == TX_OTHER)
@@ -227,10 +239,32 @@ static bool keep_rows(struct tx_fold *f)
 	return true;
 }
 
+/* Room for a tag per row (tx_fold.named) in a host that keeps copies,
+ * when its cache takes the charge; none otherwise (names are checked at
+ * each lookup). */
+static void keep_names(struct tx_fold *f)
+{
+	struct sf_cache *c = f->view->cache;
+	uint64_t bytes = f->ix.n_rows * sizeof *f->named;
+	struct sf_err ignored = { { 0 } };
+	if (!f->view->keep_copies || f->named || !f->ix.n_rows ||
+	    getrandom(&f->named_seed, sizeof f->named_seed, 0) != sizeof f->named_seed ||
+	    sf_cache_charge(c, bytes, f->view->path, "keeping the names it looked up", &ignored))
+		return;
+	if (!(f->named = sf_big_alloc((size_t)f->ix.n_rows, sizeof *f->named))) {
+		sf_cache_uncharge(c, bytes);
+		return;
+	}
+	f->named_charged_to = c;
+	f->named_charged = bytes;
+}
+
 int tx_fold_lookup(struct tx_fold *f, struct sf_err *e)
 {
 	sf_turn_take(&f->lookup_turn);
 	int rc = f->ix.start ? 0 : tx_lookup_build(&f->ix, keep_rows(f), e);
+	if (!rc)
+		keep_names(f);
 	sf_turn_give(&f->lookup_turn);
 	return rc;
 }
@@ -425,56 +459,104 @@ static bool made_up(const char *name)
 }
 
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
- * crash table, rows, then the tar header's full path confirms. A name
- * found so is a member; any other is absent unless it is a root name the
- * index cannot key (find_unkeyed) or one the listing may have made up:
- * only those list the fold. */
+ * crash table, rows, then the tar header's full path confirms (or the tag
+ * a lookup of the name left, tx_fold.named). 0 with p->best the row that
+ * shows `name` (a file or a symlink), or -1; 1 when the name is no flat key
+ * path; or a negative errno. The caller frees p->w. */
+static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
+		     struct sf_err *e)
+{
+	*p = (struct flat_probe){ .f = f, .best = -1, .e = e };
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
+	const uint8_t *raw = p->raw;
+	size_t n = p->len = sf_name_unescape(name, p->raw);
+	struct tx_key k;
+	tx_key_from(raw, n, &k);
+	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
+	if (n > 100 || memchr(raw, '/', n) || k.cut || !k.stem_len || extid < 0)
+		return 1;
+	if ((rc = tx_fold_lookup(f, e)))
+		return rc;
+	size_t len = strlen(name);
+	if (f->named)
+		p->tag = XXH3_64bits_withSeed(name, len, f->named_seed) | 1;
+	rc = tx_lookup_each(&f->ix, &p->w.rows, k.hash, tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash),
+			    (uint16_t)extid, probe_row, p, e);
+	if (rc || (rc = p->rc))
+		return rc;
+	if (p->best < 0 || p->known)
+		return 0;
+	char esc[SF_NAME_MAX + 1];
+	sf_name_escape(raw, n, SF_NAME_MAX, esc);
+	if (p->m.kind == TX_HARDLINK || strcmp(esc, name) != 0) {
+		p->best = -1;
+		return 0;
+	}
+	bit_set(f->hooked_member, (uint64_t)p->best);
+	if (p->tag && p->m.kind == TX_FILE && tx_row_plain(f, (uint64_t)p->best))
+		atomic_store_explicit(&f->named[p->best], p->tag, memory_order_relaxed);
+	return 0;
+}
+
+/* Hands the copy the check of the found member made to the read waiting
+ * on this lookup, when the member's payload is in it (sf_recent.h). */
+static void keep_along(const struct tx_fold *f, struct flat_probe *p)
+{
+	if (p->best >= 0 && sf_recent_wanted() && p->w.len &&
+	    p->w.map == f->shards[p->m.row.fid].map && p->m.en.data >= p->w.off &&
+	    p->m.en.size <= p->w.len && p->m.en.data - p->w.off <= p->w.len - p->m.en.size) {
+		sf_recent_keep(p->w.map, p->w.off, p->w.buf, (size_t)p->w.len);
+		p->w.buf = NULL;
+		p->w.len = p->w.cap = 0;
+	}
+}
+
+/* A name the index resolves is a member; any other is absent unless it is
+ * a root name the index cannot key (find_unkeyed) or one the listing may
+ * have made up: only those list the fold. */
 static int root_lookup(struct sf_node *root, const char *name, struct sf_node **out,
 		       struct sf_err *e)
 {
 	struct tx_fold *f = root->view->state;
 	*out = NULL;
-	int rc = tx_fold_ready(f, e);
-	if (rc)
+	struct flat_probe p;
+	int rc = flat_find(f, name, &p, e);
+	if (rc == 0)
+		keep_along(f, &p);
+	tx_window_free(&p.w);
+	if (rc < 0)
 		return rc;
-	uint8_t raw[SF_NAME_MAX + 16];
-	size_t n = sf_name_unescape(name, raw);
-	struct tx_key k;
-	tx_key_from(raw, n, &k);
-	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
-	if (n <= 100 && !memchr(raw, '/', n) && !k.cut && k.stem_len && extid >= 0) {
-		if ((rc = tx_fold_lookup(f, e)))
-			return rc;
-		struct flat_probe p = { .f = f, .raw = raw, .len = n, .best = -1, .e = e };
-		rc = tx_lookup_each(&f->ix, &p.w.rows, k.hash,
-				    tx_crash_id(&f->ix, k.stem, k.stem_len, k.hash), (uint16_t)extid,
-				    probe_row, &p, e);
-		if (!rc && !p.rc && p.best >= 0 && sf_recent_wanted() && p.w.len &&
-		    p.w.map == f->shards[p.m.row.fid].map && p.m.en.data >= p.w.off &&
-		    p.m.en.size <= p.w.len && p.m.en.data - p.w.off <= p.w.len - p.m.en.size) {
-			/* the member's payload is in the copy its check made */
-			sf_recent_keep(p.w.map, p.w.off, p.w.buf, (size_t)p.w.len);
-			p.w.buf = NULL;
-			p.w.len = p.w.cap = 0;
-		}
-		tx_window_free(&p.w);
-		if (rc || (rc = p.rc))
-			return rc;
-		char esc[SF_NAME_MAX + 1];
-		sf_name_escape(raw, n, SF_NAME_MAX, esc);
-		if (p.best >= 0 && p.m.kind != TX_HARDLINK && strcmp(esc, name) == 0) {
-			bit_set(f->hooked_member, (uint64_t)p.best);
-			return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
-						(uint32_t)p.best, (uint32_t)p.best, out, e);
-		}
-	}
+	if (rc == 0 && p.best >= 0)
+		return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
+					(uint32_t)p.best, (uint32_t)p.best, out, e);
 	if (!made_up(name)) {
 		if ((rc = find_unkeyed(f, e)))
 			return rc;
-		if (!sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL))
+		if (!sf_ids_find(&f->unkeyed, XXH64(p.raw, p.len, 0), NULL, NULL))
 			return 0;
 	}
 	return SF_LOOKUP_LIST;
+}
+
+/* The root's names that resolve to plain files, without a node: their
+ * payload lies as-is after their header. */
+static int root_locate(struct sf_node *root, const char *name, struct sf_stored *out,
+		       struct sf_err *e)
+{
+	struct tx_fold *f = root->view->state;
+	struct flat_probe p;
+	int rc = flat_find(f, name, &p, e);
+	if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && tx_row_plain(f, (uint64_t)p.best)) {
+		keep_along(f, &p);
+		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.row.off + TX_BLOCK,
+					   p.m.row.size };
+	} else if (rc == 0) {
+		rc = SF_LOOKUP_LIST;
+	}
+	tx_window_free(&p.w);
+	return rc;
 }
 
 /* ---- listing ------------------------------------------------------------ */
@@ -704,5 +786,6 @@ int tx_fold_build(struct sf_view *v, void *state, struct sf_node *meta, struct s
 	sf_dir_set_lookup(f->rows_dir, rows_lookup);
 	sf_dir_set_populate(v->root, populate_root, f);
 	sf_dir_set_lookup(v->root, root_lookup);
+	sf_dir_set_locate(v->root, root_locate);
 	return 0;
 }

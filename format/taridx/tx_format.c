@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_big.h"
 #include "sf_bytes.h"
 #include "sf_map.h"
 #include "tx.h"
@@ -21,6 +22,9 @@ void tx_fold_free(void *state)
 	free(f->unready);
 	if (f->charged)
 		sf_cache_uncharge(f->charged_to, f->charged);
+	if (f->named_charged)
+		sf_cache_uncharge(f->named_charged_to, f->named_charged);
+	sf_big_free(f->named);
 	tx_shards_free(f->shards, f->nshards);
 	tx_samples_free(f->samples);
 	free(f->hooked_member);

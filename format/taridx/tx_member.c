@@ -37,10 +37,8 @@ enum tx_kind tx_kind_of(uint8_t typeflag)
 	}
 }
 
-/* Whether row r was checked before and found a plain file: no records
- * before its header, none after (its tar's changes in place are the
- * mapping checks' to find). */
-static bool is_plain(const struct tx_fold *f, uint64_t r)
+/* (its tar's changes in place are the mapping checks' to find) */
+bool tx_row_plain(const struct tx_fold *f, uint64_t r)
 {
 	return atomic_load_explicit(&f->plain[r / 8], memory_order_relaxed) >> (r % 8) & 1;
 }
@@ -55,7 +53,7 @@ static int chain_start(const struct tx_fold *f, const struct tx_row *row, uint64
 {
 	struct tx_row prev;
 	uint64_t at = row->off, end;
-	for (uint64_t q = is_plain(f, r) ? 0 : r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
+	for (uint64_t q = tx_row_plain(f, r) ? 0 : r; q > 0 && r - q < TX_CHAIN_MAX; q--) {
 		int rc = tx_rows_get(&f->ix, &w->rows, q - 1, &prev, e);
 		if (rc)
 			return rc;
@@ -129,7 +127,7 @@ static int first_copy(const struct tx_fold *f, uint64_t r, const struct tx_row *
 {
 	uint64_t from = row->off, end;
 	bool lone = !w->len && !w->ahead;
-	if (lone && r > 0 && !is_plain(f, r)) {
+	if (lone && r > 0 && !tx_row_plain(f, r)) {
 		struct tx_row prev;
 		int rc = tx_rows_get(&f->ix, &w->rows, r - 1, &prev, e);
 		if (rc)
@@ -246,7 +244,7 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct tx_fold *f = n->arg;
 	struct tx_member m;
 	struct tx_window w = { 0 };
-	if (is_plain(f, n->aux)) {
+	if (tx_row_plain(f, n->aux)) {
 		/* checked when its node was made, a plain file: its bytes follow
 		 * its header, as its row says (a change in place since is the
 		 * mapping checks' to find) */
@@ -294,7 +292,7 @@ int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, stru
 	/* A listing or a lookup checked the member before making its node:
 	 * when that found a plain file, its size and bytes are its row's
 	 * (build_member reads no header again). */
-	if (is_plain(f, r)) {
+	if (tx_row_plain(f, r)) {
 		struct tx_row row;
 		int rc = tx_row_get(&f->ix, r, &row, e);
 		if (!rc)
