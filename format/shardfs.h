@@ -33,7 +33,10 @@
  * first use until shardfs_close, where the mount renders it per read; so
  * are a fold's index rows (32 bytes a member, held in the decode cache's
  * budget, else read per lookup) from its first lookup by name, where the
- * mount copies the rows each lookup reads.
+ * mount copies the rows each lookup reads; and, in the same budget, 8
+ * bytes a member for the names looked up: a member's tar header is
+ * checked at the first read of its name, not again while the handle is
+ * open (the 10 ms checks above see a tar changed in place).
  *
  * Threads: a handle may be used by several threads at once. The last error
  * message is kept per thread.
