@@ -20,6 +20,7 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "dev_small_first_pass", "uring_small_second_pass", "dev_small_second_pass",
          "uring_parallel_4_readers", "dev_parallel_4_readers", "uring_large_first_read",
          "uring_daemon_cpu_idle", "dev_daemon_cpu_idle", "python_random_reads",
+         "python_random_reads_first_pass",
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
          "tet_xr_open_files", "tet_xr_open_time"}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
