@@ -540,18 +540,22 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	return SF_LOOKUP_LIST;
 }
 
-/* The root's names that resolve to plain files, without a node: their
- * payload lies as-is after their header. */
+/* The root's names that resolve to files stored as-is (not sparse),
+ * without a node: a member found by its tag is a plain one, its payload
+ * right after its header; one just checked has its data's place from its
+ * headers. */
 static int root_locate(struct sf_node *root, const char *name, struct sf_stored *out,
 		       struct sf_err *e)
 {
 	struct tx_fold *f = root->view->state;
 	struct flat_probe p;
 	int rc = flat_find(f, name, &p, e);
-	if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && tx_row_plain(f, (uint64_t)p.best)) {
-		keep_along(f, &p);
+	if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && p.known) {
 		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.row.off + TX_BLOCK,
 					   p.m.row.size };
+	} else if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && !p.m.en.sparse) {
+		keep_along(f, &p);
+		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.en.data, p.m.en.size };
 	} else if (rc == 0) {
 		rc = SF_LOOKUP_LIST;
 	}

@@ -1081,7 +1081,7 @@ static bool located_as(struct sf_view *v, const char *name, const char *want)
 }
 
 /* Reads by name without a node (the C API's): the bytes a lookup then a
- * read give, plain files only (the others are walked to); the names given
+ * read give, files stored as-is only (the others are walked to); the names given
  * out keep their names in the listing; a second lookup of a name takes the
  * row its first one found, reading no header. */
 static void test_located(const char *dir)
@@ -1090,6 +1090,8 @@ static void test_located(const char *dir)
 	tar_add(&t, "a.bin", 5, '0', "alpha", 5);
 	pax_add(&t, "p.bin");
 	tar_add(&t, "x.bin", 5, '0', "pax", 3);
+	pax_add(&t, "q.bin");
+	tar_add(&t, "q.bin", 5, '0', "after a record", 14);
 	tar_add(&t, "d.bin", 5, '0', "one", 3);
 	tar_add(&t, "d.bin", 5, '0', "two!", 4);
 	tar_add(&t, "c.bin", 5, '0', "gamma", 5);
@@ -1108,8 +1110,11 @@ static void test_located(const char *dir)
 	CHECK(located_as(v, "a.bin", "alpha"));
 	CHECK(located_as(v, "d.bin", "two!"));
 	CHECK(located_as(v, "/c.bin", "gamma"));
-	/* a member after a pax header, an absent name, a path, the view's own
-	 * directory: walked to */
+	/* after a pax record: its data where its headers say, checked at each
+	 * lookup (no tag) */
+	CHECK(located_as(v, "q.bin", "after a record") && located_as(v, "q.bin", "after a record"));
+	/* a member shown by another name (a pax path), an absent name, a
+	 * path, the view's own directory: walked to */
 	CHECK(sf_view_locate(v, "p.bin", &st, &e) == SF_LOOKUP_LIST);
 	CHECK(sf_view_locate(v, "none.bin", &st, &e) == SF_LOOKUP_LIST);
 	CHECK(sf_view_locate(v, ".shardfs", &st, &e) == SF_LOOKUP_LIST);
