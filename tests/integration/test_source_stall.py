@@ -35,6 +35,16 @@ import tet_writer as tw  # noqa: E402
 PASSFS = BUILD / "tests" / "passfs"
 
 
+def stopped(task):
+    """Whether a thread (/proc/PID/task/TID) is stopped by a signal."""
+    try:
+        stat = (task / "stat").read_text()
+    except FileNotFoundError:
+        return True  # gone
+    # the state follows the parenthesised command name, which may hold spaces
+    return stat[stat.rindex(")") + 2] == "T"
+
+
 class Source:
     """passfs serving `backing` at `mnt`; stop() and cont() pause it."""
 
@@ -52,7 +62,15 @@ class Source:
             time.sleep(0.02)
 
     def stop(self):
+        """Stops passfs, returning once every one of its threads is
+        stopped: a request sent right after the signal could still be
+        answered while it lands."""
         self.proc.send_signal(signal.SIGSTOP)
+        tasks = Path(f"/proc/{self.proc.pid}/task")
+        deadline = time.monotonic() + 10
+        while not all(stopped(t) for t in tasks.iterdir()):
+            assert time.monotonic() < deadline, "passfs did not stop"
+            time.sleep(0.005)
 
     def cont(self):
         if self.proc.poll() is None:
@@ -516,3 +534,77 @@ def known_names(src, mnt, members, meta, handles):
     assert (mnt / "fold" / ".shardfs" / "info.json").read_bytes() == info
     for i, m in enumerate(members):
         assert os.pread(handles[i], len(m) + 1, 0) == m
+
+
+def test_stuck_readers_after_a_quiet_second(source, mount):
+    """One request thread: a pool of 1 + 1 kept free, twice that while the
+    source holds threads (four). A first outage grows it to three; after a
+    quiet second the idle threads sleep untimed (no watch). Then two
+    readers, one after the other, are held in a fstat of the stopped source
+    where nobody hands the lead on: the thread woken to lead after the first
+    must wake the last one when the second holds it too, or nobody leads and
+    stats.json never answers (it did not, every time, before the fix)."""
+    src = source()
+    rng = np.random.default_rng(38)
+    members = [rng.bytes(1 << 20) for _ in range(3)]
+    xw.write_fold(src.backing, "fold", [(f"{i:06d}", {"bin": m}) for i, m in enumerate(members)])
+    mnt = mount(src.mnt, "--threads", "1", "--io-uring", "off")
+    handles = [os.open(mnt / "fold" / f"{i:06d}.bin", os.O_RDONLY) for i in range(3)]
+    try:
+        quiet_second(src, mnt, members, handles)
+    finally:
+        src.cont()
+        for fd in handles:
+            os.close(fd)
+    wait_unstuck(mnt)
+
+
+def quiet_second(src, mnt, members, handles):
+    """The body of test_stuck_readers_after_a_quiet_second, with its files
+    open."""
+    results = {}
+
+    def reader(i, at):
+        try:
+            results[i, at] = os.pread(handles[i], 4096, at) == members[i][at:at + 4096]
+        except OSError as e:
+            results[i, at] = e.errno
+
+    def start(i, at):
+        t = threading.Thread(target=reader, args=(i, at), daemon=True)
+        t.start()
+        return t
+
+    def wait_at_source(n):
+        deadline, s = time.monotonic() + 20, None
+        while time.monotonic() < deadline:
+            s, _ = timed(lambda: stats(mnt))
+            if s["at_source"] >= n:
+                return
+            time.sleep(0.05)
+        raise AssertionError(f"{n} requests never reached the source: {s}")
+
+    # the first outage: a reader held, the pool grows to three threads
+    src.stop()
+    first = [start(0, 0)]
+    try:
+        wait_at_source(1)
+        for _ in range(3):
+            timed(lambda: stats(mnt))
+    finally:
+        src.cont()
+    readers_done(first, results)
+    # a quiet second, then two readers held one after the other
+    time.sleep(1.5)
+    src.stop()
+    held = [start(1, 3 << 18)]
+    try:
+        wait_at_source(1)
+        held.append(start(2, 3 << 18))
+        wait_at_source(2)
+        for _ in range(5):
+            assert timed(lambda: stats(mnt))[1] < 1.0
+    finally:
+        src.cont()
+    readers_done(held, results)
+    assert all(r is True for r in results.values()), results
