@@ -1057,6 +1057,11 @@ bool sf_dir_is_populated(const struct sf_node *dir)
 	return atomic_load(&((struct sf_node *)dir)->u.dir.populated);
 }
 
+bool sf_dir_is_settled(const struct sf_node *dir)
+{
+	return atomic_load(&((struct sf_node *)dir)->u.dir.settled);
+}
+
 bool sf_dir_has_lookup(const struct sf_node *dir)
 {
 	return dir->u.dir.lookup != NULL;

@@ -443,6 +443,9 @@ void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *
 /* Whether a directory's entries are all known (never lazy, or populated):
  * a find or a listing then does no work for the format. */
 bool sf_dir_is_populated(const struct sf_node *dir);
+/* Whether it is populated with no lazy work running (sf_dir.settled): a
+ * listing of it then takes no turn, and never waits on the source. */
+bool sf_dir_is_settled(const struct sf_node *dir);
 /* Whether a lazy directory answers a find through a lookup hook instead of
  * populating itself. */
 bool sf_dir_has_lookup(const struct sf_node *dir);
