@@ -44,6 +44,7 @@
 #include "stats.h"
 
 #define WATCH_NS 10000000u   /* 10 ms */
+#define MUST_QUICK_NS 100000000u /* 100 ms */
 #define IDLE_NS 1000000000u  /* 1 s */
 
 struct loop {
@@ -60,6 +61,12 @@ struct loop {
 	 * max_threads, the pool grows by as many as the source holds, up to
 	 * ceiling, so that requests needing no source find a thread */
 	unsigned at_src, ceiling;
+	/* of those, the sections that may be refused, and when each that may
+	 * not (a RELEASEDIR, a FORGET) began, in a slot of its own (0: free):
+	 * those count toward refusing others only once they have run
+	 * MUST_QUICK_NS, as they are quick unless the source holds them */
+	unsigned refusable;
+	uint64_t *must_since;
 	int error;
 	pthread_t *tids;
 };
@@ -120,6 +127,18 @@ static _Thread_local struct loop *serving;
 /* The pool this thread belongs to, for its sections at the source: per
  * thread for the same reason. */
 static _Thread_local struct loop *home;
+/* The slot of this thread's section that may not be refused, or -1. */
+static _Thread_local int must_slot = -1;
+
+/* Threads the source holds, as refusals count them (lock held). */
+static unsigned held(const struct loop *l)
+{
+	unsigned n = l->refusable;
+	uint64_t now = now_ns();
+	for (unsigned i = 0; i < l->ceiling; i++)
+		n += l->must_since[i] && now - l->must_since[i] >= MUST_QUICK_NS;
+	return n;
+}
 
 /* Whether one more thread may start (lock held). */
 static bool may_spawn(const struct loop *l)
@@ -213,12 +232,22 @@ int transport_src_enter(bool may_refuse)
 	/* the source may hold every thread but those kept free (-EAGAIN:
 	 * the caller refuses while the source is stuck), and never the last
 	 * one (-EBUSY: refused) */
-	if (may_refuse && l->at_src + LOOP_FREE_KEPT >= l->ceiling) {
-		int rc = l->at_src + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
+	unsigned busy = may_refuse ? held(l) : 0;
+	if (may_refuse && busy + LOOP_FREE_KEPT >= l->ceiling) {
 		pthread_mutex_unlock(&l->lock);
-		return rc;
+		return busy + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
 	}
 	l->at_src++;
+	if (may_refuse) {
+		l->refusable++;
+	} else {
+		/* at most ceiling threads: a slot is free */
+		unsigned i = 0;
+		while (i + 1 < l->ceiling && l->must_since[i])
+			i++;
+		l->must_since[i] = now_ns() | 1;
+		must_slot = (int)i;
+	}
 	/* someone must be left to take requests, should this one be held:
 	 * a thread is started only when nobody leads or waits and the source
 	 * holds all but LOOP_FREE_KEPT. Not sooner: quick sections (a burst of
@@ -239,6 +268,11 @@ void transport_src_leave(void)
 		return;
 	pthread_mutex_lock(&l->lock);
 	l->at_src--;
+	if (must_slot >= 0)
+		l->must_since[must_slot] = 0;
+	else
+		l->refusable--;
+	must_slot = -1;
 	pthread_mutex_unlock(&l->lock);
 }
 
@@ -252,16 +286,18 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	l->max_threads = threads ? threads : 1;
 	l->ceiling = LOOP_CEILING(l->max_threads);
 	l->tids = calloc(l->ceiling, sizeof *l->tids);
+	l->must_since = calloc(l->ceiling, sizeof *l->must_since);
 	pthread_mutex_init(&l->lock, NULL);
 	pthread_cond_init(&l->turn, NULL);
 	pthread_mutex_lock(&l->lock);
-	if (l->tids)
+	if (l->tids && l->must_since)
 		spawn(l);
 	/* read under the lock: the first thread may already be starting more */
 	bool started = l->threads > 0;
 	pthread_mutex_unlock(&l->lock);
 	if (!started) {
 		free(l->tids);
+		free(l->must_since);
 		free(l);
 		return NULL;
 	}
@@ -280,6 +316,7 @@ int loop_stop(struct loop *l)
 	pthread_mutex_destroy(&l->lock);
 	pthread_cond_destroy(&l->turn);
 	free(l->tids);
+	free(l->must_since);
 	free(l);
 	return err;
 }
