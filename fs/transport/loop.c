@@ -231,10 +231,11 @@ int transport_src_enter(bool may_refuse)
 	pthread_mutex_lock(&l->lock);
 	/* the source may hold every thread but those kept free (-EAGAIN:
 	 * the caller refuses while the source is stuck), and never the last
-	 * one (-EBUSY: refused), counted with every section */
-	if (may_refuse && (held(l) + LOOP_FREE_KEPT >= l->ceiling || l->at_src + 1 >= l->ceiling)) {
+	 * one (-EBUSY: refused) */
+	unsigned busy = may_refuse ? held(l) : 0;
+	if (may_refuse && busy + LOOP_FREE_KEPT >= l->ceiling) {
 		pthread_mutex_unlock(&l->lock);
-		return l->at_src + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
+		return busy + 1 >= l->ceiling ? -EBUSY : -EAGAIN;
 	}
 	l->at_src++;
 	if (may_refuse) {
