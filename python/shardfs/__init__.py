@@ -1,4 +1,4 @@
-"""The views of shardfs without a mount.
+r"""The views of shardfs without a mount.
 
 `shardfs.open(PATH)` opens a container (a .tsumugi, .tatami, .taridx with
 its tars, .sidx or .tet file) into the tree of parts a shardfs mount shows in
@@ -7,12 +7,17 @@ opens a directory the way the mount shows it, every entry unchanged and the
 view of each container beside it. No FUSE, no root: the module reads the
 files itself through libshardfs-format.
 
-    import shardfs
-    with shardfs.open("train.taridx") as v:
-        v.listdir()                      # ['000000.txt', '000000.cls', ...]
-        v.read("000003.txt")             # b'caption of sample 3\n'
-        fold = v.fold()                  # the samples, in samples.jsonl order
-        fold[3]                          # {'txt': b'caption of sample 3\n', 'cls': b'0'}
+    >>> import shardfs
+    >>> with shardfs.open("demo.taridx") as v:
+    ...     v.listdir()[:3]
+    ...     v.read("000003.txt")
+    ...     fold = v.fold()              # the samples, in samples.jsonl order
+    ...     dict(fold[3]), fold[3].key
+    ['000000.txt', '000000.cls', '000001.txt']
+    b'caption of sample 3\n'
+    ({'txt': b'caption of sample 3\n', 'cls': b'0'}, '000003')
+
+(demo.taridx: what `tests/writers/taridx_writer.py --sample DIR` writes.)
 
 Paths inside a view are relative ("columns/price/values.npy"); the hidden
 ".shardfs/" is reachable by name (info(), verify()). Failures raise OSError
