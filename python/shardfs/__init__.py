@@ -74,7 +74,31 @@ def _rel(path):
     return "/".join(c for c in path.split("/") if c not in ("", "."))
 
 
-class View(_shardfs.Handle):
+class _Queries:
+    """os.path's questions, answered from `_kind(path)`: the entry's kind,
+    None when there is none."""
+
+    def _kind(self, path):
+        try:
+            return self.stat(path).kind
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def exists(self, path):
+        """Whether `path` names an entry (as os.path.lexists: a link
+        counts)."""
+        return self._kind(path) is not None
+
+    def isdir(self, path):
+        """Whether `path` is a directory (a link is not)."""
+        return self._kind(path) == "dir"
+
+    def isfile(self, path):
+        """Whether `path` is a file (a link is not)."""
+        return self._kind(path) == "file"
+
+
+class View(_Queries, _shardfs.Handle):
     """A container opened into its view: the tree the mount shows in the
     container's view directory. Use it in a `with` block, or close() it.
 
@@ -111,18 +135,12 @@ class View(_shardfs.Handle):
         """The names in directory `path`, in the mount's listing order."""
         return [t[0] for t in _shardfs.Handle.listdir(self, _rel(path))]
 
-    def exists(self, path):
+    def _kind(self, path):
+        # the raw entry: a file whose size cannot be learnt is still a file
         try:
-            _shardfs.Handle.stat(self, _rel(path))
-        except FileNotFoundError:
-            return False
-        return True
-
-    def isdir(self, path):
-        return self.exists(path) and self.stat(path).kind == "dir"
-
-    def isfile(self, path):
-        return self.exists(path) and self.stat(path).kind == "file"
+            return _KINDS[_shardfs.Handle.stat(self, _rel(path))[1]]
+        except (FileNotFoundError, NotADirectoryError):
+            return None
 
     def walk(self, top=""):
         """Like os.walk, top-down: (dirpath, dirnames, filenames) with

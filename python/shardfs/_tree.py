@@ -1,7 +1,7 @@
 """A directory shown the way a mount of it shows it (shardfs.open(DIR))."""
 import os
 
-from . import Entry, View
+from . import Entry, View, _Queries
 
 # The file name endings a format claims (format/*/: each format's `ext`),
 # the view being named without them (docs/tree-layout.md).
@@ -30,7 +30,7 @@ def _views(dirpath, names):
     return out
 
 
-class Tree:
+class Tree(_Queries):
     """A directory as a mount of it shows it: every entry unchanged, and
     beside each container its view (a View, opened when first entered).
     Paths are relative to the directory; the methods are View's. Unlike the

@@ -63,6 +63,12 @@ def test_every_file_of_every_format_reads_as_through_the_mount(samples, mount):
     want = mount_tree(mnt)
     with shardfs.open(samples) as tree:
         got = module_tree(tree)
+        # and os.path's questions answered as on the mount, missing paths too
+        for path in [*want, "no-such", "taridx/no-such/x", next(iter(want)) + "/x"]:
+            on_mnt = mnt / path
+            assert (tree.exists(path), tree.isdir(path), tree.isfile(path)) == (
+                os.path.lexists(on_mnt), os.path.isdir(on_mnt) and not os.path.islink(on_mnt),
+                os.path.isfile(on_mnt) and not os.path.islink(on_mnt)), path
     assert sorted(got) == sorted(want)
     for path in want:
         assert got[path][:2] == want[path][:2], path
