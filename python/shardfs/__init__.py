@@ -75,13 +75,14 @@ def _rel(path):
 
 
 class _Queries:
-    """os.path's questions, answered from `_kind(path)`: the entry's kind,
-    None when there is none."""
+    """os.path's questions (View and Tree), from one stat each."""
 
     def _kind(self, path):
+        # as os.path: a path whose stat fails (missing, or a file whose
+        # size cannot be learnt) is none of them
         try:
             return self.stat(path).kind
-        except (FileNotFoundError, NotADirectoryError):
+        except OSError:
             return None
 
     def exists(self, path):
@@ -134,13 +135,6 @@ class View(_Queries, _shardfs.Handle):
     def listdir(self, path=""):
         """The names in directory `path`, in the mount's listing order."""
         return [t[0] for t in _shardfs.Handle.listdir(self, _rel(path))]
-
-    def _kind(self, path):
-        # the raw entry: a file whose size cannot be learnt is still a file
-        try:
-            return _KINDS[_shardfs.Handle.stat(self, _rel(path))[1]]
-        except (FileNotFoundError, NotADirectoryError):
-            return None
 
     def walk(self, top=""):
         """Like os.walk, top-down: (dirpath, dirnames, filenames) with
