@@ -52,16 +52,6 @@ const struct sf_format *sf_format_nth(size_t i)
 	return NULL;
 }
 
-int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
-		 uint64_t size, const char *path, struct sf_err *e)
-{
-	size_t n = size < SF_PROBE_BYTES ? (size_t)size : SF_PROBE_BYTES;
-	/* an empty file's mapping is NULL: no arithmetic on it */
-	struct sf_probe p = { .head = data, .tail = n ? data + size - n : data, .nhead = n,
-			      .ntail = n, .size = size, .path = path };
-	return check(&p, e);
-}
-
 int sf_check_file(int (*check)(const struct sf_probe *p, struct sf_err *e),
 		  const struct sf_map *m, const char *path, struct sf_err *e)
 {

@@ -127,11 +127,8 @@ struct sf_progress {
 };
 extern struct sf_progress sf_progress;
 
-/* Runs a check on the probe of a mapped file: a full open starts with the
- * same check the listing made. */
-int sf_check_map(int (*check)(const struct sf_probe *p, struct sf_err *e), const uint8_t *data,
-		 uint64_t size, const char *path, struct sf_err *e);
-/* The same on a mapped file's probe, read with pread (sf_map_read). */
+/* Runs a check on a mapped file's probe, read with pread (sf_map_read): a
+ * full open starts with the same check the listing made. */
 struct sf_map;
 int sf_check_file(int (*check)(const struct sf_probe *p, struct sf_err *e),
 		  const struct sf_map *m, const char *path, struct sf_err *e);
