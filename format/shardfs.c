@@ -101,6 +101,13 @@ const char *shardfs_format(const struct shardfs *h)
 	return h->view->format->name;
 }
 
+const char *shardfs_view_ext(const char *dir, const char *name, const char *const *names,
+			     size_t n)
+{
+	const struct sf_format *f = sf_format_for(dir, name);
+	return !f || (f->covered && f->covered(name, names, n)) ? NULL : f->ext;
+}
+
 const char *shardfs_last_error(void)
 {
 	return last_error;

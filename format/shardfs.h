@@ -79,8 +79,18 @@ struct shardfs_entry {
 int shardfs_open(const char *path, struct shardfs **out);
 void shardfs_close(struct shardfs *h);
 
+/* The ending (".tar", ".taridx", ...) of the format whose view the mount
+ * places beside file `name` of directory `dir`, or NULL when it places
+ * none. `names` are the names of the directory's n entries sorted by
+ * strcmp: a tar that a fold beside it takes as a shard gets no view of its
+ * own. By the names alone: the mount also checks the file's first and
+ * last bytes before placing a view. */
+const char *shardfs_view_ext(const char *dir, const char *name, const char *const *names,
+			     size_t n);
+
 /* The name of the format module that opened the file: "tsumugi", "tatami",
- * "taridx", "sidx" (a Shardlake shard), "alias" (a Shardlake alias) or "tet". */
+ * "taridx", "tar" (a tar alone), "sidx" (a Shardlake shard), "alias" (a
+ * Shardlake alias) or "tet". */
 const char *shardfs_format(const struct shardfs *h);
 
 /* Calls fn for every entry of the directory `dir` ("" is the top of the

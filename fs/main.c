@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -282,6 +283,12 @@ int main(int argc, char **argv)
 	/* a store waits for any READ of its pages: a single request thread
 	 * could be the one owing it */
 	dm.push_on_open = o.threads > 1;
+	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
+	 * libfuse installs its handlers only over the default, and a shell
+	 * starts a background job (`shardfs -f SRC MNT &` in a script) with
+	 * SIGINT ignored. SIGHUP keeps the inherited one (nohup). */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");
 		goto out;

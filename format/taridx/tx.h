@@ -323,8 +323,8 @@ struct tx_fold {
 	 * listing: the listing names them first, so the names stay. */
 	uint8_t *hooked_member;
 	/* Hashes of the raw root names the index cannot key (tx_fold.c,
-	 * find_unkeyed): directories, renamed members, hard links. Found on
-	 * the first miss of the root lookup. */
+	 * find_unkeyed): directories, renamed members, hard links. Found at
+	 * the first root lookup; a name among them is left to the listing. */
 	struct sf_ids unkeyed;
 	bool unkeyed_done;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */

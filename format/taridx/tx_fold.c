@@ -461,8 +461,9 @@ static bool made_up(const char *name)
 /* A flat key path "<stem>.<ext>" resolves through the index: key hash,
  * crash table, rows, then the tar header's full path confirms (or the tag
  * a lookup of the name left, tx_fold.named). 0 with p->best the row that
- * shows `name` (a file or a symlink), or -1; 1 when the name is no flat key
- * path; or a negative errno. The caller frees p->w. */
+ * shows `name` (a file or a symlink), or -1 (none, or one only the listing
+ * can tell); 1 when the name is no flat key path; or a negative errno. The
+ * caller frees p->w. */
 static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
 		     struct sf_err *e)
 {
@@ -491,6 +492,16 @@ static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
 	char esc[SF_NAME_MAX + 1];
 	sf_name_escape(raw, n, SF_NAME_MAX, esc);
 	if (p->m.kind == TX_HARDLINK || strcmp(esc, name) != 0) {
+		p->best = -1;
+		return 0;
+	}
+	/* a member the index cannot key (renamed by a pax path or a GNU long
+	 * name, a hard link, a directory) may show the name instead, later in
+	 * the tar: only the listing weighs them all. Known once per fold, so a
+	 * name's answer never depends on what was looked up or listed before. */
+	if ((rc = find_unkeyed(f, e)))
+		return rc;
+	if (sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL)) {
 		p->best = -1;
 		return 0;
 	}

@@ -151,11 +151,28 @@ static int fail(struct tx_entry *en, uint64_t at, const char *why)
 	return 0;
 }
 
-/* Types whose header is all there is: tarfile and Go store no data for
- * them, GNU tar skips `size` bytes for all but directories. */
+/* Types whose header is all there is: writers store no data for them;
+ * a size some old writers put there anyway is read by data_follows. */
 static bool header_only(uint8_t t)
 {
 	return t >= '1' && t <= '6';
+}
+
+/* Whether the data a header without data (a hard link, mostly) says it
+ * has follows it, decided from the block after the header: GNU tar,
+ * tarfile and bsdtar (but in pax archives) read the next header there, so
+ * when that block is a header, a zero block or the tar's end, no data
+ * follows; otherwise bsdtar reads the data there (pax archives) and GNU
+ * tar skips ahead to the next header, so the data is skipped (a next
+ * header that is not where it ends makes that entry fail). 1, 0, or
+ * -EAGAIN when the block is beyond `have`. */
+static int data_follows(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64_t at)
+{
+	if (tarsize - at < TX_BLOCK)
+		return 0;
+	if (at > have || have - at < TX_BLOCK)
+		return -EAGAIN;
+	return !tx_block_is_zero(tar + at) && !tx_hdr_checksum_ok(tar + at);
 }
 
 int tx_entry_read(const uint8_t *tar, uint64_t tarsize, uint64_t at, struct tx_entry *en)
@@ -252,10 +269,15 @@ int tx_entry_read_in(const uint8_t *tar, uint64_t have, uint64_t tarsize, uint64
 			return fail(en, at, "a pax sparse member without its real size");
 		en->size = ps.real;
 	}
+	if (header_only(en->type) && stored) {
+		int d = data_follows(tar, have, tarsize, data);
+		if (d < 0)
+			return d;
+		if (!d)
+			stored = en->size = 0;
+	}
 	en->data = data;
 	en->stored = stored;
-	if (header_only(en->type) && stored)
-		return fail(en, at, "a link, device, directory or FIFO header with a non-zero size (readers disagree whether data follows)");
 	if (!sf_range_ok(tarsize, data, stored))
 		return fail(en, at, "a member whose data runs past the end of the tar (truncated?)");
 	en->row_size = ext * TX_BLOCK + stored;

@@ -632,7 +632,57 @@ static PyObject *line_starts(PyObject *mod, PyObject *arg)
 	return r;
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* view_exts(dir, names): shardfs_view_ext of each name, the names sorted
+ * once for all. */
+static PyObject *view_exts(PyObject *mod, PyObject *args)
+{
+	PyObject *dir = NULL, *seq, *list = NULL, *out = NULL;
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "O&O", PyUnicode_FSConverter, &dir, &seq))
+		return NULL;
+	list = PySequence_List(seq);
+	Py_ssize_t n = list ? PyList_GET_SIZE(list) : 0;
+	const char **sorted = list ? PyMem_Calloc((size_t)n + 1, sizeof *sorted) : NULL;
+	if (!sorted)
+		goto done;
+	/* each name as bytes, in place of the str given */
+	for (Py_ssize_t i = 0; i < n; i++) {
+		PyObject *b = NULL;
+		if (!PyUnicode_FSConverter(PyList_GET_ITEM(list, i), &b))
+			goto done;
+		PyList_SetItem(list, i, b);
+		sorted[i] = PyBytes_AS_STRING(b);
+	}
+	qsort(sorted, (size_t)n, sizeof *sorted, by_name);
+	if (!(out = PyList_New(n)))
+		goto done;
+	for (Py_ssize_t i = 0; i < n; i++) {
+		const char *ext = shardfs_view_ext(PyBytes_AS_STRING(dir),
+						   PyBytes_AS_STRING(PyList_GET_ITEM(list, i)),
+						   sorted, (size_t)n);
+		PyObject *x = ext ? PyUnicode_DecodeFSDefault(ext) : Py_NewRef(Py_None);
+		if (!x) {
+			Py_CLEAR(out);
+			goto done;
+		}
+		PyList_SET_ITEM(out, i, x);
+	}
+done:
+	PyMem_Free(sorted);
+	Py_XDECREF(list);
+	Py_XDECREF(dir);
+	return out;
+}
+
 static PyMethodDef module_methods[] = {
+	{ "view_exts", view_exts, METH_VARARGS,
+	  "view_exts(dir, names) -> list: for each of the names of directory dir's entries, the "
+	  "ending of the format whose view the mount places beside it, or None (shardfs_view_ext)." },
 	{ "line_starts", line_starts, METH_O,
 	  "line_starts(text) -> bytes: 0 and the offset after each newline of the buffer, as "
 	  "native int64 (numpy.frombuffer(..., numpy.int64)); lines[i] is text[s[i]:s[i+1]]." },

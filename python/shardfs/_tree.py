@@ -1,24 +1,21 @@
 """A directory shown the way a mount of it shows it (shardfs.open(DIR))."""
 import os
 
-from . import Entry, View, _Queries
-
-# The file name endings a format claims (format/*/: each format's `ext`),
-# the view being named without them (docs/tree-layout.md).
-_ENDINGS = (".tsumugi", ".tatami", ".taridx", ".sidx", ".tet")
+from . import Entry, View, _Queries, _shardfs
 
 
 def _views(dirpath, names):
     """{view name: container name} of one directory, named as the mount
-    names them: without the ending, or "<file name>.d" when that is taken;
-    a Shardlake alias (aliases/NAME.json) shows as the link NAME."""
+    names them: without the format's ending, or "<file name>.d" when that
+    is taken; a Shardlake alias (aliases/NAME.json) shows as the link NAME.
+    Which files get a view is the library's answer (shardfs_view_ext): by
+    the format's ending, and for a tar, unless a fold beside it takes it
+    as a shard."""
     taken = set(names)
     out = {}
-    alias_dir = os.path.basename(os.path.normpath(dirpath)) == "aliases"
-    for name in sorted(names):
-        end = next((e for e in _ENDINGS if name.endswith(e) and len(name) > len(e)), None)
-        if end is None and alias_dir and name.endswith(".json") and len(name) > 5:
-            end = ".json"
+    names = sorted(names)
+    exts = _shardfs.view_exts(os.path.normpath(dirpath), names)
+    for name, end in zip(names, exts):
         if end is None or not os.path.isfile(os.path.join(dirpath, name)) \
                 or os.path.islink(os.path.join(dirpath, name)):
             continue

@@ -201,6 +201,29 @@ def large_payload(ctx):
     ]
 
 
+def sparse_holes(ctx):
+    """Issue 39: a sparse member's hole reads at least as fast as stored
+    bytes of the same size, both first reads through the mount (the
+    kernel's cached pages of the view's files dropped before each), the
+    tar in the page cache."""
+    size = ctx.size(1 * GiB, 64 * MiB)
+    src = data.sparse_tar(ctx.work, size)
+    data.warm([src / "holes.tar"])
+    hole, stored = [], []
+    for _ in range(ctx.runs):
+        with mounts.shardfs(ctx.shardfs, src) as (mnt, _, _):
+            paths = {k: mnt / "holes" / f"{k}.bin" for k in ("hole", "stored")}
+            for p in paths.values():
+                os.stat(p)
+            # alternated, so that load on the machine falls on both
+            for k, out in (("stored", stored), ("hole", hole), ("stored", stored), ("hole", hole)):
+                drop_cached(paths[k])
+                out.append(size / dd(paths[k], 0, size))
+    mb = 1e6
+    return [row("sparse_hole_read", median(hole) / mb, "MB/s", "stored bytes, same size",
+                median(stored) / mb, 1.0)]
+
+
 # --- compressed parts ----------------------------------------------------
 
 def read_in_pieces(path, piece=128 * KiB):
@@ -539,6 +562,7 @@ from python_cases import python_group  # noqa: E402  (it imports this module)
 GROUPS = {
     "small": small_members,
     "large": large_payload,
+    "holes": sparse_holes,
     "zstd": compressed_parts,
     "mount": mount_and_memory,
     "fold": fold_scale,

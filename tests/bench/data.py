@@ -183,6 +183,31 @@ def big_member(root, tools, size):
     return src, "payload.bin", 512
 
 
+def sparse_tar(root, size):
+    """A tar alone `holes.tar` (no index) written by GNU tar --sparse with
+    `hole.bin`, a hole of `size` bytes then 4 KiB of data, and
+    `stored.bin`, `size` bytes of random data stored as they are. Returns
+    the src dir."""
+    params = dict(kind="sparse", size=size, v=1)
+    d = Path(root) / f"sparse-{size}"
+    src, files = d / "src", d / "files"
+    if not _fresh(d, params):
+        src.mkdir()
+        files.mkdir()
+        rng = np.random.default_rng(5)
+        with open(files / "hole.bin", "wb") as f:
+            f.seek(size)
+            f.write(rng.bytes(4 * KiB))
+        with open(files / "stored.bin", "wb") as f:
+            for at in range(0, size, 64 * MiB):
+                f.write(rng.bytes(min(64 * MiB, size - at)))
+        subprocess.run(["tar", "--sparse", "-cf", str(src / "holes.tar"), "hole.bin", "stored.bin"],
+                       cwd=files, check=True)
+        shutil.rmtree(files)
+        _stamp(d, params)
+    return src
+
+
 def many_datasets_tet(root, n, groups):
     """A .tet file `many.tet` of `n` small float32 datasets named
     `grp<i % groups>/var<i>` (nested zarr groups in the view), each with

@@ -10,7 +10,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_first_read",
-         "large_second_read", "zstd_decode_128k_reads", "zstd_decode_cpu", "zstd_decoded_once", "mount_usable", "mount_first_view",
+         "large_second_read", "sparse_hole_read", "zstd_decode_128k_reads", "zstd_decode_cpu", "zstd_decoded_once", "mount_usable", "mount_first_view",
          "rss_before_use", "rss_after_stream", "fold_first_lookup", "fold_find_all",
          "fold_find_peak_rss", "fold_rss_after_forget", "fold10m_first_lookup",
          "fold10m_find_all", "fold10m_find_peak_rss", "containers_ls_300",

@@ -29,13 +29,32 @@ def make_src(path, cache):
 
 
 @contextmanager
-def daemon(tmp_path, tmp_path_factory):
-    """A foreground daemon on a fresh SRC; afterwards it is stopped and SRC
-    must be byte-identical to what it was before."""
+def inherited(ignored):
+    """With `ignored`, what is started here inherits SIGINT and SIGTERM
+    ignored, as a shell's background job (`cmd &` in a script) starts with
+    SIGINT ignored; otherwise their default (whatever this process has:
+    pytest itself may have been started as such a job)."""
+    sigs = (signal.SIGINT, signal.SIGTERM)
+    old = [signal.getsignal(s) for s in sigs]
+    for s in sigs:
+        signal.signal(s, signal.SIG_IGN if ignored else signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        for s, h in zip(sigs, old):
+            signal.signal(s, h)
+
+
+@contextmanager
+def daemon(tmp_path, tmp_path_factory, ignored=False):
+    """A foreground daemon on a fresh SRC (started with SIGINT and SIGTERM
+    ignored, or at their default); afterwards it is stopped and SRC must be
+    byte-identical to what it was before."""
     src = make_src(tmp_path, tmp_path_factory.getbasetemp())
     before = fingerprint(src)
     (tmp_path / "mnt").mkdir()
-    m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
+    with inherited(ignored):
+        m = Mount(src, tmp_path / "mnt", [], tmp_path / "log")
     try:
         yield m, src
     finally:
@@ -75,10 +94,13 @@ def assert_clean_exit(m, rc):
     assert not is_mounted(m.mnt)
 
 
+@pytest.mark.parametrize("ignored", [False, True], ids=["default", "inherited_ignored"])
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_signal_with_reads_in_flight(tmp_path, tmp_path_factory, sig):
+def test_signal_with_reads_in_flight(tmp_path, tmp_path_factory, sig, ignored):
+    """The signal unmounts whatever disposition the daemon inherited
+    (issue 39: libfuse installs its handlers only over the default)."""
     stop = threading.Event()
-    with daemon(tmp_path, tmp_path_factory) as (m, src):
+    with daemon(tmp_path, tmp_path_factory, ignored) as (m, src):
         try:
             threads, ends = readers(m.mnt, stop)
             time.sleep(1.5)

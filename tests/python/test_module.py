@@ -4,14 +4,17 @@ with a real mount of them byte for byte; then the Python API's own promises
 (arrays, buffers, errors, closing, threads)."""
 import errno
 import hashlib
+import io
 import json
 import os
+import subprocess
+import tarfile
 import threading
 
 import numpy as np
 import pytest
 
-from conftest import SAMPLES, WRITERS
+from conftest import BUILD, SAMPLES, WRITERS
 
 import shardfs
 
@@ -318,3 +321,38 @@ def test_a_source_changed_in_place_fails_reads(samples, tmp_path):
         with pytest.raises(OSError) as e:
             v.read("000003.txt")
         assert e.value.errno == errno.EIO
+
+
+def test_tree_shows_the_views_beside_tars(tmp_path, mount):
+    """Issue 39: shardfs.open(DIR) shows a view beside a plain .tar, as the
+    mount does, and none beside a tar a fold takes as its shard
+    ("<fold>_<S>.tar", or WebDataset's "<fold>-<S>.tar" where the fold has
+    no "_" shard); a view whose name is taken is "<file name>.d"."""
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "x").mkdir()
+
+    def tar(path, members):
+        with tarfile.open(path, "w") as t:
+            for name, data in members.items():
+                ti = tarfile.TarInfo(name)
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+
+    tar(src / "t.tar", {"a.txt": b"alone\n", "d/b.txt": b"in a directory\n"})
+    tar(src / "x.tar", {"c.txt": b"its view is x.tar.d\n"})
+    tar(src / "sub" / "f_0.tar", {"s.cls": b"1\n"})
+    tar(src / "sub" / "w-0.tar", {"u.cls": b"2\n"})
+    for fold in ("f", "w"):
+        p = subprocess.run([str(BUILD / "tools" / "shardfs-taridx"), "--quiet", str(src / "sub"),
+                            fold], capture_output=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+    mnt = mount(src)
+    want = mount_tree(mnt)
+    assert {"t/a.txt", "t/d/b.txt", "x.tar.d/c.txt", "sub/f/s.cls", "sub/w/u.cls"} <= set(want)
+    assert "sub/f_0" not in want and "sub/w-0" not in want
+    with shardfs.open(src) as tree:
+        got = module_tree(tree)
+    assert sorted(got) == sorted(want)
+    for path in want:
+        assert got[path] == want[path], path

@@ -313,8 +313,28 @@ static void test_errors(void)
 	shardfs_close(h);
 }
 
+/* Which files get a view by their names (shardfs_view_ext), as the mount
+ * places them: a tar alone gets one, a fold's shard none. */
+static void test_view_ext(void)
+{
+	const char *const names[] = { "a.tar", "f.taridx", "f_0.tar", "n.txt", "w-0.tar", "w.taridx",
+				      "x.tet" };
+	size_t n = sizeof names / sizeof names[0];
+	CHECK_STR(shardfs_view_ext("/d", "a.tar", names, n), ".tar");
+	CHECK_STR(shardfs_view_ext("/d", "f.taridx", names, n), ".taridx");
+	CHECK_STR(shardfs_view_ext("/d", "x.tet", names, n), ".tet");
+	CHECK(!shardfs_view_ext("/d", "f_0.tar", names, n));
+	CHECK(!shardfs_view_ext("/d", "w-0.tar", names, n));
+	CHECK(!shardfs_view_ext("/d", "n.txt", names, n));
+	CHECK(!shardfs_view_ext("/d", ".tar", names, n));
+	/* an alias only in a directory named aliases */
+	CHECK(!shardfs_view_ext("/d", "v.json", names, n));
+	CHECK_STR(shardfs_view_ext("/lake/aliases", "v.json", names, n), ".json");
+}
+
 int main(void)
 {
+	test_view_ext();
 	test_tet();
 	test_tsumugi();
 	test_errors();
