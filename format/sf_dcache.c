@@ -93,6 +93,7 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 
 static void drop(struct sf_dcache *c, struct entry *e)
 {
+	atomic_fetch_add(&c->iface.freed, 1);
 	hash_remove(c, e);
 	lru_unlink(c, e);
 	if (e->buf) {
@@ -295,7 +296,10 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	return rc;
 }
 
-#define CHARGE_WAIT_NS 10000000000ull /* 10 s */
+/* Shorter than a request takes to count as stuck at the source (STUCK_NS,
+ * fs/stall.h): a charge waiting for room never makes the request pool
+ * refuse other users' requests. */
+#define CHARGE_WAIT_NS 500000000ull /* 0.5 s */
 
 /* Working memory outside parts (sf_cache_charge) counts as a decode's
  * reservation. It waits for room even inside a produce, unlike a decode:
@@ -319,9 +323,9 @@ static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path
 		if (t >= end) {
 			pthread_mutex_unlock(&c->lock);
 			return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, which "
-				       "--cache-size (%llu bytes) did not have free within 10 s",
+				       "--cache-size (%llu bytes) did not have free within %.1f s",
 				       path, what, (unsigned long long)bytes,
-				       (unsigned long long)c->budget);
+				       (unsigned long long)c->budget, CHARGE_WAIT_NS / 1e9);
 		}
 		if (!told) {
 			slow(c);
@@ -343,6 +347,7 @@ static void cache_uncharge(struct sf_cache *iface, uint64_t bytes)
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	c->reserved -= bytes;
+	atomic_fetch_add(&c->iface.freed, 1);
 	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
 }

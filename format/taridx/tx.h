@@ -358,6 +358,10 @@ struct tx_fold {
 	struct sf_turn ready_turn;
 	struct sf_buf *built;
 	char *unready; /* why the tar could not be indexed: not walked again */
+	/* Why the budget had no room for the index, and its count of frees
+	 * then (sf_cache.freed): not walked again before the budget frees. */
+	char *refused;
+	uint64_t refused_at;
 	struct sf_cache *charged_to;
 	uint64_t charged;
 };
@@ -471,9 +475,15 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 /* The index of one tar with no index of its own (fid 0), built in memory
- * as tx_build_index builds it, its walk counted in `walked`. */
+ * as tx_build_index builds it, its walk counted in `walked`. The walk's
+ * memory is charged to `cache` as it grows, a chunk ahead; the walk stops
+ * when the budget cannot take more: -EIO when the index would need more
+ * than the whole budget, -ENOBUFS when there is no room now (e says which).
+ * On success *charged is what stays charged for *out (the caller
+ * uncharges it); on failure nothing stays charged. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_buf **out, struct sf_err *e);
+		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
+		 struct sf_err *e);
 
 extern const struct sf_format tx_format;
 
