@@ -105,13 +105,13 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 }
 
 /* Walks the tar's headers into an index (tx_index_tar, through copies),
- * its memory charged to the budget as it grows, then keeps the index in
- * the budget: 32 bytes and two bits a row, as a fold's index takes. */
+ * its memory charged to the budget as it grows, once for every view of
+ * the file (tx_walked_get), then keeps this view's two bits a row in the
+ * budget too. */
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
-	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, c, &f->charged,
-			      &f->built, e);
+	int rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
 	if (rc)
 		return rc;
 	f->charged_to = c;
@@ -119,7 +119,7 @@ static int build_index(struct tx_fold *f, struct sf_err *e)
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
 	if ((rc = sf_cache_charge(c, 2 * bits, f->view->path, "its index", e)))
-		return c->limit && f->charged + 2 * bits > c->limit ? -EIO : -ENOBUFS;
+		return c->limit && 2 * bits > c->limit ? -EIO : -ENOBUFS;
 	f->charged += 2 * bits;
 	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
@@ -132,13 +132,8 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 		return 0;
 	sf_turn_take(&f->ready_turn);
 	int rc = 0;
-	struct sf_cache *c = f->view->cache;
 	if (f->unready) {
 		rc = sf_fail(e, -EIO, "%s", f->unready);
-	} else if (f->refused && f->refused_at == atomic_load(&c->freed)) {
-		/* waiting again would find the same budget: a loop of lookups
-		 * holds no request thread */
-		rc = sf_fail(e, -EIO, "%s", f->refused);
 	} else if (!atomic_load(&f->ready)) {
 		/* the walk reads copies (a lost page is -EIO) into an index in
 		 * memory; the tar is checked around it, so that a change in
@@ -172,14 +167,10 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 			if (f->charged)
 				sf_cache_uncharge(f->charged_to, f->charged);
 			f->charged = 0;
-			free(f->refused);
-			f->refused = NULL;
-			if (rc == -ENOBUFS) {
-				f->refused_at = atomic_load(&c->freed);
-				f->refused = strdup(e->msg);
-			} else if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+			/* one for lack of room is remembered with the walk
+			 * (tx_walked.c) until the budget frees */
+			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE && rc != -ENOBUFS)
 				f->unready = strdup(e->msg);
-			}
 			if (rc != -ENOMEM)
 				rc = -EIO;
 		}
