@@ -19,6 +19,7 @@ struct vopen {
 	/* When the kernel was told to drop the entry (0: not told): its
 	 * forgets are on their way for a while, then the view is in use. */
 	time_t told_at;
+	uint64_t used_ms;          /* last entered (monotonic) */
 };
 
 /* Views closed and told about in one pass, outside the lock. */
@@ -27,6 +28,19 @@ struct vopen {
  * view counts as in use (an open file, a working directory inside). */
 #define TOLD_GRACE_S 2
 #define POLL_TOLD_NS 20000000L /* 20 ms */
+/* Short of budget (openviews_press), views not entered for IDLE_MS are
+ * closed, PRESS_BATCH a pass, until PRESS_MS after the last call (a
+ * reader calls it while it waits for room). */
+#define IDLE_MS 1000u
+#define PRESS_MS 100u
+#define PRESS_BATCH 8
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
 
 void openviews_init(struct openviews *ov, struct stats *stats)
 {
@@ -89,6 +103,7 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	o->dir = dir;
 	o->name = name;
 	o->fds = sf_view_nmaps(o->view);
+	o->used_ms = now_ms();
 	push_head(ov, o);
 	tally(ov, o, +1);
 }
@@ -114,6 +129,7 @@ void openviews_link(struct openviews *ov, struct vopen **slot, uint64_t dir, con
 /* Lock held. */
 static void use(struct openviews *ov, struct vopen *o)
 {
+	o->used_ms = now_ms();
 	if (!o->slot || o == ov->head)
 		return;
 	unlink_one(ov, o);
@@ -287,6 +303,48 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 	return waiting || *nt;
 }
 
+/* One pass while the budget is short (lock held): views not entered for
+ * IDLE_MS, least recently entered first, are closed or told about as
+ * above, PRESS_BATCH at most. Returns whether told views are waited for. */
+static bool press_pass(struct openviews *ov, struct sf_view **closed, size_t *nc,
+		       struct tell *tell, size_t *nt)
+{
+	uint64_t ms = now_ms();
+	if (ms >= ov->press_until)
+		return false;
+	time_t now = time(NULL);
+	bool waiting = false;
+	size_t done = 0;
+	for (struct vopen *o = ov->tail, *prev; o && done < PRESS_BATCH && *nc < BATCH &&
+	     *nt < BATCH; o = prev) {
+		prev = o->prev;
+		if (ms - o->used_ms < IDLE_MS)
+			break; /* the rest were entered later still */
+		if (close_unused(ov, o, closed, nc)) {
+			done++;
+		} else if (!o->told_at) {
+			char *name = strdup(o->name);
+			if (!name)
+				break;
+			tell[(*nt)++] = (struct tell){ o->dir, name };
+			o->told_at = now;
+			done++;
+		} else if (now - o->told_at <= TOLD_GRACE_S) {
+			waiting = true;
+		}
+	}
+	return waiting || done;
+}
+
+void openviews_press(struct openviews *ov)
+{
+	pthread_mutex_lock(&ov->lock);
+	ov->press_until = now_ms() + PRESS_MS;
+	if (ov->running)
+		pthread_cond_signal(&ov->wake);
+	pthread_mutex_unlock(&ov->lock);
+}
+
 size_t openviews_reclaim(struct openviews *ov)
 {
 	struct sf_view *closed[BATCH];
@@ -312,6 +370,7 @@ static void *run(void *arg)
 	while (!ov->stop) {
 		size_t nc = 0, nt = 0;
 		bool waiting = pass(ov, closed, &nc, tell, &nt);
+		waiting = press_pass(ov, closed, &nc, tell, &nt) || waiting;
 		struct gone *gone = ov->gone;
 		ov->gone = NULL;
 		pthread_mutex_unlock(&ov->lock);
@@ -334,7 +393,7 @@ static void *run(void *arg)
 		pthread_mutex_lock(&ov->lock);
 		if (ov->stop || nc == BATCH || nt == BATCH || ov->gone)
 			continue;
-		if (!over(ov)) {
+		if (!over(ov) && !waiting) {
 			pthread_cond_wait(&ov->wake, &ov->lock);
 			continue;
 		}

@@ -95,6 +95,10 @@ void tx_walked_put(struct tx_walked *w)
 	pthread_mutex_unlock(&lock);
 	if (!last)
 		return;
+	if (w->built) {
+		atomic_fetch_sub(&sf_progress.indexes_held, 1);
+		atomic_fetch_sub(&sf_progress.index_bytes_held, w->charged);
+	}
 	if (w->charged)
 		sf_cache_uncharge(w->cache, w->charged);
 	sf_buf_unref(w->built);
@@ -123,6 +127,10 @@ int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c
 		rc = tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
 		free(w->why);
 		w->why = NULL;
+		if (!rc) {
+			atomic_fetch_add(&sf_progress.indexes_held, 1);
+			atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+		}
 		if (rc && rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
 			w->rc = rc;
 			w->why = strdup(e->msg);

@@ -92,6 +92,33 @@ def test_hard_links_past_the_budget_stay_in_it(mount, tmp_path):
     assert 0 < walked(mnt) < n
 
 
+def test_idle_index_gives_room(mount, tmp_path):
+    """The index of a view nobody uses is dropped before another reader
+    fails for room, and rebuilt when its view is used again. With 24 MiB,
+    a.tar's walk (100,000 members, about 20 MiB) fits and leaves its index
+    (4 MiB) held; b.tar's walk (130,000 members, about 23 MiB) fits in the
+    budget, not beside that index."""
+    src = tmp_path / "src"
+    src.mkdir()
+    fa = names_tar(src / "a.tar", 100_000)
+    fb = names_tar(src / "b.tar", 130_000)
+    mnt = mount(src, "--cache-size", "24M")
+    os.stat(mnt / "a" / fa)
+    walk = mount_stats(mnt)["tar_indexing"]
+    assert walk["indexes_held"] == 1 and walk["index_bytes_held"] >= 100_000 * 32, walk
+    time.sleep(1.5)  # a's view is idle now
+    t0 = time.monotonic()
+    os.stat(mnt / "b" / fb)
+    took = time.monotonic() - t0
+    s = mount_stats(mnt)
+    assert s["tar_indexing"]["indexes_held"] == 1, s["tar_indexing"]
+    assert s["cache"]["bytes_charged"] <= 24 * MiB, s["cache"]
+    assert took < 5, took  # before, it waited 10 s and failed
+    time.sleep(1.5)
+    os.stat(mnt / "a" / f"{99_999:07d}{fa[7:]}")  # walked again
+    assert mount_stats(mnt)["tar_indexing"]["headers_walked"] == 100_000 * 2 + 130_000
+
+
 @pytest.fixture
 def shared(tmp_path_factory):
     """SRC and a mount point another user can reach (pytest's tmp is 0700)."""
