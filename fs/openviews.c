@@ -268,11 +268,31 @@ void openviews_gone(struct openviews *ov, struct sf_view *v, const uint64_t *dir
 	}
 }
 
+/* What let_go made of a view. */
+enum letgo { LG_CLOSED, LG_TOLD, LG_WAITING, LG_IN_USE, LG_NOMEM };
+
+/* Lets `o` go (lock held): a view only its entry holds is closed (into
+ * `closed`; `o` is freed); one held by the kernel's nodes is told about
+ * (into `tell`) once, and counts as in use TOLD_GRACE_S after that. */
+static enum letgo let_go(struct openviews *ov, struct vopen *o, time_t now,
+			 struct sf_view **closed, size_t *nc, struct tell *tell, size_t *nt)
+{
+	if (close_unused(ov, o, closed, nc))
+		return LG_CLOSED;
+	if (o->told_at)
+		return now - o->told_at <= TOLD_GRACE_S ? LG_WAITING : LG_IN_USE;
+	char *name = strdup(o->name);
+	if (!name)
+		return LG_NOMEM;
+	tell[(*nt)++] = (struct tell){ o->dir, name };
+	o->told_at = now;
+	return LG_TOLD;
+}
+
 /* One pass from the least recently entered view while over the bounds
- * (lock held): a view only its entry holds is closed (into `closed`); one
- * held by the kernel's nodes is told about (into `tell`), and closed by a
- * later pass once they are forgotten. Returns whether views told about
- * are still waited for. */
+ * (lock held): views are let go, one told about closed by a later pass
+ * once the kernel forgot it. Returns whether views told about are still
+ * waited for. */
 static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, struct tell *tell,
 		 size_t *nt)
 {
@@ -284,19 +304,13 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 	     *nc < BATCH && *nt < BATCH; o = prev) {
 		prev = o->prev;
 		size_t k = o->fds;
-		if (close_unused(ov, o, closed, nc)) {
-			/* gone now: counted out below like one told about */
-		} else if (!o->told_at) {
-			char *name = strdup(o->name);
-			if (!name)
-				break;
-			tell[(*nt)++] = (struct tell){ o->dir, name };
-			o->told_at = now;
-		} else if (now - o->told_at <= TOLD_GRACE_S) {
-			waiting = true;
-		} else {
-			continue; /* in use: passed over */
-		}
+		enum letgo g = let_go(ov, o, now, closed, nc, tell, nt);
+		if (g == LG_NOMEM)
+			break;
+		if (g == LG_IN_USE)
+			continue; /* passed over */
+		/* closed, or counted out like one closed */
+		waiting = waiting || g == LG_WAITING;
 		n--;
 		fds -= k;
 	}
@@ -304,8 +318,8 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 }
 
 /* One pass while the budget is short (lock held): views not entered for
- * IDLE_MS, least recently entered first, are closed or told about as
- * above, PRESS_BATCH at most. Returns whether told views are waited for. */
+ * IDLE_MS, least recently entered first, are let go, PRESS_BATCH at
+ * most. Returns whether told views are waited for. */
 static bool press_pass(struct openviews *ov, struct sf_view **closed, size_t *nc,
 		       struct tell *tell, size_t *nt)
 {
@@ -320,18 +334,11 @@ static bool press_pass(struct openviews *ov, struct sf_view **closed, size_t *nc
 		prev = o->prev;
 		if (ms - o->used_ms < IDLE_MS)
 			break; /* the rest were entered later still */
-		if (close_unused(ov, o, closed, nc)) {
-			done++;
-		} else if (!o->told_at) {
-			char *name = strdup(o->name);
-			if (!name)
-				break;
-			tell[(*nt)++] = (struct tell){ o->dir, name };
-			o->told_at = now;
-			done++;
-		} else if (now - o->told_at <= TOLD_GRACE_S) {
-			waiting = true;
-		}
+		enum letgo g = let_go(ov, o, now, closed, nc, tell, nt);
+		if (g == LG_NOMEM)
+			break;
+		done += g == LG_CLOSED || g == LG_TOLD;
+		waiting = waiting || g == LG_WAITING;
 	}
 	return waiting || done;
 }

@@ -37,6 +37,17 @@ def names_tar(path, n, width=90):
     return f"{0:07d}{pad}.txt"
 
 
+def linked_tar(tmp_path, n, names):
+    """SRC holding a names_tar of n members as <name>.tar for each name (hard
+    links of one file); returns SRC and its first member's name."""
+    src = tmp_path / "src"
+    src.mkdir()
+    first = names_tar(src / f"{names[0]}.tar", n)
+    for k in names[1:]:
+        os.link(src / f"{names[0]}.tar", src / f"{k}.tar")
+    return src, first
+
+
 def walked(mnt):
     return mount_stats(mnt)["tar_indexing"]["headers_walked"]
 
@@ -52,12 +63,8 @@ def stat_errno(path):
 def test_hard_links_walked_once(mount, tmp_path):
     """Three names of one tar, looked up at once: one walk, whose index
     all three views read; a fourth view made later walks nothing."""
-    src = tmp_path / "src"
-    src.mkdir()
     n = 20_000
-    first = names_tar(src / "a.tar", n)
-    for k in "bcd":
-        os.link(src / "a.tar", src / f"{k}.tar")
+    src, first = linked_tar(tmp_path, n, "abcd")
     mnt = mount(src, "--cache-size", "64M")
     in_threads(lambda k: os.stat(mnt / "abc"[k] / first), 3)
     assert walked(mnt) == n
@@ -70,12 +77,8 @@ def test_hard_links_past_the_budget_stay_in_it(mount, tmp_path):
     up at once and again: each lookup is refused with the reason, the
     daemon's memory stays within the budget plus slack (before, each name
     was walked to its end beside the others), and the tar is walked once."""
-    src = tmp_path / "src"
-    src.mkdir()
     n = 200_000
-    first = names_tar(src / "a.tar", n)
-    for k in "bc":
-        os.link(src / "a.tar", src / f"{k}.tar")
+    src, first = linked_tar(tmp_path, n, "abc")
     mnt = mount(src, "--cache-size", "16M")
     pid = mount.last.proc.pid
     os.listdir(mnt)
