@@ -103,8 +103,24 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	o->dir = dir;
 	o->name = name;
 	o->fds = sf_view_nmaps(o->view);
-	o->used_ms = now_ms();
-	push_head(ov, o);
+	/* a view a listing made anew adopts from the old one's entry keeps
+	 * the place it had: it was not entered now */
+	struct vopen *had = ov->head;
+	while (had && had->view != o->view)
+		had = had->next;
+	if (had) {
+		o->used_ms = had->used_ms;
+		o->prev = had;
+		o->next = had->next;
+		if (had->next)
+			had->next->prev = o;
+		else
+			ov->tail = o;
+		had->next = o;
+	} else {
+		o->used_ms = now_ms();
+		push_head(ov, o);
+	}
 	tally(ov, o, +1);
 }
 
