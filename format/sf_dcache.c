@@ -31,6 +31,9 @@ struct sf_dcache {
 	struct sf_hash entries;    /* by id_hash of the part id */
 	struct entry *head, *tail;
 	void (*on_slow)(void);
+	void (*on_short)(void *arg);
+	void *short_arg;
+	uint64_t charged;         /* the part of `reserved` that charges hold */
 	struct sf_dcache_counts *counts;
 };
 
@@ -43,6 +46,19 @@ static void slow(const struct sf_dcache *c)
 {
 	if (c->on_slow)
 		c->on_slow();
+}
+
+void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg)
+{
+	c->on_short = fn;
+	c->short_arg = arg;
+}
+
+/* Called at each poll while a reader waits for room (lock held). */
+static void short_of_room(const struct sf_dcache *c)
+{
+	if (c->on_short)
+		c->on_short(c->short_arg);
 }
 
 /* Odd-multiplier hashing: one id per hash, so the hash alone finds an
@@ -93,6 +109,7 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 
 static void drop(struct sf_dcache *c, struct entry *e)
 {
+	atomic_fetch_add(&c->iface.freed, 1);
 	hash_remove(c, e);
 	lru_unlink(c, e);
 	if (e->buf) {
@@ -171,6 +188,7 @@ static void reserve(struct sf_dcache *c, uint64_t size)
 			slow(c);
 			told = true;
 		}
+		short_of_room(c);
 		t += ROOM_POLL_NS;
 		until = (struct timespec){ (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
 		pthread_cond_timedwait(&c->loaded, &c->lock, &until);
@@ -295,7 +313,10 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	return rc;
 }
 
-#define CHARGE_WAIT_NS 10000000000ull /* 10 s */
+/* Shorter than a request takes to count as stuck at the source (STUCK_NS,
+ * fs/stall.h): a charge waiting for room never makes the request pool
+ * refuse other users' requests. */
+#define CHARGE_WAIT_NS 500000000ull /* 0.5 s */
 
 /* Working memory outside parts (sf_cache_charge) counts as a decode's
  * reservation. It waits for room even inside a produce, unlike a decode:
@@ -319,14 +340,15 @@ static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path
 		if (t >= end) {
 			pthread_mutex_unlock(&c->lock);
 			return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, which "
-				       "--cache-size (%llu bytes) did not have free within 10 s",
+				       "--cache-size (%llu bytes) did not have free within %.1f s",
 				       path, what, (unsigned long long)bytes,
-				       (unsigned long long)c->budget);
+				       (unsigned long long)c->budget, CHARGE_WAIT_NS / 1e9);
 		}
 		if (!told) {
 			slow(c);
 			told = true;
 		}
+		short_of_room(c);
 		t += ROOM_POLL_NS;
 		struct timespec until = { (time_t)(t / 1000000000u), (long)(t % 1000000000u) };
 		pthread_cond_timedwait(&c->loaded, &c->lock, &until);
@@ -334,6 +356,7 @@ static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path
 		t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 	}
 	c->reserved += bytes;
+	c->charged += bytes;
 	pthread_mutex_unlock(&c->lock);
 	return 0;
 }
@@ -343,6 +366,8 @@ static void cache_uncharge(struct sf_cache *iface, uint64_t bytes)
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	c->reserved -= bytes;
+	c->charged -= bytes;
+	atomic_fetch_add(&c->iface.freed, 1);
 	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
 }
@@ -384,6 +409,14 @@ uint64_t sf_dcache_bytes(struct sf_dcache *c)
 {
 	pthread_mutex_lock(&c->lock);
 	uint64_t b = c->bytes;
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+uint64_t sf_dcache_charged(struct sf_dcache *c)
+{
+	pthread_mutex_lock(&c->lock);
+	uint64_t b = c->charged;
 	pthread_mutex_unlock(&c->lock);
 	return b;
 }

@@ -32,8 +32,14 @@ struct sf_cache *sf_dcache_iface(struct sf_dcache *c);
 void sf_dcache_read_done(void);
 uint64_t sf_dcache_bytes(struct sf_dcache *c);
 uint64_t sf_dcache_budget(struct sf_dcache *c);
+/* The bytes charges hold (sf_cache_charge: working memory, a tar's index). */
+uint64_t sf_dcache_charged(struct sf_dcache *c);
 /* `fn` is called before the cache decodes a part or waits for another
  * reader's decode of it: work that may take long. */
 void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void));
+/* `fn(arg)` is called, with the cache's lock held, at each poll while a
+ * reader waits for room that evicting parts cannot make: the daemon closes
+ * idle views then (fs/openviews.h, openviews_press). */
+void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg);
 
 #endif

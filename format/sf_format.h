@@ -124,6 +124,7 @@ struct sf_format {
 struct sf_progress {
 	atomic_uint_fast64_t walking, bytes_to_walk, bytes_walked, headers_walked;
 	atomic_uint_fast64_t walks_done;
+	atomic_uint_fast64_t indexes_held, index_bytes_held; /* tx_walked.c */
 };
 extern struct sf_progress sf_progress;
 

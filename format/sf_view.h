@@ -74,6 +74,10 @@ struct sf_cache {
 	int (*charge)(struct sf_cache *c, uint64_t bytes, const char *path, const char *what,
 		      struct sf_err *e);
 	void (*uncharge)(struct sf_cache *c, uint64_t bytes);
+	/* Counts the times the cache gave memory back (0 in a cache without
+	 * charges): a charge refused for lack of room is not tried again
+	 * before it changes, so that a refusal costs no wait. */
+	_Atomic uint64_t freed;
 };
 extern struct sf_cache sf_nocache;
 

@@ -27,6 +27,12 @@
  * (max_pages, 1 MiB), so sequential reads come in whole 1 MiB requests. */
 #define READAHEAD_KB "1024"
 
+/* The cache is short of room for a reader: idle views give theirs. */
+static void press_views(void *views)
+{
+	openviews_press(views);
+}
+
 static int fail(const char *fmt, const char *a, const char *b)
 {
 	fprintf(stderr, "shardfs: ");
@@ -273,6 +279,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	sf_dcache_on_slow(dm.cache, transport_hand_off);
+	sf_dcache_on_short(dm.cache, press_views, &dm.views);
 	dm.view_cache = sf_dcache_iface(dm.cache);
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {

@@ -55,7 +55,8 @@ static struct meta_live *live(struct fnode *n)
 static struct sf_buf *content(struct daemon *dm, struct fnode *n)
 {
 	return n->meta == META_STATS
-		       ? stats_json(&dm->stats, sf_dcache_bytes(dm->cache), sf_dcache_budget(dm->cache))
+		       ? stats_json(&dm->stats, sf_dcache_bytes(dm->cache), sf_dcache_charged(dm->cache),
+				    sf_dcache_budget(dm->cache))
 		       : errlog_text(&dm->stats);
 }
 

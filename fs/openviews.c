@@ -19,6 +19,7 @@ struct vopen {
 	/* When the kernel was told to drop the entry (0: not told): its
 	 * forgets are on their way for a while, then the view is in use. */
 	time_t told_at;
+	uint64_t used_ms;          /* last entered (monotonic) */
 };
 
 /* Views closed and told about in one pass, outside the lock. */
@@ -27,6 +28,19 @@ struct vopen {
  * view counts as in use (an open file, a working directory inside). */
 #define TOLD_GRACE_S 2
 #define POLL_TOLD_NS 20000000L /* 20 ms */
+/* Short of budget (openviews_press), views not entered for IDLE_MS are
+ * closed, PRESS_BATCH a pass, until PRESS_MS after the last call (a
+ * reader calls it while it waits for room). */
+#define IDLE_MS 1000u
+#define PRESS_MS 100u
+#define PRESS_BATCH 8
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
 
 void openviews_init(struct openviews *ov, struct stats *stats)
 {
@@ -89,7 +103,24 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	o->dir = dir;
 	o->name = name;
 	o->fds = sf_view_nmaps(o->view);
-	push_head(ov, o);
+	/* a view a listing made anew adopts from the old one's entry keeps
+	 * the place it had: it was not entered now */
+	struct vopen *had = ov->head;
+	while (had && had->view != o->view)
+		had = had->next;
+	if (had) {
+		o->used_ms = had->used_ms;
+		o->prev = had;
+		o->next = had->next;
+		if (had->next)
+			had->next->prev = o;
+		else
+			ov->tail = o;
+		had->next = o;
+	} else {
+		o->used_ms = now_ms();
+		push_head(ov, o);
+	}
 	tally(ov, o, +1);
 }
 
@@ -114,6 +145,7 @@ void openviews_link(struct openviews *ov, struct vopen **slot, uint64_t dir, con
 /* Lock held. */
 static void use(struct openviews *ov, struct vopen *o)
 {
+	o->used_ms = now_ms();
 	if (!o->slot || o == ov->head)
 		return;
 	unlink_one(ov, o);
@@ -252,11 +284,31 @@ void openviews_gone(struct openviews *ov, struct sf_view *v, const uint64_t *dir
 	}
 }
 
+/* What let_go made of a view. */
+enum letgo { LG_CLOSED, LG_TOLD, LG_WAITING, LG_IN_USE, LG_NOMEM };
+
+/* Lets `o` go (lock held): a view only its entry holds is closed (into
+ * `closed`; `o` is freed); one held by the kernel's nodes is told about
+ * (into `tell`) once, and counts as in use TOLD_GRACE_S after that. */
+static enum letgo let_go(struct openviews *ov, struct vopen *o, time_t now,
+			 struct sf_view **closed, size_t *nc, struct tell *tell, size_t *nt)
+{
+	if (close_unused(ov, o, closed, nc))
+		return LG_CLOSED;
+	if (o->told_at)
+		return now - o->told_at <= TOLD_GRACE_S ? LG_WAITING : LG_IN_USE;
+	char *name = strdup(o->name);
+	if (!name)
+		return LG_NOMEM;
+	tell[(*nt)++] = (struct tell){ o->dir, name };
+	o->told_at = now;
+	return LG_TOLD;
+}
+
 /* One pass from the least recently entered view while over the bounds
- * (lock held): a view only its entry holds is closed (into `closed`); one
- * held by the kernel's nodes is told about (into `tell`), and closed by a
- * later pass once they are forgotten. Returns whether views told about
- * are still waited for. */
+ * (lock held): views are let go, one told about closed by a later pass
+ * once the kernel forgot it. Returns whether views told about are still
+ * waited for. */
 static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, struct tell *tell,
 		 size_t *nt)
 {
@@ -268,23 +320,52 @@ static bool pass(struct openviews *ov, struct sf_view **closed, size_t *nc, stru
 	     *nc < BATCH && *nt < BATCH; o = prev) {
 		prev = o->prev;
 		size_t k = o->fds;
-		if (close_unused(ov, o, closed, nc)) {
-			/* gone now: counted out below like one told about */
-		} else if (!o->told_at) {
-			char *name = strdup(o->name);
-			if (!name)
-				break;
-			tell[(*nt)++] = (struct tell){ o->dir, name };
-			o->told_at = now;
-		} else if (now - o->told_at <= TOLD_GRACE_S) {
-			waiting = true;
-		} else {
-			continue; /* in use: passed over */
-		}
+		enum letgo g = let_go(ov, o, now, closed, nc, tell, nt);
+		if (g == LG_NOMEM)
+			break;
+		if (g == LG_IN_USE)
+			continue; /* passed over */
+		/* closed, or counted out like one closed */
+		waiting = waiting || g == LG_WAITING;
 		n--;
 		fds -= k;
 	}
 	return waiting || *nt;
+}
+
+/* One pass while the budget is short (lock held): views not entered for
+ * IDLE_MS, least recently entered first, are let go, PRESS_BATCH at
+ * most. Returns whether told views are waited for. */
+static bool press_pass(struct openviews *ov, struct sf_view **closed, size_t *nc,
+		       struct tell *tell, size_t *nt)
+{
+	uint64_t ms = now_ms();
+	if (ms >= ov->press_until)
+		return false;
+	time_t now = time(NULL);
+	bool waiting = false;
+	size_t done = 0;
+	for (struct vopen *o = ov->tail, *prev; o && done < PRESS_BATCH && *nc < BATCH &&
+	     *nt < BATCH; o = prev) {
+		prev = o->prev;
+		if (ms - o->used_ms < IDLE_MS)
+			break; /* the rest were entered later still */
+		enum letgo g = let_go(ov, o, now, closed, nc, tell, nt);
+		if (g == LG_NOMEM)
+			break;
+		done += g == LG_CLOSED || g == LG_TOLD;
+		waiting = waiting || g == LG_WAITING;
+	}
+	return waiting || done;
+}
+
+void openviews_press(struct openviews *ov)
+{
+	pthread_mutex_lock(&ov->lock);
+	ov->press_until = now_ms() + PRESS_MS;
+	if (ov->running)
+		pthread_cond_signal(&ov->wake);
+	pthread_mutex_unlock(&ov->lock);
 }
 
 size_t openviews_reclaim(struct openviews *ov)
@@ -312,6 +393,7 @@ static void *run(void *arg)
 	while (!ov->stop) {
 		size_t nc = 0, nt = 0;
 		bool waiting = pass(ov, closed, &nc, tell, &nt);
+		waiting = press_pass(ov, closed, &nc, tell, &nt) || waiting;
 		struct gone *gone = ov->gone;
 		ov->gone = NULL;
 		pthread_mutex_unlock(&ov->lock);
@@ -334,7 +416,7 @@ static void *run(void *arg)
 		pthread_mutex_lock(&ov->lock);
 		if (ov->stop || nc == BATCH || nt == BATCH || ov->gone)
 			continue;
-		if (!over(ov)) {
+		if (!over(ov) && !waiting) {
 			pthread_cond_wait(&ov->wake, &ov->lock);
 			continue;
 		}

@@ -38,6 +38,7 @@ struct openviews {
 	pthread_t thread;
 	bool running, stop;
 	struct gone *gone;         /* entries to tell the kernel about soon */
+	uint64_t press_until;      /* ms (monotonic): openviews_press */
 };
 
 /* No bound until openviews_start. */
@@ -57,6 +58,14 @@ static inline bool openviews_short(int rc)
  * first, up to a batch), for an open that failed for lack of descriptors
  * or memory to try again; returns how many. */
 size_t openviews_reclaim(struct openviews *ov);
+/* The budget (--cache-size) has no room for a reader: for a while, views
+ * not entered for a second are closed (those held by the kernel's nodes
+ * after it was told to drop their entries), least recently entered first,
+ * so that what an idle view holds in the budget (a tar's index) goes
+ * before the reader waits long or fails; a closed view is opened again,
+ * and its index rebuilt, when next entered. Only wakes the thread: called
+ * under the cache's lock. */
+void openviews_press(struct openviews *ov);
 void openviews_stop(struct openviews *ov);
 
 /* Wraps view `v` (its reference taken over) for an entry being built; not

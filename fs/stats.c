@@ -183,7 +183,8 @@ static json_t *num(atomic_uint_fast64_t *c)
 	return json_integer((json_int_t)atomic_load_explicit(c, memory_order_relaxed));
 }
 
-struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget)
+struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_charged,
+			  uint64_t cache_budget)
 {
 	json_t *req = json_object();
 	for (int i = 0; i < REQ_KINDS; i++)
@@ -200,6 +201,8 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(cache, "bytes_decoded", num(&s->cache.bytes_decoded));
 	json_object_set_new(cache, "parts_decoded", num(&s->cache.parts_decoded));
 	json_object_set_new(cache, "bytes_held", json_integer((json_int_t)cache_bytes));
+	/* working memory charged beside the parts (indexes, walks, listings) */
+	json_object_set_new(cache, "bytes_charged", json_integer((json_int_t)cache_charged));
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();
 	json_object_set_new(root, "requests", req);
@@ -232,6 +235,10 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(walk, "bytes_walked", num(&sf_progress.bytes_walked));
 	json_object_set_new(walk, "headers_walked", num(&sf_progress.headers_walked));
 	json_object_set_new(walk, "tars_indexed", num(&sf_progress.walks_done));
+	/* the indexes held now (one per tar file, shared by its views), and
+	 * their bytes in the budget: closed with their last view */
+	json_object_set_new(walk, "indexes_held", num(&sf_progress.indexes_held));
+	json_object_set_new(walk, "index_bytes_held", num(&sf_progress.index_bytes_held));
 	json_object_set_new(root, "tar_indexing", walk);
 	/* requests waiting on the source now, and those waiting a second or
 	 * more, oldest first: which files are stuck, and since when */

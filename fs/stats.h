@@ -87,6 +87,7 @@ void errlog_add(struct stats *s, const char *path, const char *msg);
  * dropped, then one per request stuck at the source now) and stats.json,
  * as new buffers. */
 struct sf_buf *errlog_text(struct stats *s);
-struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_budget);
+struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_charged,
+			  uint64_t cache_budget);
 
 #endif

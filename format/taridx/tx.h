@@ -312,6 +312,8 @@ struct tx_member {
 	char why[512]; /* what bad says when the tar could not be read */
 };
 
+struct tx_walked;
+
 struct tx_fold {
 	struct tx_index ix;
 	struct tx_shard *shards;
@@ -358,6 +360,7 @@ struct tx_fold {
 	struct sf_turn ready_turn;
 	struct sf_buf *built;
 	char *unready; /* why the tar could not be indexed: not walked again */
+	struct tx_walked *walked; /* the walk, shared with views of the same file */
 	struct sf_cache *charged_to;
 	uint64_t charged;
 };
@@ -471,9 +474,28 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 /* The index of one tar with no index of its own (fid 0), built in memory
- * as tx_build_index builds it, its walk counted in `walked`. */
+ * as tx_build_index builds it, its walk counted in `walked`. The walk's
+ * memory is charged to `cache` as it grows, a chunk ahead; the walk stops
+ * when the budget cannot take more: -EIO when the index would need more
+ * than the whole budget, -ENOBUFS when there is no room now (e says which).
+ * On success *charged is what stays charged for *out (the caller
+ * uncharges it); on failure nothing stays charged. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_buf **out, struct sf_err *e);
+		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
+		 struct sf_err *e);
+
+/* ---- one walk per tar file (tx_walked.c) ------------------------------- */
+
+/* The index of tar alone `tar` (tx_index_tar, charged to c) in *out (a
+ * reference), walked once for all views of the same file (device, inode,
+ * size, mtime) and cache, whichever asks first; the others wait for it.
+ * *held (NULL at first) keeps the shared walk, also when it failed: its
+ * failure is remembered, one for lack of room (-ENOBUFS) until the cache
+ * frees something, any other for good. Drop it with tx_walked_put; the
+ * index's charge goes with the last holder. */
+int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c,
+		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e);
+void tx_walked_put(struct tx_walked *w);
 
 extern const struct sf_format tx_format;
 

@@ -17,6 +17,9 @@ struct name {
 	uint8_t p[];
 };
 
+/* What a name costs: its record and the allocator's header. */
+#define NAME_COST(len) (sizeof(struct name) + (len) + 16)
+
 struct bytes {
 	const uint8_t *p;
 	size_t len;
@@ -36,8 +39,9 @@ static struct name *set_get(const struct sf_hash *s, uint64_t hash, const uint8_
 	return sf_hash_get(s, hash, same_bytes, &k);
 }
 
-/* Adds a copy of (p, len) under `hash`. */
-static int set_put(struct sf_hash *s, uint64_t hash, const uint8_t *p, size_t len, uint32_t id)
+/* Adds a copy of (p, len) under `hash`, its cost added to *cost. */
+static int set_put(struct sf_hash *s, uint64_t hash, const uint8_t *p, size_t len, uint32_t id,
+		   uint64_t *cost)
 {
 	struct name *x = malloc(sizeof *x + len);
 	if (!x)
@@ -50,6 +54,7 @@ static int set_put(struct sf_hash *s, uint64_t hash, const uint8_t *p, size_t le
 		free(x);
 		return -ENOMEM;
 	}
+	*cost += NAME_COST(len);
 	return 0;
 }
 
@@ -73,7 +78,69 @@ struct state {
 	uint32_t last_crash;
 	uint16_t last_fid;
 	struct sf_progress *progress; /* or NULL */
+	/* The walk's memory charged to `cache` as it grows (or NULL: a tool's
+	 * build, bounded by its machine): `charged` covers what is held and
+	 * the next step's growth, never less; `names` the names' allocations. */
+	struct sf_cache *cache;
+	uint64_t charged, names;
 };
+
+/* Charged at a time: charges are not made per row. */
+#define CHARGE_CHUNK ((uint64_t)1 << 20)
+
+/* The bytes a string holds once `more` bytes are added to it, counting
+ * the old buffer beside the new while it is copied. */
+static uint64_t str_after(const struct sf_str *s, size_t more)
+{
+	if (s->len + more <= s->cap)
+		return s->cap;
+	size_t cap = s->cap ? s->cap : 256;
+	while (cap < s->len + more)
+		cap *= 2;
+	return s->cap + cap;
+}
+
+/* The same for a map of names given `more` names (its slots are 16 bytes,
+ * the map doubles at half full: old and new slots live while it does). */
+static uint64_t set_after(const struct sf_hash *h, size_t more)
+{
+	size_t cap = h->cap;
+	while ((h->n + more) * 2 > cap)
+		cap = cap ? cap * 2 : 16;
+	return 16 * (uint64_t)(cap == h->cap ? cap : h->cap + cap);
+}
+
+/* Before a step that adds up to `rows` rows and `bytes` more bytes to the
+ * rows: charges what the walk will hold after it (its rows, names and
+ * their maps), a chunk at a time, and grows the rows in advance so that
+ * their copy is counted. -EIO when the walk needs more than the whole
+ * budget, -ENOBUFS when the budget has no room for it now; e names the tar
+ * and what it needed. */
+static int charge_step(struct state *st, uint64_t rows, size_t bytes, const char *name,
+		       struct sf_err *e)
+{
+	size_t more_rows = (size_t)rows * TX_ROW_SIZE + bytes;
+	/* each row may add a stem, a crash stem and an extension, each a
+	 * name field's bytes at most */
+	uint64_t need = str_after(&st->rows, more_rows) + st->names +
+			rows * 3 * NAME_COST(100) + str_after(&st->crash_block, 101 * rows) +
+			str_after(&st->ext_block, 101 * rows) + set_after(&st->canon, rows) +
+			set_after(&st->crash, rows) + set_after(&st->ext, rows);
+	uint64_t limit = st->cache ? st->cache->limit : 0;
+	if (st->cache && need > st->charged) {
+		if (limit && need > limit)
+			return sf_fail(e, -EIO, "%s: its index needs more memory than --cache-size (%llu bytes) holds: walk stopped after %llu rows, holding %llu bytes",
+				       name, (unsigned long long)limit, (unsigned long long)st->nrows,
+				       (unsigned long long)st->charged);
+		uint64_t more = (need - st->charged + CHARGE_CHUNK - 1) / CHARGE_CHUNK * CHARGE_CHUNK;
+		if (limit && st->charged + more > limit)
+			more = limit - st->charged;
+		if (sf_cache_charge(st->cache, more, name, "the walk that indexes it", e))
+			return -ENOBUFS;
+		st->charged += more;
+	}
+	return sf_str_reserve(&st->rows, more_rows) ? 0 : sf_fail(e, -ENOMEM, "out of memory");
+}
 
 static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, const struct tx_key *k)
 {
@@ -81,7 +148,7 @@ static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, 
 	uint32_t crashid = 0;
 	int rc = 0;
 	if (!x) {
-		rc = set_put(&st->canon, k->hash, k->stem, k->stem_len, 0);
+		rc = set_put(&st->canon, k->hash, k->stem, k->stem_len, 0, &st->names);
 	} else if (x->len != k->stem_len || memcmp(x->p, k->stem, k->stem_len) != 0) {
 		if (memchr(k->stem, '\n', k->stem_len))
 			return -EINVAL;
@@ -93,7 +160,7 @@ static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, 
 			if (id > 1)
 				sf_str_addc(&st->crash_block, '\n');
 			sf_str_add(&st->crash_block, k->stem, k->stem_len);
-			rc = set_put(&st->crash, h, k->stem, k->stem_len, id);
+			rc = set_put(&st->crash, h, k->stem, k->stem_len, id, &st->names);
 			crashid = id;
 		} else {
 			crashid = c->id;
@@ -107,7 +174,7 @@ static int add_row(struct state *st, uint16_t fid, uint64_t off, uint64_t size, 
 		if (st->ext.n)
 			sf_str_addc(&st->ext_block, '\n');
 		sf_str_add(&st->ext_block, k->ext, k->ext_len);
-		rc = set_put(&st->ext, eh, k->ext, k->ext_len, (uint32_t)st->ext.n);
+		rc = set_put(&st->ext, eh, k->ext, k->ext_len, (uint32_t)st->ext.n, &st->names);
 		ex = set_get(&st->ext, eh, k->ext, k->ext_len);
 	}
 	if (rc)
@@ -180,6 +247,8 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
 			break;
 		}
+		if ((rc = charge_step(st, en.nrec + 1, 0, name, e)))
+			break;
 		uint64_t at = en.first;
 		for (uint32_t i = 0; !rc && i < en.nrec; i++) {
 			uint64_t size;
@@ -209,9 +278,11 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 static int build_index(const struct sf_map *const *tars, const char *const *names, size_t n,
 		       bool rank_fids, tx_progress_fn progress, void *parg,
 		       void (*warn)(void *arg, const char *msg), struct sf_progress *walked,
-		       struct sf_buf **out, struct sf_err *e)
+		       struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
+		       struct sf_err *e)
 {
-	struct state st = { .progress = walked };
+	struct state st = { .progress = walked, .cache = cache };
+	uint64_t kept = 0;
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {
 		/* upstream numbers a tar "fid of the last row + 1", so an empty
@@ -247,13 +318,29 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 		sf_put_le64(h + 40, TX_HDR_SIZE + st.ext_block.len);
 		sf_put_le64(h + 48, TX_HDR_SIZE + st.ext_block.len + st.crash_block.len);
 		h[56] = st.runs == n_stems;
-		struct sf_str file = { 0 };
-		sf_str_add(&file, h, sizeof h);
-		sf_str_add(&file, st.ext_block.p, st.ext_block.len);
-		sf_str_add(&file, st.crash_block.p, st.crash_block.len);
-		sf_str_add(&file, st.rows.p, st.rows.len);
-		if (st.ext_block.oom || st.crash_block.oom || !(*out = sf_str_take(&file)))
+		/* the file is the rows with the header and blocks put before
+		 * them, in place: no second copy of the rows */
+		size_t head = sizeof h + st.ext_block.len + st.crash_block.len;
+		if (st.ext_block.oom || st.crash_block.oom)
 			rc = sf_fail(e, -ENOMEM, "out of memory");
+		else
+			rc = charge_step(&st, 0, head, names[0], e);
+		if (!rc) {
+			uint8_t *p = st.rows.p;
+			memmove(p + head, p, st.rows.len);
+			memcpy(p, h, sizeof h);
+			if (st.ext_block.len)
+				memcpy(p + sizeof h, st.ext_block.p, st.ext_block.len);
+			if (st.crash_block.len)
+				memcpy(p + sizeof h + st.ext_block.len, st.crash_block.p,
+				       st.crash_block.len);
+			st.rows.len += head;
+			uint64_t cap = st.rows.cap;
+			if (!(*out = sf_str_take(&st.rows)))
+				rc = sf_fail(e, -ENOMEM, "out of memory");
+			else
+				kept = cap;
+		}
 	}
 	set_free(&st.canon);
 	set_free(&st.crash);
@@ -261,6 +348,11 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 	sf_str_free(&st.rows);
 	sf_str_free(&st.crash_block);
 	sf_str_free(&st.ext_block);
+	/* what stays charged is the index's buffer */
+	if (st.charged > kept)
+		sf_cache_uncharge(cache, st.charged - kept);
+	if (charged)
+		*charged = kept < st.charged ? kept : st.charged;
 	return rc;
 }
 
@@ -269,11 +361,11 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e)
 {
-	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, out, e);
+	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, NULL, NULL, out, e);
 }
 
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_buf **out, struct sf_err *e)
+		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out, struct sf_err *e)
 {
-	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, out, e);
+	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged, out, e);
 }

@@ -20,6 +20,7 @@ void tx_fold_free(void *state)
 	sf_turn_fini(&f->ready_turn);
 	sf_buf_unref(f->built);
 	free(f->unready);
+	tx_walked_put(f->walked);
 	if (f->charged)
 		sf_cache_uncharge(f->charged_to, f->charged);
 	if (f->named_charged)

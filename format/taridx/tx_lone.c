@@ -105,24 +105,22 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 }
 
 /* Walks the tar's headers into an index (tx_index_tar, through copies),
- * then holds its memory in the budget: 32 bytes and two bits a row, as a
- * fold's index takes. */
+ * its memory charged to the budget as it grows, once for every view of
+ * the file (tx_walked_get), then keeps this view's two bits a row in the
+ * budget too. */
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
-	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
+	struct sf_cache *c = f->view->cache;
+	int rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
 	if (rc)
 		return rc;
+	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
-	struct sf_cache *c = f->view->cache;
-	/* an index larger than the whole budget never fits (remembered); no
-	 * room now is tried again at the next use */
-	uint64_t need = f->built->len + 2 * bits;
-	if (sf_cache_charge(c, need, f->view->path, "its index", e))
-		return c->limit && need > c->limit ? -EIO : -ENOBUFS;
-	f->charged_to = c;
-	f->charged = need;
+	if ((rc = sf_cache_charge(c, 2 * bits, f->view->path, "its index", e)))
+		return c->limit && 2 * bits > c->limit ? -EIO : -ENOBUFS;
+	f->charged += 2 * bits;
 	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
 	return 0;
@@ -169,6 +167,8 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 			if (f->charged)
 				sf_cache_uncharge(f->charged_to, f->charged);
 			f->charged = 0;
+			/* one for lack of room is remembered with the walk
+			 * (tx_walked.c) until the budget frees */
 			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE && rc != -ENOBUFS)
 				f->unready = strdup(e->msg);
 			if (rc != -ENOMEM)

@@ -1,0 +1,144 @@
+/* One walk per tar file: the index of a tar alone (tx_lone.c) is shared by
+ * every view of the same file (hard links, a view made anew while the old
+ * one is read), so that N names of one tar cost one walk and one charge,
+ * not N side by side. A file is the same while its device, inode, size and
+ * mtime are; each view still checks its own mapping around its use. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sf_hash.h"
+#include "sf_map.h"
+#include "tx.h"
+
+struct tx_walked {
+	dev_t dev;
+	ino_t ino;
+	off_t size;
+	struct timespec mtime;
+	struct sf_cache *cache;
+	unsigned refs;          /* under `lock` */
+	struct sf_turn turn;    /* the walk, and what follows */
+	struct sf_buf *built;   /* the index, once walked */
+	uint64_t charged;       /* to `cache`, for `built` */
+	/* The last walk's failure (not for lack of system resources): one
+	 * for lack of room (-ENOBUFS) until the cache frees something
+	 * (sf_cache.freed at `why_at`), any other for good. */
+	int rc;
+	char *why;
+	uint64_t why_at;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sf_hash walked; /* by key_hash */
+
+static uint64_t key_hash(const struct stat *st)
+{
+	return ((uint64_t)st->st_ino ^ ((uint64_t)st->st_dev << 40)) * 0x9E3779B97F4A7C15ull;
+}
+
+struct key {
+	const struct stat *st;
+	const struct sf_cache *cache;
+};
+
+static bool same_file(const void *key, const void *val)
+{
+	const struct key *k = key;
+	const struct tx_walked *w = val;
+	return w->dev == k->st->st_dev && w->ino == k->st->st_ino && w->size == k->st->st_size &&
+	       w->mtime.tv_sec == k->st->st_mtim.tv_sec &&
+	       w->mtime.tv_nsec == k->st->st_mtim.tv_nsec && w->cache == k->cache;
+}
+
+static bool same_entry(const void *key, const void *val)
+{
+	return key == val;
+}
+
+/* The shared record of the file, a reference taken; NULL when out of
+ * memory. */
+static struct tx_walked *get(const struct sf_map *tar, struct sf_cache *c)
+{
+	struct key k = { &tar->st, c };
+	uint64_t h = key_hash(&tar->st);
+	pthread_mutex_lock(&lock);
+	struct tx_walked *w = sf_hash_get(&walked, h, same_file, &k);
+	if (!w && (w = calloc(1, sizeof *w))) {
+		*w = (struct tx_walked){ .dev = tar->st.st_dev, .ino = tar->st.st_ino,
+					 .size = tar->st.st_size, .mtime = tar->st.st_mtim,
+					 .cache = c };
+		sf_turn_init(&w->turn);
+		if (sf_hash_put(&walked, h, w)) {
+			sf_turn_fini(&w->turn);
+			free(w);
+			w = NULL;
+		}
+	}
+	if (w)
+		w->refs++;
+	pthread_mutex_unlock(&lock);
+	return w;
+}
+
+void tx_walked_put(struct tx_walked *w)
+{
+	if (!w)
+		return;
+	pthread_mutex_lock(&lock);
+	bool last = !--w->refs;
+	if (last) {
+		struct stat st = { .st_dev = w->dev, .st_ino = w->ino };
+		sf_hash_del(&walked, key_hash(&st), same_entry, w);
+	}
+	pthread_mutex_unlock(&lock);
+	if (!last)
+		return;
+	if (w->built) {
+		atomic_fetch_sub(&sf_progress.indexes_held, 1);
+		atomic_fetch_sub(&sf_progress.index_bytes_held, w->charged);
+	}
+	if (w->charged)
+		sf_cache_uncharge(w->cache, w->charged);
+	sf_buf_unref(w->built);
+	free(w->why);
+	sf_turn_fini(&w->turn);
+	free(w);
+}
+
+static bool remembered(const struct tx_walked *w)
+{
+	return w->why && (w->rc != -ENOBUFS || w->why_at == atomic_load(&w->cache->freed));
+}
+
+int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c,
+		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e)
+{
+	struct tx_walked *w = *held ? *held : get(tar, c);
+	if (!w)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", name);
+	*held = w;
+	sf_turn_take(&w->turn);
+	int rc = 0;
+	if (!w->built && remembered(w)) {
+		rc = sf_fail(e, w->rc, "%s", w->why);
+	} else if (!w->built) {
+		rc = tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
+		free(w->why);
+		w->why = NULL;
+		if (!rc) {
+			atomic_fetch_add(&sf_progress.indexes_held, 1);
+			atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+		}
+		if (rc && rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+			w->rc = rc;
+			w->why = strdup(e->msg);
+			w->why_at = atomic_load(&c->freed);
+		}
+	}
+	if (!rc)
+		*out = sf_buf_ref(w->built);
+	sf_turn_give(&w->turn);
+	return rc;
+}
