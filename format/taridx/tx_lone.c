@@ -10,6 +10,7 @@
 
 #include "sf_map.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* The listing's check: a first block that is a tar header, or the zero
  * block of an empty archive. */
@@ -90,26 +91,37 @@ static bool covered(const char *name, const char *const *names, size_t n)
 	       !has_underscore_shard(names, n, name, (size_t)(d - name));
 }
 
-static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
-		 struct sf_err *e)
+int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
+		  struct sf_map *tar, struct sf_err *e)
 {
-	struct tx_fold *f = tx_fold_new(a, v, state, ".tar", e);
+	struct tx_fold *f = tx_fold_new(a, v, state, ext, e);
 	if (!f)
 		return -ENOMEM;
 	f->lone = true;
 	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	f->nshards = 1;
-	f->shards[0].map = sf_map_ref(a->map);
+	f->shards[0].map = sf_map_ref(tar);
 	return 0;
 }
 
-/* Walks the tar's headers into an index (tx_index_tar, through copies),
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
+{
+	return tx_lone_parse(a, v, state, ".tar", a->map, e);
+}
+
+/* Walks the tar's headers into an index (tx_index_tar, through copies, of
+ * the decoded tar when it is compressed),
  * then holds its memory in the budget: 32 bytes and two bits a row, as a
  * fold's index takes. */
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
-	int rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
+	/* a compressed tar's seek index first: it gives the tar's size */
+	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
+	if (rc)
+		return rc;
+	rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
 	if (rc)
 		return rc;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))

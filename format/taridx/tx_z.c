@@ -1,0 +1,765 @@
+/* The seek index of a compressed tar and the decoded map over it (tx_z.h). */
+#include "tx_z.h"
+
+#include <bzlib.h>
+#include <errno.h>
+#include <lz4frame.h>
+#include <lzma.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#define WINDOW 32768u
+/* a gzip member gets a start point at the first block boundary this far
+ * past the last one, so that a stretch is mostly one piece */
+#define GZ_EVERY (TX_Z_PIECE - (512u << 10))
+#define INBUF (256u << 10)
+#define OUTBUF (256u << 10)
+/* decoder memory allowed: zstd's default window limit (what `zstd -d`
+ * accepts without --memory), and xz's largest preset with room */
+#define ZSTD_WINDOW_LOG_MAX 27
+#define XZ_MEMLIMIT (256u << 20)
+
+/* Where a decoder can start. */
+struct zstart {
+	uint64_t in, out;  /* archive offset to read from; decoded offset */
+	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
+	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
+	uint32_t wlen;     /* its bytes; 0 at a stream's start */
+	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
+};
+
+struct zpiece {
+	uint64_t out;        /* decoded offset */
+	uint32_t start;      /* the start point it is decoded from */
+	struct sf_part *part;
+};
+
+/* One decoder of some codec. */
+struct zdec {
+	enum tx_zcodec c;
+	bool live;
+	z_stream gz;
+	ZSTD_DStream *zs;
+	lzma_stream xz;
+	bz_stream bz;
+	LZ4F_dctx *lz;
+};
+
+/* A decoder reading the archive from some point: its input buffer, and
+ * the decoded offset it has reached. */
+struct zcur {
+	struct zdec d;
+	uint32_t start;
+	uint64_t out;
+	uint64_t in;        /* archive offset of the byte after buf's */
+	uint8_t *buf;
+	size_t pos, len;
+	uint64_t charged;
+};
+
+struct tx_z {
+	struct sf_map *src;
+	enum tx_zcodec codec;
+	struct zstart *st;     /* nst start points, then one past the end */
+	size_t nst;
+	struct zpiece *pc;     /* npc pieces, then one at the end */
+	size_t npc;
+	struct sf_cache *cache;
+	uint64_t charged;
+	pthread_mutex_t lock;  /* guards cur and last, never held over work */
+	struct zcur *cur;      /* left where the last piece it made ends */
+	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
+	size_t last_piece;
+};
+
+enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n)
+{
+	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+		return TX_Z_GZIP;
+	if (n >= 4 && !memcmp(p, "\x28\xb5\x2f\xfd", 4))
+		return TX_Z_ZSTD;
+	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
+		return TX_Z_XZ;
+	if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
+		return TX_Z_BZIP2;
+	if (n >= 4 && !memcmp(p, "\x04\x22\x4d\x18", 4))
+		return TX_Z_LZ4;
+	return TX_Z_NONE;
+}
+
+const char *tx_z_name(enum tx_zcodec c)
+{
+	static const char *const names[] = { "none", "gzip", "zstd", "xz", "bzip2", "lz4" };
+	return names[c];
+}
+
+/* ---- one decoder ------------------------------------------------------ */
+
+static void dec_end(struct zdec *d)
+{
+	if (!d->live)
+		return;
+	switch (d->c) {
+	case TX_Z_GZIP: inflateEnd(&d->gz); break;
+	case TX_Z_ZSTD: ZSTD_freeDStream(d->zs); break;
+	case TX_Z_XZ: lzma_end(&d->xz); break;
+	case TX_Z_BZIP2: BZ2_bzDecompressEnd(&d->bz); break;
+	case TX_Z_LZ4: LZ4F_freeDecompressionContext(d->lz); break;
+	case TX_Z_NONE: break;
+	}
+	d->live = false;
+}
+
+/* Starts decoding at s: a stream's start, or (gzip) inside a member with
+ * its window. 0, -ENOMEM, or -EIO with *why. */
+static int dec_begin(struct zdec *d, enum tx_zcodec c, const struct zstart *s, const char **why)
+{
+	dec_end(d);
+	memset(d, 0, sizeof *d);
+	d->c = c;
+	int ok = 0;
+	switch (c) {
+	case TX_Z_GZIP:
+		/* a member's start reads its gzip header; inside one, raw deflate */
+		if (inflateInit2(&d->gz, s->wlen ? -15 : 15 + 16) != Z_OK)
+			return -ENOMEM;
+		d->live = true;
+		if (s->wlen) {
+			uint8_t w[WINDOW];
+			size_t n = ZSTD_decompress(w, sizeof w, s->win, s->wlen);
+			if (n != WINDOW || (s->bits && inflatePrime(&d->gz, s->bits, s->byte >> (8 - s->bits)) != Z_OK) ||
+			    inflateSetDictionary(&d->gz, w, WINDOW) != Z_OK) {
+				*why = "a kept window cannot be restored";
+				return -EIO;
+			}
+		}
+		return 0;
+	case TX_Z_ZSTD:
+		ok = (d->zs = ZSTD_createDStream()) &&
+		     !ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX));
+		break;
+	case TX_Z_XZ:
+		d->xz = (lzma_stream)LZMA_STREAM_INIT;
+		ok = lzma_stream_decoder(&d->xz, XZ_MEMLIMIT, 0) == LZMA_OK;
+		break;
+	case TX_Z_BZIP2:
+		ok = BZ2_bzDecompressInit(&d->bz, 0, 0) == BZ_OK;
+		break;
+	case TX_Z_LZ4:
+		ok = !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
+		break;
+	case TX_Z_NONE:
+		break;
+	}
+	d->live = ok;
+	return ok ? 0 : -ENOMEM;
+}
+
+/* Decodes from in[0 .. *inlen) into out[0 .. *outlen), setting both to
+ * what was used; with `block` (gzip) stops at a deflate block's end too.
+ * 1 at the stream's (frame's, member's) end, 0, or -EIO with *why. */
+static int dec_step(struct zdec *d, const uint8_t *in, size_t *inlen, uint8_t *out,
+		    size_t *outlen, bool block, const char **why)
+{
+	size_t ni = *inlen, no = *outlen;
+	switch (d->c) {
+	case TX_Z_GZIP: {
+		d->gz.next_in = (uint8_t *)in;
+		d->gz.avail_in = (uInt)ni;
+		d->gz.next_out = out;
+		d->gz.avail_out = (uInt)no;
+		int r = inflate(&d->gz, block ? Z_BLOCK : Z_NO_FLUSH);
+		*inlen = ni - d->gz.avail_in;
+		*outlen = no - d->gz.avail_out;
+		if (r == Z_STREAM_END)
+			return 1;
+		if (r == Z_OK || r == Z_BUF_ERROR)
+			return 0;
+		*why = d->gz.msg ? d->gz.msg : "corrupt deflate data";
+		return -EIO;
+	}
+	case TX_Z_ZSTD: {
+		ZSTD_inBuffer i = { in, ni, 0 };
+		ZSTD_outBuffer o = { out, no, 0 };
+		size_t r = ZSTD_decompressStream(d->zs, &o, &i);
+		*inlen = i.pos;
+		*outlen = o.pos;
+		if (ZSTD_isError(r)) {
+			*why = ZSTD_getErrorName(r);
+			return -EIO;
+		}
+		return r == 0;
+	}
+	case TX_Z_XZ: {
+		d->xz.next_in = in;
+		d->xz.avail_in = ni;
+		d->xz.next_out = out;
+		d->xz.avail_out = no;
+		lzma_ret r = lzma_code(&d->xz, LZMA_RUN);
+		*inlen = ni - d->xz.avail_in;
+		*outlen = no - d->xz.avail_out;
+		if (r == LZMA_STREAM_END)
+			return 1;
+		if (r == LZMA_OK || r == LZMA_BUF_ERROR)
+			return 0;
+		*why = r == LZMA_DATA_ERROR ? "corrupt xz data" : r == LZMA_MEMLIMIT_ERROR ?
+		       "an xz stream needing more than 256 MiB to decode" : r == LZMA_FORMAT_ERROR ?
+		       "no xz stream" : "an xz stream it cannot decode (check or options)";
+		return -EIO;
+	}
+	case TX_Z_BZIP2: {
+		d->bz.next_in = (char *)in;
+		d->bz.avail_in = (unsigned)ni;
+		d->bz.next_out = (char *)out;
+		d->bz.avail_out = (unsigned)no;
+		int r = BZ2_bzDecompress(&d->bz);
+		*inlen = ni - d->bz.avail_in;
+		*outlen = no - d->bz.avail_out;
+		if (r == BZ_STREAM_END)
+			return 1;
+		if (r == BZ_OK)
+			return 0;
+		*why = r == BZ_DATA_ERROR ? "corrupt bzip2 data (a block fails its CRC)" :
+		       "no bzip2 stream";
+		return -EIO;
+	}
+	case TX_Z_LZ4: {
+		size_t r = LZ4F_decompress(d->lz, out, outlen, in, inlen, NULL);
+		if (LZ4F_isError(r)) {
+			*why = LZ4F_getErrorName(r);
+			return -EIO;
+		}
+		return r == 0;
+	}
+	case TX_Z_NONE:
+		break;
+	}
+	*why = "no codec";
+	return -EIO;
+}
+
+/* What a decoder of this codec holds now, for the budget. */
+static uint64_t dec_mem(const struct zdec *d)
+{
+	switch (d->c) {
+	case TX_Z_GZIP: return 48u << 10;
+	case TX_Z_ZSTD: return ZSTD_sizeof_DStream(d->zs);
+	case TX_Z_XZ: return lzma_memusage(&d->xz);
+	case TX_Z_BZIP2: return 4u << 20;      /* a 900k block's tables */
+	case TX_Z_LZ4: return 9u << 20;        /* two 4 MiB blocks */
+	case TX_Z_NONE: break;
+	}
+	return 0;
+}
+
+/* ---- a cursor over the archive ----------------------------------------- */
+
+static void cur_free(struct tx_z *z, struct zcur *c)
+{
+	if (!c)
+		return;
+	dec_end(&c->d);
+	if (c->charged)
+		sf_cache_uncharge(z->cache, c->charged);
+	free(c->buf);
+	free(c);
+}
+
+/* A cursor at start point s, its decoder's memory charged. */
+static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err *e)
+{
+	const struct zstart *st = &z->st[s];
+	struct zcur *c = calloc(1, sizeof *c);
+	if (!c || !(c->buf = malloc(INBUF))) {
+		free(c);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	}
+	c->start = s;
+	c->out = st->out;
+	c->in = st->in;
+	uint64_t mem = st->mem + INBUF;
+	int rc = sf_cache_charge(z->cache, mem, z->src->path, "a decoder", e);
+	if (!rc)
+		c->charged = z->cache->charge ? mem : 0;
+	const char *why = NULL;
+	if (!rc && (rc = dec_begin(&c->d, z->codec, st, &why)))
+		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
+		     sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path, (unsigned long long)st->in, why);
+	if (rc) {
+		cur_free(z, c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+/* A decoder that neither takes input nor gives output: never looped on. */
+static int stuck(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
+{
+	return sf_fail(e, -EIO, "%s: the %s decoder makes no progress at byte %llu", z->src->path,
+		       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)));
+}
+
+/* Decodes the next n bytes at c into dst (NULL: skips them). 1 when the
+ * stream ended first (having decoded *got bytes), 0, or a negative errno. */
+static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, uint64_t *got,
+		    struct sf_err *e)
+{
+	uint8_t scratch[16384];
+	uint64_t done = 0;
+	int rc = 0;
+	while (done < n) {
+		if (c->pos == c->len) {
+			uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+			if (!k) {
+				rc = sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)",
+					     z->src->path, tx_z_name(z->codec), (unsigned long long)c->in);
+				break;
+			}
+			if ((rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e)))
+				break;
+			c->in += k;
+			c->pos = 0;
+			c->len = (size_t)k;
+		}
+		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
+						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
+		const char *why = NULL;
+		rc = dec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
+		c->pos += il;
+		done += ol;
+		c->out += ol;
+		if (rc < 0) {
+			rc = sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path,
+				     tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)), why);
+			break;
+		}
+		if (rc > 0)
+			break;
+		if (!il && !ol) {
+			rc = stuck(z, c, e);
+			break;
+		}
+	}
+	*got = done;
+	return rc;
+}
+
+/* ---- pieces ------------------------------------------------------------ */
+
+/* A piece's bytes: from the cursor left where the last piece ended when
+ * this one follows it, else from its start point, skipping what lies
+ * before it. The cursor is taken out under the lock and put back after:
+ * no lock is held while decoding. */
+static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
+		   struct sf_err *e)
+{
+	(void)cache;
+	struct tx_z *z = part->arg;
+	const struct zpiece *p = &z->pc[part->aux];
+	uint64_t len = p[1].out - p->out;
+	pthread_mutex_lock(&z->lock);
+	struct zcur *c = z->cur;
+	if (c && c->start == p->start && c->out == p->out)
+		z->cur = NULL;
+	else
+		c = NULL;
+	pthread_mutex_unlock(&z->lock);
+	int rc = c ? 0 : cur_new(z, p->start, &c, e);
+	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
+	uint64_t got = 0;
+	if (!rc && !b)
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	if (!rc && c->out < p->out && (rc = cur_read(z, c, NULL, p->out - c->out, &got, e)) > 0)
+		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+			     z->src->path, (unsigned long long)p->out);
+	if (!rc && (rc = cur_read(z, c, b->data, len, &got, e)) > 0 && got < len)
+		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+			     z->src->path, (unsigned long long)(p->out + got));
+	if (rc > 0)
+		rc = 0;
+	if (rc) {
+		sf_buf_unref(b);
+		cur_free(z, c);
+		return rc;
+	}
+	pthread_mutex_lock(&z->lock);
+	struct zcur *old = z->cur;
+	z->cur = c;
+	pthread_mutex_unlock(&z->lock);
+	cur_free(z, old);
+	*out = b;
+	return 0;
+}
+
+/* The piece holding decoded byte off (below the size). */
+static size_t piece_of(const struct tx_z *z, uint64_t off)
+{
+	size_t lo = 0, hi = z->npc;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (z->pc[mid].out <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The map's read hook: copies from the pieces, the last one kept at hand. */
+static int zread(const struct sf_map *m, uint64_t off, uint64_t len, void *dst, const char *what,
+		 struct sf_err *e)
+{
+	(void)what;
+	struct tx_z *z = m->src;
+	uint8_t *to = dst;
+	while (len) {
+		size_t i = piece_of(z, off);
+		struct sf_buf *b = NULL;
+		pthread_mutex_lock(&z->lock);
+		if (z->last && z->last_piece == i)
+			b = sf_buf_ref(z->last);
+		pthread_mutex_unlock(&z->lock);
+		if (!b) {
+			int rc = sf_part_get(z->cache, z->pc[i].part, &b, e);
+			if (rc)
+				return rc;
+			pthread_mutex_lock(&z->lock);
+			struct sf_buf *old = z->last;
+			z->last = sf_buf_ref(b);
+			z->last_piece = i;
+			pthread_mutex_unlock(&z->lock);
+			sf_buf_unref(old);
+		}
+		uint64_t at = off - z->pc[i].out, k = b->len - at < len ? b->len - at : len;
+		memcpy(to, b->data + at, (size_t)k);
+		sf_buf_unref(b);
+		to += k;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len)
+{
+	if (!m->read)
+		return sf_file_add_map(n, m->data + off, len);
+	const struct tx_z *z = m->src;
+	for (size_t i = len ? piece_of(z, off) : 0; len; i++) {
+		uint64_t at = off - z->pc[i].out, k = z->pc[i + 1].out - off < len ? z->pc[i + 1].out - off : len;
+		if (sf_file_add_part(n, z->pc[i].part, at, k))
+			return -ENOMEM;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+/* ---- the pass ---------------------------------------------------------- */
+
+/* The pass's state. */
+struct pass {
+	struct tx_z *z;
+	struct zcur *c;
+	uint8_t *out;          /* WINDOW bytes of window, then OUTBUF */
+	uint64_t wfill;        /* bytes of the member's window known */
+	uint64_t last;         /* decoded offset of the last start point */
+	size_t cap;
+	struct sf_progress *pr;
+};
+
+static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
+{
+	int rc = sf_cache_charge(z->cache, bytes, z->src->path, "its seek index", e);
+	if (!rc && z->cache->charge)
+		z->charged += bytes;
+	return rc;
+}
+
+static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
+		     uint8_t byte, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	if (z->nst + 1 >= UINT32_MAX)
+		return sf_fail(e, -E2BIG, "%s: more than 2^32 streams", z->src->path);
+	if (sf_grow(&z->st, &ps->cap, z->nst, sizeof *z->st, 64))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	struct zstart *s = &z->st[z->nst];
+	*s = (struct zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
+	uint64_t cost = sizeof *s + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16);
+	if (win) {
+		size_t cap = ZSTD_compressBound(WINDOW);
+		uint8_t *w = malloc(cap);
+		size_t n = w ? ZSTD_compress(w, cap, win, WINDOW, 1) : 0;
+		if (!w || ZSTD_isError(n)) {
+			free(w);
+			return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+		}
+		s->win = w;
+		s->wlen = (uint32_t)n;
+		cost += n;
+	}
+	z->nst++;
+	ps->last = out;
+	return charge(z, cost, e);
+}
+
+/* Keeps the last WINDOW bytes decoded in the member in ps->out. */
+static void window_push(struct pass *ps, const uint8_t *p, size_t n)
+{
+	if (n >= WINDOW) {
+		memcpy(ps->out, p + n - WINDOW, WINDOW);
+	} else {
+		memmove(ps->out, ps->out + n, WINDOW - n);
+		memcpy(ps->out + WINDOW - n, p, n);
+	}
+	ps->wfill += n;
+}
+
+/* Decodes one stream from the cursor's point to its end, adding start
+ * points inside gzip members. */
+static int pass_stream(struct pass *ps, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	struct zcur *c = ps->c;
+	bool gz = z->codec == TX_Z_GZIP;
+	ps->wfill = 0;
+	for (;;) {
+		if (c->pos == c->len) {
+			uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+			if (!k)
+				return sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)",
+					       z->src->path, tx_z_name(z->codec), (unsigned long long)c->in);
+			int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+			if (rc)
+				return rc;
+			c->in += k;
+			c->pos = 0;
+			c->len = (size_t)k;
+			if (ps->pr)
+				atomic_fetch_add_explicit(&ps->pr->bytes_walked, k, memory_order_relaxed);
+		}
+		size_t il = c->len - c->pos, ol = OUTBUF;
+		const char *why = NULL;
+		int rc = dec_step(&c->d, c->buf + c->pos, &il, ps->out + WINDOW, &ol, gz, &why);
+		c->pos += il;
+		if (c->out + ol < c->out)
+			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
+		c->out += ol;
+		if (rc < 0)
+			return sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path,
+				       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)), why);
+		if (!il && !ol && !rc)
+			return stuck(z, c, e);
+		if (gz)
+			window_push(ps, ps->out + WINDOW, ol);
+		if (rc > 0) {
+			uint64_t mem = dec_mem(&c->d);
+			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
+			return 0;
+		}
+		/* a block's end (bit 128), not the last block's (bit 64) */
+		if (gz && (c->d.gz.data_type & 128) && !(c->d.gz.data_type & 64) &&
+		    c->out - ps->last >= GZ_EVERY && ps->wfill >= WINDOW) {
+			uint64_t in = c->in - (c->len - c->pos);
+			uint8_t bits = (uint8_t)(c->d.gz.data_type & 7);
+			if (bits && !c->pos)
+				return sf_fail(e, -EIO, "%s: internal: a start point's byte left the buffer", z->src->path);
+			rc = add_start(ps, in, c->out, ps->out, bits, bits ? c->buf[c->pos - 1] : 0, e);
+			if (rc)
+				return rc;
+			z->st[z->nst - 1].mem = dec_mem(&c->d);
+		}
+	}
+}
+
+/* After a stream: zero padding is skipped (writers pad to a block), and
+ * what follows must be another stream or nothing. 1 at the end, 0 with
+ * *next at the next stream, or -EIO. */
+static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	struct zcur *c = ps->c;
+	for (;;) {
+		while (c->pos < c->len && !c->buf[c->pos])
+			c->pos++;
+		if (c->pos < c->len)
+			break;
+		uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+		if (!k)
+			return 1;
+		int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+		if (rc)
+			return rc;
+		c->in += k;
+		c->pos = 0;
+		c->len = (size_t)k;
+	}
+	uint64_t at = c->in - (c->len - c->pos);
+	uint8_t head[6] = { 0 };
+	size_t have = z->src->size - at < sizeof head ? (size_t)(z->src->size - at) : sizeof head;
+	int rc = sf_map_read(z->src, at, have, head, "compressed data", e);
+	if (rc)
+		return rc;
+	if (tx_z_sniff(head, have) != z->codec)
+		return sf_fail(e, -EIO, "%s: trailing garbage at byte %llu after the last %s stream",
+			       z->src->path, (unsigned long long)at, tx_z_name(z->codec));
+	*next = at;
+	return 0;
+}
+
+static void index_free(struct tx_z *z)
+{
+	cur_free(z, z->cur);
+	sf_buf_unref(z->last);
+	for (size_t i = 0; i < z->nst; i++)
+		free(z->st[i].win);
+	free(z->st);
+	free(z->pc);
+	if (z->charged)
+		sf_cache_uncharge(z->cache, z->charged);
+	z->cur = NULL;
+	z->last = NULL;
+	z->st = NULL;
+	z->pc = NULL;
+	z->nst = z->npc = 0;
+	z->charged = 0;
+}
+
+static void z_free(void *arg)
+{
+	struct tx_z *z = arg;
+	if (!z)
+		return;
+	index_free(z);
+	pthread_mutex_destroy(&z->lock);
+	sf_map_unref(z->src);
+	free(z);
+}
+
+int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e)
+{
+	struct sf_map *m = calloc(1, sizeof *m);
+	struct tx_z *z = calloc(1, sizeof *z);
+	char *path = strdup(src->path);
+	int fd = dup(src->fd);
+	if (!m || !z || !path || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		free(path);
+		free(z);
+		free(m);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
+	}
+	pthread_mutex_init(&z->lock, NULL);
+	z->src = sf_map_ref(src);
+	z->codec = c;
+	z->cache = &sf_nocache;
+	atomic_init(&m->refs, 1);
+	m->st = src->st;
+	m->path = path;
+	m->fd = fd;
+	m->recheck_ns = src->recheck_ns;
+	m->read = zread;
+	m->src = z;
+	m->src_free = z_free;
+	*out = m;
+	return 0;
+}
+
+/* Cuts the stretches between start points into pieces, each a part. */
+static int make_pieces(struct tx_z *z, struct sf_view *v, struct sf_err *e)
+{
+	uint64_t n = 0;
+	for (size_t s = 0; s < z->nst; s++)
+		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
+	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	for (size_t s = 0; s < z->nst; s++)
+		for (uint64_t o = z->st[s].out; o < z->st[s + 1].out; o += TX_Z_PIECE) {
+			uint64_t len = z->st[s + 1].out - o < TX_Z_PIECE ? z->st[s + 1].out - o : TX_Z_PIECE;
+			struct zpiece *p = &z->pc[z->npc];
+			p->out = o;
+			p->start = (uint32_t)s;
+			if (!(p->part = sf_view_part(v, produce, z, len, "decoded tar")))
+				return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+			p->part->aux = z->npc++;
+		}
+	z->pc[z->npc].out = z->st[z->nst].out;
+	return 0;
+}
+
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e)
+{
+	if (!m->read)
+		return 0;
+	struct tx_z *z = m->src;
+	if (z->pc)
+		return 0;
+	z->cache = v->cache;
+	struct pass ps = { .z = z, .pr = pr };
+	if (pr)
+		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
+	int rc = (ps.out = malloc(WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
+	uint64_t next = 0;
+	if (!rc)
+		rc = charge(z, WINDOW + OUTBUF, e);
+	/* a first start point, measured by its pass: the cursor charges it */
+	if (!rc)
+		rc = add_start(&ps, 0, 0, NULL, 0, 0, e);
+	if (!rc)
+		rc = cur_new(z, 0, &ps.c, e);
+	while (!rc) {
+		if ((rc = pass_stream(&ps, e)))
+			break;
+		if ((rc = pass_between(&ps, &next, e)))
+			break;
+		const char *why = NULL;
+		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
+			break;
+		if ((rc = dec_begin(&ps.c->d, z->codec, &z->st[z->nst - 1], &why)))
+			rc = sf_fail(e, rc, "%s: out of memory", m->path);
+		/* the cursor's buffer holds the stream's first bytes already */
+	}
+	uint64_t end = ps.c ? ps.c->out : 0;
+	cur_free(z, ps.c);
+	free(ps.out);
+	if (ps.out)
+		sf_cache_uncharge(z->cache, z->cache->charge ? WINDOW + OUTBUF : 0);
+	if (z->cache->charge && ps.out)
+		z->charged -= WINDOW + OUTBUF;
+	if (pr)
+		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
+	/* the end, as one more start point */
+	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e))) {
+		z->nst--;
+		rc = make_pieces(z, v, e);
+	}
+	if (!rc) {
+		m->size = (size_t)end;
+		return 0;
+	}
+	/* a failed pass leaves nothing: a later use may try again */
+	index_free(z);
+	return rc;
+}
+
+void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
+{
+	*out = (struct tx_zinfo){ 0 };
+	if (!m || !m->read)
+		return;
+	const struct tx_z *z = m->src;
+	uint64_t wins = 0;
+	for (size_t i = 0; i < z->nst; i++)
+		wins += z->st[i].wlen;
+	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins };
+}
