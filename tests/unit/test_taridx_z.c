@@ -1,0 +1,188 @@
+/* The seek index of compressed tars (format/taridx/tx_z.c), per codec: a
+ * tar made here, compressed by each codec's library in one stream and in
+ * three, indexed, then read back through the decoded map at offsets all
+ * over it, in an order no decoder left behind can follow; the decoded size
+ * and the start points are checked. Damaged archives fail with a reason. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../fuzz/zpack.h"
+#include "check.h"
+#include "sf_map.h"
+#include "sf_view.h"
+#include "taridx/tx.h"
+#include "taridx/tx_z.h"
+
+/* any compressed tar's descriptor: the view only holds the pieces' parts */
+extern const struct sf_format tx_targz_format;
+
+static char dir[] = "/tmp/test_taridx_z.XXXXXX";
+
+/* 9 MiB of text compressible about 4:1, so that gzip puts start points
+ * inside its member. */
+static uint8_t *make_plain(size_t *n)
+{
+	size_t cap = 9u << 20, len = 0;
+	uint8_t *p = malloc(cap);
+	uint64_t x = 88172645463325252u;
+	while (len + 64 < cap) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		len += (size_t)snprintf((char *)p + len, 64, "row %llu value %llu\n",
+					(unsigned long long)(len / 7), (unsigned long long)(x % 100000));
+	}
+	*n = len;
+	return p;
+}
+
+static void put(const char *name, const void *p, size_t n)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(p, 1, n, f) == n);
+	fclose(f);
+}
+
+/* Indexes file `name`: 0 with *m and *v, or the error. */
+static int index_file(const char *name, struct sf_map **m, struct sf_view **v, struct sf_err *e)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	*m = NULL;
+	*v = NULL;
+	struct sf_map *src;
+	int rc = sf_map_open(path, &src, e);
+	if (rc)
+		return rc;
+	uint8_t head[6];
+	CHECK(sf_map_read(src, 0, sizeof head, head, "head", e) == 0);
+	*v = sf_view_new(&tx_targz_format, path);
+	rc = tx_z_map(src, tx_z_sniff(head, sizeof head), m, e);
+	sf_map_unref(src);
+	if (!rc)
+		rc = tx_z_index(*m, *v, NULL, e);
+	return rc;
+}
+
+static void release(struct sf_map *m, struct sf_view *v)
+{
+	sf_map_unref(m);
+	if (v)
+		sf_view_unref(v);
+}
+
+/* Reads the decoded map at offsets all over it, back to front. */
+static void check_reads(struct sf_map *m, const uint8_t *plain, size_t n)
+{
+	uint8_t buf[70000];
+	struct sf_err e;
+	for (size_t i = 12; i-- > 0;) {
+		size_t off = (size_t)((i * 2654435761u) % (n - sizeof buf)), len = 1 + (i * 977) % sizeof buf;
+		CHECK(sf_map_read(m, off, len, buf, "test", &e) == 0);
+		CHECK(memcmp(buf, plain + off, len) == 0);
+	}
+	/* across a piece's end, and the last byte */
+	CHECK(sf_map_read(m, TX_Z_PIECE - 100, 200, buf, "test", &e) == 0);
+	CHECK(memcmp(buf, plain + TX_Z_PIECE - 100, 200) == 0);
+	CHECK(sf_map_read(m, n - 1, 1, buf, "test", &e) == 0 && buf[0] == plain[n - 1]);
+	CHECK(sf_map_read(m, n, 1, buf, "test", &e) == -EINVAL);
+}
+
+static void test_codec(enum tx_zcodec c, const uint8_t *plain, size_t n)
+{
+	static const char *const names[] = { "", "a.tar.gz", "a.tar.zst", "a.tar.xz", "a.tar.bz2",
+					     "a.tar.lz4" };
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	struct tx_zinfo zi;
+	/* one stream */
+	uint8_t *z;
+	size_t zn = zpack(c, plain, n, &z);
+	CHECK(zn > 0);
+	put(names[c], z, zn);
+	int rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == 0);
+	if (rc)
+		fprintf(stderr, "%s: %s\n", names[c], e.msg);
+	if (!rc) {
+		CHECK_EQ_U(m->size, n);
+		tx_z_info(m, &zi);
+		CHECK(zi.codec == c && zi.compressed == zn);
+		/* gzip: start points inside the member, one every ~3.5 MiB */
+		CHECK(c == TX_Z_GZIP ? zi.starts >= 3 : zi.starts == 1);
+		CHECK(zi.pieces >= (n + TX_Z_PIECE - 1) / TX_Z_PIECE);
+		/* gzip's stretches stay within a piece */
+		CHECK(c != TX_Z_GZIP || zi.pieces == zi.starts);
+		check_reads(m, plain, n);
+	}
+	release(m, v);
+	/* truncated: the reason names it */
+	put(names[c], z, zn - 7);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == -EIO && (strstr(e.msg, "truncated") || strstr(e.msg, "data")));
+	release(m, v);
+	/* trailing garbage after the last stream, and zero padding */
+	uint8_t *t = malloc(zn + 16);
+	memcpy(t, z, zn);
+	memcpy(t + zn, "garbage-garbage!", 16);
+	put(names[c], t, zn + 16);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == -EIO && strstr(e.msg, "trailing garbage"));
+	release(m, v);
+	memset(t + zn, 0, 16);
+	put(names[c], t, zn + 16);
+	CHECK(index_file(names[c], &m, &v, &e) == 0 && m->size == n);
+	release(m, v);
+	free(t);
+	free(z);
+	/* three streams, cut anywhere */
+	size_t cuts[] = { 0, n / 3 + 11, 2 * n / 3 + 5, n };
+	struct sf_str all = { 0 };
+	for (int i = 0; i < 3; i++) {
+		zn = zpack(c, plain + cuts[i], cuts[i + 1] - cuts[i], &z);
+		sf_str_add(&all, z, zn);
+		free(z);
+	}
+	put(names[c], all.p, all.len);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == 0);
+	if (!rc) {
+		CHECK_EQ_U(m->size, n);
+		tx_z_info(m, &zi);
+		CHECK(zi.starts >= 3);
+		check_reads(m, plain, n);
+	}
+	release(m, v);
+	sf_str_free(&all);
+}
+
+int main(void)
+{
+	CHECK(mkdtemp(dir) != NULL);
+	size_t n;
+	uint8_t *plain = make_plain(&n);
+	for (enum tx_zcodec c = TX_Z_GZIP; c <= TX_Z_LZ4; c++)
+		test_codec(c, plain, n);
+	/* a stream whose CRC fails */
+	uint8_t *z;
+	size_t zn = zpack(TX_Z_GZIP, plain, 100000, &z);
+	z[zn - 6] ^= 1;
+	put("a.tar.gz", z, zn);
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	CHECK(index_file("a.tar.gz", &m, &v, &e) == -EIO && strstr(e.msg, "incorrect data check"));
+	release(m, v);
+	free(z);
+	free(plain);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+	return check_failures;
+}
