@@ -299,6 +299,35 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	return 0;
 }
 
+/* Refills c's buffer from the archive: 0, 1 at the archive's end, or as
+ * sf_map_read. */
+static int cur_fill(const struct tx_z *z, struct zcur *c, struct sf_err *e)
+{
+	uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+	if (!k)
+		return 1;
+	int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+	if (rc)
+		return rc;
+	c->in += k;
+	c->pos = 0;
+	c->len = (size_t)k;
+	return 0;
+}
+
+static int truncated(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
+{
+	return sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)", z->src->path,
+		       tx_z_name(z->codec), (unsigned long long)c->in);
+}
+
+static int corrupt(const struct tx_z *z, const struct zcur *c, int rc, const char *why,
+		   struct sf_err *e)
+{
+	return sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path, tx_z_name(z->codec),
+		       (unsigned long long)(c->in - (c->len - c->pos)), why);
+}
+
 /* A decoder that neither takes input nor gives output: never looped on. */
 static int stuck(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
 {
@@ -315,18 +344,9 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 	uint64_t done = 0;
 	int rc = 0;
 	while (done < n) {
-		if (c->pos == c->len) {
-			uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
-			if (!k) {
-				rc = sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)",
-					     z->src->path, tx_z_name(z->codec), (unsigned long long)c->in);
-				break;
-			}
-			if ((rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e)))
-				break;
-			c->in += k;
-			c->pos = 0;
-			c->len = (size_t)k;
+		if (c->pos == c->len && (rc = cur_fill(z, c, e))) {
+			rc = rc > 0 ? truncated(z, c, e) : rc;
+			break;
 		}
 		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
 						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
@@ -336,8 +356,7 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 		done += ol;
 		c->out += ol;
 		if (rc < 0) {
-			rc = sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path,
-				     tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)), why);
+			rc = corrupt(z, c, rc, why, e);
 			break;
 		}
 		if (rc > 0)
@@ -533,18 +552,11 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 	ps->wfill = 0;
 	for (;;) {
 		if (c->pos == c->len) {
-			uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
-			if (!k)
-				return sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)",
-					       z->src->path, tx_z_name(z->codec), (unsigned long long)c->in);
-			int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+			int rc = cur_fill(z, c, e);
 			if (rc)
-				return rc;
-			c->in += k;
-			c->pos = 0;
-			c->len = (size_t)k;
+				return rc > 0 ? truncated(z, c, e) : rc;
 			if (ps->pr)
-				atomic_fetch_add_explicit(&ps->pr->bytes_walked, k, memory_order_relaxed);
+				atomic_fetch_add_explicit(&ps->pr->bytes_walked, c->len, memory_order_relaxed);
 		}
 		size_t il = c->len - c->pos, ol = OUTBUF;
 		const char *why = NULL;
@@ -554,8 +566,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
 		c->out += ol;
 		if (rc < 0)
-			return sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path,
-				       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)), why);
+			return corrupt(z, c, rc, why, e);
 		if (!il && !ol && !rc)
 			return stuck(z, c, e);
 		if (gz)
@@ -592,15 +603,9 @@ static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
 			c->pos++;
 		if (c->pos < c->len)
 			break;
-		uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
-		if (!k)
-			return 1;
-		int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+		int rc = cur_fill(z, c, e);
 		if (rc)
 			return rc;
-		c->in += k;
-		c->pos = 0;
-		c->len = (size_t)k;
 	}
 	uint64_t at = c->in - (c->len - c->pos);
 	uint8_t head[6] = { 0 };
