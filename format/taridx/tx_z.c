@@ -24,6 +24,9 @@
  * accepts without --memory), and xz's largest preset with room */
 #define ZSTD_WINDOW_LOG_MAX 27
 #define XZ_MEMLIMIT (256u << 20)
+/* an xz stream's index read for its blocks' start points, at most (a
+ * larger one leaves the stream one start point) */
+#define XZ_INDEX_MAX (16u << 20)
 
 /* Where a decoder can start. */
 struct zstart {
@@ -32,6 +35,10 @@ struct zstart {
 	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
 	uint32_t wlen;     /* its bytes; 0 at a stream's start */
 	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
+	/* xz: a block after its stream's first, `in` at its header; the
+	 * stream's check type */
+	bool block;
+	uint8_t check;
 };
 
 struct zpiece {
@@ -271,6 +278,37 @@ static void cur_free(struct tx_z *z, struct zcur *c)
 	free(c);
 }
 
+/* Starts c's decoder at the xz block whose header is at st->in (read
+ * here; c then reads after it). 0, -ENOMEM, -EIO with *why, or as
+ * sf_map_read. */
+static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct zstart *st,
+			  const char **why, struct sf_err *e)
+{
+	uint8_t hdr[1024];
+	int rc = sf_map_read(z->src, st->in, 1, hdr, "xz block header", e);
+	lzma_filter filters[LZMA_FILTERS_MAX + 1];
+	lzma_block b = { .version = 1, .check = (lzma_check)st->check, .filters = filters,
+			 .header_size = lzma_block_header_size_decode(hdr[0]) };
+	if (!rc && (!hdr[0] || b.header_size > z->src->size - st->in))
+		rc = -EIO;
+	if (!rc)
+		rc = sf_map_read(z->src, st->in, b.header_size, hdr, "xz block header", e);
+	if (rc)
+		return *why = "an xz block header the index points at cannot be read", rc;
+	memset(&c->d, 0, sizeof c->d);
+	c->d.c = TX_Z_XZ;
+	c->d.xz = (lzma_stream)LZMA_STREAM_INIT;
+	if (lzma_block_header_decode(&b, NULL, hdr) != LZMA_OK)
+		return *why = "an xz block header the index points at is corrupt", -EIO;
+	lzma_ret r = lzma_block_decoder(&c->d.xz, &b);
+	lzma_filters_free(filters, NULL);
+	if (r != LZMA_OK)
+		return r == LZMA_MEM_ERROR ? -ENOMEM : (*why = "an xz block it cannot decode", -EIO);
+	c->d.live = true;
+	c->in = st->in + b.header_size;
+	return 0;
+}
+
 /* A cursor at start point s, its decoder's memory charged. */
 static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err *e)
 {
@@ -288,9 +326,10 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	if (!rc)
 		c->charged = z->cache->charge ? mem : 0;
 	const char *why = NULL;
-	if (!rc && (rc = dec_begin(&c->d, z->codec, st, &why)))
+	if (!rc && (rc = st->block ? xz_block_begin(z, c, st, &why, e) : dec_begin(&c->d, z->codec, st, &why)))
 		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
-		     sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path, (unsigned long long)st->in, why);
+		     rc == -EIO && why ? sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path,
+						 (unsigned long long)st->in, why) : rc;
 	if (rc) {
 		cur_free(z, c);
 		return rc;
@@ -542,6 +581,52 @@ static void window_push(struct pass *ps, const uint8_t *p, size_t n)
 	ps->wfill += n;
 }
 
+/* After an xz stream that ends at `end` (checked whole by its decoder,
+ * index included): a start point at each of its blocks but the first,
+ * from its index. A stream whose index is too large or cannot be read
+ * keeps its one start point. */
+static int xz_blocks(struct pass *ps, uint64_t end, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	const struct zstart s = z->st[z->nst - 1];
+	uint8_t foot[LZMA_STREAM_HEADER_SIZE];
+	lzma_stream_flags ff;
+	if (end - s.in < 2 * LZMA_STREAM_HEADER_SIZE ||
+	    sf_map_read(z->src, end - sizeof foot, sizeof foot, foot, "xz stream footer", e) ||
+	    lzma_stream_footer_decode(&ff, foot) != LZMA_OK || ff.backward_size > XZ_INDEX_MAX ||
+	    ff.backward_size > end - s.in - 2 * LZMA_STREAM_HEADER_SIZE)
+		return 0;
+	/* a record takes at least 2 bytes of the index, and liblzma about
+	 * 16 for its block */
+	size_t n = (size_t)ff.backward_size, pos = 0;
+	uint64_t memlimit = 8 * (uint64_t)n + (64u << 10), cost = n + memlimit;
+	if (sf_cache_charge(z->cache, cost, z->src->path, "an xz index", e))
+		return 0;
+	int rc = 0;
+	uint8_t *buf = malloc(n);
+	lzma_index *ix = NULL;
+	if (buf && !sf_map_read(z->src, end - sizeof foot - n, n, buf, "xz index", e) &&
+	    lzma_index_buffer_decode(&ix, &memlimit, NULL, buf, &pos, n) == LZMA_OK) {
+		lzma_index_iter it;
+		lzma_index_iter_init(&it, ix);
+		while (!rc && !lzma_index_iter_next(&it, LZMA_INDEX_ITER_BLOCK)) {
+			if (it.block.number_in_stream == 1)
+				continue; /* where the stream starts */
+			rc = add_start(ps, s.in + it.block.compressed_stream_offset,
+				       s.out + it.block.uncompressed_stream_offset, NULL, 0, 0, e);
+			if (!rc) {
+				z->st[z->nst - 1].block = true;
+				z->st[z->nst - 1].check = (uint8_t)ff.check;
+				z->st[z->nst - 1].mem = s.mem;
+			}
+		}
+		lzma_index_end(ix, NULL);
+	}
+	free(buf);
+	sf_cache_uncharge(z->cache, z->cache->charge ? cost : 0);
+	return rc;
+}
+
 /* Decodes one stream from the cursor's point to its end, adding start
  * points inside gzip members. */
 static int pass_stream(struct pass *ps, struct sf_err *e)
@@ -574,7 +659,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		if (rc > 0) {
 			uint64_t mem = dec_mem(&c->d);
 			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
-			return 0;
+			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
 		}
 		/* a block's end (bit 128), not the last block's (bit 64) */
 		if (gz && (c->d.gz.data_type & 128) && !(c->d.gz.data_type & 64) &&

@@ -162,6 +162,34 @@ static void test_codec(enum tx_zcodec c, const uint8_t *plain, size_t n)
 	sf_str_free(&all);
 }
 
+/* xz in blocks of 1 MiB, as `xz -T2` writes it: a start point at each
+ * block, from the stream's index. */
+static void test_xz_blocks(const uint8_t *plain, size_t n)
+{
+	lzma_stream x = LZMA_STREAM_INIT;
+	lzma_mt mt = { .threads = 1, .block_size = 1u << 20, .preset = 1, .check = LZMA_CHECK_CRC32 };
+	CHECK(lzma_stream_encoder_mt(&x, &mt) == LZMA_OK);
+	size_t cap = n + (1u << 20);
+	uint8_t *o = malloc(cap);
+	x.next_in = plain;
+	x.avail_in = n;
+	x.next_out = o;
+	x.avail_out = cap;
+	CHECK(lzma_code(&x, LZMA_FINISH) == LZMA_STREAM_END);
+	put("b.tar.xz", o, x.total_out);
+	lzma_end(&x);
+	free(o);
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	struct tx_zinfo zi;
+	CHECK(index_file("b.tar.xz", &m, &v, &e) == 0);
+	tx_z_info(m, &zi);
+	CHECK_EQ_U(zi.starts, (n + (1u << 20) - 1) >> 20);
+	check_reads(m, plain, n);
+	release(m, v);
+}
+
 int main(void)
 {
 	CHECK(mkdtemp(dir) != NULL);
@@ -169,6 +197,7 @@ int main(void)
 	uint8_t *plain = make_plain(&n);
 	for (enum tx_zcodec c = TX_Z_GZIP; c <= TX_Z_LZ4; c++)
 		test_codec(c, plain, n);
+	test_xz_blocks(plain, n);
 	/* a stream whose CRC fails */
 	uint8_t *z;
 	size_t zn = zpack(TX_Z_GZIP, plain, 100000, &z);
