@@ -226,13 +226,18 @@ def damaged(src):
     bbad[len(bz) // 2] ^= 0x10
     (src / "badbz2.tar.bz2").write_bytes(bytes(bbad))
     (src / "notar.tar.gz").write_bytes(gzip_bytes(b"no tar header at all\n" * 100))
+    # a member claiming a terabyte, in a few kB
+    huge = tarfile.TarInfo("huge.bin")
+    huge.size = 1 << 40
+    (src / "huge.tar.gz").write_bytes(gzip_bytes(huge.tobuf(tarfile.GNU_FORMAT) + b"x" * 5000))
     return raw
 
 
 @pytest.mark.parametrize("name,why", [
     ("trunc", "truncated"), ("badcrc", "incorrect data check"),
     ("trail", "trailing garbage"), ("badzst", "zstd data"),
-    ("truncxz", "truncated"), ("badbz2", "bzip2"), ("notar", "tar")])
+    ("truncxz", "truncated"), ("badbz2", "bzip2"), ("notar", "tar"),
+    ("huge", "runs past the end of the tar")])
 def test_damaged_archives_say_why(mount, tmp_path, name, why):
     damaged(tmp_path)
     mnt = mount(tmp_path)
