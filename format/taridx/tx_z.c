@@ -1,29 +1,19 @@
 /* The seek index of a compressed tar and the decoded map over it (tx_z.h). */
 #include "tx_z.h"
 
-#include <bzlib.h>
 #include <errno.h>
-#include <lz4frame.h>
-#include <lzma.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <zlib.h>
-#include <zstd.h>
 
-#define WINDOW 32768u
 /* a gzip member gets a start point at the first block boundary this far
  * past the last one, so that a stretch is mostly one piece */
 #define GZ_EVERY (TX_Z_PIECE - (512u << 10))
 #define INBUF (256u << 10)
 #define OUTBUF (256u << 10)
-/* decoder memory allowed: zstd's default window limit (what `zstd -d`
- * accepts without --memory), and xz's largest preset with room */
-#define ZSTD_WINDOW_LOG_MAX 27
-#define XZ_MEMLIMIT (256u << 20)
 /* an xz stream's index read for its blocks' start points, at most (a
  * larger one leaves the stream one start point) */
 #define XZ_INDEX_MAX (16u << 20)
@@ -47,21 +37,10 @@ struct zpiece {
 	struct sf_part *part;
 };
 
-/* One decoder of some codec. */
-struct zdec {
-	enum tx_zcodec c;
-	bool live;
-	z_stream gz;
-	ZSTD_DStream *zs;
-	lzma_stream xz;
-	bz_stream bz;
-	LZ4F_dctx *lz;
-};
-
 /* A decoder reading the archive from some point: its input buffer, and
  * the decoded offset it has reached. */
 struct zcur {
-	struct zdec d;
+	struct tx_zdec d;
 	uint32_t start;
 	uint64_t out;
 	uint64_t in;        /* archive offset of the byte after buf's */
@@ -85,193 +64,13 @@ struct tx_z {
 	size_t last_piece;
 };
 
-enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n)
-{
-	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
-		return TX_Z_GZIP;
-	if (n >= 4 && !memcmp(p, "\x28\xb5\x2f\xfd", 4))
-		return TX_Z_ZSTD;
-	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
-		return TX_Z_XZ;
-	if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
-		return TX_Z_BZIP2;
-	if (n >= 4 && !memcmp(p, "\x04\x22\x4d\x18", 4))
-		return TX_Z_LZ4;
-	return TX_Z_NONE;
-}
-
-const char *tx_z_name(enum tx_zcodec c)
-{
-	static const char *const names[] = { "none", "gzip", "zstd", "xz", "bzip2", "lz4" };
-	return names[c];
-}
-
-/* ---- one decoder ------------------------------------------------------ */
-
-static void dec_end(struct zdec *d)
-{
-	if (!d->live)
-		return;
-	switch (d->c) {
-	case TX_Z_GZIP: inflateEnd(&d->gz); break;
-	case TX_Z_ZSTD: ZSTD_freeDStream(d->zs); break;
-	case TX_Z_XZ: lzma_end(&d->xz); break;
-	case TX_Z_BZIP2: BZ2_bzDecompressEnd(&d->bz); break;
-	case TX_Z_LZ4: LZ4F_freeDecompressionContext(d->lz); break;
-	case TX_Z_NONE: break;
-	}
-	d->live = false;
-}
-
-/* Starts decoding at s: a stream's start, or (gzip) inside a member with
- * its window. 0, -ENOMEM, or -EIO with *why. */
-static int dec_begin(struct zdec *d, enum tx_zcodec c, const struct zstart *s, const char **why)
-{
-	dec_end(d);
-	memset(d, 0, sizeof *d);
-	d->c = c;
-	int ok = 0;
-	switch (c) {
-	case TX_Z_GZIP:
-		/* a member's start reads its gzip header; inside one, raw deflate */
-		if (inflateInit2(&d->gz, s->wlen ? -15 : 15 + 16) != Z_OK)
-			return -ENOMEM;
-		d->live = true;
-		if (s->wlen) {
-			uint8_t w[WINDOW];
-			size_t n = ZSTD_decompress(w, sizeof w, s->win, s->wlen);
-			if (n != WINDOW || (s->bits && inflatePrime(&d->gz, s->bits, s->byte >> (8 - s->bits)) != Z_OK) ||
-			    inflateSetDictionary(&d->gz, w, WINDOW) != Z_OK) {
-				*why = "a kept window cannot be restored";
-				return -EIO;
-			}
-		}
-		return 0;
-	case TX_Z_ZSTD:
-		ok = (d->zs = ZSTD_createDStream()) &&
-		     !ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX));
-		break;
-	case TX_Z_XZ:
-		d->xz = (lzma_stream)LZMA_STREAM_INIT;
-		ok = lzma_stream_decoder(&d->xz, XZ_MEMLIMIT, 0) == LZMA_OK;
-		break;
-	case TX_Z_BZIP2:
-		ok = BZ2_bzDecompressInit(&d->bz, 0, 0) == BZ_OK;
-		break;
-	case TX_Z_LZ4:
-		ok = !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
-		break;
-	case TX_Z_NONE:
-		break;
-	}
-	d->live = ok;
-	return ok ? 0 : -ENOMEM;
-}
-
-/* Decodes from in[0 .. *inlen) into out[0 .. *outlen), setting both to
- * what was used; with `block` (gzip) stops at a deflate block's end too.
- * 1 at the stream's (frame's, member's) end, 0, or -EIO with *why. */
-static int dec_step(struct zdec *d, const uint8_t *in, size_t *inlen, uint8_t *out,
-		    size_t *outlen, bool block, const char **why)
-{
-	size_t ni = *inlen, no = *outlen;
-	switch (d->c) {
-	case TX_Z_GZIP: {
-		d->gz.next_in = (uint8_t *)in;
-		d->gz.avail_in = (uInt)ni;
-		d->gz.next_out = out;
-		d->gz.avail_out = (uInt)no;
-		int r = inflate(&d->gz, block ? Z_BLOCK : Z_NO_FLUSH);
-		*inlen = ni - d->gz.avail_in;
-		*outlen = no - d->gz.avail_out;
-		if (r == Z_STREAM_END)
-			return 1;
-		if (r == Z_OK || r == Z_BUF_ERROR)
-			return 0;
-		*why = d->gz.msg ? d->gz.msg : "corrupt deflate data";
-		return -EIO;
-	}
-	case TX_Z_ZSTD: {
-		ZSTD_inBuffer i = { in, ni, 0 };
-		ZSTD_outBuffer o = { out, no, 0 };
-		size_t r = ZSTD_decompressStream(d->zs, &o, &i);
-		*inlen = i.pos;
-		*outlen = o.pos;
-		if (ZSTD_isError(r)) {
-			*why = ZSTD_getErrorName(r);
-			return -EIO;
-		}
-		return r == 0;
-	}
-	case TX_Z_XZ: {
-		d->xz.next_in = in;
-		d->xz.avail_in = ni;
-		d->xz.next_out = out;
-		d->xz.avail_out = no;
-		lzma_ret r = lzma_code(&d->xz, LZMA_RUN);
-		*inlen = ni - d->xz.avail_in;
-		*outlen = no - d->xz.avail_out;
-		if (r == LZMA_STREAM_END)
-			return 1;
-		if (r == LZMA_OK || r == LZMA_BUF_ERROR)
-			return 0;
-		*why = r == LZMA_DATA_ERROR ? "corrupt xz data" : r == LZMA_MEMLIMIT_ERROR ?
-		       "an xz stream needing more than 256 MiB to decode" : r == LZMA_FORMAT_ERROR ?
-		       "no xz stream" : "an xz stream it cannot decode (check or options)";
-		return -EIO;
-	}
-	case TX_Z_BZIP2: {
-		d->bz.next_in = (char *)in;
-		d->bz.avail_in = (unsigned)ni;
-		d->bz.next_out = (char *)out;
-		d->bz.avail_out = (unsigned)no;
-		int r = BZ2_bzDecompress(&d->bz);
-		*inlen = ni - d->bz.avail_in;
-		*outlen = no - d->bz.avail_out;
-		if (r == BZ_STREAM_END)
-			return 1;
-		if (r == BZ_OK)
-			return 0;
-		*why = r == BZ_DATA_ERROR ? "corrupt bzip2 data (a block fails its CRC)" :
-		       "no bzip2 stream";
-		return -EIO;
-	}
-	case TX_Z_LZ4: {
-		size_t r = LZ4F_decompress(d->lz, out, outlen, in, inlen, NULL);
-		if (LZ4F_isError(r)) {
-			*why = LZ4F_getErrorName(r);
-			return -EIO;
-		}
-		return r == 0;
-	}
-	case TX_Z_NONE:
-		break;
-	}
-	*why = "no codec";
-	return -EIO;
-}
-
-/* What a decoder of this codec holds now, for the budget. */
-static uint64_t dec_mem(const struct zdec *d)
-{
-	switch (d->c) {
-	case TX_Z_GZIP: return 48u << 10;
-	case TX_Z_ZSTD: return ZSTD_sizeof_DStream(d->zs);
-	case TX_Z_XZ: return lzma_memusage(&d->xz);
-	case TX_Z_BZIP2: return 4u << 20;      /* a 900k block's tables */
-	case TX_Z_LZ4: return 9u << 20;        /* two 4 MiB blocks */
-	case TX_Z_NONE: break;
-	}
-	return 0;
-}
-
 /* ---- a cursor over the archive ----------------------------------------- */
 
 static void cur_free(struct tx_z *z, struct zcur *c)
 {
 	if (!c)
 		return;
-	dec_end(&c->d);
+	tx_zdec_end(&c->d);
 	if (c->charged)
 		sf_cache_uncharge(z->cache, c->charged);
 	free(c->buf);
@@ -326,7 +125,7 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	if (!rc)
 		c->charged = z->cache->charge ? mem : 0;
 	const char *why = NULL;
-	if (!rc && (rc = st->block ? xz_block_begin(z, c, st, &why, e) : dec_begin(&c->d, z->codec, st, &why)))
+	if (!rc && (rc = st->block ? xz_block_begin(z, c, st, &why, e) : tx_zdec_begin(&c->d, z->codec, st->win, st->wlen, st->bits, st->byte, &why)))
 		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
 		     rc == -EIO && why ? sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path,
 						 (unsigned long long)st->in, why) : rc;
@@ -390,7 +189,7 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
 						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
 		const char *why = NULL;
-		rc = dec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
+		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
 		c->pos += il;
 		done += ol;
 		c->out += ol;
@@ -526,7 +325,7 @@ int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64
 struct pass {
 	struct tx_z *z;
 	struct zcur *c;
-	uint8_t *out;          /* WINDOW bytes of window, then OUTBUF */
+	uint8_t *out;          /* TX_Z_WINDOW bytes of window, then OUTBUF */
 	uint64_t wfill;        /* bytes of the member's window known */
 	uint64_t last;         /* decoded offset of the last start point */
 	size_t cap;
@@ -553,9 +352,9 @@ static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *
 	*s = (struct zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
 	uint64_t cost = sizeof *s + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16);
 	if (win) {
-		size_t cap = ZSTD_compressBound(WINDOW);
+		size_t cap = ZSTD_compressBound(TX_Z_WINDOW);
 		uint8_t *w = malloc(cap);
-		size_t n = w ? ZSTD_compress(w, cap, win, WINDOW, 1) : 0;
+		size_t n = w ? ZSTD_compress(w, cap, win, TX_Z_WINDOW, 1) : 0;
 		if (!w || ZSTD_isError(n)) {
 			free(w);
 			return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
@@ -569,14 +368,14 @@ static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *
 	return charge(z, cost, e);
 }
 
-/* Keeps the last WINDOW bytes decoded in the member in ps->out. */
+/* Keeps the last TX_Z_WINDOW bytes decoded in the member in ps->out. */
 static void window_push(struct pass *ps, const uint8_t *p, size_t n)
 {
-	if (n >= WINDOW) {
-		memcpy(ps->out, p + n - WINDOW, WINDOW);
+	if (n >= TX_Z_WINDOW) {
+		memcpy(ps->out, p + n - TX_Z_WINDOW, TX_Z_WINDOW);
 	} else {
-		memmove(ps->out, ps->out + n, WINDOW - n);
-		memcpy(ps->out + WINDOW - n, p, n);
+		memmove(ps->out, ps->out + n, TX_Z_WINDOW - n);
+		memcpy(ps->out + TX_Z_WINDOW - n, p, n);
 	}
 	ps->wfill += n;
 }
@@ -645,7 +444,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		}
 		size_t il = c->len - c->pos, ol = OUTBUF;
 		const char *why = NULL;
-		int rc = dec_step(&c->d, c->buf + c->pos, &il, ps->out + WINDOW, &ol, gz, &why);
+		int rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, ps->out + TX_Z_WINDOW, &ol, gz, &why);
 		c->pos += il;
 		if (c->out + ol < c->out)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
@@ -655,15 +454,15 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		if (!il && !ol && !rc)
 			return stuck(z, c, e);
 		if (gz)
-			window_push(ps, ps->out + WINDOW, ol);
+			window_push(ps, ps->out + TX_Z_WINDOW, ol);
 		if (rc > 0) {
-			uint64_t mem = dec_mem(&c->d);
+			uint64_t mem = tx_zdec_mem(&c->d);
 			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
 			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
 		}
 		/* a block's end (bit 128), not the last block's (bit 64) */
 		if (gz && (c->d.gz.data_type & 128) && !(c->d.gz.data_type & 64) &&
-		    c->out - ps->last >= GZ_EVERY && ps->wfill >= WINDOW) {
+		    c->out - ps->last >= GZ_EVERY && ps->wfill >= TX_Z_WINDOW) {
 			uint64_t in = c->in - (c->len - c->pos);
 			uint8_t bits = (uint8_t)(c->d.gz.data_type & 7);
 			if (bits && !c->pos)
@@ -671,7 +470,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 			rc = add_start(ps, in, c->out, ps->out, bits, bits ? c->buf[c->pos - 1] : 0, e);
 			if (rc)
 				return rc;
-			z->st[z->nst - 1].mem = dec_mem(&c->d);
+			z->st[z->nst - 1].mem = tx_zdec_mem(&c->d);
 		}
 	}
 }
@@ -797,10 +596,10 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	struct pass ps = { .z = z, .pr = pr };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
-	int rc = (ps.out = malloc(WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
+	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
 	uint64_t next = 0;
 	if (!rc)
-		rc = charge(z, WINDOW + OUTBUF, e);
+		rc = charge(z, TX_Z_WINDOW + OUTBUF, e);
 	/* a first start point, measured by its pass: the cursor charges it */
 	if (!rc)
 		rc = add_start(&ps, 0, 0, NULL, 0, 0, e);
@@ -814,7 +613,7 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 		const char *why = NULL;
 		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
 			break;
-		if ((rc = dec_begin(&ps.c->d, z->codec, &z->st[z->nst - 1], &why)))
+		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, 0, 0, 0, &why)))
 			rc = sf_fail(e, rc, "%s: out of memory", m->path);
 		/* the cursor's buffer holds the stream's first bytes already */
 	}
@@ -822,9 +621,9 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	cur_free(z, ps.c);
 	free(ps.out);
 	if (ps.out)
-		sf_cache_uncharge(z->cache, z->cache->charge ? WINDOW + OUTBUF : 0);
+		sf_cache_uncharge(z->cache, z->cache->charge ? TX_Z_WINDOW + OUTBUF : 0);
 	if (z->cache->charge && ps.out)
-		z->charged -= WINDOW + OUTBUF;
+		z->charged -= TX_Z_WINDOW + OUTBUF;
 	if (pr)
 		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
 	/* the end, as one more start point */

@@ -9,8 +9,14 @@
 #ifndef TX_Z_H
 #define TX_Z_H
 
+#include <bzlib.h>
+#include <lz4frame.h>
+#include <lzma.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <zlib.h>
+#include <zstd.h>
 
 #include "sf_err.h"
 #include "sf_format.h"
@@ -18,12 +24,40 @@
 #include "sf_view.h"
 
 #define TX_Z_PIECE (4u << 20)
+/* deflate's window: what a decoder started inside a gzip member needs */
+#define TX_Z_WINDOW 32768u
 
 enum tx_zcodec { TX_Z_NONE, TX_Z_GZIP, TX_Z_ZSTD, TX_Z_XZ, TX_Z_BZIP2, TX_Z_LZ4 };
 
 /* The codec whose magic bytes p (n bytes) starts with, or TX_Z_NONE. */
 enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n);
 const char *tx_z_name(enum tx_zcodec c);
+
+/* ---- one decoder of any codec (tx_zdec.c) ---- */
+
+struct tx_zdec {
+	enum tx_zcodec c;
+	bool live;
+	z_stream gz;
+	ZSTD_DStream *zs;
+	lzma_stream xz;
+	bz_stream bz;
+	LZ4F_dctx *lz;
+};
+/* Starts decoding a stream of codec c (ending what d decoded before); for
+ * gzip with `wlen` bytes of window `win` (zstd-compressed), inside a member
+ * from a deflate block boundary, the byte before it holding `bits` bits
+ * still to decode. 0, -ENOMEM, or -EIO with *why. */
+int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint32_t wlen, uint8_t bits,
+		  uint8_t byte, const char **why);
+/* Decodes from in[0 .. *inlen) into out[0 .. *outlen), setting both to
+ * what was used; with `block` (gzip) stops at a deflate block's end too.
+ * 1 at the stream's (frame's, member's) end, 0, or -EIO with *why. */
+int tx_zdec_step(struct tx_zdec *d, const uint8_t *in, size_t *inlen, uint8_t *out, size_t *outlen,
+		 bool block, const char **why);
+/* What the decoder holds now, for the budget. */
+uint64_t tx_zdec_mem(const struct tx_zdec *d);
+void tx_zdec_end(struct tx_zdec *d);
 /* A map of the tar compressed in src (which it references), empty until
  * tx_z_index: -ENOMEM or 0. */
 int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e);
