@@ -453,10 +453,18 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 			return corrupt(z, c, rc, why, e);
 		if (!il && !ol && !rc)
 			return stuck(z, c, e);
+		/* the decoder's memory (a zstd window, an xz dictionary) is
+		 * known once a stream's header is read: held in the budget */
+		uint64_t mem = tx_zdec_mem(&c->d);
+		if (z->cache->charge && mem + INBUF > c->charged) {
+			int cr = sf_cache_charge(z->cache, mem + INBUF - c->charged, z->src->path, "a decoder", e);
+			if (cr)
+				return cr;
+			c->charged = mem + INBUF;
+		}
 		if (gz)
 			window_push(ps, ps->out + TX_Z_WINDOW, ol);
 		if (rc > 0) {
-			uint64_t mem = tx_zdec_mem(&c->d);
 			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
 			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
 		}
@@ -470,7 +478,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 			rc = add_start(ps, in, c->out, ps->out, bits, bits ? c->buf[c->pos - 1] : 0, e);
 			if (rc)
 				return rc;
-			z->st[z->nst - 1].mem = tx_zdec_mem(&c->d);
+			z->st[z->nst - 1].mem = mem;
 		}
 	}
 }
