@@ -2,6 +2,8 @@
 #include "tx_z.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,18 +20,6 @@
  * larger one leaves the stream one start point) */
 #define XZ_INDEX_MAX (16u << 20)
 
-/* Where a decoder can start. */
-struct zstart {
-	uint64_t in, out;  /* archive offset to read from; decoded offset */
-	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
-	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
-	uint32_t wlen;     /* its bytes; 0 at a stream's start */
-	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
-	/* xz: a block after its stream's first, `in` at its header; the
-	 * stream's check type */
-	bool block;
-	uint8_t check;
-};
 
 struct zpiece {
 	uint64_t out;        /* decoded offset */
@@ -52,7 +42,7 @@ struct zcur {
 struct tx_z {
 	struct sf_map *src;
 	enum tx_zcodec codec;
-	struct zstart *st;     /* nst start points, then one past the end */
+	struct tx_zstart *st;     /* nst start points, then one past the end */
 	size_t nst;
 	struct zpiece *pc;     /* npc pieces, then one at the end */
 	size_t npc;
@@ -62,6 +52,9 @@ struct tx_z {
 	struct zcur *cur;      /* left where the last piece it made ends */
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
+	int keepfd;            /* where the index is kept (--index-dir), or -1 */
+	char *keepname;
+	const char *kept;      /* what became of it there, for info */
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -80,7 +73,7 @@ static void cur_free(struct tx_z *z, struct zcur *c)
 /* Starts c's decoder at the xz block whose header is at st->in (read
  * here; c then reads after it). 0, -ENOMEM, -EIO with *why, or as
  * sf_map_read. */
-static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct zstart *st,
+static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_zstart *st,
 			  const char **why, struct sf_err *e)
 {
 	uint8_t hdr[1024];
@@ -111,7 +104,7 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct zst
 /* A cursor at start point s, its decoder's memory charged. */
 static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err *e)
 {
-	const struct zstart *st = &z->st[s];
+	const struct tx_zstart *st = &z->st[s];
 	struct zcur *c = calloc(1, sizeof *c);
 	if (!c || !(c->buf = malloc(INBUF))) {
 		free(c);
@@ -340,6 +333,13 @@ static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
 	return rc;
 }
 
+/* What a start point holds, its pieces (two at most, a piece being under
+ * TX_Z_PIECE) and their parts included. */
+static uint64_t start_cost(uint32_t wlen)
+{
+	return sizeof(struct tx_zstart) + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16) + wlen;
+}
+
 static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
 		     uint8_t byte, struct sf_err *e)
 {
@@ -348,9 +348,9 @@ static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *
 		return sf_fail(e, -E2BIG, "%s: more than 2^32 streams", z->src->path);
 	if (sf_grow(&z->st, &ps->cap, z->nst, sizeof *z->st, 64))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	struct zstart *s = &z->st[z->nst];
-	*s = (struct zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
-	uint64_t cost = sizeof *s + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16);
+	struct tx_zstart *s = &z->st[z->nst];
+	*s = (struct tx_zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
+	uint64_t cost = start_cost(0);
 	if (win) {
 		size_t cap = ZSTD_compressBound(TX_Z_WINDOW);
 		uint8_t *w = malloc(cap);
@@ -359,7 +359,8 @@ static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *
 			free(w);
 			return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 		}
-		s->win = w;
+		uint8_t *fit = realloc(w, n);
+		s->win = fit ? fit : w;
 		s->wlen = (uint32_t)n;
 		cost += n;
 	}
@@ -387,7 +388,7 @@ static void window_push(struct pass *ps, const uint8_t *p, size_t n)
 static int xz_blocks(struct pass *ps, uint64_t end, struct sf_err *e)
 {
 	struct tx_z *z = ps->z;
-	const struct zstart s = z->st[z->nst - 1];
+	const struct tx_zstart s = z->st[z->nst - 1];
 	uint8_t foot[LZMA_STREAM_HEADER_SIZE];
 	lzma_stream_flags ff;
 	if (end - s.in < 2 * LZMA_STREAM_HEADER_SIZE ||
@@ -537,6 +538,9 @@ static void z_free(void *arg)
 		return;
 	index_free(z);
 	pthread_mutex_destroy(&z->lock);
+	if (z->keepfd >= 0)
+		close(z->keepfd);
+	free(z->keepname);
 	sf_map_unref(z->src);
 	free(z);
 }
@@ -559,6 +563,7 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	z->src = sf_map_ref(src);
 	z->codec = c;
 	z->cache = &sf_nocache;
+	z->keepfd = -1;
 	atomic_init(&m->refs, 1);
 	m->st = src->st;
 	m->path = path;
@@ -593,6 +598,35 @@ static int make_pieces(struct tx_z *z, struct sf_view *v, struct sf_err *e)
 	return 0;
 }
 
+int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
+{
+	struct tx_z *z = m->src;
+	if (asprintf(&z->keepname, "%s.zidx", name) < 0) {
+		z->keepname = NULL;
+		return -ENOMEM;
+	}
+	z->keepfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	return z->keepfd < 0 ? -errno : 0;
+}
+
+/* The seek index kept in --index-dir, when it is there and matches: 0,
+ * 1 when there is none to use, or a negative errno. */
+static int load_kept(struct tx_z *z, struct sf_err *e)
+{
+	struct tx_zstart *st;
+	size_t n;
+	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
+	int rc = z->keepfd < 0 ? 1 : tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, e);
+	if (rc)
+		return rc;
+	z->st = st;
+	z->nst = n - 1;
+	uint64_t cost = 0;
+	for (size_t i = 0; i < n; i++)
+		cost += start_cost(st[i].wlen);
+	return charge(z, cost, e);
+}
+
 int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e)
 {
 	if (!m->read)
@@ -601,6 +635,21 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	if (z->pc)
 		return 0;
 	z->cache = v->cache;
+	int kept = load_kept(z, e);
+	if (kept < 0) {
+		index_free(z);
+		return kept;
+	}
+	if (!kept) {
+		z->kept = "read from --index-dir";
+		int rc = make_pieces(z, v, e);
+		if (rc) {
+			index_free(z);
+			return rc;
+		}
+		m->size = (size_t)z->st[z->nst].out;
+		return 0;
+	}
 	struct pass ps = { .z = z, .pr = pr };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
@@ -641,6 +690,10 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	}
 	if (!rc) {
 		m->size = (size_t)end;
+		struct sf_err ke;
+		if (z->keepfd >= 0)
+			z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, &ke) ?
+				  (sf_view_warn(v, "%s", ke.msg), "not kept (see errors)") : "written to --index-dir";
 		return 0;
 	}
 	/* a failed pass leaves nothing: a later use may try again */
@@ -658,5 +711,5 @@ void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 	for (size_t i = 0; i < z->nst; i++)
 		wins += z->st[i].wlen;
 	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
-				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins };
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept };
 }

@@ -33,6 +33,35 @@ enum tx_zcodec { TX_Z_NONE, TX_Z_GZIP, TX_Z_ZSTD, TX_Z_XZ, TX_Z_BZIP2, TX_Z_LZ4 
 enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n);
 const char *tx_z_name(enum tx_zcodec c);
 
+/* Where a decoder can start. */
+struct tx_zstart {
+	uint64_t in, out;  /* archive offset to read from; decoded offset */
+	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
+	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
+	uint32_t wlen;     /* its bytes; 0 at a stream's start */
+	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
+	/* xz: a block after its stream's first, `in` at its header; the
+	 * stream's check type */
+	bool block;
+	uint8_t check;
+};
+
+/* ---- the seek index kept apart (tx_zkeep.c) ---- */
+
+/* Reads the seek index kept as `name` in directory dirfd for archive src
+ * of codec c: 0 with *st (n start points, the last one the end, windows
+ * malloc'd) when it is there, whole, and made for src as it is now (its
+ * size, mtime and sampled bytes); 1 when there is none or it does not
+ * match; -ENOMEM. Its bytes are bounded by `max`. */
+int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_err *e);
+/* Writes the seek index (n start points, the end included) as `name` in
+ * dirfd, whole or not at all (a temporary file renamed): 0, or a negative
+ * errno with e set (a read-only --index-dir: the next mount builds it
+ * again). */
+int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  const struct tx_zstart *st, size_t n, struct sf_err *e);
+
 /* ---- one decoder of any codec (tx_zdec.c) ---- */
 
 struct tx_zdec {
@@ -61,6 +90,11 @@ void tx_zdec_end(struct tx_zdec *d);
 /* A map of the tar compressed in src (which it references), empty until
  * tx_z_index: -ENOMEM or 0. */
 int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e);
+/* Keeps m's seek index as "<name>.zidx" in directory dirfd (the
+ * daemon's --index-dir beside the archive; dup'ed): tx_z_index reads it
+ * from there when it matches the archive, else writes it there after its
+ * pass. 0 or a negative errno. */
+int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
 /* Builds m's seek index by one pass over the archive, checking every
  * stream's integrity as it goes, and sets m->size to the decoded size;
  * its pieces become parts of view v, decoded through v's cache, to which
@@ -75,6 +109,7 @@ int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64
 struct tx_zinfo {
 	enum tx_zcodec codec;
 	uint64_t compressed, starts, pieces, index_bytes;
+	const char *kept; /* what became of it in --index-dir, or NULL */
 };
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out);
 

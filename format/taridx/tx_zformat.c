@@ -27,6 +27,8 @@ static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **sta
 		rc = sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic", a->path);
 	if (!rc)
 		rc = tx_z_map(a->map, c, &tar, e);
+	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->name))
+		sf_view_warn(v, "%s: --index-dir cannot keep its seek index", a->path);
 	if (!rc)
 		rc = tx_lone_parse(a, v, state, ext, tar, e);
 	sf_map_unref(tar);
@@ -44,6 +46,7 @@ static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **sta
 		.name = "tar",                                                                 \
 		.ext = extension,                                                              \
 		.check = check,                                                                \
+		.keeps = true,                                                                 \
 		.parse = parse_##id,                                                           \
 		.free_state = tx_fold_free,                                                    \
 		.info_txt = tx_info_txt,                                                       \

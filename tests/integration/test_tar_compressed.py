@@ -290,3 +290,40 @@ def test_tools_and_python_read_compressed(tmp_path):
     assert r.returncode == 0 and r.stdout == b"alpha\n", r.stderr
     r = subprocess.run([str(TOOLS / "shardfs-verify"), str(tmp_path / "x.tar.xz")], capture_output=True)
     assert r.returncode == 0 and r.stdout.endswith(b"status: ok\n"), r
+
+
+def test_seek_index_kept_in_index_dir(mount, tmp_path):
+    """With --index-dir, the seek index is written there after the first
+    pass (beside the archive's path) and read back by the next mount
+    instead of a pass; one that does not match the archive (its bytes
+    damaged, the archive's mtime changed) is made again."""
+    text = b"".join(b"kept line %d %x\n" % (i, i * 2654435761 % (1 << 32)) for i in range(600_000))
+    raw = small_tar_bytes({"t.txt": text, "after.txt": b"after\n"})
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    (src / "sub").mkdir(parents=True)
+    idx.mkdir()
+    (src / "sub" / "x.tar.gz").write_bytes(gzip_bytes(raw))
+    kept = idx / "sub" / "x.tar.gz.zidx"
+
+    def check(how):
+        mnt = mount(src, "--index-dir", idx)
+        view = mnt / "sub" / "x"
+        assert (view / "after.txt").read_bytes() == b"after\n"
+        with open(view / "t.txt", "rb") as f:
+            assert os.pread(f.fileno(), 1000, len(text) - 1000) == text[-1000:]
+            assert f.read() == text
+        info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == how and info["starts"] >= 4, info
+        return info
+
+    first = check("written to --index-dir")
+    assert kept.stat().st_size > 100
+    assert check("read from --index-dir") == {**first, "kept": "read from --index-dir"}
+    b = bytearray(kept.read_bytes())
+    b[70] ^= 1
+    kept.write_bytes(bytes(b))
+    check("written to --index-dir")
+    st = (src / "sub" / "x.tar.gz").stat()
+    os.utime(src / "sub" / "x.tar.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    check("written to --index-dir")
+    check("read from --index-dir")

@@ -4,6 +4,7 @@
  * over it, in an order no decoder left behind can follow; the decoded size
  * and the start points are checked. Damaged archives fail with a reason. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -190,6 +191,54 @@ static void test_xz_blocks(const uint8_t *plain, size_t n)
 	release(m, v);
 }
 
+/* The seek index kept apart: written, read back the same, and refused
+ * when cut short, damaged or made for another archive. */
+static void test_keep(const uint8_t *plain, size_t n)
+{
+	uint8_t *z;
+	size_t zn = zpack(TX_Z_GZIP, plain, n, &z);
+	put("k.tar.gz", z, zn);
+	free(z);
+	char path[256];
+	snprintf(path, sizeof path, "%s/k.tar.gz", dir);
+	struct sf_err e;
+	struct sf_map *m, *src;
+	struct sf_view *v;
+	CHECK(index_file("k.tar.gz", &m, &v, &e) == 0);
+	CHECK(sf_map_open(path, &src, &e) == 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	struct tx_zinfo zi;
+	tx_z_info(m, &zi);
+	/* made by hand: a start point, a window, the end */
+	uint8_t w[8] = "window!";
+	struct tx_zstart st[3] = { { 0 }, { .in = 100, .out = 5000, .mem = 7, .win = w, .wlen = 8,
+					   .bits = 3, .byte = 0xa5 }, { .in = zn, .out = n } };
+	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, &e) == 0);
+	struct tx_zstart *got = NULL;
+	size_t ngot = 0;
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &e) == 0);
+	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
+	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
+	for (size_t i = 0; got && i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	/* another codec, a bound too small, a byte changed, cut short */
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &e) == 1);
+	char kp[300];
+	snprintf(kp, sizeof kp, "%s/k.zidx", dir);
+	FILE *f = fopen(kp, "r+b");
+	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
+	fclose(f);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &e) == 1);
+	CHECK(truncate(kp, 70) == 0);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &e) == 1);
+	close(dfd);
+	sf_map_unref(src);
+	release(m, v);
+}
+
 int main(void)
 {
 	CHECK(mkdtemp(dir) != NULL);
@@ -198,6 +247,7 @@ int main(void)
 	for (enum tx_zcodec c = TX_Z_GZIP; c <= TX_Z_LZ4; c++)
 		test_codec(c, plain, n);
 	test_xz_blocks(plain, n);
+	test_keep(plain, n);
 	/* a stream whose CRC fails */
 	uint8_t *z;
 	size_t zn = zpack(TX_Z_GZIP, plain, 100000, &z);
