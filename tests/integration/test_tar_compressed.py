@@ -306,7 +306,7 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
     kept = idx / "sub" / "x.tar.gz.zidx"
 
     def check(how):
-        mnt = mount(src, "--index-dir", idx)
+        mnt = mount(src, "--index-dir", str(idx))
         view = mnt / "sub" / "x"
         assert (view / "after.txt").read_bytes() == b"after\n"
         with open(view / "t.txt", "rb") as f:
