@@ -55,7 +55,7 @@ void options_usage(FILE *to)
 	      "                      from DIR/P/F.taridx (shardfs-taridx --out DIR/P SRC/P F),\n"
 	      "                      unless SRC/P/F.taridx exists. One that does not match\n"
 	      "                      its tars is refused, saying why (docs/tools.md). The\n"
-	      "                      seek index of a compressed tar SRC/P/A is kept as\n"
+	      "                      indexes of a compressed tar SRC/P/A are kept as\n"
 	      "                      DIR/P/A.zidx, for the next mount to skip its pass\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"

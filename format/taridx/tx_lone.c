@@ -121,9 +121,13 @@ static int build_index(struct tx_fold *f, struct sf_err *e)
 	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
 	if (rc)
 		return rc;
-	rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
-	if (rc)
-		return rc;
+	/* a compressed tar's index may be kept in --index-dir with it */
+	if (!tx_z_kept_tar_index(f->shards[0].map, &f->built)) {
+		rc = tx_index_tar(f->shards[0].map, f->view->path, &sf_progress, &f->built, e);
+		if (rc)
+			return rc;
+		tx_z_keep(f->shards[0].map, f->built, f->view);
+	}
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;

@@ -55,6 +55,7 @@ struct tx_z {
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
+	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -538,6 +539,7 @@ static void z_free(void *arg)
 		return;
 	index_free(z);
 	pthread_mutex_destroy(&z->lock);
+	sf_buf_unref(z->tarix);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
 	free(z->keepname);
@@ -616,7 +618,8 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	struct tx_zstart *st;
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
-	int rc = z->keepfd < 0 ? 1 : tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, e);
+	int rc = z->keepfd < 0 ? 1 :
+		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix, e);
 	if (rc)
 		return rc;
 	z->st = st;
@@ -690,15 +693,31 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	}
 	if (!rc) {
 		m->size = (size_t)end;
-		struct sf_err ke;
-		if (z->keepfd >= 0)
-			z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, &ke) ?
-				  (sf_view_warn(v, "%s", ke.msg), "not kept (see errors)") : "written to --index-dir";
 		return 0;
 	}
 	/* a failed pass leaves nothing: a later use may try again */
 	index_free(z);
 	return rc;
+}
+
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	if (!z || !z->tarix)
+		return false;
+	*out = z->tarix;
+	z->tarix = NULL;
+	return true;
+}
+
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	struct sf_err e;
+	if (!z || z->keepfd < 0 || z->kept)
+		return;
+	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix, &e) ?
+		  (sf_view_warn(v, "%s", e.msg), "not kept (see errors)") : "written to --index-dir";
 }
 
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)

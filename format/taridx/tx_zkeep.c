@@ -10,6 +10,7 @@
  *  56  n records of 40 bytes: u64 in, out, mem; u32 wlen; u8 bits, byte,
  *      block, check
  *      the windows, wlen bytes each, in order
+ *      u64 t, and t bytes: the tar's index as tx_index_tar builds it
  *      u64 XXH64 of every byte before it
  *
  * It is read as untrusted: bounded, checked whole, and every record
@@ -25,6 +26,7 @@
 
 #include "sf_bytes.h"
 #include "sf_buf.h"
+#include "tx.h"
 #include "tx_z.h"
 
 #define HEAD 56
@@ -83,7 +85,8 @@ static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, s
 }
 
 int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_err *e)
+		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
+		  struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -132,8 +135,21 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 			at += s[i].wlen;
 		}
 	}
+	/* the tar's index, which must parse as one */
+	uint64_t t = ok && len - 8 - at >= 8 ? sf_le64(p + at) : UINT64_MAX;
+	struct tx_index ix = { 0 };
+	struct sf_err ignored2;
+	ok = ok && t == len - 16 - at && (*tarix = sf_buf_new((size_t)t));
+	if (ok) {
+		memcpy((*tarix)->data, p + at + 8, (size_t)t);
+		if (tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored2)) {
+			sf_buf_unref(*tarix);
+			ok = false;
+		}
+		tx_index_free(&ix);
+	}
 	free(p);
-	if (ok && at == len - 8) {
+	if (ok) {
 		*out = s;
 		*nout = (size_t)n;
 		return 0;
@@ -145,7 +161,7 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 }
 
 int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, struct sf_err *e)
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e)
 {
 	uint8_t h[HEAD];
 	int rc = head_of(src, c, n, h, e);
@@ -167,6 +183,10 @@ int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx
 	}
 	for (size_t i = 0; i < n; i++)
 		sf_str_add(&f, st[i].win, st[i].wlen);
+	uint8_t t[8];
+	sf_put_le64(t, tarix->len);
+	sf_str_add(&f, t, sizeof t);
+	sf_str_add(&f, tarix->data, tarix->len);
 	uint8_t sum[8];
 	sf_put_le64(sum, XXH64(f.p, f.len, 0));
 	sf_str_add(&f, sum, sizeof sum);

@@ -16,7 +16,7 @@ import zlib
 
 import pytest
 
-from conftest import TOOLS
+from conftest import TOOLS, mount_stats
 import test_tar_writers as tw
 
 TREES = ["short", "mid", "long", "smalls", "holes/many.bin", "holes/tailhole.bin"]
@@ -293,10 +293,11 @@ def test_tools_and_python_read_compressed(tmp_path):
 
 
 def test_seek_index_kept_in_index_dir(mount, tmp_path):
-    """With --index-dir, the seek index is written there after the first
-    pass (beside the archive's path) and read back by the next mount
-    instead of a pass; one that does not match the archive (its bytes
-    damaged, the archive's mtime changed) is made again."""
+    """With --index-dir, the seek index and the tar's index are written
+    there after the first use (beside the archive's path) and read back by
+    the next mount instead of the pass and the walk; one that does not
+    match the archive (its bytes damaged, the archive's mtime changed) is
+    made again."""
     text = b"".join(b"kept line %d %x\n" % (i, i * 2654435761 % (1 << 32)) for i in range(600_000))
     raw = small_tar_bytes({"t.txt": text, "after.txt": b"after\n"})
     src, idx = tmp_path / "src", tmp_path / "idx"
@@ -314,6 +315,9 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
             assert f.read() == text
         info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
         assert info["kept"] == how and info["starts"] >= 4, info
+        # the tar's index is kept too: a mount that reads it walks no header
+        walked = mount_stats(mnt)["tar_indexing"]["headers_walked"]
+        assert (walked == 0) == (how == "read from --index-dir"), walked
         return info
 
     first = check("written to --index-dir")
