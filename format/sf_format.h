@@ -37,6 +37,11 @@ struct sf_open_args {
 	 * the daemon's --index-dir, its shards in dirrel): the format checks
 	 * that it matches them before it shows anything. */
 	bool apart;
+	/* A directory where the format may keep what it derives from the
+	 * container (sf_format.keeps: the daemon's --index-dir beside it),
+	 * when has_keepdir; valid during the open only. */
+	bool has_keepdir;
+	int keepdir;
 };
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
@@ -85,6 +90,10 @@ struct sf_format {
 	 * theirs (fs/access.h): known only once it is opened, so the daemon
 	 * opens it when its name is looked up, not when it is entered. */
 	bool maps_beside;
+	/* The view keeps an index it derives from the container in a
+	 * directory the host gives (sf_open_args.keepdir), so that the next
+	 * open skips deriving it: a compressed tar's seek index. */
+	bool keeps;
 	/* The cheapest honest check (docs/design.md §3.1): magic, size and
 	 * header consistency, from the probe only. 0, or a negative errno with
 	 * e->msg. A listing places the view of a file that passes, and opens it

@@ -93,6 +93,8 @@ int sf_map_read(const struct sf_map *m, uint64_t off, uint64_t len, void *dst,
 		return sf_fail(e, -EINVAL, "%s: %s: [%llu, +%llu) is past the end (%zu bytes)",
 			       m->path, what, (unsigned long long)off, (unsigned long long)len,
 			       m->size);
+	if (m->read)
+		return m->read(m, off, len, dst, what, e);
 	uint8_t *at = dst;
 	while (len) {
 		size_t k = len < SSIZE_MAX ? (size_t)len : SSIZE_MAX;
@@ -185,6 +187,8 @@ void sf_map_unref(struct sf_map *m)
 		return;
 	if (m->data)
 		munmap((void *)m->data, m->size);
+	if (m->src_free)
+		m->src_free(m->src);
 	close(m->fd);
 	free(m->path);
 	free(m);

@@ -35,6 +35,13 @@ struct sf_map {
 	 * time, as the daemon does. */
 	uint64_t recheck_ns;
 	_Atomic uint64_t passed_at;
+	/* A file whose bytes are decoded, not mapped (a compressed tar: data
+	 * is NULL, size the decoded size, fd and st the compressed file's):
+	 * sf_map_read reads through `read`, and the last unref frees `src`. */
+	int (*read)(const struct sf_map *m, uint64_t off, uint64_t len, void *dst, const char *what,
+		    struct sf_err *e);
+	void *src;
+	void (*src_free)(void *src);
 };
 
 /* Maps the regular file `path` beneath directory `top`, with no symlink

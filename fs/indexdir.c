@@ -2,6 +2,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,31 @@ int indexdir_open(struct daemon *dm, const char *rel)
 {
 	struct sf_err e = { { 0 } };
 	return sf_open_beneath(dm->index_fd, rel, SF_WANT_DIR, rel, &e);
+}
+
+int indexdir_keep(struct daemon *dm, const char *rel)
+{
+	int fd = fcntl(dm->index_fd, F_DUPFD_CLOEXEC, 0);
+	char *path = strdup(rel), *save = NULL;
+	if (fd < 0 || !path) {
+		if (fd >= 0)
+			close(fd);
+		free(path);
+		return -ENOMEM;
+	}
+	for (char *c = strtok_r(path, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(c, "."))
+			continue;
+		int next = -EINVAL;
+		if (strcmp(c, "..") && (mkdirat(fd, c, 0755) == 0 || errno == EEXIST))
+			next = openat(fd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0 && next != -EINVAL)
+			next = -errno;
+		close(fd);
+		fd = next;
+	}
+	free(path);
+	return fd;
 }
 
 int indexdir_lstat(struct daemon *dm, const char *rel, const char *name, struct stat *st)

@@ -35,6 +35,11 @@ const char *const *indexdir_cover(struct apart *ap, char *const *src, size_t n, 
 bool indexdir_has_view(struct daemon *dm, const char *rel, const char *name);
 /* DIR/rel opened as a directory: a descriptor, or a negative errno. */
 int indexdir_open(struct daemon *dm, const char *rel);
+/* The directory `rel` of --index-dir, made (with its parents) when it is
+ * not there, for a view to keep what it derives (sf_open_args.keepdir):
+ * its descriptor, or a negative errno (a read-only --index-dir). No
+ * symlink is followed. */
+int indexdir_keep(struct daemon *dm, const char *rel);
 /* lstat of DIR/rel/name. 0 or a negative errno. */
 int indexdir_lstat(struct daemon *dm, const char *rel, const char *name, struct stat *st);
 

@@ -211,13 +211,17 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
 	if (apart && fd >= 0)
 		close(fd);
 	if (rc == 0) {
+		/* a format that keeps what it derives keeps it in --index-dir */
+		int keep = !apart && f->keeps && dm->index_fd >= 0 ? indexdir_keep(dm, rel) : -1;
 		struct sf_open_args a = {
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
-			.apart = apart,
+			.apart = apart, .has_keepdir = keep >= 0, .keepdir = keep,
 		};
 		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
+		if (keep >= 0)
+			close(keep);
 	}
 	return rc;
 }

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 PACKAGES=(
   meson ninja-build pkg-config gcc clang libclang-rt-14-dev
   libfuse3-dev fuse3 liburing-dev libzstd-dev liblz4-dev libxxhash-dev libjansson-dev
+  zlib1g-dev liblzma-dev libbz2-dev pigz pbzip2 lz4 xz-utils bzip2
   python3 python3-dev python3-pytest python3-numpy python3-zarr python3-xarray python3-dask python3-xxhash python3-zstandard python3-lz4 zstd
   python3-torch python3-pil strace libarchive-tools
   debhelper dpkg-dev lintian

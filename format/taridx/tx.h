@@ -375,6 +375,10 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e);
  * when out of memory. */
 struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
 			    const char *ext, struct sf_err *e);
+/* A lone tar's state (tx_lone.c): a fold of the one tar `tar` (a->map, or
+ * the decoded map of a compressed tar), the view named without `ext`. */
+int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
+		  struct sf_map *tar, struct sf_err *e);
 /* Frees a fold's state (both descriptors'). */
 void tx_fold_free(void *state);
 
@@ -402,8 +406,8 @@ int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, st
  * extents placed on first read: zero-copy from the tar, holes of a
  * sparse member as zeros). 0, or -ENOMEM or as tx_rows_get with e set. */
 int tx_member_set_content(struct tx_fold *f, struct sf_node *n, uint64_t r, struct sf_err *e);
-/* The payload bytes of a row, or NULL when they are not inside the tar. */
-const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row);
+/* Whether a row's payload lies inside its tar: then *off is where. */
+bool tx_payload_at(const struct tx_fold *f, const struct tx_row *row, uint64_t *off);
 /* Appends the components of `raw` to the path out[0 .. *len), dropping
  * empty and "." ones. -ENAMETOOLONG when the result is over cap bytes. */
 int tx_path_append(uint8_t *out, size_t cap, size_t *len, const uint8_t *raw, size_t n);
@@ -493,7 +497,7 @@ int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress 
  * failure is remembered, one for lack of room (-ENOBUFS) until the cache
  * frees something, any other for good. Drop it with tx_walked_put; the
  * index's charge goes with the last holder. */
-int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c,
+int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
 		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e);
 void tx_walked_put(struct tx_walked *w);
 

@@ -15,6 +15,7 @@
 #include "sf_name.h"
 #include "sf_recent.h"
 #include "tx.h"
+#include "tx_z.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
 {
@@ -54,11 +55,11 @@ static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e
 	int rc = tx_row_get(&f->ix, n->aux, &row, e);
 	if (rc)
 		return rc;
-	const uint8_t *p = tx_payload(f, &row);
-	if (!p)
+	uint64_t at;
+	if (!tx_payload_at(f, &row, &at))
 		return sf_fail(e, -EIO, "%s: row %llu: payload outside its tar", f->view->path,
 			       (unsigned long long)n->aux);
-	return sf_file_add_map(n, p, row.size);
+	return tx_add_bytes(n, f->shards[row.fid].map, at, row.size);
 }
 
 /* Gives a file the payload of row r, or marks it broken (listed with the
@@ -71,7 +72,7 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r, struct 
 	if (rc)
 		return rc;
 	n->aux = r;
-	if (tx_payload(f, &row)) {
+	if (tx_payload_at(f, &row, &(uint64_t){ 0 })) {
 		sf_file_set_build_sized(n, build_payload, f, row.size);
 		return 0;
 	}
@@ -560,6 +561,9 @@ static int root_locate(struct sf_node *root, const char *name, struct sf_stored 
 {
 	struct tx_fold *f = root->view->state;
 	struct flat_probe p;
+	/* a compressed tar's bytes are decoded, never stored as-is */
+	if (f->nshards && f->shards[0].map && f->shards[0].map->read)
+		return SF_LOOKUP_LIST;
 	int rc = flat_find(f, name, &p, e);
 	if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && p.known) {
 		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.row.off + TX_BLOCK,

@@ -7,6 +7,7 @@
 
 #include "sf_json.h"
 #include "tx.h"
+#include "tx_z.h"
 
 static int count_rows(struct tx_fold *f, bool samples, struct tx_counts *c, struct sf_err *e)
 {
@@ -91,6 +92,14 @@ static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf 
 	if (f->lone)
 		sf_str_addf(&s, "tar %s with no index: indexed in memory from its headers (as version %u.%u)\n",
 			    f->view->path, ix->major, ix->minor);
+	struct tx_zinfo z;
+	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
+	if (z.codec != TX_Z_NONE)
+		sf_str_addf(&s, "compressed: %s, %llu bytes; seek index of %llu start points, %llu pieces, %llu bytes\n",
+			    tx_z_name(z.codec), (unsigned long long)z.compressed, (unsigned long long)z.starts,
+			    (unsigned long long)z.pieces, (unsigned long long)z.index_bytes);
+	if (z.kept)
+		sf_str_addf(&s, "seek index %s\n", z.kept);
 	else
 		sf_str_addf(&s, "iTar fold %s (index %s, version %u.%u)\n", f->fold, f->view->path,
 			    ix->major, ix->minor);
@@ -182,6 +191,20 @@ static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf
 		json_array_append_new(shards, o);
 	}
 	json_object_set_new(j, "shards", shards);
+	struct tx_zinfo z;
+	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
+	if (z.codec != TX_Z_NONE) {
+		/* a compressed tar's seek index (tx_z.c); its shard's size is
+		 * the decoded tar's */
+		json_t *o = json_object();
+		json_object_set_new(o, "codec", json_string(tx_z_name(z.codec)));
+		json_object_set_new(o, "compressed_size", json_integer((json_int_t)z.compressed));
+		json_object_set_new(o, "starts", json_integer((json_int_t)z.starts));
+		json_object_set_new(o, "pieces", json_integer((json_int_t)z.pieces));
+		json_object_set_new(o, "index_bytes", json_integer((json_int_t)z.index_bytes));
+		json_object_set_new(o, "kept", z.kept ? json_string(z.kept) : json_null());
+		json_object_set_new(j, "compression", o);
+	}
 	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c->beyond));
 	/* what the (keyhash, crashid) lookup costs beyond the mapped index */
 	json_object_set_new(j, "lookup_bytes",

@@ -10,6 +10,7 @@
 
 #include "sf_map.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* The listing's check: a first block that is a tar header, or the zero
  * block of an empty archive. */
@@ -90,30 +91,42 @@ static bool covered(const char *name, const char *const *names, size_t n)
 	       !has_underscore_shard(names, n, name, (size_t)(d - name));
 }
 
-static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
-		 struct sf_err *e)
+int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
+		  struct sf_map *tar, struct sf_err *e)
 {
-	struct tx_fold *f = tx_fold_new(a, v, state, ".tar", e);
+	struct tx_fold *f = tx_fold_new(a, v, state, ext, e);
 	if (!f)
 		return -ENOMEM;
 	f->lone = true;
 	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	f->nshards = 1;
-	f->shards[0].map = sf_map_ref(a->map);
+	f->shards[0].map = sf_map_ref(tar);
 	return 0;
 }
 
-/* Walks the tar's headers into an index (tx_index_tar, through copies),
- * its memory charged to the budget as it grows, once for every view of
- * the file (tx_walked_get), then keeps this view's two bits a row in the
- * budget too. */
+static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		 struct sf_err *e)
+{
+	return tx_lone_parse(a, v, state, ".tar", a->map, e);
+}
+
+/* Walks the tar's headers (of the decoded tar when it is compressed) into
+ * an index (tx_index_tar, through copies), its memory charged to the budget
+ * as it grows, once for every view of the file (tx_walked_get), then keeps
+ * this view's two bits a row in the budget too. */
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
-	int rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
+	/* a compressed tar's seek index first: it gives the tar's size */
+	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
 	if (rc)
 		return rc;
+	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
+	if (rc)
+		return rc;
+	/* a compressed tar's index may be kept in --index-dir with it */
+	tx_z_keep(f->shards[0].map, f->built, f->view);
 	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;

@@ -8,16 +8,14 @@
 #include "sf_bytes.h"
 #include "sf_recent.h"
 #include "tx.h"
+#include "tx_z.h"
 
-const uint8_t *tx_payload(const struct tx_fold *f, const struct tx_row *row)
+bool tx_payload_at(const struct tx_fold *f, const struct tx_row *row, uint64_t *off)
 {
 	if (row->fid >= f->nshards || !f->shards[row->fid].map)
-		return NULL;
+		return false;
 	const struct sf_map *m = f->shards[row->fid].map;
-	uint64_t start;
-	if (!sf_add_ok(row->off, TX_BLOCK, &start) || !sf_range_ok(m->size, start, row->size))
-		return NULL;
-	return m->data + start;
+	return sf_add_ok(row->off, TX_BLOCK, off) && sf_range_ok(m->size, *off, row->size);
 }
 
 enum tx_kind tx_kind_of(uint8_t typeflag)
@@ -206,7 +204,7 @@ int tx_member_check(const struct tx_fold *f, uint64_t r, struct tx_member *m, st
 		m->bad = "the row's crash id does not match the header's stem";
 	/* checked after the key, so that a row pointing at the wrong tar is
 	 * reported as such */
-	else if (!tx_payload(f, row))
+	else if (!tx_payload_at(f, row, &(uint64_t){ 0 }))
 		m->bad = "its payload runs past the end of the tar";
 	/* a member's checksum is checked with its records (read_member) */
 	else if (tx_is_record(m->hdr[156]) && !tx_hdr_checksum_ok(m->hdr))
@@ -235,7 +233,7 @@ static int place(void *arg, uint64_t off, uint64_t len, uint64_t src)
 	if (off > p->at && sf_file_add_zero(p->n, off - p->at))
 		return -ENOMEM;
 	p->at = off + len;
-	return sf_file_add_map(p->n, p->tar->data + src, len) ? -ENOMEM : 0;
+	return tx_add_bytes(p->n, p->tar, src, len) ? -ENOMEM : 0;
 }
 
 static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
@@ -249,11 +247,12 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 		 * its header, as its row says (a change in place since is the
 		 * mapping checks' to find) */
 		int rc = tx_row_get(&f->ix, n->aux, &m.row, e);
-		const uint8_t *p = rc ? NULL : tx_payload(f, &m.row);
-		if (!rc && !p)
+		uint64_t at;
+		if (!rc && !tx_payload_at(f, &m.row, &at))
 			rc = sf_fail(e, -EIO, "%s: row %llu: payload outside its tar", f->view->path,
 				     (unsigned long long)n->aux);
-		return rc ? rc : sf_file_add_map(n, p, m.row.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+		return rc ? rc : tx_add_bytes(n, f->shards[m.row.fid].map, at, m.row.size) ?
+		       sf_fail(e, -ENOMEM, "out of memory") : 0;
 	}
 	int rc = tx_member_check(f, n->aux, &m, &w, e);
 	if (!rc && (m.bad || m.kind != TX_FILE)) {
@@ -261,7 +260,7 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 			     m.bad ? m.bad : "no longer a file");
 	} else if (!rc && !m.en.sparse) {
 		const struct sf_map *tar = f->shards[m.row.fid].map;
-		rc = sf_file_add_map(n, tar->data + m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+		rc = tx_add_bytes(n, tar, m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
 	} else if (!rc) {
 		struct placer p = { n, f->shards[m.row.fid].map, 0 };
 		const char *why;

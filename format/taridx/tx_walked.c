@@ -11,6 +11,7 @@
 #include "sf_hash.h"
 #include "sf_map.h"
 #include "tx.h"
+#include "tx_z.h"
 
 struct tx_walked {
 	dev_t dev;
@@ -112,7 +113,31 @@ static bool remembered(const struct tx_walked *w)
 	return w->why && (w->rc != -ENOBUFS || w->why_at == atomic_load(&w->cache->freed));
 }
 
-int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c,
+/* A compressed tar's index kept in --index-dir (tx_z.c) spares the walk:
+ * it is charged whole, as a walk's result is. */
+static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c,
+			struct tx_walked *w, struct sf_err *e)
+{
+	struct sf_buf *kept;
+	if (!tx_z_kept_tar_index(tar, &kept))
+		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
+	uint64_t limit = c ? c->limit : 0;
+	int rc = 0;
+	if (limit && kept->len > limit)
+		rc = sf_fail(e, -EIO, "%s: its kept index needs more memory than --cache-size (%llu bytes) holds",
+			     name, (unsigned long long)limit);
+	else if (c && sf_cache_charge(c, kept->len, name, "its kept index", e))
+		rc = -ENOBUFS;
+	if (rc) {
+		sf_buf_unref(kept);
+		return rc;
+	}
+	w->charged = c ? kept->len : 0;
+	w->built = kept;
+	return 0;
+}
+
+int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
 		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e)
 {
 	struct tx_walked *w = *held ? *held : get(tar, c);
@@ -124,7 +149,7 @@ int tx_walked_get(const struct sf_map *tar, const char *name, struct sf_cache *c
 	if (!w->built && remembered(w)) {
 		rc = sf_fail(e, w->rc, "%s", w->why);
 	} else if (!w->built) {
-		rc = tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
+		rc = kept_or_walk(tar, name, c, w, e);
 		free(w->why);
 		w->why = NULL;
 		if (!rc) {

@@ -1,0 +1,734 @@
+/* The seek index of a compressed tar and the decoded map over it (tx_z.h). */
+#include "tx_z.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* a gzip member gets a start point at the first block boundary this far
+ * past the last one, so that a stretch is mostly one piece */
+#define GZ_EVERY (TX_Z_PIECE - (512u << 10))
+#define INBUF (256u << 10)
+#define OUTBUF (256u << 10)
+/* an xz stream's index read for its blocks' start points, at most (a
+ * larger one leaves the stream one start point) */
+#define XZ_INDEX_MAX (16u << 20)
+
+
+struct zpiece {
+	uint64_t out;        /* decoded offset */
+	uint32_t start;      /* the start point it is decoded from */
+	struct sf_part *part;
+};
+
+/* A decoder reading the archive from some point: its input buffer, and
+ * the decoded offset it has reached. */
+struct zcur {
+	struct tx_zdec d;
+	uint32_t start;
+	uint64_t out;
+	uint64_t in;        /* archive offset of the byte after buf's */
+	uint8_t *buf;
+	size_t pos, len;
+	uint64_t charged;
+};
+
+struct tx_z {
+	struct sf_map *src;
+	enum tx_zcodec codec;
+	struct tx_zstart *st;     /* nst start points, then one past the end */
+	size_t nst;
+	struct zpiece *pc;     /* npc pieces, then one at the end */
+	size_t npc;
+	struct sf_cache *cache;
+	uint64_t charged;
+	pthread_mutex_t lock;  /* guards cur and last, never held over work */
+	struct zcur *cur;      /* left where the last piece it made ends */
+	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
+	size_t last_piece;
+	int keepfd;            /* where the index is kept (--index-dir), or -1 */
+	char *keepname;
+	const char *kept;      /* what became of it there, for info */
+	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
+};
+
+/* ---- a cursor over the archive ----------------------------------------- */
+
+static void cur_free(struct tx_z *z, struct zcur *c)
+{
+	if (!c)
+		return;
+	tx_zdec_end(&c->d);
+	if (c->charged)
+		sf_cache_uncharge(z->cache, c->charged);
+	free(c->buf);
+	free(c);
+}
+
+/* Starts c's decoder at the xz block whose header is at st->in (read
+ * here; c then reads after it). 0, -ENOMEM, -EIO with *why, or as
+ * sf_map_read. */
+static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_zstart *st,
+			  const char **why, struct sf_err *e)
+{
+	uint8_t hdr[1024];
+	int rc = sf_map_read(z->src, st->in, 1, hdr, "xz block header", e);
+	lzma_filter filters[LZMA_FILTERS_MAX + 1];
+	lzma_block b = { .version = 1, .check = (lzma_check)st->check, .filters = filters,
+			 .header_size = lzma_block_header_size_decode(hdr[0]) };
+	if (!rc && (!hdr[0] || b.header_size > z->src->size - st->in))
+		rc = -EIO;
+	if (!rc)
+		rc = sf_map_read(z->src, st->in, b.header_size, hdr, "xz block header", e);
+	if (rc)
+		return *why = "an xz block header the index points at cannot be read", rc;
+	memset(&c->d, 0, sizeof c->d);
+	c->d.c = TX_Z_XZ;
+	c->d.xz = (lzma_stream)LZMA_STREAM_INIT;
+	if (lzma_block_header_decode(&b, NULL, hdr) != LZMA_OK)
+		return *why = "an xz block header the index points at is corrupt", -EIO;
+	lzma_ret r = lzma_block_decoder(&c->d.xz, &b);
+	lzma_filters_free(filters, NULL);
+	if (r != LZMA_OK)
+		return r == LZMA_MEM_ERROR ? -ENOMEM : (*why = "an xz block it cannot decode", -EIO);
+	c->d.live = true;
+	c->in = st->in + b.header_size;
+	return 0;
+}
+
+/* A cursor at start point s, its decoder's memory charged. */
+static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err *e)
+{
+	const struct tx_zstart *st = &z->st[s];
+	struct zcur *c = calloc(1, sizeof *c);
+	if (!c || !(c->buf = malloc(INBUF))) {
+		free(c);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	}
+	c->start = s;
+	c->out = st->out;
+	c->in = st->in;
+	uint64_t mem = st->mem + INBUF;
+	int rc = sf_cache_charge(z->cache, mem, z->src->path, "a decoder", e);
+	if (!rc)
+		c->charged = z->cache->charge ? mem : 0;
+	const char *why = NULL;
+	if (!rc && (rc = st->block ? xz_block_begin(z, c, st, &why, e) : tx_zdec_begin(&c->d, z->codec, st->win, st->wlen, st->bits, st->byte, &why)))
+		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
+		     rc == -EIO && why ? sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path,
+						 (unsigned long long)st->in, why) : rc;
+	if (rc) {
+		cur_free(z, c);
+		return rc;
+	}
+	*out = c;
+	return 0;
+}
+
+/* Refills c's buffer from the archive: 0, 1 at the archive's end, or as
+ * sf_map_read. */
+static int cur_fill(const struct tx_z *z, struct zcur *c, struct sf_err *e)
+{
+	uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+	if (!k)
+		return 1;
+	int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
+	if (rc)
+		return rc;
+	c->in += k;
+	c->pos = 0;
+	c->len = (size_t)k;
+	return 0;
+}
+
+static int truncated(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
+{
+	return sf_fail(e, -EIO, "%s: the %s stream ends early at byte %llu (truncated)", z->src->path,
+		       tx_z_name(z->codec), (unsigned long long)c->in);
+}
+
+static int corrupt(const struct tx_z *z, const struct zcur *c, int rc, const char *why,
+		   struct sf_err *e)
+{
+	return sf_fail(e, rc, "%s: %s data before byte %llu: %s", z->src->path, tx_z_name(z->codec),
+		       (unsigned long long)(c->in - (c->len - c->pos)), why);
+}
+
+/* A decoder that neither takes input nor gives output: never looped on. */
+static int stuck(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
+{
+	return sf_fail(e, -EIO, "%s: the %s decoder makes no progress at byte %llu", z->src->path,
+		       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)));
+}
+
+/* Decodes the next n bytes at c into dst (NULL: skips them). 1 when the
+ * stream ended first (having decoded *got bytes), 0, or a negative errno. */
+static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, uint64_t *got,
+		    struct sf_err *e)
+{
+	uint8_t scratch[16384];
+	uint64_t done = 0;
+	int rc = 0;
+	while (done < n) {
+		if (c->pos == c->len && (rc = cur_fill(z, c, e))) {
+			rc = rc > 0 ? truncated(z, c, e) : rc;
+			break;
+		}
+		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
+						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
+		const char *why = NULL;
+		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
+		c->pos += il;
+		done += ol;
+		c->out += ol;
+		if (rc < 0) {
+			rc = corrupt(z, c, rc, why, e);
+			break;
+		}
+		if (rc > 0)
+			break;
+		if (!il && !ol) {
+			rc = stuck(z, c, e);
+			break;
+		}
+	}
+	*got = done;
+	return rc;
+}
+
+/* ---- pieces ------------------------------------------------------------ */
+
+/* A piece's bytes: from the cursor left where the last piece ended when
+ * this one follows it, else from its start point, skipping what lies
+ * before it. The cursor is taken out under the lock and put back after:
+ * no lock is held while decoding. */
+static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
+		   struct sf_err *e)
+{
+	(void)cache;
+	struct tx_z *z = part->arg;
+	const struct zpiece *p = &z->pc[part->aux];
+	uint64_t len = p[1].out - p->out;
+	pthread_mutex_lock(&z->lock);
+	struct zcur *c = z->cur;
+	if (c && c->start == p->start && c->out == p->out)
+		z->cur = NULL;
+	else
+		c = NULL;
+	pthread_mutex_unlock(&z->lock);
+	int rc = c ? 0 : cur_new(z, p->start, &c, e);
+	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
+	uint64_t got = 0;
+	if (!rc && !b)
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	if (!rc && c->out < p->out && (rc = cur_read(z, c, NULL, p->out - c->out, &got, e)) > 0)
+		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+			     z->src->path, (unsigned long long)p->out);
+	if (!rc && (rc = cur_read(z, c, b->data, len, &got, e)) > 0 && got < len)
+		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+			     z->src->path, (unsigned long long)(p->out + got));
+	if (rc > 0)
+		rc = 0;
+	if (rc) {
+		sf_buf_unref(b);
+		cur_free(z, c);
+		return rc;
+	}
+	pthread_mutex_lock(&z->lock);
+	struct zcur *old = z->cur;
+	z->cur = c;
+	pthread_mutex_unlock(&z->lock);
+	cur_free(z, old);
+	*out = b;
+	return 0;
+}
+
+/* The piece holding decoded byte off (below the size). */
+static size_t piece_of(const struct tx_z *z, uint64_t off)
+{
+	size_t lo = 0, hi = z->npc;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (z->pc[mid].out <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* The map's read hook: copies from the pieces, the last one kept at hand. */
+static int zread(const struct sf_map *m, uint64_t off, uint64_t len, void *dst, const char *what,
+		 struct sf_err *e)
+{
+	(void)what;
+	struct tx_z *z = m->src;
+	uint8_t *to = dst;
+	while (len) {
+		size_t i = piece_of(z, off);
+		struct sf_buf *b = NULL;
+		pthread_mutex_lock(&z->lock);
+		if (z->last && z->last_piece == i)
+			b = sf_buf_ref(z->last);
+		pthread_mutex_unlock(&z->lock);
+		if (!b) {
+			int rc = sf_part_get(z->cache, z->pc[i].part, &b, e);
+			if (rc)
+				return rc;
+			pthread_mutex_lock(&z->lock);
+			struct sf_buf *old = z->last;
+			z->last = sf_buf_ref(b);
+			z->last_piece = i;
+			pthread_mutex_unlock(&z->lock);
+			sf_buf_unref(old);
+		}
+		uint64_t at = off - z->pc[i].out, k = b->len - at < len ? b->len - at : len;
+		memcpy(to, b->data + at, (size_t)k);
+		sf_buf_unref(b);
+		to += k;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len)
+{
+	if (!m->read)
+		return sf_file_add_map(n, m->data + off, len);
+	const struct tx_z *z = m->src;
+	for (size_t i = len ? piece_of(z, off) : 0; len; i++) {
+		uint64_t at = off - z->pc[i].out, k = z->pc[i + 1].out - off < len ? z->pc[i + 1].out - off : len;
+		if (sf_file_add_part(n, z->pc[i].part, at, k))
+			return -ENOMEM;
+		off += k;
+		len -= k;
+	}
+	return 0;
+}
+
+/* ---- the pass ---------------------------------------------------------- */
+
+/* The pass's state. */
+struct pass {
+	struct tx_z *z;
+	struct zcur *c;
+	uint8_t *out;          /* TX_Z_WINDOW bytes of window, then OUTBUF */
+	uint64_t wfill;        /* bytes of the member's window known */
+	uint64_t last;         /* decoded offset of the last start point */
+	size_t cap;
+	struct sf_progress *pr;
+};
+
+static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
+{
+	int rc = sf_cache_charge(z->cache, bytes, z->src->path, "its seek index", e);
+	if (!rc && z->cache->charge)
+		z->charged += bytes;
+	return rc;
+}
+
+/* What a start point holds, its pieces (two at most, a piece being under
+ * TX_Z_PIECE) and their parts included. */
+static uint64_t start_cost(uint32_t wlen)
+{
+	return sizeof(struct tx_zstart) + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16) + wlen;
+}
+
+static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
+		     uint8_t byte, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	if (z->nst + 1 >= UINT32_MAX)
+		return sf_fail(e, -E2BIG, "%s: more than 2^32 streams", z->src->path);
+	if (sf_grow(&z->st, &ps->cap, z->nst, sizeof *z->st, 64))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	struct tx_zstart *s = &z->st[z->nst];
+	*s = (struct tx_zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
+	uint64_t cost = start_cost(0);
+	if (win) {
+		size_t cap = ZSTD_compressBound(TX_Z_WINDOW);
+		uint8_t *w = malloc(cap);
+		size_t n = w ? ZSTD_compress(w, cap, win, TX_Z_WINDOW, 1) : 0;
+		if (!w || ZSTD_isError(n)) {
+			free(w);
+			return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+		}
+		uint8_t *fit = realloc(w, n);
+		s->win = fit ? fit : w;
+		s->wlen = (uint32_t)n;
+		cost += n;
+	}
+	z->nst++;
+	ps->last = out;
+	return charge(z, cost, e);
+}
+
+/* Keeps the last TX_Z_WINDOW bytes decoded in the member in ps->out. */
+static void window_push(struct pass *ps, const uint8_t *p, size_t n)
+{
+	if (n >= TX_Z_WINDOW) {
+		memcpy(ps->out, p + n - TX_Z_WINDOW, TX_Z_WINDOW);
+	} else {
+		memmove(ps->out, ps->out + n, TX_Z_WINDOW - n);
+		memcpy(ps->out + TX_Z_WINDOW - n, p, n);
+	}
+	ps->wfill += n;
+}
+
+/* After an xz stream that ends at `end` (checked whole by its decoder,
+ * index included): a start point at each of its blocks but the first,
+ * from its index. A stream whose index is too large or cannot be read
+ * keeps its one start point. */
+static int xz_blocks(struct pass *ps, uint64_t end, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	const struct tx_zstart s = z->st[z->nst - 1];
+	uint8_t foot[LZMA_STREAM_HEADER_SIZE];
+	lzma_stream_flags ff;
+	if (end - s.in < 2 * LZMA_STREAM_HEADER_SIZE ||
+	    sf_map_read(z->src, end - sizeof foot, sizeof foot, foot, "xz stream footer", e) ||
+	    lzma_stream_footer_decode(&ff, foot) != LZMA_OK || ff.backward_size > XZ_INDEX_MAX ||
+	    ff.backward_size > end - s.in - 2 * LZMA_STREAM_HEADER_SIZE)
+		return 0;
+	/* a record takes at least 2 bytes of the index, and liblzma about
+	 * 16 for its block */
+	size_t n = (size_t)ff.backward_size, pos = 0;
+	uint64_t memlimit = 8 * (uint64_t)n + (64u << 10), cost = n + memlimit;
+	if (sf_cache_charge(z->cache, cost, z->src->path, "an xz index", e))
+		return 0;
+	int rc = 0;
+	uint8_t *buf = malloc(n);
+	lzma_index *ix = NULL;
+	if (buf && !sf_map_read(z->src, end - sizeof foot - n, n, buf, "xz index", e) &&
+	    lzma_index_buffer_decode(&ix, &memlimit, NULL, buf, &pos, n) == LZMA_OK) {
+		lzma_index_iter it;
+		lzma_index_iter_init(&it, ix);
+		while (!rc && !lzma_index_iter_next(&it, LZMA_INDEX_ITER_BLOCK)) {
+			if (it.block.number_in_stream == 1)
+				continue; /* where the stream starts */
+			rc = add_start(ps, s.in + it.block.compressed_stream_offset,
+				       s.out + it.block.uncompressed_stream_offset, NULL, 0, 0, e);
+			if (!rc) {
+				z->st[z->nst - 1].block = true;
+				z->st[z->nst - 1].check = (uint8_t)ff.check;
+				z->st[z->nst - 1].mem = s.mem;
+			}
+		}
+		lzma_index_end(ix, NULL);
+	}
+	free(buf);
+	sf_cache_uncharge(z->cache, z->cache->charge ? cost : 0);
+	return rc;
+}
+
+/* Decodes one stream from the cursor's point to its end, adding start
+ * points inside gzip members. */
+static int pass_stream(struct pass *ps, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	struct zcur *c = ps->c;
+	bool gz = z->codec == TX_Z_GZIP;
+	ps->wfill = 0;
+	for (;;) {
+		if (c->pos == c->len) {
+			int rc = cur_fill(z, c, e);
+			if (rc)
+				return rc > 0 ? truncated(z, c, e) : rc;
+			if (ps->pr)
+				atomic_fetch_add_explicit(&ps->pr->bytes_walked, c->len, memory_order_relaxed);
+		}
+		size_t il = c->len - c->pos, ol = OUTBUF;
+		const char *why = NULL;
+		int rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, ps->out + TX_Z_WINDOW, &ol, gz, &why);
+		c->pos += il;
+		if (c->out + ol < c->out)
+			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
+		c->out += ol;
+		if (rc < 0)
+			return corrupt(z, c, rc, why, e);
+		if (!il && !ol && !rc)
+			return stuck(z, c, e);
+		/* the decoder's memory (a zstd window, an xz dictionary) is
+		 * known once a stream's header is read: held in the budget */
+		uint64_t mem = tx_zdec_mem(&c->d);
+		if (z->cache->charge && mem + INBUF > c->charged) {
+			int cr = sf_cache_charge(z->cache, mem + INBUF - c->charged, z->src->path, "a decoder", e);
+			if (cr)
+				return cr;
+			c->charged = mem + INBUF;
+		}
+		if (gz)
+			window_push(ps, ps->out + TX_Z_WINDOW, ol);
+		if (rc > 0) {
+			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
+			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
+		}
+		/* a block's end (bit 128), not the last block's (bit 64) */
+		if (gz && (c->d.gz.data_type & 128) && !(c->d.gz.data_type & 64) &&
+		    c->out - ps->last >= GZ_EVERY && ps->wfill >= TX_Z_WINDOW) {
+			uint64_t in = c->in - (c->len - c->pos);
+			uint8_t bits = (uint8_t)(c->d.gz.data_type & 7);
+			if (bits && !c->pos)
+				return sf_fail(e, -EIO, "%s: internal: a start point's byte left the buffer", z->src->path);
+			rc = add_start(ps, in, c->out, ps->out, bits, bits ? c->buf[c->pos - 1] : 0, e);
+			if (rc)
+				return rc;
+			z->st[z->nst - 1].mem = mem;
+		}
+	}
+}
+
+/* After a stream: zero padding is skipped (writers pad to a block), and
+ * what follows must be another stream or nothing. 1 at the end, 0 with
+ * *next at the next stream, or -EIO. */
+static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	struct zcur *c = ps->c;
+	for (;;) {
+		while (c->pos < c->len && !c->buf[c->pos])
+			c->pos++;
+		if (c->pos < c->len)
+			break;
+		int rc = cur_fill(z, c, e);
+		if (rc)
+			return rc;
+	}
+	uint64_t at = c->in - (c->len - c->pos);
+	uint8_t head[6] = { 0 };
+	size_t have = z->src->size - at < sizeof head ? (size_t)(z->src->size - at) : sizeof head;
+	int rc = sf_map_read(z->src, at, have, head, "compressed data", e);
+	if (rc)
+		return rc;
+	if (tx_z_sniff(head, have) != z->codec)
+		return sf_fail(e, -EIO, "%s: trailing garbage at byte %llu after the last %s stream",
+			       z->src->path, (unsigned long long)at, tx_z_name(z->codec));
+	*next = at;
+	return 0;
+}
+
+static void index_free(struct tx_z *z)
+{
+	cur_free(z, z->cur);
+	sf_buf_unref(z->last);
+	for (size_t i = 0; i < z->nst; i++)
+		free(z->st[i].win);
+	free(z->st);
+	free(z->pc);
+	if (z->charged)
+		sf_cache_uncharge(z->cache, z->charged);
+	z->cur = NULL;
+	z->last = NULL;
+	z->st = NULL;
+	z->pc = NULL;
+	z->nst = z->npc = 0;
+	z->charged = 0;
+}
+
+static void z_free(void *arg)
+{
+	struct tx_z *z = arg;
+	if (!z)
+		return;
+	index_free(z);
+	pthread_mutex_destroy(&z->lock);
+	sf_buf_unref(z->tarix);
+	if (z->keepfd >= 0)
+		close(z->keepfd);
+	free(z->keepname);
+	sf_map_unref(z->src);
+	free(z);
+}
+
+int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e)
+{
+	struct sf_map *m = calloc(1, sizeof *m);
+	struct tx_z *z = calloc(1, sizeof *z);
+	char *path = strdup(src->path);
+	int fd = dup(src->fd);
+	if (!m || !z || !path || fd < 0) {
+		if (fd >= 0)
+			close(fd);
+		free(path);
+		free(z);
+		free(m);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
+	}
+	pthread_mutex_init(&z->lock, NULL);
+	z->src = sf_map_ref(src);
+	z->codec = c;
+	z->cache = &sf_nocache;
+	z->keepfd = -1;
+	atomic_init(&m->refs, 1);
+	m->st = src->st;
+	m->path = path;
+	m->fd = fd;
+	m->recheck_ns = src->recheck_ns;
+	m->read = zread;
+	m->src = z;
+	m->src_free = z_free;
+	*out = m;
+	return 0;
+}
+
+/* Cuts the stretches between start points into pieces, each a part. */
+static int make_pieces(struct tx_z *z, struct sf_view *v, struct sf_err *e)
+{
+	uint64_t n = 0;
+	for (size_t s = 0; s < z->nst; s++)
+		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
+	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	for (size_t s = 0; s < z->nst; s++)
+		for (uint64_t o = z->st[s].out; o < z->st[s + 1].out; o += TX_Z_PIECE) {
+			uint64_t len = z->st[s + 1].out - o < TX_Z_PIECE ? z->st[s + 1].out - o : TX_Z_PIECE;
+			struct zpiece *p = &z->pc[z->npc];
+			p->out = o;
+			p->start = (uint32_t)s;
+			if (!(p->part = sf_view_part(v, produce, z, len, "decoded tar")))
+				return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+			p->part->aux = z->npc++;
+		}
+	z->pc[z->npc].out = z->st[z->nst].out;
+	return 0;
+}
+
+int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
+{
+	struct tx_z *z = m->src;
+	if (asprintf(&z->keepname, "%s.zidx", name) < 0) {
+		z->keepname = NULL;
+		return -ENOMEM;
+	}
+	z->keepfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	return z->keepfd < 0 ? -errno : 0;
+}
+
+/* The seek index kept in --index-dir, when it is there and matches: 0,
+ * 1 when there is none to use, or a negative errno. */
+static int load_kept(struct tx_z *z, struct sf_err *e)
+{
+	struct tx_zstart *st;
+	size_t n;
+	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
+	int rc = z->keepfd < 0 ? 1 :
+		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix, e);
+	if (rc)
+		return rc;
+	z->st = st;
+	z->nst = n - 1;
+	uint64_t cost = 0;
+	for (size_t i = 0; i < n; i++)
+		cost += start_cost(st[i].wlen);
+	return charge(z, cost, e);
+}
+
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e)
+{
+	if (!m->read)
+		return 0;
+	struct tx_z *z = m->src;
+	if (z->pc)
+		return 0;
+	z->cache = v->cache;
+	int kept = load_kept(z, e);
+	if (kept < 0) {
+		index_free(z);
+		return kept;
+	}
+	if (!kept) {
+		z->kept = "read from --index-dir";
+		int rc = make_pieces(z, v, e);
+		if (rc) {
+			index_free(z);
+			return rc;
+		}
+		m->size = (size_t)z->st[z->nst].out;
+		return 0;
+	}
+	struct pass ps = { .z = z, .pr = pr };
+	if (pr)
+		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
+	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
+	uint64_t next = 0;
+	if (!rc)
+		rc = charge(z, TX_Z_WINDOW + OUTBUF, e);
+	/* a first start point, measured by its pass: the cursor charges it */
+	if (!rc)
+		rc = add_start(&ps, 0, 0, NULL, 0, 0, e);
+	if (!rc)
+		rc = cur_new(z, 0, &ps.c, e);
+	while (!rc) {
+		if ((rc = pass_stream(&ps, e)))
+			break;
+		if ((rc = pass_between(&ps, &next, e)))
+			break;
+		const char *why = NULL;
+		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
+			break;
+		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, 0, 0, 0, &why)))
+			rc = sf_fail(e, rc, "%s: out of memory", m->path);
+		/* the cursor's buffer holds the stream's first bytes already */
+	}
+	uint64_t end = ps.c ? ps.c->out : 0;
+	cur_free(z, ps.c);
+	free(ps.out);
+	if (ps.out)
+		sf_cache_uncharge(z->cache, z->cache->charge ? TX_Z_WINDOW + OUTBUF : 0);
+	if (z->cache->charge && ps.out)
+		z->charged -= TX_Z_WINDOW + OUTBUF;
+	if (pr)
+		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
+	/* the end, as one more start point */
+	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e))) {
+		z->nst--;
+		rc = make_pieces(z, v, e);
+	}
+	if (!rc) {
+		m->size = (size_t)end;
+		return 0;
+	}
+	/* a failed pass leaves nothing: a later use may try again */
+	index_free(z);
+	return rc;
+}
+
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	if (!z || !z->tarix)
+		return false;
+	*out = z->tarix;
+	z->tarix = NULL;
+	return true;
+}
+
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	struct sf_err e;
+	if (!z || z->keepfd < 0 || z->kept)
+		return;
+	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix, &e) ?
+		  (sf_view_warn(v, "%s", e.msg), "not kept (see errors)") : "written to --index-dir";
+}
+
+void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
+{
+	*out = (struct tx_zinfo){ 0 };
+	if (!m || !m->read)
+		return;
+	const struct tx_z *z = m->src;
+	uint64_t wins = 0;
+	for (size_t i = 0; i < z->nst; i++)
+		wins += z->st[i].wlen;
+	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept };
+}

@@ -1,0 +1,126 @@
+/* Compressed tars (docs/tree-layout.md §3.8): the decoded tar as a map
+ * (struct sf_map with a read hook) that the plain tar's walker and member
+ * checks read as they read a tar, through a seek index built by one pass
+ * over the archive: points where a decoder can start (a gzip member, a
+ * zstd or lz4 frame, an xz or bzip2 stream, and inside a gzip member a
+ * deflate block boundary with its 32 KiB window every few MiB). The
+ * stretches between them are cut into pieces of at most TX_Z_PIECE bytes,
+ * each a part decoded through the view's cache. */
+#ifndef TX_Z_H
+#define TX_Z_H
+
+#include <bzlib.h>
+#include <lz4frame.h>
+#include <lzma.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "sf_err.h"
+#include "sf_format.h"
+#include "sf_map.h"
+#include "sf_view.h"
+
+#define TX_Z_PIECE (4u << 20)
+/* deflate's window: what a decoder started inside a gzip member needs */
+#define TX_Z_WINDOW 32768u
+
+enum tx_zcodec { TX_Z_NONE, TX_Z_GZIP, TX_Z_ZSTD, TX_Z_XZ, TX_Z_BZIP2, TX_Z_LZ4 };
+
+/* The codec whose magic bytes p (n bytes) starts with, or TX_Z_NONE. */
+enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n);
+const char *tx_z_name(enum tx_zcodec c);
+
+/* Where a decoder can start. */
+struct tx_zstart {
+	uint64_t in, out;  /* archive offset to read from; decoded offset */
+	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
+	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
+	uint32_t wlen;     /* its bytes; 0 at a stream's start */
+	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
+	/* xz: a block after its stream's first, `in` at its header; the
+	 * stream's check type */
+	bool block;
+	uint8_t check;
+};
+
+/* ---- the seek index kept apart (tx_zkeep.c) ---- */
+
+/* Reads the seek index kept as `name` in directory dirfd for archive src
+ * of codec c: 0 with *st (n start points, the last one the end, windows
+ * malloc'd) and *tarix (the tar's index, which parses) when it is there,
+ * whole, and made for src as it is now (its size, mtime and sampled
+ * bytes); 1 when there is none or it does not match; -ENOMEM. Its bytes
+ * are bounded by `max`. */
+int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
+		  struct sf_err *e);
+/* Writes the seek index (n start points, the end included) and the tar's
+ * index as `name` in dirfd, whole or not at all (a temporary file
+ * renamed): 0, or a negative errno with e set (a read-only --index-dir:
+ * the next mount builds them again). */
+int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e);
+
+/* ---- one decoder of any codec (tx_zdec.c) ---- */
+
+struct tx_zdec {
+	enum tx_zcodec c;
+	bool live;
+	z_stream gz;
+	ZSTD_DStream *zs;
+	lzma_stream xz;
+	bz_stream bz;
+	LZ4F_dctx *lz;
+};
+/* Starts decoding a stream of codec c (ending what d decoded before); for
+ * gzip with `wlen` bytes of window `win` (zstd-compressed), inside a member
+ * from a deflate block boundary, the byte before it holding `bits` bits
+ * still to decode. 0, -ENOMEM, or -EIO with *why. */
+int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint32_t wlen, uint8_t bits,
+		  uint8_t byte, const char **why);
+/* Decodes from in[0 .. *inlen) into out[0 .. *outlen), setting both to
+ * what was used; with `block` (gzip) stops at a deflate block's end too.
+ * 1 at the stream's (frame's, member's) end, 0, or -EIO with *why. */
+int tx_zdec_step(struct tx_zdec *d, const uint8_t *in, size_t *inlen, uint8_t *out, size_t *outlen,
+		 bool block, const char **why);
+/* What the decoder holds now, for the budget. */
+uint64_t tx_zdec_mem(const struct tx_zdec *d);
+void tx_zdec_end(struct tx_zdec *d);
+/* A map of the tar compressed in src (which it references), empty until
+ * tx_z_index: -ENOMEM or 0. */
+int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e);
+/* Keeps m's seek index as "<name>.zidx" in directory dirfd (the
+ * daemon's --index-dir beside the archive; dup'ed): tx_z_index reads it
+ * from there when it matches the archive, else writes it there after its
+ * pass. 0 or a negative errno. */
+int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
+/* The tar's index kept with the seek index tx_z_index read from
+ * --index-dir (handed over, a reference in *out): true; false when the
+ * tar's headers must be walked (a plain map, or nothing kept). */
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out);
+/* Keeps m's seek index and the tar's index built by the walk (tarix) in
+ * --index-dir, when m has a place there and did not read them from it; a
+ * failure is a warning of view v. */
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v);
+/* Builds m's seek index by one pass over the archive, checking every
+ * stream's integrity as it goes, and sets m->size to the decoded size;
+ * its pieces become parts of view v, decoded through v's cache, to which
+ * the index's memory is charged. 0 at once for a plain map; else 0, or a
+ * negative errno with e naming the archive, the byte and what was wrong. */
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e);
+/* Appends [off, off + len) of tar m to file n: a span of its mapping, or
+ * the decoded pieces holding it. -ENOMEM or 0. */
+int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len);
+/* For info: the codec (TX_Z_NONE for a plain map), the archive's size,
+ * its decoder start points, pieces, and the index's bytes. */
+struct tx_zinfo {
+	enum tx_zcodec codec;
+	uint64_t compressed, starts, pieces, index_bytes;
+	const char *kept; /* what became of it in --index-dir, or NULL */
+};
+void tx_z_info(const struct sf_map *m, struct tx_zinfo *out);
+
+#endif

@@ -1,0 +1,185 @@
+/* Decoders of each codec behind one shape (tx_z.h): starting at a stream's
+ * start or, for gzip, inside a member from a kept window. */
+#include <errno.h>
+#include <string.h>
+
+#include "tx_z.h"
+
+/* decoder memory allowed: zstd's default window limit (what `zstd -d`
+ * accepts without --memory), and xz's largest preset with room */
+#define ZSTD_WINDOW_LOG_MAX 27
+#define XZ_MEMLIMIT (256u << 20)
+
+enum tx_zcodec tx_z_sniff(const uint8_t *p, size_t n)
+{
+	if (n >= 2 && p[0] == 0x1f && p[1] == 0x8b)
+		return TX_Z_GZIP;
+	if (n >= 4 && !memcmp(p, "\x28\xb5\x2f\xfd", 4))
+		return TX_Z_ZSTD;
+	if (n >= 6 && !memcmp(p, "\xfd" "7zXZ\0", 6))
+		return TX_Z_XZ;
+	if (n >= 4 && !memcmp(p, "BZh", 3) && p[3] >= '1' && p[3] <= '9')
+		return TX_Z_BZIP2;
+	if (n >= 4 && !memcmp(p, "\x04\x22\x4d\x18", 4))
+		return TX_Z_LZ4;
+	return TX_Z_NONE;
+}
+
+const char *tx_z_name(enum tx_zcodec c)
+{
+	static const char *const names[] = { "none", "gzip", "zstd", "xz", "bzip2", "lz4" };
+	return names[c];
+}
+
+void tx_zdec_end(struct tx_zdec *d)
+{
+	if (!d->live)
+		return;
+	switch (d->c) {
+	case TX_Z_GZIP: inflateEnd(&d->gz); break;
+	case TX_Z_ZSTD: ZSTD_freeDStream(d->zs); break;
+	case TX_Z_XZ: lzma_end(&d->xz); break;
+	case TX_Z_BZIP2: BZ2_bzDecompressEnd(&d->bz); break;
+	case TX_Z_LZ4: LZ4F_freeDecompressionContext(d->lz); break;
+	case TX_Z_NONE: break;
+	}
+	d->live = false;
+}
+
+int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint32_t wlen, uint8_t bits,
+		  uint8_t byte, const char **why)
+{
+	tx_zdec_end(d);
+	memset(d, 0, sizeof *d);
+	d->c = c;
+	int ok = 0;
+	switch (c) {
+	case TX_Z_GZIP:
+		/* a member's start reads its gzip header; inside one, raw deflate */
+		if (inflateInit2(&d->gz, wlen ? -15 : 15 + 16) != Z_OK)
+			return -ENOMEM;
+		d->live = true;
+		if (wlen) {
+			uint8_t w[TX_Z_WINDOW];
+			size_t n = ZSTD_decompress(w, sizeof w, win, wlen);
+			if (n != TX_Z_WINDOW || (bits && inflatePrime(&d->gz, bits, byte >> (8 - bits)) != Z_OK) ||
+			    inflateSetDictionary(&d->gz, w, TX_Z_WINDOW) != Z_OK) {
+				*why = "a kept window cannot be restored";
+				return -EIO;
+			}
+		}
+		return 0;
+	case TX_Z_ZSTD:
+		ok = (d->zs = ZSTD_createDStream()) &&
+		     !ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX));
+		break;
+	case TX_Z_XZ:
+		d->xz = (lzma_stream)LZMA_STREAM_INIT;
+		ok = lzma_stream_decoder(&d->xz, XZ_MEMLIMIT, 0) == LZMA_OK;
+		break;
+	case TX_Z_BZIP2:
+		ok = BZ2_bzDecompressInit(&d->bz, 0, 0) == BZ_OK;
+		break;
+	case TX_Z_LZ4:
+		ok = !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
+		break;
+	case TX_Z_NONE:
+		break;
+	}
+	d->live = ok;
+	return ok ? 0 : -ENOMEM;
+}
+
+int tx_zdec_step(struct tx_zdec *d, const uint8_t *in, size_t *inlen, uint8_t *out,
+		    size_t *outlen, bool block, const char **why)
+{
+	size_t ni = *inlen, no = *outlen;
+	switch (d->c) {
+	case TX_Z_GZIP: {
+		d->gz.next_in = (uint8_t *)in;
+		d->gz.avail_in = (uInt)ni;
+		d->gz.next_out = out;
+		d->gz.avail_out = (uInt)no;
+		int r = inflate(&d->gz, block ? Z_BLOCK : Z_NO_FLUSH);
+		*inlen = ni - d->gz.avail_in;
+		*outlen = no - d->gz.avail_out;
+		if (r == Z_STREAM_END)
+			return 1;
+		if (r == Z_OK || r == Z_BUF_ERROR)
+			return 0;
+		*why = d->gz.msg ? d->gz.msg : "corrupt deflate data";
+		return -EIO;
+	}
+	case TX_Z_ZSTD: {
+		ZSTD_inBuffer i = { in, ni, 0 };
+		ZSTD_outBuffer o = { out, no, 0 };
+		size_t r = ZSTD_decompressStream(d->zs, &o, &i);
+		*inlen = i.pos;
+		*outlen = o.pos;
+		if (ZSTD_isError(r)) {
+			*why = ZSTD_getErrorName(r);
+			return -EIO;
+		}
+		return r == 0;
+	}
+	case TX_Z_XZ: {
+		d->xz.next_in = in;
+		d->xz.avail_in = ni;
+		d->xz.next_out = out;
+		d->xz.avail_out = no;
+		lzma_ret r = lzma_code(&d->xz, LZMA_RUN);
+		*inlen = ni - d->xz.avail_in;
+		*outlen = no - d->xz.avail_out;
+		if (r == LZMA_STREAM_END)
+			return 1;
+		if (r == LZMA_OK || r == LZMA_BUF_ERROR)
+			return 0;
+		*why = r == LZMA_DATA_ERROR ? "corrupt xz data" : r == LZMA_MEMLIMIT_ERROR ?
+		       "an xz stream needing more than 256 MiB to decode" : r == LZMA_FORMAT_ERROR ?
+		       "no xz stream" : "an xz stream it cannot decode (check or options)";
+		return -EIO;
+	}
+	case TX_Z_BZIP2: {
+		d->bz.next_in = (char *)in;
+		d->bz.avail_in = (unsigned)ni;
+		d->bz.next_out = (char *)out;
+		d->bz.avail_out = (unsigned)no;
+		int r = BZ2_bzDecompress(&d->bz);
+		*inlen = ni - d->bz.avail_in;
+		*outlen = no - d->bz.avail_out;
+		if (r == BZ_STREAM_END)
+			return 1;
+		if (r == BZ_OK)
+			return 0;
+		*why = r == BZ_DATA_ERROR ? "corrupt bzip2 data (a block fails its CRC)" :
+		       "no bzip2 stream";
+		return -EIO;
+	}
+	case TX_Z_LZ4: {
+		size_t r = LZ4F_decompress(d->lz, out, outlen, in, inlen, NULL);
+		if (LZ4F_isError(r)) {
+			*why = LZ4F_getErrorName(r);
+			return -EIO;
+		}
+		return r == 0;
+	}
+	case TX_Z_NONE:
+		break;
+	}
+	*why = "no codec";
+	return -EIO;
+}
+
+uint64_t tx_zdec_mem(const struct tx_zdec *d)
+{
+	switch (d->c) {
+	case TX_Z_GZIP: return 48u << 10;
+	case TX_Z_ZSTD: return ZSTD_sizeof_DStream(d->zs);
+	case TX_Z_XZ: return lzma_memusage(&d->xz);
+	case TX_Z_BZIP2: return 4u << 20;      /* a 900k block's tables */
+	case TX_Z_LZ4: return 9u << 20;        /* two 4 MiB blocks */
+	case TX_Z_NONE: break;
+	}
+	return 0;
+}
+

@@ -1,0 +1,67 @@
+/* Compressed tars (docs/tree-layout.md §3.8): `<name>.tar.gz` and its
+ * siblings get the view `<name>/` a plain tar gets, the fold of one tar
+ * (tx_lone.c) whose tar is the decoded map over a seek index (tx_z.c). The
+ * codec is the one the file's magic bytes name, whatever its extension. */
+#include <errno.h>
+
+#include "tx.h"
+#include "tx_z.h"
+
+static int check(const struct sf_probe *p, struct sf_err *e)
+{
+	if (tx_z_sniff(p->head, p->nhead) == TX_Z_NONE)
+		return sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic",
+			       p->path);
+	return 0;
+}
+
+static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
+		     struct sf_err *e)
+{
+	uint8_t head[6] = { 0 };
+	size_t n = a->map->size < sizeof head ? a->map->size : sizeof head;
+	int rc = sf_map_read(a->map, 0, n, head, "magic", e);
+	enum tx_zcodec c = tx_z_sniff(head, n);
+	struct sf_map *tar = NULL;
+	if (!rc && c == TX_Z_NONE)
+		rc = sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic", a->path);
+	if (!rc)
+		rc = tx_z_map(a->map, c, &tar, e);
+	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->name))
+		sf_view_warn(v, "%s: --index-dir cannot keep its seek index", a->path);
+	if (!rc)
+		rc = tx_lone_parse(a, v, state, ext, tar, e);
+	sf_map_unref(tar);
+	return rc;
+}
+
+/* One descriptor per extension: the view is named without it. */
+#define TX_Z_FORMAT(id, extension)                                                             \
+	static int parse_##id(const struct sf_open_args *a, struct sf_view *v, void **state,   \
+			      struct sf_err *e)                                                \
+	{                                                                                      \
+		return parse_ext(a, v, state, extension, e);                                   \
+	}                                                                                      \
+	const struct sf_format tx_##id##_format = {                                            \
+		.name = "tar",                                                                 \
+		.ext = extension,                                                              \
+		.check = check,                                                                \
+		.keeps = true,                                                                 \
+		.parse = parse_##id,                                                           \
+		.free_state = tx_fold_free,                                                    \
+		.info_txt = tx_info_txt,                                                       \
+		.info_json = tx_info_json,                                                     \
+		.verify = tx_verify,                                                           \
+		.build = tx_fold_build,                                                        \
+	};
+
+TX_Z_FORMAT(targz, ".tar.gz")
+TX_Z_FORMAT(tgz, ".tgz")
+TX_Z_FORMAT(tarzst, ".tar.zst")
+TX_Z_FORMAT(tzst, ".tzst")
+TX_Z_FORMAT(tarxz, ".tar.xz")
+TX_Z_FORMAT(txz, ".txz")
+TX_Z_FORMAT(tarbz2, ".tar.bz2")
+TX_Z_FORMAT(tbz2, ".tbz2")
+TX_Z_FORMAT(tbz, ".tbz")
+TX_Z_FORMAT(tarlz4, ".tar.lz4")

@@ -1,0 +1,212 @@
+/* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
+ * next mount skips the pass over the archive. The file, little-endian:
+ *
+ *   0  "SFZIDX\0\1"
+ *   8  u32 codec, u32 zero
+ *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
+ *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
+ *      middle and end)
+ *  48  u64 n: start points, the last one the end
+ *  56  n records of 40 bytes: u64 in, out, mem; u32 wlen; u8 bits, byte,
+ *      block, check
+ *      the windows, wlen bytes each, in order
+ *      u64 t, and t bytes: the tar's index as tx_index_tar builds it
+ *      u64 XXH64 of every byte before it
+ *
+ * It is read as untrusted: bounded, checked whole, and every record
+ * checked against the archive before it is used. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "sf_bytes.h"
+#include "sf_buf.h"
+#include "tx.h"
+#include "tx_z.h"
+
+#define HEAD 56
+#define REC 40
+#define SAMPLE 4096u
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 1 };
+
+/* XXH64 of the archive's first, middle and last SAMPLE bytes. */
+static int sample_hash(const struct sf_map *src, uint64_t *h, struct sf_err *e)
+{
+	uint8_t buf[3 * SAMPLE];
+	uint64_t k = src->size < SAMPLE ? src->size : SAMPLE;
+	uint64_t at[3] = { 0, (src->size - k) / 2, src->size - k };
+	for (int i = 0; i < 3; i++) {
+		int rc = sf_map_read(src, at[i], k, buf + i * k, "sampled bytes", e);
+		if (rc)
+			return rc;
+	}
+	*h = XXH64(buf, 3 * k, 0);
+	return 0;
+}
+
+/* The header the archive as it is now would have. */
+static int head_of(const struct sf_map *src, enum tx_zcodec c, uint64_t n, uint8_t *h,
+		   struct sf_err *e)
+{
+	uint64_t hash;
+	int rc = sample_hash(src, &hash, e);
+	if (rc)
+		return rc;
+	memset(h, 0, HEAD);
+	memcpy(h, magic, sizeof magic);
+	sf_put_le32(h + 8, (uint32_t)c);
+	sf_put_le64(h + 16, src->size);
+	sf_put_le64(h + 24, (uint64_t)src->st.st_mtim.tv_sec);
+	sf_put_le64(h + 32, (uint64_t)src->st.st_mtim.tv_nsec);
+	sf_put_le64(h + 40, hash);
+	sf_put_le64(h + 48, n);
+	return 0;
+}
+
+/* Whether record r (of n) can be a start point of archive src of codec c
+ * after record prev (NULL for the first). */
+static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, size_t i, size_t n,
+		      const struct sf_map *src, enum tx_zcodec c)
+{
+	if (r->in > src->size || r->bits > 7 || r->mem > (1ull << 32) ||
+	    r->wlen > ZSTD_compressBound(TX_Z_WINDOW) || (r->wlen && c != TX_Z_GZIP) ||
+	    (r->block && c != TX_Z_XZ) || (r->bits && !r->wlen))
+		return false;
+	if (!prev)
+		return r->in == 0 && r->out == 0 && !r->wlen && !r->block;
+	if (r->in < prev->in || r->out < prev->out)
+		return false;
+	return i + 1 < n || (r->in == src->size && !r->wlen && !r->block);
+}
+
+int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
+		  struct sf_err *e)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return 1;
+	uint8_t *p = NULL;
+	size_t len = 0;
+	int rc = 1;
+	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= HEAD + 8 &&
+	    (uint64_t)st.st_size <= max) {
+		len = (size_t)st.st_size;
+		if (!(p = malloc(len)))
+			rc = -ENOMEM;
+		else if (pread(fd, p, len, 0) != (ssize_t)len)
+			len = 0;
+	}
+	close(fd);
+	uint8_t want[HEAD];
+	struct sf_err ignored;
+	if (rc != 1 || !len || sf_le64(p + len - 8) != XXH64(p, len - 8, 0) ||
+	    head_of(src, c, sf_le64(p + 48), want, &ignored) || memcmp(p, want, HEAD)) {
+		free(p);
+		return rc;
+	}
+	uint64_t n = sf_le64(p + 48);
+	struct tx_zstart *s = NULL;
+	if (n < 2 || n > (len - HEAD - 8) / REC || !(s = calloc((size_t)n, sizeof *s))) {
+		free(p);
+		return n >= 2 && n <= (len - HEAD - 8) / REC ? sf_fail(e, -ENOMEM, "out of memory") : 1;
+	}
+	size_t at = HEAD + (size_t)n * REC;
+	bool ok = true;
+	for (size_t i = 0; ok && i < n; i++) {
+		const uint8_t *r = p + HEAD + i * REC;
+		s[i] = (struct tx_zstart){ .in = sf_le64(r), .out = sf_le64(r + 8), .mem = sf_le64(r + 16),
+					   .wlen = sf_le32(r + 24), .bits = r[28], .byte = r[29],
+					   .block = r[30] != 0, .check = r[31] };
+		ok = record_ok(&s[i], i ? &s[i - 1] : NULL, i, n, src, c) && s[i].wlen <= len - 8 - at;
+		if (ok && s[i].wlen) {
+			if (!(s[i].win = malloc(s[i].wlen))) {
+				ok = false;
+				rc = sf_fail(e, -ENOMEM, "out of memory");
+				break;
+			}
+			memcpy(s[i].win, p + at, s[i].wlen);
+			at += s[i].wlen;
+		}
+	}
+	/* the tar's index, which must parse as one */
+	uint64_t t = ok && len - 8 - at >= 8 ? sf_le64(p + at) : UINT64_MAX;
+	struct tx_index ix = { 0 };
+	struct sf_err ignored2;
+	ok = ok && t == len - 16 - at && (*tarix = sf_buf_new((size_t)t));
+	if (ok) {
+		memcpy((*tarix)->data, p + at + 8, (size_t)t);
+		if (tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored2)) {
+			sf_buf_unref(*tarix);
+			ok = false;
+		}
+		tx_index_free(&ix);
+	}
+	free(p);
+	if (ok) {
+		*out = s;
+		*nout = (size_t)n;
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		free(s[i].win);
+	free(s);
+	return rc;
+}
+
+int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e)
+{
+	uint8_t h[HEAD];
+	int rc = head_of(src, c, n, h, e);
+	if (rc)
+		return rc;
+	struct sf_str f = { 0 };
+	sf_str_add(&f, h, HEAD);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t r[REC] = { 0 };
+		sf_put_le64(r, st[i].in);
+		sf_put_le64(r + 8, st[i].out);
+		sf_put_le64(r + 16, st[i].mem);
+		sf_put_le32(r + 24, st[i].wlen);
+		r[28] = st[i].bits;
+		r[29] = st[i].byte;
+		r[30] = st[i].block;
+		r[31] = st[i].check;
+		sf_str_add(&f, r, REC);
+	}
+	for (size_t i = 0; i < n; i++)
+		sf_str_add(&f, st[i].win, st[i].wlen);
+	uint8_t t[8];
+	sf_put_le64(t, tarix->len);
+	sf_str_add(&f, t, sizeof t);
+	sf_str_add(&f, tarix->data, tarix->len);
+	uint8_t sum[8];
+	sf_put_le64(sum, XXH64(f.p, f.len, 0));
+	sf_str_add(&f, sum, sizeof sum);
+	if (f.oom) {
+		sf_str_free(&f);
+		return sf_fail(e, -ENOMEM, "out of memory");
+	}
+	char tmp[300];
+	snprintf(tmp, sizeof tmp, ".%.200s.%ld.tmp", name, (long)getpid());
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	rc = fd < 0 ? -errno : 0;
+	if (!rc && write(fd, f.p, f.len) != (ssize_t)f.len)
+		rc = -EIO;
+	if (fd >= 0 && close(fd) && !rc)
+		rc = -errno;
+	if (!rc && renameat(dirfd, tmp, dirfd, name))
+		rc = -errno;
+	if (rc && fd >= 0)
+		unlinkat(dirfd, tmp, 0);
+	sf_str_free(&f);
+	return rc ? sf_fail(e, rc, "%s: cannot keep its seek index in --index-dir: %s", src->path,
+			    strerror(-rc)) : 0;
+}

@@ -1,0 +1,333 @@
+"""Compressed tars (issue 42, docs/tree-layout.md "Compressed tars"): each
+`<name>.tar.gz`, `.tgz`, `.tar.zst`, `.tar.xz`, `.tar.bz2`, `.tar.lz4` ...
+shows as `<name>/`, exactly as the plain tar would. The archives are written
+at test time by GNU tar with each compressor (and the parallel ones: pigz,
+pbzip2, xz -T2, zstd -T2), bsdtar and Python's tarfile, and every member read
+through the mount must equal what tarfile extracts from the archive (from
+`zstd -dc` / `lz4 -dc` of it for the codecs tarfile does not know). Damaged
+archives fail with a reason and never take the mount down."""
+import errno
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+import zlib
+
+import pytest
+
+from conftest import TOOLS, mount_stats
+import test_tar_writers as tw
+
+TREES = ["short", "mid", "long", "smalls", "holes/many.bin", "holes/tailhole.bin"]
+# the gzip archives hold 12 MiB of text more; the others 2 MiB (fast to compress)
+BULK = {"gz.tar.gz", "pigz.tar.gz", "catgz.tar.gz"}
+
+
+def write_bulk(root):
+    """Text of 12 MiB (bulk/) and of 2 MiB (lesser/): gzip keeps several
+    start points inside its one member (one every ~3.5 MiB), so members
+    are read from the middle of a deflate stream; and small files."""
+    for name, n in (("bulk", 300_000), ("lesser", 50_000)):
+        (root / name).mkdir()
+        with open(root / name / "text.txt", "wb") as f:
+            f.write(b"".join(b"line %d of the bulk text, %x\n" % (i, i * 2654435761 % (1 << 32))
+                             for i in range(n)))
+    (root / "smalls").mkdir()
+    for i in range(20):
+        (root / "smalls" / f"small{i:02d}.txt").write_bytes(b"small file %d\n" % i * (i + 1))
+
+
+def trees(out):
+    return TREES + (["bulk"] if out.name in BULK else ["lesser"])
+
+
+def gnu(*how):
+    return lambda out, root: tw.run("tar", "--format=gnu", "-S", *how, "-cf", str(out), *trees(out),
+                                    cwd=root)
+
+
+def bsd(*how):
+    return lambda out, root: tw.run("bsdtar", *how, "-cf", str(out), *trees(out), cwd=root)
+
+
+def py(mode):
+    def write(out, root):
+        with tarfile.open(out, mode, format=tarfile.PAX_FORMAT, encoding="utf-8",
+                          errors="surrogateescape") as t:
+            for n in trees(out):
+                t.add(root / n, arcname=n)
+    return write
+
+
+def pieces(compress):
+    """The plain tar cut in three, each piece compressed on its own and the
+    results concatenated: gzip members, zstd frames, xz or bzip2 streams."""
+    def write(out, root):
+        plain = out.with_name(out.name + ".plain")
+        tw.run("tar", "--format=gnu", "-S", "-cf", str(plain), *trees(out), cwd=root)
+        raw = plain.read_bytes()
+        plain.unlink()
+        cuts = [0, len(raw) // 3, 2 * len(raw) // 3 + 777, len(raw)]
+        with open(out, "wb") as f:
+            for a, b in zip(cuts, cuts[1:]):
+                f.write(subprocess.run(compress, input=raw[a:b], check=True,
+                                       capture_output=True).stdout)
+    return write
+
+
+# file name -> writer
+ARCHIVES = {
+    "gz.tar.gz": gnu("-z"),
+    "tgz.tgz": gnu("-z"),
+    "zst.tar.zst": gnu("--zstd"),
+    "xz.tar.xz": gnu("-J"),
+    "bz2.tar.bz2": gnu("-j"),
+    "lz4.tar.lz4": gnu("-I", "lz4"),
+    "pigz.tar.gz": gnu("-I", "pigz"),
+    "pbzip2.tbz2": gnu("-I", "pbzip2"),
+    "xzt2.txz": gnu("-I", "xz -T2 --block-size=1MiB"),
+    "zstdt2.tzst": gnu("-I", "zstd -T2"),
+    "bsdgz.tgz": bsd("-z"),
+    "bsdzst.tar.zst": bsd("--zstd"),
+    "bsdxz.tar.xz": bsd("-J"),
+    "pygz.tar.gz": py("w:gz"),
+    "pybz2.tbz": py("w:bz2"),
+    "pyxz.tar.xz": py("w:xz"),
+    "catgz.tar.gz": pieces(["gzip", "-c"]),
+    "catzst.tar.zst": pieces(["zstd", "-c"]),
+    "catxz.tar.xz": pieces(["xz", "-c"]),
+    "catbz2.tar.bz2": pieces(["bzip2", "-c"]),
+    "catlz4.tar.lz4": pieces(["lz4", "-c"]),
+    # the magic names the codec, not the extension
+    "liar.tar.gz": gnu("--zstd"),
+}
+DECODER = {b"\x28\xb5\x2f\xfd": ["zstd", "-dc"], b"\x04\x22\x4d\x18": ["lz4", "-dc"]}
+
+
+def view_name(name):
+    for ext in (".tar.gz", ".tar.zst", ".tar.xz", ".tar.bz2", ".tar.lz4", ".tgz", ".tzst",
+                ".txz", ".tbz2", ".tbz"):
+        if name.endswith(ext):
+            return name[:-len(ext)]
+    raise AssertionError(name)
+
+
+def plain_of(archive, out):
+    """The tar tarfile reads: the archive itself, or for zstd and lz4 what
+    their own decompressor gives."""
+    cmd = DECODER.get(archive.read_bytes()[:4])
+    if not cmd:
+        return archive
+    with open(out, "wb") as f:
+        subprocess.run([*cmd, str(archive)], check=True, stdout=f)
+    return out
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory):
+    root = tmp_path_factory.mktemp("trees")
+    tw.write_tree(root)
+    write_bulk(root)
+    src = tmp_path_factory.mktemp("src")
+    for name, write in ARCHIVES.items():
+        write(src / name, root)
+    plain = tmp_path_factory.mktemp("plain")
+    yield src, plain
+    shutil.rmtree(root)
+
+
+@pytest.mark.parametrize("name", list(ARCHIVES))
+def test_members_as_tarfile_reads_them(mount, archives, name):
+    src, plain = archives
+    mnt = mount(src)
+    view = mnt / view_name(name)
+    want = tw.check_fold(view, plain_of(src / name, plain / f"{name}.tar"))
+    text = "bulk/text.txt" if name in BULK else "lesser/text.txt"
+    assert want[text][0] == "file" and len(want[text][1]) > (10 << 20 if name in BULK else 1 << 20)
+    assert want["holes/many.bin"][0] == "file"
+    assert os.readlink(view / "short" / "sym") == "a.txt"
+    assert (view / ".shardfs" / "verify").read_text() == "status: ok\n"
+    info = json.loads((view / ".shardfs" / "info.json").read_text())
+    assert info["format"] == "tar" and [s["name"] for s in info["shards"]] == [name]
+    assert info["compression"]["codec"] == tw_codec(src / name)
+    starts = info["compression"]["starts"]
+    if name in ("gz.tar.gz", "catgz.tar.gz"):
+        # start points inside the gzip member: reads began mid-stream
+        assert starts >= 4, info
+    elif name.startswith("cat"):
+        assert starts >= 3, info  # one per stream or frame
+    elif name == "xzt2.txz":
+        assert starts >= 2, info  # a start point per 1 MiB block, from the index
+    elif name == "pbzip2.tbz2":
+        assert starts >= 2, info  # pbzip2 writes a stream per 900 kB block
+    lines = (view / ".shardfs" / "samples.jsonl").read_text().splitlines()
+    assert len(lines) > 20
+
+
+def tw_codec(path):
+    head = path.read_bytes()[:4]
+    return {b"\x1f\x8b": "gzip", b"BZ": "bzip2", b"\xfd7": "xz"}.get(
+        head[:2], {b"\x28\xb5\x2f\xfd": "zstd", b"\x04\x22\x4d\x18": "lz4"}.get(head))
+
+
+def test_random_reads_across_pieces(mount, archives):
+    """Reads at offsets all over a member that spans several pieces, in a
+    shuffled order, each decoding at most from its start point."""
+    src, plain = archives
+    with tarfile.open(src / "gz.tar.gz") as t:
+        text = t.extractfile("bulk/text.txt").read()
+    mnt = mount(src, "--cache-size", "16M")
+    fd = os.open(mnt / "gz" / "bulk" / "text.txt", os.O_RDONLY)
+    try:
+        offs = [(i * 7_654_321) % (len(text) - 5000) for i in range(40)]
+        for off in offs:
+            assert os.pread(fd, 5000, off) == text[off:off + 5000], off
+        # a read across a piece's end
+        edge = 4 << 20
+        assert os.pread(fd, 100_000, edge - 50_000) == text[edge - 50_000:edge + 50_000]
+    finally:
+        os.close(fd)
+
+
+def small_tar_bytes(members):
+    import io
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=tarfile.GNU_FORMAT) as t:
+        for n, data in members.items():
+            ti = tarfile.TarInfo(n)
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    return b.getvalue()
+
+
+def gzip_bytes(raw, level=6):
+    c = zlib.compressobj(level, zlib.DEFLATED, 31)
+    return c.compress(raw) + c.flush()
+
+
+def damaged(src):
+    raw = small_tar_bytes({"a.txt": b"alpha\n" * 1000, "b.txt": b"beta\n" * 1000})
+    gz = gzip_bytes(raw)
+    (src / "trunc.tar.gz").write_bytes(gz[:len(gz) // 2])
+    bad = bytearray(gz)
+    bad[-6] ^= 0xFF  # the trailer's CRC
+    (src / "badcrc.tar.gz").write_bytes(bytes(bad))
+    (src / "trail.tar.gz").write_bytes(gz + b"this is no gzip member")
+    (src / "zpad.tar.gz").write_bytes(gz + bytes(1000))  # zero padding is allowed
+    zs = subprocess.run(["zstd", "-c"], input=raw, check=True, capture_output=True).stdout
+    zbad = bytearray(zs)
+    zbad[len(zs) // 2] ^= 0xFF
+    (src / "badzst.tar.zst").write_bytes(bytes(zbad))
+    xz = subprocess.run(["xz", "-c"], input=raw, check=True, capture_output=True).stdout
+    (src / "truncxz.tar.xz").write_bytes(xz[:-10])
+    bz = subprocess.run(["bzip2", "-c"], input=raw, check=True, capture_output=True).stdout
+    bbad = bytearray(bz)
+    bbad[len(bz) // 2] ^= 0x10
+    (src / "badbz2.tar.bz2").write_bytes(bytes(bbad))
+    (src / "notar.tar.gz").write_bytes(gzip_bytes(b"no tar header at all\n" * 100))
+    # a member claiming a terabyte, in a few kB
+    huge = tarfile.TarInfo("huge.bin")
+    huge.size = 1 << 40
+    (src / "huge.tar.gz").write_bytes(gzip_bytes(huge.tobuf(tarfile.GNU_FORMAT) + b"x" * 5000))
+    return raw
+
+
+@pytest.mark.parametrize("name,why", [
+    ("trunc", "truncated"), ("badcrc", "incorrect data check"),
+    ("trail", "trailing garbage"), ("badzst", "zstd data"),
+    ("truncxz", "truncated"), ("badbz2", "bzip2"), ("notar", "tar"),
+    ("huge", "runs past the end of the tar")])
+def test_damaged_archives_say_why(mount, tmp_path, name, why):
+    damaged(tmp_path)
+    mnt = mount(tmp_path)
+    assert name in os.listdir(mnt)
+    with pytest.raises(OSError) as ex:
+        os.listdir(mnt / name)
+    assert ex.value.errno == errno.EIO
+    rep = (mnt / name / ".shardfs" / "verify").read_text()
+    assert rep.startswith("status: failed\n") and why in rep, rep
+    assert name in (mnt / ".shardfs" / "errors").read_text()
+    # the others are served meanwhile
+    assert (mnt / "zpad" / "a.txt").read_bytes() == b"alpha\n" * 1000
+
+
+def test_bomb_stays_in_the_budget(mount, tmp_path):
+    """A member of 400 MB of zeros that gzip makes 400 KB: the view is
+    built in one pass, reads of it and of the member after it are exact,
+    and the daemon's memory stays far below the decoded size."""
+    size = 400 << 20
+    hdr = tarfile.TarInfo("zeros.bin")
+    hdr.size = size
+    c = zlib.compressobj(1, zlib.DEFLATED, 31)
+    parts = [c.compress(hdr.tobuf(tarfile.GNU_FORMAT))]
+    chunk = bytes(8 << 20)
+    for _ in range(size // len(chunk)):
+        parts.append(c.compress(chunk))
+    parts.append(c.compress(small_tar_bytes({"after.txt": b"after the zeros\n"})))
+    parts.append(c.flush())
+    (tmp_path / "bomb.tar.gz").write_bytes(b"".join(parts))
+    assert (tmp_path / "bomb.tar.gz").stat().st_size < 4 << 20
+    mnt = mount(tmp_path, "--cache-size", "32M")
+    assert (mnt / "bomb" / "after.txt").read_bytes() == b"after the zeros\n"
+    with open(mnt / "bomb" / "zeros.bin", "rb") as f:
+        assert os.fstat(f.fileno()).st_size == size
+        assert os.pread(f.fileno(), 1 << 20, size - (1 << 20)) == bytes(1 << 20)
+        assert os.pread(f.fileno(), 1 << 20, size // 2) == bytes(1 << 20)
+    pid = mount.last.proc.pid
+    rss = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("VmHWM")).split()[1]) << 10
+    assert rss < 300 << 20, rss
+
+
+def test_tools_and_python_read_compressed(tmp_path):
+    """shardfs-cat and the Python module open a compressed tar as the mount
+    does (sf_open_path)."""
+    raw = small_tar_bytes({"d/a.txt": b"alpha\n", "b.bin": bytes(range(256))})
+    (tmp_path / "x.tar.xz").write_bytes(
+        subprocess.run(["xz", "-c"], input=raw, check=True, capture_output=True).stdout)
+    r = subprocess.run([str(TOOLS / "shardfs-cat"), str(tmp_path / "x.tar.xz"), "d/a.txt"],
+                       capture_output=True)
+    assert r.returncode == 0 and r.stdout == b"alpha\n", r.stderr
+    r = subprocess.run([str(TOOLS / "shardfs-verify"), str(tmp_path / "x.tar.xz")], capture_output=True)
+    assert r.returncode == 0 and r.stdout.endswith(b"status: ok\n"), r
+
+
+def test_seek_index_kept_in_index_dir(mount, tmp_path):
+    """With --index-dir, the seek index and the tar's index are written
+    there after the first use (beside the archive's path) and read back by
+    the next mount instead of the pass and the walk; one that does not
+    match the archive (its bytes damaged, the archive's mtime changed) is
+    made again."""
+    text = b"".join(b"kept line %d %x\n" % (i, i * 2654435761 % (1 << 32)) for i in range(600_000))
+    raw = small_tar_bytes({"t.txt": text, "after.txt": b"after\n"})
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    (src / "sub").mkdir(parents=True)
+    idx.mkdir()
+    (src / "sub" / "x.tar.gz").write_bytes(gzip_bytes(raw))
+    kept = idx / "sub" / "x.tar.gz.zidx"
+
+    def check(how):
+        mnt = mount(src, "--index-dir", str(idx))
+        view = mnt / "sub" / "x"
+        assert (view / "after.txt").read_bytes() == b"after\n"
+        with open(view / "t.txt", "rb") as f:
+            assert os.pread(f.fileno(), 1000, len(text) - 1000) == text[-1000:]
+            assert f.read() == text
+        info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == how and info["starts"] >= 4, info
+        # the tar's index is kept too: a mount that reads it walks no header
+        walked = mount_stats(mnt)["tar_indexing"]["headers_walked"]
+        assert (walked == 0) == (how == "read from --index-dir"), walked
+        return info
+
+    first = check("written to --index-dir")
+    assert kept.stat().st_size > 100
+    assert check("read from --index-dir") == {**first, "kept": "read from --index-dir"}
+    b = bytearray(kept.read_bytes())
+    b[70] ^= 1
+    kept.write_bytes(bytes(b))
+    check("written to --index-dir")
+    st = (src / "sub" / "x.tar.gz").stat()
+    os.utime(src / "sub" / "x.tar.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    check("written to --index-dir")
+    check("read from --index-dir")

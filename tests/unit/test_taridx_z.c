@@ -1,0 +1,278 @@
+/* The seek index of compressed tars (format/taridx/tx_z.c), per codec: a
+ * tar made here, compressed by each codec's library in one stream and in
+ * three, indexed, then read back through the decoded map at offsets all
+ * over it, in an order no decoder left behind can follow; the decoded size
+ * and the start points are checked. Damaged archives fail with a reason. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../fuzz/zpack.h"
+#include "check.h"
+#include "sf_map.h"
+#include "sf_view.h"
+#include "taridx/tx.h"
+#include "taridx/tx_z.h"
+
+/* any compressed tar's descriptor: the view only holds the pieces' parts */
+extern const struct sf_format tx_targz_format;
+
+static char dir[] = "/tmp/test_taridx_z.XXXXXX";
+
+/* 9 MiB of text compressible about 4:1, so that gzip puts start points
+ * inside its member. */
+static uint8_t *make_plain(size_t *n)
+{
+	size_t cap = 9u << 20, len = 0;
+	uint8_t *p = malloc(cap);
+	uint64_t x = 88172645463325252u;
+	while (len + 64 < cap) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		len += (size_t)snprintf((char *)p + len, 64, "row %llu value %llu\n",
+					(unsigned long long)(len / 7), (unsigned long long)(x % 100000));
+	}
+	*n = len;
+	return p;
+}
+
+static void put(const char *name, const void *p, size_t n)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *f = fopen(path, "wb");
+	CHECK(f && fwrite(p, 1, n, f) == n);
+	fclose(f);
+}
+
+/* Indexes file `name`: 0 with *m and *v, or the error. */
+static int index_file(const char *name, struct sf_map **m, struct sf_view **v, struct sf_err *e)
+{
+	char path[256];
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	*m = NULL;
+	*v = NULL;
+	struct sf_map *src;
+	int rc = sf_map_open(path, &src, e);
+	if (rc)
+		return rc;
+	uint8_t head[6];
+	CHECK(sf_map_read(src, 0, sizeof head, head, "head", e) == 0);
+	*v = sf_view_new(&tx_targz_format, path);
+	rc = tx_z_map(src, tx_z_sniff(head, sizeof head), m, e);
+	sf_map_unref(src);
+	if (!rc)
+		rc = tx_z_index(*m, *v, NULL, e);
+	return rc;
+}
+
+static void release(struct sf_map *m, struct sf_view *v)
+{
+	sf_map_unref(m);
+	if (v)
+		sf_view_unref(v);
+}
+
+/* Reads the decoded map at offsets all over it, back to front. */
+static void check_reads(struct sf_map *m, const uint8_t *plain, size_t n)
+{
+	uint8_t buf[70000];
+	struct sf_err e;
+	for (size_t i = 12; i-- > 0;) {
+		size_t off = (size_t)((i * 2654435761u) % (n - sizeof buf)), len = 1 + (i * 977) % sizeof buf;
+		CHECK(sf_map_read(m, off, len, buf, "test", &e) == 0);
+		CHECK(memcmp(buf, plain + off, len) == 0);
+	}
+	/* across a piece's end, and the last byte */
+	CHECK(sf_map_read(m, TX_Z_PIECE - 100, 200, buf, "test", &e) == 0);
+	CHECK(memcmp(buf, plain + TX_Z_PIECE - 100, 200) == 0);
+	CHECK(sf_map_read(m, n - 1, 1, buf, "test", &e) == 0 && buf[0] == plain[n - 1]);
+	CHECK(sf_map_read(m, n, 1, buf, "test", &e) == -EINVAL);
+}
+
+static void test_codec(enum tx_zcodec c, const uint8_t *plain, size_t n)
+{
+	static const char *const names[] = { "", "a.tar.gz", "a.tar.zst", "a.tar.xz", "a.tar.bz2",
+					     "a.tar.lz4" };
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	struct tx_zinfo zi;
+	/* one stream */
+	uint8_t *z;
+	size_t zn = zpack(c, plain, n, &z);
+	CHECK(zn > 0);
+	put(names[c], z, zn);
+	int rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == 0);
+	if (rc)
+		fprintf(stderr, "%s: %s\n", names[c], e.msg);
+	if (!rc) {
+		CHECK_EQ_U(m->size, n);
+		tx_z_info(m, &zi);
+		CHECK(zi.codec == c && zi.compressed == zn);
+		/* gzip: start points inside the member, one every ~3.5 MiB */
+		CHECK(c == TX_Z_GZIP ? zi.starts >= 3 : zi.starts == 1);
+		CHECK(zi.pieces >= (n + TX_Z_PIECE - 1) / TX_Z_PIECE);
+		/* gzip's stretches stay within a piece */
+		CHECK(c != TX_Z_GZIP || zi.pieces == zi.starts);
+		check_reads(m, plain, n);
+	}
+	release(m, v);
+	/* truncated: the reason names it */
+	put(names[c], z, zn - 7);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == -EIO && (strstr(e.msg, "truncated") || strstr(e.msg, "data")));
+	release(m, v);
+	/* trailing garbage after the last stream, and zero padding */
+	uint8_t *t = malloc(zn + 16);
+	memcpy(t, z, zn);
+	memcpy(t + zn, "garbage-garbage!", 16);
+	put(names[c], t, zn + 16);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == -EIO && strstr(e.msg, "trailing garbage"));
+	release(m, v);
+	memset(t + zn, 0, 16);
+	put(names[c], t, zn + 16);
+	CHECK(index_file(names[c], &m, &v, &e) == 0 && m->size == n);
+	release(m, v);
+	free(t);
+	free(z);
+	/* three streams, cut anywhere */
+	size_t cuts[] = { 0, n / 3 + 11, 2 * n / 3 + 5, n };
+	struct sf_str all = { 0 };
+	for (int i = 0; i < 3; i++) {
+		zn = zpack(c, plain + cuts[i], cuts[i + 1] - cuts[i], &z);
+		sf_str_add(&all, z, zn);
+		free(z);
+	}
+	put(names[c], all.p, all.len);
+	rc = index_file(names[c], &m, &v, &e);
+	CHECK(rc == 0);
+	if (!rc) {
+		CHECK_EQ_U(m->size, n);
+		tx_z_info(m, &zi);
+		CHECK(zi.starts >= 3);
+		check_reads(m, plain, n);
+	}
+	release(m, v);
+	sf_str_free(&all);
+}
+
+/* xz in blocks of 1 MiB, as `xz -T2` writes it: a start point at each
+ * block, from the stream's index. */
+static void test_xz_blocks(const uint8_t *plain, size_t n)
+{
+	lzma_stream x = LZMA_STREAM_INIT;
+	lzma_mt mt = { .threads = 1, .block_size = 1u << 20, .preset = 1, .check = LZMA_CHECK_CRC32 };
+	CHECK(lzma_stream_encoder_mt(&x, &mt) == LZMA_OK);
+	size_t cap = n + (1u << 20);
+	uint8_t *o = malloc(cap);
+	x.next_in = plain;
+	x.avail_in = n;
+	x.next_out = o;
+	x.avail_out = cap;
+	CHECK(lzma_code(&x, LZMA_FINISH) == LZMA_STREAM_END);
+	put("b.tar.xz", o, x.total_out);
+	lzma_end(&x);
+	free(o);
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	struct tx_zinfo zi;
+	CHECK(index_file("b.tar.xz", &m, &v, &e) == 0);
+	tx_z_info(m, &zi);
+	CHECK_EQ_U(zi.starts, (n + (1u << 20) - 1) >> 20);
+	check_reads(m, plain, n);
+	release(m, v);
+}
+
+/* The seek index kept apart: written, read back the same, and refused
+ * when cut short, damaged or made for another archive. */
+static void test_keep(const uint8_t *plain, size_t n)
+{
+	uint8_t *z;
+	size_t zn = zpack(TX_Z_GZIP, plain, n, &z);
+	put("k.tar.gz", z, zn);
+	free(z);
+	char path[256];
+	snprintf(path, sizeof path, "%s/k.tar.gz", dir);
+	struct sf_err e;
+	struct sf_map *m, *src;
+	struct sf_view *v;
+	CHECK(index_file("k.tar.gz", &m, &v, &e) == 0);
+	CHECK(sf_map_open(path, &src, &e) == 0);
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+	struct tx_zinfo zi;
+	tx_z_info(m, &zi);
+	/* made by hand: a start point, a window, the end */
+	uint8_t w[8] = "window!";
+	struct tx_zstart st[3] = { { 0 }, { .in = 100, .out = 5000, .mem = 7, .win = w, .wlen = 8,
+					   .bits = 3, .byte = 0xa5 }, { .in = zn, .out = n } };
+	/* the index of an empty tar stands for the tar's */
+	uint8_t zeros[1024] = { 0 };
+	put("e.tar", zeros, sizeof zeros);
+	snprintf(path, sizeof path, "%s/e.tar", dir);
+	struct sf_map *et;
+	struct sf_buf *tarix = NULL, *gotix = NULL;
+	CHECK(sf_map_open(path, &et, &e) == 0 && tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &e) == 0);
+	sf_map_unref(et);
+	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, &e) == 0);
+	struct tx_zstart *got = NULL;
+	size_t ngot = 0;
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 0);
+	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
+	sf_buf_unref(gotix);
+	sf_buf_unref(tarix);
+	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
+	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
+	for (size_t i = 0; got && i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	/* another codec, a bound too small, a byte changed, cut short */
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	char kp[300];
+	snprintf(kp, sizeof kp, "%s/k.zidx", dir);
+	FILE *f = fopen(kp, "r+b");
+	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
+	fclose(f);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	CHECK(truncate(kp, 70) == 0);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	close(dfd);
+	sf_map_unref(src);
+	release(m, v);
+}
+
+int main(void)
+{
+	CHECK(mkdtemp(dir) != NULL);
+	size_t n;
+	uint8_t *plain = make_plain(&n);
+	for (enum tx_zcodec c = TX_Z_GZIP; c <= TX_Z_LZ4; c++)
+		test_codec(c, plain, n);
+	test_xz_blocks(plain, n);
+	test_keep(plain, n);
+	/* a stream whose CRC fails */
+	uint8_t *z;
+	size_t zn = zpack(TX_Z_GZIP, plain, 100000, &z);
+	z[zn - 6] ^= 1;
+	put("a.tar.gz", z, zn);
+	struct sf_err e;
+	struct sf_map *m;
+	struct sf_view *v;
+	CHECK(index_file("a.tar.gz", &m, &v, &e) == -EIO && strstr(e.msg, "incorrect data check"));
+	release(m, v);
+	free(z);
+	free(plain);
+	char cmd[300];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	CHECK(system(cmd) == 0);
+	return check_failures;
+}
