@@ -33,6 +33,9 @@ struct daemon {
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
+	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
+	 * takes as "never ask again" for the whole mount (fs/reading.c) */
+	bool no_open;
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
 	 * first asked */
 	atomic_int residency_visible;

@@ -282,6 +282,7 @@ int main(int argc, char **argv)
 	/* a store waits for any READ of its pages: a single request thread
 	 * could be the one owing it */
 	dm.push_on_open = o.threads > 1;
+	dm.no_open = o.no_open;
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");
 		goto out;

@@ -42,6 +42,15 @@ void options_usage(FILE *to)
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
+	      "  --no-open           the kernel opens and closes files without asking the\n"
+	      "                      daemon (FUSE's no-open support): a file read once\n"
+	      "                      reads again from the page cache with no request.\n"
+	      "                      What it costs (docs/options.md): a SRC file replaced\n"
+	      "                      in the second before its first read fails that read\n"
+	      "                      (ESTALE); concurrent readers of one .shardfs/ file\n"
+	      "                      may see each other's snapshot; a deleted container\n"
+	      "                      is let go when the kernel forgets its view, not at\n"
+	      "                      its last close\n"
 	      "  --max-open N        views of containers kept open while unused (default\n"
 	      "                      1024): past it the least recently entered are closed,\n"
 	      "                      and opened again when entered (each costs memory and\n"
@@ -191,6 +200,8 @@ int options_parse(int argc, char **argv, struct options *o)
 				return bad("-o needs an argument", NULL);
 			if (add_fuse_opts(o, val))
 				return bad("out of memory", NULL);
+		} else if (strcmp(a, "--no-open") == 0) {
+			o->no_open = true;
 		} else if ((val = long_value(argc, argv, &i, "--cache-size"))) {
 			if (val == MISSING || parse_size(val, &o->cache_size))
 				return bad("--cache-size needs a size like 512M", val);

@@ -30,6 +30,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(req, ino);
+	if (daemon_of(req)->no_open) {
+		/* --no-open: the kernel then opens every file of the mount by
+		 * itself, keeping its page cache, and sends no RELEASE; a SRC
+		 * file is mapped at its first READ instead (src_read) */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (n->kind == FK_META_FILE) {
 		/* one snapshot per handle, read past the page cache (fs/meta.h) */
 		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
@@ -187,7 +194,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (n->kind == FK_META_FILE) {
 		/* held past the reply: its reader may release the handle as
 		 * soon as the kernel has the bytes, before writev returns */
-		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
+		struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
+				 : meta_read_snapshot(daemon_of(req), n, fuse_req_ctx(req)->pid,
+						      (uint64_t)off + size);
+		if (!b) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
 		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
 		if (len > size)
 			len = size;
@@ -301,6 +314,12 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_FLUSH);
 	struct fnode *n = fn_of(req, ino);
+	if (daemon_of(req)->no_open) {
+		/* no handle, and no noflush to ask for: ENOSYS stops FLUSH for
+		 * the whole mount */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (n->kind == FK_META_FILE)
 		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
