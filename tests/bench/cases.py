@@ -500,6 +500,88 @@ def transport_ab(ctx):
     ]
 
 
+# --- opens the kernel answers: --no-open against the default ------------
+
+def os_read_all(paths):
+    """The loop of C tools and numpy.fromfile: os.open, os.read, os.close
+    (no isatty, so no IOCTL)."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        while os.read(fd, 1 << 20):
+            pass
+        os.close(fd)
+
+
+READERS = {"os": os_read_all, "open": read_all}
+# the requests a file's open and read may cost
+PER_FILE = ("lookup", "getattr", "open", "ioctl", "read", "flush", "release")
+
+
+def _pass(mnt, proc, reader, paths):
+    """One pass: (files/s, daemon CPU µs per file, requests per file by kind
+    less the one stats.json read that counts them)."""
+    before = stats(mnt)["requests"]
+    c = cpu_seconds(proc.pid)
+    t = timed(reader, paths)
+    cpu = cpu_seconds(proc.pid) - c
+    after = stats(mnt)["requests"]
+    reqs = {k: after[k] - before[k] for k in PER_FILE}
+    reqs["read"] -= 1
+    reqs["lookup"] -= 1  # the live file's entry timeout is 0
+    return len(paths) / t, cpu / len(paths) * 1e6, {k: v / len(paths) for k, v in reqs.items()}
+
+
+def no_open_ab(ctx):
+    """The default mount against --no-open over one fold, alternated run by
+    run (order reversed every other run), a fresh mount for each reader:
+    files/s of both passes against native files (warm), the daemon's CPU
+    per file (user + system, /proc/PID/stat: clock ticks, so figures below
+    100 µs on a small --quick set are coarse) and the FUSE requests per
+    file of each pass, for os.open/os.read and Python's open()."""
+    n = ctx.size(10_000, 2_000)
+    src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
+    order = names[:]
+    random.Random(8).shuffle(order)
+    tars = sorted(src.glob("*"))
+    modes = {"default": [], "no_open": ["--no-open"]}
+    keys = [(r, m, p) for r in READERS for m in modes for p in (1, 2)]
+    fig = {k: [] for k in keys}
+    cpu = {k: [] for k in keys}
+    reqs = {}
+    nat = {r: [] for r in READERS}
+    for run in range(ctx.runs):
+        data.warm([native / x for x in names])
+        for r, fn in READERS.items():
+            nat[r].append(len(order) / timed(fn, [native / x for x in order]))
+        seq = list(modes) if run % 2 == 0 else list(reversed(modes))
+        for m in seq:
+            for r, fn in READERS.items():
+                data.warm(tars)
+                with mounts.shardfs(ctx.shardfs, src, *modes[m]) as (mnt, proc, _):
+                    stats(mnt)  # the live file's first open (ENOSYS with --no-open)
+                    os.listdir(mnt / "f")
+                    paths = [mnt / "f" / x for x in order]
+                    for p in (1, 2):
+                        f, c, q = _pass(mnt, proc, fn, paths)
+                        fig[r, m, p].append(f)
+                        cpu[r, m, p].append(c)
+                        reqs[r, m, p] = q
+    rows = []
+    for r in READERS:
+        for p in (1, 2):
+            label = f"{r}_{'first' if p == 1 else 'second'}_pass"
+            for m in modes:
+                k = (r, m, p)
+                q = " ".join(f"{kind}={v:.2f}" for kind, v in reqs[k].items() if v > 0.005)
+                rows.append(row(f"{m}_{label}", median(fig[k]), "files/s", f"native {r}",
+                                median(nat[r])))
+                rows.append(row(f"{m}_{label}_cpu", median(cpu[k]), "us/file",
+                                f"requests/file: {q or 'none'}", None))
+            rows.append(row(f"no_open_{label}", median(fig[r, "no_open", p]), "files/s",
+                            "default mount", median(fig[r, "default", p])))
+    return rows
+
+
 # --- tet views opened by xarray ----------------------------------------------
 
 def tet_xarray_open(ctx):
@@ -546,6 +628,7 @@ GROUPS = {
     "containers": containers_listing,
     "cpu": polling_cost,
     "transport": transport_ab,
+    "open": no_open_ab,
     "tetopen": tet_xarray_open,
     "python": python_group,
 }
