@@ -98,8 +98,9 @@ def test_versions_and_replacement(tmp_path, mount):
 
 
 def test_live_files_stay_live(tmp_path, mount):
-    """Each stat of a live file counts a GETATTR, and each read after a
-    stat shows it: a page the kernel kept would show an older count."""
+    """Each path walk to a live file costs a LOOKUP (entry timeout 0) and
+    its stat a GETATTR, and each read after a stat shows them: a page the
+    kernel kept would show an older count."""
     src = tmp_path / "src"
     want = make(src)
     mnt = mount(src, "--no-open")
@@ -111,6 +112,7 @@ def test_live_files_stay_live(tmp_path, mount):
         size = os.stat(stats).st_size
         body = stats.read_bytes()
         assert len(body) == size  # stat, then read: one snapshot
-        counts.append(json.loads(body)["requests"]["getattr"])
+        req = json.loads(body)["requests"]
+        counts.append(req["lookup"] + req["getattr"])
         time.sleep(0.05)
     assert counts[0] < counts[1] < counts[2], counts
