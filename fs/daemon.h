@@ -36,6 +36,7 @@ struct daemon {
 	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
 	 * takes as "never ask again" for the whole mount (fs/reading.c) */
 	bool no_open;
+	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
 	 * first asked */
 	atomic_int residency_visible;

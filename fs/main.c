@@ -283,6 +283,7 @@ int main(int argc, char **argv)
 	 * could be the one owing it */
 	dm.push_on_open = o.threads > 1;
 	dm.no_open = o.no_open;
+	dm.readdirplus_always = o.readdirplus_always;
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");
 		goto out;

@@ -51,6 +51,13 @@ void options_usage(FILE *to)
 	      "                      may see each other's snapshot; a deleted container\n"
 	      "                      is let go when the kernel forgets its view, not at\n"
 	      "                      its last close\n"
+	      "  --readdirplus MODE  auto (default): a listing gives names with attributes\n"
+	      "                      in its first request, and in later ones only when\n"
+	      "                      names were looked up meanwhile (ls -l, du); always:\n"
+	      "                      in every request, so that a reader of the files of a\n"
+	      "                      directory it listed sends no LOOKUP (names-only\n"
+	      "                      listings are slower, the kernel keeps an inode per\n"
+	      "                      name listed)\n"
 	      "  --max-open N        views of containers kept open while unused (default\n"
 	      "                      1024): past it the least recently entered are closed,\n"
 	      "                      and opened again when entered (each costs memory and\n"
@@ -226,6 +233,13 @@ int options_parse(int argc, char **argv, struct options *o)
 				o->io_uring = IO_URING_OFF;
 			else
 				return bad("--io-uring needs auto, on or off", val);
+		} else if ((val = long_value(argc, argv, &i, "--readdirplus"))) {
+			if (strcmp(val, "auto") == 0)
+				o->readdirplus_always = false;
+			else if (strcmp(val, "always") == 0)
+				o->readdirplus_always = true;
+			else
+				return bad("--readdirplus needs auto or always", val);
 		} else if ((val = long_value(argc, argv, &i, "--index-dir"))) {
 			if (val == MISSING || !*val)
 				return bad("--index-dir needs a directory", NULL);

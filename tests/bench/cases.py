@@ -546,7 +546,8 @@ def _pass(mnt, proc, reader, paths):
 
 
 def no_open_ab(ctx):
-    """The default mount against --no-open over one fold, alternated run by
+    """The default mount against --no-open and against the options for a
+    loader (--no-open --readdirplus always) over one fold, alternated run by
     run (order reversed every other run), a fresh mount for each reader:
     files/s of both passes against native files (warm), the daemon's CPU
     per file (all its threads, /proc/PID/task/*/schedstat) and the FUSE
@@ -557,7 +558,8 @@ def no_open_ab(ctx):
     order = names[:]
     random.Random(8).shuffle(order)
     tars = sorted(src.glob("*"))
-    modes = {"default": [], "no_open": ["--no-open"]}
+    modes = {"default": [], "no_open": ["--no-open"],
+             "loader": ["--no-open", "--readdirplus", "always"]}
     keys = [(r, m, p) for r in READERS for m in modes for p in (1, 2)]
     fig, cpu, reqs = ({k: [] for k in keys} for _ in range(3))
     nat = {r: [] for r in READERS}
@@ -585,17 +587,18 @@ def no_open_ab(ctx):
             for m in modes:
                 rows.append(row(f"{m}_{label}", median(fig[r, m, p]), "files/s", f"native {r}",
                                 median(nat[r])))
-            rows.append(row(f"no_open_{label}", median(fig[r, "no_open", p]), "files/s",
-                            "default mount", median(fig[r, "default", p])))
-            rows.append(row(f"no_open_{label}_cpu", median(cpu[r, "no_open", p]), "us/file",
-                            "default mount", median(cpu[r, "default", p]), 0.5, "<="))
             # requests per file by kind, the last run's (they do not vary)
             q = {m: reqs[r, m, p][-1] for m in modes}
             kinds = {m: " ".join(f"{k}={v:.2f}" for k, v in q[m].items() if v >= 0.005) or "none"
                      for m in modes}
-            rows.append(row(f"no_open_{label}_requests", sum(q["no_open"].values()), "per file",
-                            f"default mount ({kinds['default']}; --no-open: {kinds['no_open']})",
-                            sum(q["default"].values())))
+            for m in list(modes)[1:]:
+                rows.append(row(f"{m}_{label}", median(fig[r, m, p]), "files/s",
+                                "default mount", median(fig[r, "default", p])))
+                rows.append(row(f"{m}_{label}_cpu", median(cpu[r, m, p]), "us/file",
+                                "default mount", median(cpu[r, "default", p]), 0.5, "<="))
+                rows.append(row(f"{m}_{label}_requests", sum(q[m].values()), "per file",
+                                f"default mount ({kinds['default']}; {m}: {kinds[m]})",
+                                sum(q["default"].values())))
     return rows
 
 

@@ -24,8 +24,8 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
-             for m, x in (("default", ""), ("no_open", ""), ("no_open", "_cpu"),
-                          ("no_open", "_requests"))}
+             for m in ("default", "no_open", "loader") for x in ("", "_cpu", "_requests")
+             if m != "default" or not x}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
         "target_op", "met"}
 

@@ -20,9 +20,9 @@ N = 60
 PER_FILE = ("open", "release", "flush", "read", "ioctl", "lookup")
 
 
-def make(src):
+def make(src, n=N, most=16384):
     rnd = random.Random(40)
-    samples = [(f"{i:04d}", {"bin": rnd.randbytes(rnd.randint(1, 16384))}) for i in range(N)]
+    samples = [(f"{i:04d}", {"bin": rnd.randbytes(rnd.randint(1, most))}) for i in range(n)]
     xw.write_fold(src, "f", samples, shard_maxfiles=20)
     return {f"f/{k}.bin": d["bin"] for k, d in samples}
 
@@ -66,6 +66,23 @@ def test_second_pass_costs_no_request(tmp_path, mount):
     one_pass(plain, want)
     again = one_pass(plain, want)
     assert again["open"] >= N and again["release"] >= N - 1, again
+
+
+def test_listed_names_cost_no_lookup(tmp_path, mount):
+    """--readdirplus always: a listing gives every name its attributes, so
+    a reader of the files it listed sends one request per file, the READ;
+    the kernel's automatic choice gives them in the first of the listing's
+    requests only, and its reader looks the rest up."""
+    src = tmp_path / "src"
+    want = make(src, 2000, 8)
+    auto = mount(src, "--no-open")
+    always = mount(src, "--no-open", "--readdirplus", "always")
+    cost = {}
+    for name, mnt in (("auto", auto), ("always", always)):
+        assert len(os.listdir(mnt / "f")) == len(want)
+        cost[name] = one_pass(mnt, want)
+    assert cost["always"]["lookup"] <= 2 and cost["always"]["read"] <= len(want) + 2, cost
+    assert cost["auto"]["lookup"] > len(want) // 2, cost
 
 
 def test_versions_and_replacement(tmp_path, mount):
