@@ -25,7 +25,8 @@
  * name up again and retry the open once, which then finds the new version.
  * Content never changes under an inode, so the kernel keeps its page cache
  * across opens; content files keep no per-open state. The live .shardfs/
- * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md). */
+ * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md),
+ * which --no-open spares. */
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
