@@ -283,6 +283,8 @@ int main(int argc, char **argv)
 	 * could be the one owing it */
 	dm.push_on_open = o.threads > 1;
 	dm.no_open = o.no_open;
+	/* half of what the views leave (view_fd_share) */
+	dm.src_pin_max = view_fd_share() / 2;
 	dm.readdirplus_always = o.readdirplus_always;
 	if (fuse_set_signal_handlers(se)) {
 		fail("cannot install signal handlers%s%s", "", "");

@@ -34,7 +34,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (daemon_of(req)->no_open) {
 		/* --no-open: the kernel then opens every file of the mount by
 		 * itself, keeping its page cache, and sends no RELEASE; a SRC
-		 * file is mapped at its first READ instead (src_read) */
+		 * file is mapped at its lookup instead, or past the budget at
+		 * its first READ (fs/src.c) */
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}

@@ -114,6 +114,45 @@ def test_versions_and_replacement(tmp_path, mount):
         time.sleep(0.2)
 
 
+def test_replaced_before_first_read(tmp_path, mount):
+    """No OPEN comes between a lookup and the first READ to pin the version
+    an inode stands for: the lookup maps the file, so a file replaced after
+    its open() and before its first read is read whole in the version
+    opened, never ESTALE; a new open reads the new file (fs/src.c)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rnd = random.Random(42)
+    names = [f"{i}.bin" for i in range(8)]
+    old = {n: rnd.randbytes(rnd.randint(1, 300000)) for n in names}
+    new = {n: rnd.randbytes(rnd.randint(1, 300000)) for n in names}
+    for n in names:
+        (src / n).write_bytes(old[n])
+    mnt = mount(src, "--no-open", "--readdirplus", "always")
+    # half the names looked up, half given by the listing
+    fds = {n: os.open(mnt / n, os.O_RDONLY) for n in names[:4]}
+    assert sorted(os.listdir(mnt)) == sorted(names)
+    fds.update({n: os.open(mnt / n, os.O_RDONLY) for n in names[4:]})
+    try:
+        for n in names:  # the kernel opened them by itself: no READ yet
+            tmp = src / (n + ".tmp")
+            tmp.write_bytes(new[n])
+            os.rename(tmp, src / n)
+        for n in names:
+            parts = []
+            while b := os.read(fds[n], 65536):
+                parts.append(b)
+            assert b"".join(parts) == old[n], n
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    deadline = time.monotonic() + 30
+    for n in names:
+        while (got := os_read(mnt / n)) != new[n]:
+            assert got == old[n], n
+            assert time.monotonic() < deadline, "the replaced file never showed"
+            time.sleep(0.2)
+
+
 def test_live_files_stay_live(tmp_path, mount):
     """Each path walk to a live file costs a LOOKUP (entry timeout 0) and
     its stat a GETATTR, and each read after a stat shows them: a page the
