@@ -85,6 +85,34 @@ def test_listed_names_cost_no_lookup(tmp_path, mount):
     assert cost["auto"]["lookup"] > len(want) // 2, cost
 
 
+def test_python_open_pays_one_request(tmp_path, mount):
+    """Python's open() asks isatty(), an IOCTL the kernel forwards at every
+    open: with --no-open and names listed with their attributes that IOCTL
+    is a file's one request on a first pass, and it pushes the content, so
+    no READ follows (over /dev/fuse: over io_uring nothing is pushed, and
+    the READ comes too); a second pass costs the IOCTL alone."""
+    src = tmp_path / "src"
+    want = make(src)
+    mnt = mount(src, "--no-open", "--readdirplus", "always")
+    assert len(os.listdir(mnt / "f")) == N
+
+    def py_pass():
+        before = mount_stats(mnt)["requests"]
+        for rel, data in want.items():
+            with open(mnt / rel, "rb") as f:
+                assert f.read() == data, rel
+        after = mount_stats(mnt)["requests"]
+        return {k: after[k] - before[k] for k in PER_FILE}
+
+    pushed = mount_stats(mnt)["transport"] == "dev_fuse"
+    for first, cost in ((True, py_pass()), (False, py_pass())):
+        # the stats reads around a pass cost a READ or two and a LOOKUP or two
+        assert cost["ioctl"] == N, cost
+        assert cost["read"] <= (2 if pushed or not first else N + 2), cost
+        assert cost["lookup"] <= 2, cost
+        assert cost["open"] <= 1 and cost["release"] == 0 and cost["flush"] <= 1, cost
+
+
 def test_versions_and_replacement(tmp_path, mount):
     """A handle keeps the version it first read; a new open sees the new
     file within the documented delay (docs/distributed.md), every read one
