@@ -33,6 +33,13 @@ struct daemon {
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
+	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
+	 * takes as "never ask again" for the whole mount (fs/reading.c) */
+	bool no_open;
+	/* --no-open: SRC files are mapped at lookup while fewer than this
+	 * hold a mapping (fs/src.c) */
+	size_t src_pin_max;
+	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
 	 * first asked */
 	atomic_int residency_visible;

@@ -97,8 +97,10 @@ static void detach(struct ftree *t, struct fnode *n)
 /* Frees a detached node and drops what it held: a mapping or a view may
  * close a file of SRC, which can wait on a stalled source, so this runs
  * without the tree's lock. */
-static void drop(struct fnode *n)
+static void drop(struct ftree *t, struct fnode *n)
 {
+	if (n->map)
+		atomic_fetch_sub(&t->src_maps, 1);
 	sf_view_unref(n->view);
 	sf_map_unref(n->map);
 	meta_live_free(n->live);
@@ -150,7 +152,7 @@ static void drop_all(struct ftree *t, struct fnode *dead)
 		src_enter(t->waits, "forget", ".", NULL, false);
 	while (dead) {
 		struct fnode *next = dead->all_next;
-		drop(dead);
+		drop(t, dead);
 		dead = next;
 	}
 	if (src && t->waits)
@@ -294,7 +296,7 @@ void fnode_fini(struct ftree *t)
 	while (t->all) {
 		struct fnode *n = t->all;
 		detach(t, n);
-		drop(n);
+		drop(t, n);
 	}
 	t->root = NULL;
 	pthread_mutex_unlock(&t->lock);

@@ -47,7 +47,9 @@ struct fnode {
 		pthread_mutex_t map_lock;     /* FK_SRC_FILE: mapping it at first open */
 		pthread_mutex_t snap_lock;    /* FK_META_FILE: its snapshot */
 	};
-	struct sf_map *map;           /* FK_SRC_FILE: mapped at first open, kept */
+	/* FK_SRC_FILE: mapped at first open (--no-open: at lookup, within a
+	 * budget, else at first READ), kept; counted in the tree's src_maps */
+	struct sf_map *map;
 	/* FK_SRC_DIR: the last listing (refcounted), and whether a thread is
 	 * making the next (the daemon's listings lock guards both) */
 	struct listing *listing;
@@ -95,6 +97,7 @@ struct ftree {
 	 * FORGETs of nodes holding nothing stays out of the count that grows
 	 * the request pool. */
 	struct waits *waits;
+	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 
 /* Makes the tree with its root, SRC directory `src`. */

@@ -154,6 +154,22 @@ static size_t view_fd_share(void)
 	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
 }
 
+/* The mappings SRC files may hold from their lookup (--no-open, fs/src.c):
+ * half of the descriptors the views leave, and a quarter of the mappings
+ * the kernel allows a process (vm.max_map_count), which views and the
+ * decode cache need too. */
+static size_t src_pin_max(void)
+{
+	size_t n = view_fd_share() / 2;
+	unsigned long maps = 0;
+	FILE *f = fopen("/proc/sys/vm/max_map_count", "re");
+	if (!f || fscanf(f, "%lu", &maps) != 1)
+		maps = 65530; /* the kernel's default */
+	if (f)
+		fclose(f);
+	return n < maps / 4 ? n : maps / 4;
+}
+
 /* mountinfo writes a space, tab, newline or backslash in a path as \ooo. */
 static bool same_mount_point(char *field, const char *path)
 {
@@ -290,6 +306,9 @@ int main(int argc, char **argv)
 	/* a store waits for any READ of its pages: a single request thread
 	 * could be the one owing it */
 	dm.push_on_open = o.threads > 1;
+	dm.no_open = o.no_open;
+	dm.src_pin_max = src_pin_max();
+	dm.readdirplus_always = o.readdirplus_always;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
 	 * starts a background job (`shardfs -f SRC MNT &` in a script) with

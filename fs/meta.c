@@ -11,6 +11,9 @@ struct pending {
 	struct timespec at;
 	pid_t tid;
 	uint64_t taken_ns, used_ns; /* monotonic */
+	/* a READ with no handle reached its end (--no-open): the thread's
+	 * next path walk starts a new read, and takes a new snapshot */
+	bool read_out;
 };
 
 /* Pending snapshots kept per file, and how long one waits for its open. A
@@ -111,6 +114,8 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 	 * handle's (fstat). A handle is released asynchronously: one still
 	 * listed may be one the thread has closed already. */
 	struct pending *p = pending_of(m, tid, now, lookup ? PENDING_NS : REUSE_NS);
+	if (p && lookup && p->read_out)
+		p = NULL;
 	struct meta_handle *h = p || lookup ? NULL : m->handles;
 	while (h && (h->tid != tid || h->closed))
 		h = h->next;
@@ -161,6 +166,29 @@ struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
 	m->handles = h;
 	pthread_mutex_unlock(&m->lock);
 	return h;
+}
+
+struct sf_buf *meta_read_snapshot(struct daemon *dm, struct fnode *n, pid_t tid, uint64_t end)
+{
+	struct meta_live *m = live(n);
+	if (!m)
+		return NULL;
+	pthread_mutex_lock(&m->lock);
+	struct pending *p = pending_of(m, tid, mono_ns(), PENDING_NS);
+	struct sf_buf *b = p ? sf_buf_ref(p->snap) : NULL;
+	if (p && end >= b->len)
+		p->read_out = true;
+	pthread_mutex_unlock(&m->lock);
+	if (b)
+		return b;
+	struct timespec at;
+	clock_gettime(CLOCK_REALTIME, &at);
+	if (!(b = content(dm, n)))
+		return NULL;
+	pthread_mutex_lock(&m->lock);
+	keep_pending(m, tid, sf_buf_ref(b), &at, mono_ns());
+	pthread_mutex_unlock(&m->lock);
+	return b;
 }
 
 void meta_closed(struct fnode *n, struct meta_handle *h)

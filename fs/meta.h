@@ -44,6 +44,16 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 	       struct timespec *at);
 /* Opens a handle for thread `tid`; NULL when out of memory. */
 struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid);
+/* The snapshot a READ with no handle reads (--no-open: no OPEN comes)
+ * up to offset `end`: thread `tid`'s pending one, which the lookup of its
+ * path walk took (the entry timeout is 0), else a new one kept as the
+ * thread's; a reference, or NULL when out of memory. A READ up to its end
+ * makes the thread's next lookup take a new one. The kernel reads these
+ * files through its page cache then, dropped whenever a GETATTR shows
+ * another size or time (the attribute timeout is 0), so a reader alone
+ * reads one snapshot, but readers of one file at once may see each
+ * other's. */
+struct sf_buf *meta_read_snapshot(struct daemon *dm, struct fnode *n, pid_t tid, uint64_t end);
 /* The handle's thread closed it (FLUSH). */
 void meta_closed(struct fnode *n, struct meta_handle *h);
 void meta_release(struct fnode *n, struct meta_handle *h);

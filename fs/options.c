@@ -45,6 +45,21 @@ void options_usage(FILE *to)
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
+	      "  --no-open           the kernel opens and closes files without asking the\n"
+	      "                      daemon (FUSE's no-open support): a file read once\n"
+	      "                      reads again from the page cache with no request.\n"
+	      "                      A SRC file is mapped at lookup, pinning its version.\n"
+	      "                      What it costs (docs/options.md): concurrent readers\n"
+	      "                      of one .shardfs/ file may see each other's snapshot;\n"
+	      "                      a deleted container is let go when the kernel\n"
+	      "                      forgets its view, not at its last close\n"
+	      "  --readdirplus MODE  auto (default): a listing gives names with attributes\n"
+	      "                      in its first request, and in later ones only when\n"
+	      "                      names were looked up meanwhile (ls -l, du); always:\n"
+	      "                      in every request, so that a reader of the files of a\n"
+	      "                      directory it listed sends no LOOKUP (names-only\n"
+	      "                      listings are slower, the kernel keeps an inode per\n"
+	      "                      name listed)\n"
 	      "  --max-open N        views of containers kept open while unused (default\n"
 	      "                      1024): past it the least recently entered are closed,\n"
 	      "                      and opened again when entered (each costs memory and\n"
@@ -196,6 +211,8 @@ int options_parse(int argc, char **argv, struct options *o)
 				return bad("-o needs an argument", NULL);
 			if (add_fuse_opts(o, val))
 				return bad("out of memory", NULL);
+		} else if (strcmp(a, "--no-open") == 0) {
+			o->no_open = true;
 		} else if ((val = long_value(argc, argv, &i, "--cache-size"))) {
 			if (val == MISSING || parse_size(val, &o->cache_size))
 				return bad("--cache-size needs a size like 512M", val);
@@ -220,6 +237,13 @@ int options_parse(int argc, char **argv, struct options *o)
 				o->io_uring = IO_URING_OFF;
 			else
 				return bad("--io-uring needs auto, on or off", val);
+		} else if ((val = long_value(argc, argv, &i, "--readdirplus"))) {
+			if (strcmp(val, "auto") == 0)
+				o->readdirplus_always = false;
+			else if (strcmp(val, "always") == 0)
+				o->readdirplus_always = true;
+			else
+				return bad("--readdirplus needs auto or always", val);
 		} else if ((val = long_value(argc, argv, &i, "--index-dir"))) {
 			if (val == MISSING || !*val)
 				return bad("--index-dir needs a directory", NULL);

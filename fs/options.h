@@ -20,6 +20,8 @@ struct options {
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 	const char *index_dir; /* --index-dir: folds' indexes apart from their tars */
 	enum io_uring_mode io_uring;
+	bool no_open;      /* --no-open: the kernel opens files without asking */
+	bool readdirplus_always; /* --readdirplus always: every listing request */
 };
 
 /* Parses argv; on a bad command line prints one line to stderr and returns

@@ -25,11 +25,20 @@
  * name up again and retry the open once, which then finds the new version.
  * Content never changes under an inode, so the kernel keeps its page cache
  * across opens; content files keep no per-open state. The live .shardfs/
- * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md). */
+ * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md),
+ * which --no-open spares. */
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(req, ino);
+	if (daemon_of(req)->no_open) {
+		/* --no-open: the kernel then opens every file of the mount by
+		 * itself, keeping its page cache, and sends no RELEASE; a SRC
+		 * file is mapped at its lookup instead, or past the budget at
+		 * its first READ (fs/src.c) */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (n->kind == FK_META_FILE) {
 		/* one snapshot per handle, read past the page cache (fs/meta.h) */
 		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
@@ -187,7 +196,13 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (n->kind == FK_META_FILE) {
 		/* held past the reply: its reader may release the handle as
 		 * soon as the kernel has the bytes, before writev returns */
-		struct sf_buf *b = sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap);
+		struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
+				 : meta_read_snapshot(daemon_of(req), n, fuse_req_ctx(req)->pid,
+						      (uint64_t)off + size);
+		if (!b) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
 		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
 		if (len > size)
 			len = size;
@@ -301,6 +316,12 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_FLUSH);
 	struct fnode *n = fn_of(req, ino);
+	if (daemon_of(req)->no_open) {
+		/* no handle, and no noflush to ask for: ENOSYS stops FLUSH for
+		 * the whole mount */
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
 	if (n->kind == FK_META_FILE)
 		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);

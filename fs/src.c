@@ -45,7 +45,8 @@ static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *n
 	return n;
 }
 
-int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
+/* src_find once: the node for `name` as lstat finds it now. */
+static int find_once(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
 {
 	*out = NULL;
 	char *rel = sf_path_join(dir->rel, name);
@@ -66,6 +67,30 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	fnode_find(&dm->tree);
 	*out = fnode_found(&dm->tree, src_child(&dm->tree, dir, name, &st));
 	return *out ? 0 : -ENOMEM;
+}
+
+/* With --no-open no OPEN comes between the lookup of a file and its first
+ * READ to pin its version: a file replaced in between would fail that READ
+ * with ESTALE, which the kernel passes on to the reader. So the lookup maps
+ * the file (what OPEN does otherwise), while SRC files hold fewer mappings,
+ * each a descriptor, than the budget (docs/options.md); past it a file is
+ * mapped at its first READ. Tries are bounded: a file replaced again and
+ * again between lstat and open is left to its READ. */
+#define PIN_TRIES 3
+
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
+{
+	for (int i = 1;; i++) {
+		int rc = find_once(dm, dir, name, out);
+		if (rc || !dm->no_open || (*out)->kind != FK_SRC_FILE || i == PIN_TRIES ||
+		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max)
+			return rc;
+		/* any other failure is the READ's to report */
+		if (src_map_file(dm, *out) != -ESTALE)
+			return 0;
+		/* replaced since the lstat: this node stands for a version gone */
+		fnode_forget(&dm->tree, *out, 1);
+	}
 }
 
 int src_map_file(struct daemon *dm, struct fnode *n)
@@ -97,6 +122,7 @@ int src_map_file(struct daemon *dm, struct fnode *n)
 	if (!n->map) {
 		n->map = m;
 		m = NULL;
+		atomic_fetch_add(&dm->tree.src_maps, 1);
 	}
 	pthread_mutex_unlock(&n->map_lock);
 	sf_map_unref(m);

@@ -19,7 +19,8 @@ struct daemon;
 bool same_version(const struct stat *a, const struct stat *b);
 /* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
  * kernel's lookup reference taken (*out); -ENOENT when SRC has no such
- * entry, another -errno on failure. */
+ * entry, another -errno on failure. With --no-open a file is mapped too,
+ * within a budget (fs/src.c). */
 int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out);
 /* Maps SRC file `n` once, pinning the version it stands for: -ESTALE when
  * the file was replaced since it was looked up. */

@@ -12,7 +12,6 @@ struct waiter {
 	pthread_mutex_t lock;       /* what it waits for (op, path, since) */
 	unsigned depth;             /* nested sections */
 	uint64_t start_ns;          /* monotonic; 0 while not at the source */
-	struct timespec since;
 	const char *op;
 	char path[512];
 };
@@ -84,6 +83,14 @@ static struct waiter *mine(struct waits *w)
 	return me = r;
 }
 
+/* Copies `path` into `dst` of `cap` bytes, cut to fit. */
+static void copy_path(char *dst, size_t cap, const char *path)
+{
+	size_t n = strnlen(path, cap - 1);
+	memcpy(dst, path, n);
+	dst[n] = 0;
+}
+
 /* Whether some request has been at the source STUCK_NS or more. */
 static bool any_stuck(struct waits *w)
 {
@@ -119,11 +126,13 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 	}
 	pthread_mutex_lock(&r->lock);
 	r->op = op;
+	/* every request passes here: a plain copy unless there is a name to
+	 * join, and only the monotonic clock (the wall clock of "since" is
+	 * worked out when a stuck request is reported) */
 	if (name && strcmp(path, ".") != 0)
 		snprintf(r->path, sizeof r->path, "%s/%s", path, name);
 	else
-		snprintf(r->path, sizeof r->path, "%s", name ? name : path);
-	clock_gettime(CLOCK_REALTIME, &r->since);
+		copy_path(r->path, sizeof r->path, name ? name : path);
 	r->start_ns = mono_ns();
 	pthread_mutex_unlock(&r->lock);
 	return 0;
@@ -152,6 +161,9 @@ size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total
 	size_t n = 0;
 	*total = 0;
 	uint64_t now = mono_ns();
+	struct timespec wall;
+	clock_gettime(CLOCK_REALTIME, &wall);
+	uint64_t wall_ns = (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec;
 	pthread_mutex_lock(&w->lock);
 	for (struct waiter *r = w->head; r; r = r->next) {
 		pthread_mutex_lock(&r->lock);
@@ -161,7 +173,9 @@ size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total
 				struct stuck *s = &out[n++];
 				memcpy(s->path, r->path, sizeof s->path);
 				s->op = r->op;
-				s->since = r->since;
+				uint64_t since = wall_ns - (now - r->start_ns);
+				s->since = (struct timespec){ (time_t)(since / 1000000000u),
+							     (long)(since % 1000000000u) };
 				s->seconds = (double)(now - r->start_ns) / 1e9;
 			}
 		}

@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "writers"))
 import taridx_writer as xw  # noqa: E402
+from cases import schedstat_seconds as cpu_seconds  # noqa: E402
 
 N, BURST = 20000, 2000
 
@@ -35,11 +36,6 @@ def make(src):
         (d / f"f{i:05d}").write_bytes(rnd.randbytes(rnd.randint(1024, 16384)))
     xw.write_fold(src / "fold", "f", [(f"{i:06d}", {"bin": rnd.randbytes(rnd.randint(1024, 16384))})
                                       for i in range(N)], shard_maxfiles=2000)
-
-
-def cpu_seconds(pid):
-    tasks = Path(f"/proc/{pid}/task").iterdir()
-    return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
 
 
 def loop(mnt, rels):

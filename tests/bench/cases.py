@@ -523,6 +523,110 @@ def transport_ab(ctx):
     ]
 
 
+# --- opens the kernel answers: --no-open against the default ------------
+
+def os_read_all(paths):
+    """The loop of C tools and numpy.fromfile: os.open, os.read, os.close
+    (no isatty, so no IOCTL)."""
+    for p in paths:
+        fd = os.open(p, os.O_RDONLY)
+        while os.read(fd, 1 << 20):
+            pass
+        os.close(fd)
+
+
+READERS = {"os": os_read_all, "open": read_all}
+# the requests a file's open and read may cost
+PER_FILE = ("lookup", "getattr", "open", "ioctl", "read", "flush", "release")
+
+
+def schedstat_seconds(pid):
+    """CPU time of a running process so far, all its threads, in ns steps
+    (/proc/PID/task/*/schedstat: clock ticks would round a pass to 0)."""
+    total = 0
+    for t in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((t / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+def _pass(mnt, proc, reader, paths):
+    """One pass: (files/s, daemon CPU µs per file, requests per file by kind
+    less the stats.json reads that count them)."""
+    before = stats(mnt)["requests"]
+    c = schedstat_seconds(proc.pid)
+    t = timed(reader, paths)
+    cpu = schedstat_seconds(proc.pid) - c
+    after = stats(mnt)["requests"]
+    reqs = {k: after[k] - before[k] for k in PER_FILE}
+    # the stats.json read: its lookup (entry timeout 0) and READ, and with
+    # the default mount its OPEN, FLUSH and RELEASE
+    for k in ("lookup", "read", "open", "flush", "release"):
+        reqs[k] = max(reqs[k] - 1, 0)
+    return len(paths) / t, cpu / len(paths) * 1e6, {k: v / len(paths) for k, v in reqs.items()}
+
+
+def no_open_ab(ctx):
+    """The default mount against --no-open and against the options for a
+    loader (--no-open --readdirplus always) over one fold, alternated run by
+    run (order reversed every other run), a fresh mount for each reader:
+    files/s of both passes against native files (warm), the daemon's CPU
+    per file (all its threads, /proc/PID/task/*/schedstat) and the FUSE
+    requests per file of each pass, for os.open/os.read and Python's
+    open()."""
+    n = ctx.size(10_000, 2_000)
+    src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
+    order = names[:]
+    random.Random(8).shuffle(order)
+    tars = sorted(src.glob("*"))
+    # /dev/fuse throughout: with the kernel's io_uring switch on (other
+    # tests turn it on) `auto` would change the transport between runs
+    modes = {"default": ["--io-uring", "off"], "no_open": ["--io-uring", "off", "--no-open"],
+             "loader": ["--io-uring", "off", "--no-open", "--readdirplus", "always"]}
+    keys = [(r, m, p) for r in READERS for m in modes for p in (1, 2)]
+    fig, cpu, reqs = ({k: [] for k in keys} for _ in range(3))
+    nat = {r: [] for r in READERS}
+    for run in range(ctx.runs):
+        data.warm([native / x for x in names])
+        for r, fn in READERS.items():
+            nat[r].append(len(order) / timed(fn, [native / x for x in order]))
+        seq = list(modes) if run % 2 == 0 else list(reversed(modes))
+        for m in seq:
+            for r, fn in READERS.items():
+                data.warm(tars)
+                with mounts.shardfs(ctx.shardfs, src, *modes[m]) as (mnt, proc, _):
+                    stats(mnt)  # the live file's first open (ENOSYS with --no-open)
+                    os.listdir(mnt / "f")
+                    paths = [mnt / "f" / x for x in order]
+                    for p in (1, 2):
+                        f, c, q = _pass(mnt, proc, fn, paths)
+                        fig[r, m, p].append(f)
+                        cpu[r, m, p].append(c)
+                        reqs[r, m, p].append(q)
+    rows = []
+    for r in READERS:
+        for p in (1, 2):
+            label = f"{r}_{'first' if p == 1 else 'second'}_pass"
+            for m in modes:
+                rows.append(row(f"{m}_{label}", median(fig[r, m, p]), "files/s", f"native {r}",
+                                median(nat[r])))
+            # requests per file by kind, the last run's (they do not vary)
+            q = {m: reqs[r, m, p][-1] for m in modes}
+            kinds = {m: " ".join(f"{k}={v:.2f}" for k, v in q[m].items() if v >= 0.005) or "none"
+                     for m in modes}
+            for m in list(modes)[1:]:
+                rows.append(row(f"{m}_{label}", median(fig[r, m, p]), "files/s",
+                                "default mount", median(fig[r, "default", p])))
+                rows.append(row(f"{m}_{label}_cpu", median(cpu[r, m, p]), "us/file",
+                                "default mount", median(cpu[r, "default", p]), 0.5, "<="))
+                rows.append(row(f"{m}_{label}_requests", sum(q[m].values()), "per file",
+                                f"default mount ({kinds['default']}; {m}: {kinds[m]})",
+                                sum(q["default"].values())))
+    return rows
+
+
 # --- tet views opened by xarray ----------------------------------------------
 
 def tet_xarray_open(ctx):
@@ -570,6 +674,7 @@ GROUPS = {
     "containers": containers_listing,
     "cpu": polling_cost,
     "transport": transport_ab,
+    "open": no_open_ab,
     "tetopen": tet_xarray_open,
     "python": python_group,
 }
