@@ -156,6 +156,8 @@ struct sf_lazy {
 	struct sf_ids index;
 	/* the nodes alive, by key */
 	struct sf_hash live;
+	/* entries the format names (sf_dir_set_counted): no ent, names, index */
+	const struct sf_counted *counted;
 };
 
 static const char *ent_name(const struct sf_lazy *z, size_t i)
@@ -220,11 +222,49 @@ int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
 	return 0;
 }
 
-/* The entry named `name`, or -1. */
-static long lazy_find(struct sf_lazy *z, const char *name)
+int sf_dir_set_counted(struct sf_node *dir, sf_make_fn make, const struct sf_counted *ops,
+		       uint32_t n)
 {
+	/* one kind of entry: ids and keys are the entries' numbers */
+	if (dir->u.dir.lazy || dir->u.dir.n || n == UINT32_MAX)
+		return -EINVAL;
+	int rc = sf_dir_set_lazy(dir, make);
+	if (rc == 0) {
+		dir->u.dir.lazy->counted = ops;
+		dir->u.dir.lazy->n = n;
+	}
+	return rc;
+}
+
+/* What on-demand entry i is: its name (written to `own` when the format
+ * names it), kind, key and aux. */
+static const char *lazy_name(const struct sf_node *dir, size_t i, char own[SF_COUNTED_NAME])
+{
+	const struct sf_lazy *z = dir->u.dir.lazy;
+	if (!z->counted)
+		return ent_name(z, i);
+	z->counted->name(dir, (uint32_t)i, own);
+	return own;
+}
+
+static enum sf_kind lazy_kind(const struct sf_lazy *z, size_t i)
+{
+	return z->counted ? SF_FILE : (enum sf_kind)z->ent[i].kind;
+}
+
+static uint32_t lazy_key(const struct sf_lazy *z, size_t i)
+{
+	return z->counted ? (uint32_t)i : z->ent[i].key;
+}
+
+/* The on-demand entry of dir named `name`, or -1. */
+static long lazy_find(const struct sf_node *dir, const char *name)
+{
+	struct sf_lazy *z = dir->u.dir.lazy;
 	if (!z)
 		return -1;
+	if (z->counted)
+		return z->counted->find(dir, name);
 	struct ent_key k = { z, name };
 	uint32_t *i = sf_ids_find(&z->index, name_hash(name), ent_named, &k);
 	return i ? (long)*i : -1;
@@ -306,8 +346,9 @@ int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, u
 static int lazy_at(struct sf_node *dir, size_t i, struct sf_node **out, struct sf_err *e)
 {
 	const struct sf_lazy *z = dir->u.dir.lazy;
-	const struct lazy_ent *x = &z->ent[i];
-	return lazy_node(dir, x->kind, ent_name(z, i), x->key, x->aux, out, e);
+	char own[SF_COUNTED_NAME];
+	return lazy_node(dir, lazy_kind(z, i), lazy_name(dir, i, own), lazy_key(z, i),
+			 z->counted ? 0 : z->ent[i].aux, out, e);
 }
 
 /* Frees a lazy node nobody holds (names lock held). */
@@ -358,8 +399,12 @@ void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out)
 		return;
 	}
 	i -= d->n;
-	*out = (struct sf_dirent){ .name = ent_name(d->lazy, i), .kind = d->lazy->ent[i].kind,
-				   .id = &d->lazy->ent[i] };
+	const struct sf_lazy *z = d->lazy;
+	/* a counted directory holds nothing else: its numbers are its ids */
+	*out = (struct sf_dirent){ .kind = lazy_kind(z, i),
+				   .id = z->counted ? (const void *)((uintptr_t)z + 1 + i)
+						    : (const void *)&z->ent[i] };
+	out->name = lazy_name(dir, i, out->own);
 }
 
 bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
@@ -367,7 +412,7 @@ bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
 	struct sf_dir *d = &dir->u.dir;
 	pthread_mutex_lock(&dir->view->names_lock);
 	struct sf_node *k = dir_get(d, name);
-	long i = k ? -1 : lazy_find(d->lazy, name);
+	long i = k ? -1 : lazy_find(dir, name);
 	if (k)
 		*out = (struct sf_dirent){ .name = k->name, .kind = k->kind, .hidden = k->hidden,
 					   .node = k, .id = k };
@@ -384,7 +429,7 @@ struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 	struct sf_view *v = dir->view;
 	struct sf_lazy *z = dir->u.dir.lazy;
 	pthread_mutex_lock(&v->names_lock);
-	struct sf_node *n = live_pinned(z, z->ent[i - dir->u.dir.n].key);
+	struct sf_node *n = live_pinned(z, lazy_key(z, i - dir->u.dir.n));
 	pthread_mutex_unlock(&v->names_lock);
 	if (n)
 		return n;
@@ -401,7 +446,7 @@ static int dir_lookup(struct sf_node *dir, const char *name, struct sf_node **ou
 		      struct sf_err *e)
 {
 	*out = dir_get(&dir->u.dir, name);
-	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	long i = *out ? -1 : lazy_find(dir, name);
 	return i >= 0 ? lazy_at(dir, (size_t)i, out, e) : 0;
 }
 
@@ -410,7 +455,7 @@ static bool name_taken(struct sf_node *dir, const char *name,
 {
 	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 		return true;
-	return dir_get(&dir->u.dir, name) || lazy_find(dir->u.dir.lazy, name) >= 0 ||
+	return dir_get(&dir->u.dir, name) || lazy_find(dir, name) >= 0 ||
 	       (taken && taken(dir, name));
 }
 
@@ -466,7 +511,7 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
 		    uint32_t key, uint32_t aux)
 {
 	/* only a directory made for on-demand entries takes them */
-	if (!dir->u.dir.lazy)
+	if (!dir->u.dir.lazy || dir->u.dir.lazy->counted)
 		return -EINVAL;
 	char uniq[SF_NAME_MAX + 16];
 	unique_name(dir, raw, len, uniq);
@@ -887,9 +932,9 @@ static bool find_settled(struct sf_node *dir, const char *name, struct sf_node *
 	struct sf_view *v = dir->view;
 	pthread_mutex_lock(&v->names_lock);
 	*out = dir_get(&dir->u.dir, name);
-	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	long i = *out ? -1 : lazy_find(dir, name);
 	if (i >= 0)
-		*out = live_pinned(dir->u.dir.lazy, dir->u.dir.lazy->ent[i].key);
+		*out = live_pinned(dir->u.dir.lazy, lazy_key(dir->u.dir.lazy, (size_t)i));
 	pthread_mutex_unlock(&v->names_lock);
 	return i < 0 || *out;
 }
