@@ -21,14 +21,24 @@ static _Atomic uint64_t next_part_id = 1;
 static void lazy_free(struct sf_lazy *z);
 
 /* Drops a file's extents (a failed build leaves none behind for the next
- * attempt to add to). */
-static void file_clear(struct sf_file *fl)
+ * attempt to add to), and gives back what they were charged. */
+static void file_clear(struct sf_node *f)
 {
+	struct sf_file *fl = &f->u.file;
 	for (size_t i = 0; i < fl->n; i++)
 		if (fl->ext[i].kind == SF_EXT_BUF)
 			sf_buf_unref(fl->ext[i].u.buf);
 	fl->n = 0;
 	fl->size = 0;
+	if (fl->charged) {
+		free(fl->ext);
+		free(fl->start);
+		fl->ext = NULL;
+		fl->start = NULL;
+		fl->cap = 0;
+		sf_cache_uncharge(f->view->cache, fl->charged);
+		fl->charged = 0;
+	}
 }
 
 /* Frees what one node holds, its directory's nodes already freed. */
@@ -41,7 +51,7 @@ static void node_release(struct sf_node *n)
 		lazy_free(n->u.dir.lazy);
 		break;
 	case SF_FILE:
-		file_clear(&n->u.file);
+		file_clear(n);
 		free(n->u.file.ext);
 		free(n->u.file.start);
 		free(n->u.file.broken);
@@ -578,6 +588,35 @@ static int file_push(struct sf_node *f, struct sf_ext x)
 	return 0;
 }
 
+int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e)
+{
+	struct sf_file *fl = &f->u.file;
+	struct sf_cache *c = f->view->cache;
+	size_t want = fl->n + more;
+	if (want <= fl->cap)
+		return 0;
+	if (want > SIZE_MAX / sizeof *fl->ext)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	uint64_t bytes = (uint64_t)want * (sizeof *fl->ext + sizeof *fl->start);
+	int rc = c->charge ? sf_cache_charge(c, bytes - fl->charged, f->view->path, what, e) : 0;
+	if (rc)
+		return rc;
+	struct sf_ext *x = realloc(fl->ext, want * sizeof *fl->ext);
+	if (x)
+		fl->ext = x;
+	uint64_t *st = x ? realloc(fl->start, want * sizeof *fl->start) : NULL;
+	if (!st) {
+		if (c->charge)
+			sf_cache_uncharge(c, bytes - fl->charged);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	fl->start = st;
+	fl->cap = want;
+	if (c->charge)
+		fl->charged = bytes;
+	return 0;
+}
+
 int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len)
 {
 	struct sf_ext x = { .kind = SF_EXT_MAP, .len = len, .u.map = p };
@@ -1012,7 +1051,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		if (rc == 0) {
 			fl->built = true;
 		} else {
-			file_clear(fl);
+			file_clear(f);
 			sf_err_prefix(e, "%s", f->name);
 		}
 	}

@@ -191,6 +191,8 @@ struct sf_file {
 	 * places extents): a listing may show it without building. */
 	bool size_known;
 	uint64_t known_size;
+	/* what the extents hold in the view's cache (sf_file_reserve) */
+	uint64_t charged;
 };
 
 struct sf_node {
@@ -367,6 +369,11 @@ int sf_file_add_buf(struct sf_node *f, struct sf_buf *b, uint64_t off, uint64_t 
 int sf_file_add_part(struct sf_node *f, struct sf_part *p, uint64_t off, uint64_t len);
 int sf_file_add_gen(struct sf_node *f, sf_gen_fn fn, void *arg, uint64_t off, uint64_t len);
 int sf_file_add_zero(struct sf_node *f, uint64_t len);
+/* Makes room for `more` extents (a sparse member's thousands of pieces),
+ * held in the budget of the view's cache until the extents are dropped with
+ * the node (or a failed build): 0, or -EIO with e naming `what` when the
+ * budget has no room, or -ENOMEM. */
+int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e);
 /* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
  * ran out of memory. */
 int sf_file_add_str(struct sf_node *f, struct sf_str *s);

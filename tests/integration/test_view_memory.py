@@ -8,13 +8,17 @@ stays under --cache-size + SLACK, the constant docs/options.md states.
   250 MiB here), and a second listing costs nothing more than the first.
 - `.shardfs/verify` of a 16 KB tile whose zstd frame declares a 2^28
   window, from eight threads: the window is bounded by the tile's recorded
-  size (each thread allocated and kept 256 MiB before)."""
+  size (each thread allocated and kept 256 MiB before).
+- Sparse tar members of 65,536 pieces: their extents are charged to the
+  budget (they were held outside it, as long as the kernel kept the file)."""
+import errno
+import io
 import os
 import sys
-from pathlib import Path
+import tarfile
 
 from conftest import WRITERS, read_through
-from test_cache_budget import in_threads, rle_frame, vm_hwm, write_tiles
+from test_cache_budget import in_threads, read_errno, rle_frame, vm_hwm, write_tiles
 
 sys.path.insert(0, str(WRITERS))
 import tatami_writer as tatw  # noqa: E402
@@ -93,3 +97,53 @@ def test_verify_window_is_bounded_by_the_tile(mount, tmp_path):
     assert read_through(mnt / "fine" / "a" / "0") == b"x" * MiB
     peak = vm_hwm(pid)
     assert peak - base < SLACK, (base, peak)
+
+
+PIECES = 65536  # TX_SPARSE_MAX: the most pieces a member may have
+
+
+def sparse_tar(path, seed, pieces=PIECES):
+    """A tar of one GNU 1.0 (pax) sparse member, written as GNU tar writes
+    that format (docs/formats/taridx.md): `pieces` data bytes, each followed
+    by a three-byte hole, so each costs the view a mapped and a zero extent
+    (more than 128 KiB in all: not a file pushed at open)."""
+    text = b"%d\n" % pieces + b"".join(b"%d\n1\n" % (4 * k) for k in range(pieces))
+    text += bytes(-len(text) % 512)
+    data = bytes((seed + k) % 251 + 1 for k in range(pieces))
+    ti = tarfile.TarInfo("GNUSparseFile.0/s")
+    ti.size = len(text) + len(data)
+    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
+                      "GNU.sparse.name": "s", "GNU.sparse.realsize": str(4 * pieces)}
+    with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
+        t.addfile(ti, io.BytesIO(text + data))
+    out = bytearray(4 * pieces)
+    out[0::4] = data
+    return bytes(out)
+
+
+def test_sparse_maps_are_charged(mount, tmp_path):
+    """Twelve tars of one sparse member of 65,536 pieces each (6 MiB of
+    extents a member, kept while the kernel keeps the file: 12 read at once
+    took some 90 MiB outside the budget before), read at once under
+    --cache-size 4M: each is refused with the reason logged, since its map
+    needs more than the budget holds, and resident memory stays in the
+    budget; a member of 8,192 pieces (768 KiB) reads whole."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for k in range(12):
+        sparse_tar(src / f"t{k}.tar", k)
+    small = sparse_tar(src / "small.tar", 99, 8192)
+    mnt = mount(src, "--cache-size", "4M")
+    pid = mount.last.proc.pid
+    base = vm_hwm(pid)
+    got = [None] * 12
+
+    def read(k):
+        got[k] = read_errno(mnt / f"t{k}" / "s", 4096, 0)
+    in_threads(read, 12)
+    assert got == [errno.EIO] * 12, got
+    assert "its sparse map needs 6291504 bytes of memory, more than --cache-size" \
+        in mount.last.errors()
+    assert read_through(mnt / "small" / "s") == small
+    peak = vm_hwm(pid)
+    assert peak - base < 4 * MiB + SLACK, (base, peak)
