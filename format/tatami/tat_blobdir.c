@@ -50,13 +50,14 @@ static struct tat_blobrows *rows_of(const struct sf_node *dir)
 	return ((const struct tat_field *)dir->arg)->rows;
 }
 
-/* The span holding entry i (i < entries). */
-static const struct tat_span *span_of(const struct tat_blobrows *r, uint64_t i)
+/* The last span whose first entry (by_row: first row) is at most v (the
+ * first span when none is). Spans are in the order of both. */
+static const struct tat_span *span_at(const struct tat_blobrows *r, uint64_t v, bool by_row)
 {
 	size_t lo = 0, hi = r->nspan;
 	while (hi - lo > 1) {
 		size_t mid = lo + (hi - lo) / 2;
-		if (r->span[mid].entry <= i)
+		if ((by_row ? r->span[mid].row : r->span[mid].entry) <= v)
 			lo = mid;
 		else
 			hi = mid;
@@ -66,7 +67,7 @@ static const struct tat_span *span_of(const struct tat_blobrows *r, uint64_t i)
 
 static void row_name(const struct sf_node *dir, uint32_t i, char out[SF_COUNTED_NAME])
 {
-	const struct tat_span *s = span_of(rows_of(dir), i);
+	const struct tat_span *s = span_at(rows_of(dir), i, false);
 	uint64_t k = i - s->entry;
 	snprintf(out, SF_COUNTED_NAME, "%" PRIu64, s->row + (s->at ? s->at[k] : k));
 }
@@ -92,16 +93,7 @@ static long row_find(const struct sf_node *dir, const char *name)
 	uint64_t row;
 	if (!r->nspan || !parse_row(name, &row) || row < r->span[0].row)
 		return -1;
-	/* the last span starting at or before the row */
-	size_t lo = 0, hi = r->nspan;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (r->span[mid].row <= row)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	const struct tat_span *s = &r->span[lo];
+	const struct tat_span *s = span_at(r, row, true);
 	uint64_t k = row - s->row;
 	if (!s->at)
 		return k < s->n ? (long)(s->entry + k) : -1;
@@ -148,7 +140,7 @@ static int make_blob(struct sf_node *n, struct sf_err *e)
 {
 	(void)e;
 	struct tat_field *fd = n->parent->arg;
-	const struct tat_span *s = span_of(fd->rows, n->key);
+	const struct tat_span *s = span_at(fd->rows, n->key, false);
 	sf_file_set_build(n, build_blob, fd->blob);
 	n->aux = s->ord + (n->key - s->entry);
 	return 0;
