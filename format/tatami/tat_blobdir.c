@@ -26,7 +26,7 @@ struct tat_blobrows {
 	size_t nspan, cap;
 	uint64_t entries;
 	uint64_t charged;
-	struct sf_cache *cache; /* what `charged` is held in */
+	struct sf_cache *cache; /* what `charged` is held in, when it is not 0 */
 };
 
 void tat_blobrows_free(struct tat_blobrows *r)
@@ -36,7 +36,8 @@ void tat_blobrows_free(struct tat_blobrows *r)
 	for (size_t i = 0; i < r->nspan; i++)
 		free(r->span[i].at);
 	free(r->span);
-	sf_cache_uncharge(r->cache, r->charged);
+	if (r->charged)
+		sf_cache_uncharge(r->cache, r->charged);
 	free(r);
 }
 
@@ -163,7 +164,9 @@ static int charge(struct tat_file *tf, struct sf_node *dir, struct tat_blobrows 
 	char what[SF_NAME_MAX + 32];
 	snprintf(what, sizeof what, "blobs/%s listing", dir->name);
 	int rc = sf_cache_charge(r->cache, bytes, tf->view->path, what, e);
-	if (rc == 0)
+	/* only a cache that holds charges is asked to give them back (a
+	 * host may read through a passing one) */
+	if (rc == 0 && r->cache->charge)
 		r->charged += bytes;
 	return rc;
 }
