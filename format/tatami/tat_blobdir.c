@@ -252,12 +252,13 @@ int tat_blobdir_populate(struct sf_node *dir, struct sf_err *e)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
 	r->cache = tf->view->cache;
 	int rc = number_rows(dir, r, e);
+	/* in place before the entries show: they are named from it */
+	fd->rows = r;
 	if (rc == 0 && (rc = sf_dir_set_counted(dir, make_blob, &row_entries, (uint32_t)r->entries)))
 		sf_fail(e, rc, "%s: out of memory", tf->view->path);
 	if (rc) {
+		fd->rows = NULL;
 		tat_blobrows_free(r);
-		return rc;
 	}
-	fd->rows = r;
-	return 0;
+	return rc;
 }
