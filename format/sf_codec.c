@@ -42,20 +42,32 @@ static struct thread_codec *thread_codec(void)
 {
 	pthread_once(&codec_once, codec_init);
 	struct thread_codec *t = pthread_getspecific(codec_key);
-	if (!t && (t = calloc(1, sizeof *t))) {
-		if (!(t->d = ZSTD_createDCtx()) || pthread_setspecific(codec_key, t)) {
-			ZSTD_freeDCtx(t->d);
+	if (!t) {
+		if (!(t = calloc(1, sizeof *t)))
+			return NULL;
+		if (pthread_setspecific(codec_key, t)) {
 			free(t);
 			return NULL;
 		}
 	}
+	if (!t->d && !(t->d = ZSTD_createDCtx()))
+		return NULL;
 	return t;
 }
 
-static ZSTD_DCtx *thread_dctx(void)
+/* The most a thread's context keeps once its decode is over. A context
+ * grows to hold what a frame asked for (the window of a decode that is not
+ * into a stable buffer, up to what the caller allowed; a dictionary's
+ * tables), and every thread of the daemon's pool keeps its own: one that
+ * grew past this is freed, the next decode making a new one. */
+#define DCTX_KEEP ((size_t)1 << 20)
+
+static void codec_trim(struct thread_codec *t)
 {
-	struct thread_codec *t = thread_codec();
-	return t ? t->d : NULL;
+	if (ZSTD_sizeof_DCtx(t->d) > DCTX_KEEP) {
+		ZSTD_freeDCtx(t->d);
+		t->d = NULL;
+	}
 }
 
 /* Where the Dictionary_ID field sits in a frame header, and its width. */
@@ -153,13 +165,10 @@ static int decode_frame(ZSTD_DCtx *d, const uint8_t *src, size_t srclen,
 /* Decodes every frame into ob; with `flushed`, output that does not fit is
  * counted there and dropped (a size check that needs no full buffer, but a
  * window of up to 2^wlog bytes). */
-static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
-		      uint64_t *flushed, int wlog, const void *dict, size_t dictlen,
-		      const char *what, struct sf_err *e)
+static int decode_frames(ZSTD_DCtx *d, const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
+			 uint64_t *flushed, int wlog, const void *dict, size_t dictlen,
+			 const char *what, struct sf_err *e)
 {
-	ZSTD_DCtx *d = thread_dctx();
-	if (!d)
-		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
 	ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
 	/* Frames may be larger than the default window limit allows. */
 	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, wlog);
@@ -191,6 +200,18 @@ static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
 	return 0;
 }
 
+static int decode_all(const uint8_t *src, size_t srclen, ZSTD_outBuffer *ob,
+		      uint64_t *flushed, int wlog, const void *dict, size_t dictlen,
+		      const char *what, struct sf_err *e)
+{
+	struct thread_codec *t = thread_codec();
+	if (!t)
+		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
+	int rc = decode_frames(t->d, src, srclen, ob, flushed, wlog, dict, dictlen, what, e);
+	codec_trim(t);
+	return rc;
+}
+
 int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   const void *dict, size_t dictlen, const char *what,
 		   struct sf_err *e)
@@ -214,14 +235,10 @@ int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
  * aside), and small enough to stay in the CPU's cache. */
 #define STREAM_WIN ((size_t)512 << 10)
 
-int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint8_t *dst,
-		       size_t want, const char *part, const char *what, struct sf_err *e)
+static int decode_map(struct thread_codec *t, const struct sf_map *m, uint64_t off,
+		      uint64_t srclen, uint8_t *dst, size_t want, const char *part,
+		      const char *what, struct sf_err *e)
 {
-	struct thread_codec *t = thread_codec();
-	if (t && !t->win)
-		t->win = malloc(STREAM_WIN);
-	if (!t || !t->win)
-		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
 	ZSTD_DCtx *d = t->d;
 	ZSTD_DCtx_reset(d, ZSTD_reset_session_and_parameters);
 	ZSTD_DCtx_setParameter(d, ZSTD_d_windowLogMax, 31);
@@ -260,6 +277,19 @@ int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, ui
 		return sf_fail(e, -EIO, "%s: zstd output is %zu bytes, the container records %zu",
 			       what, ob.pos, want);
 	return 0;
+}
+
+int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint8_t *dst,
+		       size_t want, const char *part, const char *what, struct sf_err *e)
+{
+	struct thread_codec *t = thread_codec();
+	if (t && !t->win)
+		t->win = malloc(STREAM_WIN);
+	if (!t || !t->win)
+		return sf_fail(e, -ENOMEM, "%s: cannot create a zstd context", what);
+	int rc = decode_map(t, m, off, srclen, dst, want, part, what, e);
+	codec_trim(t);
+	return rc;
 }
 
 /* Block headers read at a time by sf_zstd_bound_map: one read covers a
@@ -341,15 +371,18 @@ int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *
 		  size_t dictlen, uint64_t limit, const char *what, struct sf_err *e)
 {
 	static _Thread_local uint8_t scratch[1 << 17];
+	/* the window is allocated whole as the frame declares it: never more
+	 * than the budget, nor than the output needs (a frame of a few bytes
+	 * may declare 2 GiB); a frame asking for more is decoded whole below */
 	int wlog = 31;
-	while (limit && wlog > 10 && (1ull << wlog) > limit)
+	while (wlog > 10 && ((limit && (1ull << wlog) > limit) || (1ull << (wlog - 1)) >= want))
 		wlog--;
 	uint64_t flushed = 0;
 	ZSTD_outBuffer ob = { scratch, sizeof scratch, 0 };
 	int rc = decode_all(src, srclen, &ob, &flushed, wlog, dict, dictlen, what, e);
 	if (rc == -E2BIG) {
 		/* a window over the limit: the whole output is smaller, if it fits */
-		if (want > limit)
+		if (limit && want > limit)
 			return sf_fail(e, -EIO, "%s: not checked: decodes to %llu bytes with a window "
 				       "over %llu bytes, more than --cache-size holds", what,
 				       (unsigned long long)want, (unsigned long long)limit);

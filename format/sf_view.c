@@ -21,14 +21,24 @@ static _Atomic uint64_t next_part_id = 1;
 static void lazy_free(struct sf_lazy *z);
 
 /* Drops a file's extents (a failed build leaves none behind for the next
- * attempt to add to). */
-static void file_clear(struct sf_file *fl)
+ * attempt to add to), and gives back what they were charged. */
+static void file_clear(struct sf_node *f)
 {
+	struct sf_file *fl = &f->u.file;
 	for (size_t i = 0; i < fl->n; i++)
 		if (fl->ext[i].kind == SF_EXT_BUF)
 			sf_buf_unref(fl->ext[i].u.buf);
 	fl->n = 0;
 	fl->size = 0;
+	if (fl->charged) {
+		free(fl->ext);
+		free(fl->start);
+		fl->ext = NULL;
+		fl->start = NULL;
+		fl->cap = 0;
+		sf_cache_uncharge(f->view->cache, fl->charged);
+		fl->charged = 0;
+	}
 }
 
 /* Frees what one node holds, its directory's nodes already freed. */
@@ -41,7 +51,7 @@ static void node_release(struct sf_node *n)
 		lazy_free(n->u.dir.lazy);
 		break;
 	case SF_FILE:
-		file_clear(&n->u.file);
+		file_clear(n);
 		free(n->u.file.ext);
 		free(n->u.file.start);
 		free(n->u.file.broken);
@@ -156,6 +166,8 @@ struct sf_lazy {
 	struct sf_ids index;
 	/* the nodes alive, by key */
 	struct sf_hash live;
+	/* entries the format names (sf_dir_set_counted): no ent, names, index */
+	const struct sf_counted *counted;
 };
 
 static const char *ent_name(const struct sf_lazy *z, size_t i)
@@ -220,11 +232,49 @@ int sf_dir_set_lazy(struct sf_node *dir, sf_make_fn make)
 	return 0;
 }
 
-/* The entry named `name`, or -1. */
-static long lazy_find(struct sf_lazy *z, const char *name)
+int sf_dir_set_counted(struct sf_node *dir, sf_make_fn make, const struct sf_counted *ops,
+		       uint32_t n)
 {
+	/* one kind of entry: ids and keys are the entries' numbers */
+	if (dir->u.dir.lazy || dir->u.dir.n || n == UINT32_MAX)
+		return -EINVAL;
+	int rc = sf_dir_set_lazy(dir, make);
+	if (rc == 0) {
+		dir->u.dir.lazy->counted = ops;
+		dir->u.dir.lazy->n = n;
+	}
+	return rc;
+}
+
+/* What on-demand entry i is: its name (written to `own` when the format
+ * names it), kind, key and aux. */
+static const char *lazy_name(const struct sf_node *dir, size_t i, char own[SF_COUNTED_NAME])
+{
+	const struct sf_lazy *z = dir->u.dir.lazy;
+	if (!z->counted)
+		return ent_name(z, i);
+	z->counted->name(dir, (uint32_t)i, own);
+	return own;
+}
+
+static enum sf_kind lazy_kind(const struct sf_lazy *z, size_t i)
+{
+	return z->counted ? SF_FILE : (enum sf_kind)z->ent[i].kind;
+}
+
+static uint32_t lazy_key(const struct sf_lazy *z, size_t i)
+{
+	return z->counted ? (uint32_t)i : z->ent[i].key;
+}
+
+/* The on-demand entry of dir named `name`, or -1. */
+static long lazy_find(const struct sf_node *dir, const char *name)
+{
+	struct sf_lazy *z = dir->u.dir.lazy;
 	if (!z)
 		return -1;
+	if (z->counted)
+		return z->counted->find(dir, name);
 	struct ent_key k = { z, name };
 	uint32_t *i = sf_ids_find(&z->index, name_hash(name), ent_named, &k);
 	return i ? (long)*i : -1;
@@ -306,8 +356,9 @@ int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, u
 static int lazy_at(struct sf_node *dir, size_t i, struct sf_node **out, struct sf_err *e)
 {
 	const struct sf_lazy *z = dir->u.dir.lazy;
-	const struct lazy_ent *x = &z->ent[i];
-	return lazy_node(dir, x->kind, ent_name(z, i), x->key, x->aux, out, e);
+	char own[SF_COUNTED_NAME];
+	return lazy_node(dir, lazy_kind(z, i), lazy_name(dir, i, own), lazy_key(z, i),
+			 z->counted ? 0 : z->ent[i].aux, out, e);
 }
 
 /* Frees a lazy node nobody holds (names lock held). */
@@ -358,8 +409,12 @@ void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out)
 		return;
 	}
 	i -= d->n;
-	*out = (struct sf_dirent){ .name = ent_name(d->lazy, i), .kind = d->lazy->ent[i].kind,
-				   .id = &d->lazy->ent[i] };
+	const struct sf_lazy *z = d->lazy;
+	/* a counted directory holds nothing else: its numbers are its ids */
+	*out = (struct sf_dirent){ .kind = lazy_kind(z, i),
+				   .id = z->counted ? (const void *)((uintptr_t)z + 1 + i)
+						    : (const void *)&z->ent[i] };
+	out->name = lazy_name(dir, i, out->own);
 }
 
 bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
@@ -367,7 +422,7 @@ bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
 	struct sf_dir *d = &dir->u.dir;
 	pthread_mutex_lock(&dir->view->names_lock);
 	struct sf_node *k = dir_get(d, name);
-	long i = k ? -1 : lazy_find(d->lazy, name);
+	long i = k ? -1 : lazy_find(dir, name);
 	if (k)
 		*out = (struct sf_dirent){ .name = k->name, .kind = k->kind, .hidden = k->hidden,
 					   .node = k, .id = k };
@@ -384,7 +439,7 @@ struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 	struct sf_view *v = dir->view;
 	struct sf_lazy *z = dir->u.dir.lazy;
 	pthread_mutex_lock(&v->names_lock);
-	struct sf_node *n = live_pinned(z, z->ent[i - dir->u.dir.n].key);
+	struct sf_node *n = live_pinned(z, lazy_key(z, i - dir->u.dir.n));
 	pthread_mutex_unlock(&v->names_lock);
 	if (n)
 		return n;
@@ -401,7 +456,7 @@ static int dir_lookup(struct sf_node *dir, const char *name, struct sf_node **ou
 		      struct sf_err *e)
 {
 	*out = dir_get(&dir->u.dir, name);
-	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	long i = *out ? -1 : lazy_find(dir, name);
 	return i >= 0 ? lazy_at(dir, (size_t)i, out, e) : 0;
 }
 
@@ -410,7 +465,7 @@ static bool name_taken(struct sf_node *dir, const char *name,
 {
 	if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
 		return true;
-	return dir_get(&dir->u.dir, name) || lazy_find(dir->u.dir.lazy, name) >= 0 ||
+	return dir_get(&dir->u.dir, name) || lazy_find(dir, name) >= 0 ||
 	       (taken && taken(dir, name));
 }
 
@@ -466,7 +521,7 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
 		    uint32_t key, uint32_t aux)
 {
 	/* only a directory made for on-demand entries takes them */
-	if (!dir->u.dir.lazy)
+	if (!dir->u.dir.lazy || dir->u.dir.lazy->counted)
 		return -EINVAL;
 	char uniq[SF_NAME_MAX + 16];
 	unique_name(dir, raw, len, uniq);
@@ -530,6 +585,35 @@ static int file_push(struct sf_node *f, struct sf_ext x)
 	fl->start[fl->n] = fl->size;
 	fl->ext[fl->n++] = x;
 	fl->size += x.len;
+	return 0;
+}
+
+int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e)
+{
+	struct sf_file *fl = &f->u.file;
+	struct sf_cache *c = f->view->cache;
+	size_t want = fl->n + more;
+	if (want <= fl->cap)
+		return 0;
+	if (want > SIZE_MAX / sizeof *fl->ext)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	uint64_t bytes = (uint64_t)want * (sizeof *fl->ext + sizeof *fl->start);
+	int rc = c->charge ? sf_cache_charge(c, bytes - fl->charged, f->view->path, what, e) : 0;
+	if (rc)
+		return rc;
+	struct sf_ext *x = realloc(fl->ext, want * sizeof *fl->ext);
+	if (x)
+		fl->ext = x;
+	uint64_t *st = x ? realloc(fl->start, want * sizeof *fl->start) : NULL;
+	if (!st) {
+		if (c->charge)
+			sf_cache_uncharge(c, bytes - fl->charged);
+		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	fl->start = st;
+	fl->cap = want;
+	if (c->charge)
+		fl->charged = bytes;
 	return 0;
 }
 
@@ -887,9 +971,9 @@ static bool find_settled(struct sf_node *dir, const char *name, struct sf_node *
 	struct sf_view *v = dir->view;
 	pthread_mutex_lock(&v->names_lock);
 	*out = dir_get(&dir->u.dir, name);
-	long i = *out ? -1 : lazy_find(dir->u.dir.lazy, name);
+	long i = *out ? -1 : lazy_find(dir, name);
 	if (i >= 0)
-		*out = live_pinned(dir->u.dir.lazy, dir->u.dir.lazy->ent[i].key);
+		*out = live_pinned(dir->u.dir.lazy, lazy_key(dir->u.dir.lazy, (size_t)i));
 	pthread_mutex_unlock(&v->names_lock);
 	return i < 0 || *out;
 }
@@ -967,7 +1051,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		if (rc == 0) {
 			fl->built = true;
 		} else {
-			file_clear(fl);
+			file_clear(f);
 			sf_err_prefix(e, "%s", f->name);
 		}
 	}

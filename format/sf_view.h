@@ -195,6 +195,8 @@ struct sf_file {
 	 * places extents): a listing may show it without building. */
 	bool size_known;
 	uint64_t known_size;
+	/* what the extents hold in the view's cache (sf_file_reserve) */
+	uint64_t charged;
 };
 
 struct sf_node {
@@ -341,6 +343,21 @@ int sf_dir_add_lazy(struct sf_node *dir, const void *raw, size_t len, enum sf_ki
  * from a lookup hook: the view's turn is held. */
 int sf_dir_lazy_node(struct sf_node *dir, enum sf_kind kind, const char *name, uint32_t key,
 		     uint32_t aux, struct sf_node **out, struct sf_err *e);
+/* Entries a format numbers and names itself, with no table per entry (a
+ * tatami blob column's present rows: ten million entries cost what the
+ * format keeps to number them). Set by a populate instead of adding
+ * entries: the directory then holds `n` files and nothing else; entry i is
+ * named by name(dir, i, out) (escaped and unique, shorter than
+ * SF_COUNTED_NAME), find gives the entry of a name (-1: none), and `make`
+ * makes the node of entry i with key i and aux 0. name and find read only
+ * what the format holds in memory: they run under the names lock. */
+#define SF_COUNTED_NAME 24
+struct sf_counted {
+	void (*name)(const struct sf_node *dir, uint32_t i, char out[SF_COUNTED_NAME]);
+	long (*find)(const struct sf_node *dir, const char *name);
+};
+int sf_dir_set_counted(struct sf_node *dir, sf_make_fn make, const struct sf_counted *ops,
+		       uint32_t n);
 void sf_node_unpin(struct sf_node *n);
 /* Sets the daemon's slot; a lazy node with no host left and no pin is freed. */
 void sf_node_set_host(struct sf_node *n, void *host);
@@ -356,6 +373,11 @@ int sf_file_add_buf(struct sf_node *f, struct sf_buf *b, uint64_t off, uint64_t 
 int sf_file_add_part(struct sf_node *f, struct sf_part *p, uint64_t off, uint64_t len);
 int sf_file_add_gen(struct sf_node *f, sf_gen_fn fn, void *arg, uint64_t off, uint64_t len);
 int sf_file_add_zero(struct sf_node *f, uint64_t len);
+/* Makes room for `more` extents (a sparse member's thousands of pieces),
+ * held in the budget of the view's cache until the extents are dropped with
+ * the node (or a failed build): 0, or -EIO with e naming `what` when the
+ * budget has no room, or -ENOMEM. */
+int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e);
 /* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
  * ran out of memory. */
 int sf_file_add_str(struct sf_node *f, struct sf_str *s);
@@ -399,13 +421,16 @@ int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e);
 /* Entries of a ready directory: its nodes, then its on-demand entries. */
 size_t sf_dir_count(const struct sf_node *dir);
 /* Entry i without making its node (the view's turn held): `node` is NULL for an
- * on-demand entry, and `id` is unique among the directory's entries. */
+ * on-demand entry, and `id` is unique among the directory's entries. A
+ * counted entry's name is written into `own`: keep the sf_dirent while
+ * using `name`. */
 struct sf_dirent {
 	const char *name;
 	enum sf_kind kind;
 	bool hidden;
 	struct sf_node *node;
 	const void *id;
+	char own[SF_COUNTED_NAME];
 };
 void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out);
 /* Whether dir has an entry `name`, described in *out (no node is made). */

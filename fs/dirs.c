@@ -87,15 +87,16 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
 	return 0;
 }
 
-/* Entry i of a handle (0 <= i < dent_count), its name borrowed; a hidden
- * view entry has a NULL name, to be skipped. A populated directory's
+/* Entry i of a handle (0 <= i < dent_count), its name borrowed (a view's
+ * from `vd`, where a counted entry's name is written); a hidden view entry
+ * has a NULL name, to be skipped. A populated directory's
  * entries never change, so they are read without the view's turn. */
 static size_t dent_count(const struct dirsnap *s)
 {
 	return s->n + (s->l ? s->l->n : 0) + (s->vdir ? sf_dir_count(s->vdir) : 0);
 }
 
-static struct dent dent_at(const struct dirsnap *s, size_t i)
+static struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd)
 {
 	if (i < s->n)
 		return s->e[i];
@@ -106,11 +107,10 @@ static struct dent dent_at(const struct dirsnap *s, size_t i)
 		ino_t ino = e->fmt ? (ino_t)(uintptr_t)e : e->ino;
 		return (struct dent){ .name = e->name, .type = e->type, .ino = ino ? ino : 1 };
 	}
-	struct sf_dirent d;
-	sf_dir_entry(s->vdir, i - s->n, &d);
-	unsigned char t = d.kind == SF_DIR ? DT_DIR : d.kind == SF_LINK ? DT_LNK : DT_REG;
-	return (struct dent){ .name = d.hidden ? NULL : (char *)d.name, .type = t,
-			      .ino = (ino_t)(uintptr_t)d.id, .vn = d.node };
+	sf_dir_entry(s->vdir, i - s->n, vd);
+	unsigned char t = vd->kind == SF_DIR ? DT_DIR : vd->kind == SF_LINK ? DT_LNK : DT_REG;
+	return (struct dent){ .name = vd->hidden ? NULL : (char *)vd->name, .type = t,
+			      .ino = (ino_t)(uintptr_t)vd->id, .vn = vd->node };
 }
 
 /* The root's .shardfs/ lists its two files by name only, readdirplus too:
@@ -230,7 +230,8 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	struct listing *l = NULL;
 	size_t total = dent_count(s);
 	for (size_t i = (size_t)off; i < total; i++) {
-		struct dent dd = dent_at(s, i);
+		struct sf_dirent vd;
+		struct dent dd = dent_at(s, i, &vd);
 		const struct dent *d = &dd;
 		if (!d->name)
 			continue;

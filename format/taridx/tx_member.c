@@ -236,6 +236,35 @@ static int place(void *arg, uint64_t off, uint64_t len, uint64_t src)
 	return tx_add_bytes(p->n, p->tar, src, len) ? -ENOMEM : 0;
 }
 
+static int count(void *arg, uint64_t off, uint64_t len, uint64_t src)
+{
+	(void)off, (void)len, (void)src;
+	++*(uint64_t *)arg;
+	return 0;
+}
+
+/* Places a sparse member's pieces: a mapped and a zero extent each (96
+ * bytes), kept while the node is, so held in the budget before they are
+ * made. */
+static int place_sparse(struct sf_node *n, const struct sf_map *tar, const struct tx_entry *en,
+			const uint8_t *base, uint64_t boff, struct sf_err *e)
+{
+	struct placer p = { n, tar, 0 };
+	const char *why = NULL;
+	uint64_t pieces = 0;
+	int rc = tx_sparse_each(base, boff, en, count, &pieces, &why);
+	if (rc == 0 && (rc = sf_file_reserve(n, 2 * pieces + 1, "its sparse map", e)))
+		return rc;
+	if (rc == 0)
+		rc = tx_sparse_each(base, boff, en, place, &p, &why);
+	if (rc == 0 && p.at < en->size)
+		rc = sf_file_add_zero(n, en->size - p.at) ? -ENOMEM : 0;
+	if (rc)
+		rc = sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", n->view->path,
+			     (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
+	return rc;
+}
+
 static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 {
 	(void)c;
@@ -262,24 +291,17 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 		const struct sf_map *tar = f->shards[m.row.fid].map;
 		rc = tx_add_bytes(n, tar, m.en.data, m.en.size) ? sf_fail(e, -ENOMEM, "out of memory") : 0;
 	} else if (!rc) {
-		struct placer p = { n, f->shards[m.row.fid].map, 0 };
-		const char *why;
+		const struct sf_map *tar = f->shards[m.row.fid].map;
 		const uint8_t *base;
 		uint64_t boff;
 		/* the window was moved by nothing since the check: the entry
 		 * is read again from it at no cost */
-		rc = tx_entry_read_copy(&w, p.tar, m.en.first, &m.en, &base, &boff, e);
-		if (rc > 0) {
+		rc = tx_entry_read_copy(&w, tar, m.en.first, &m.en, &base, &boff, e);
+		if (rc > 0)
 			rc = sf_fail(e, -EIO, "%s: row %llu: no longer a file", f->view->path,
 				     (unsigned long long)n->aux);
-		} else if (!rc) {
-			rc = tx_sparse_each(base, boff, &m.en, place, &p, &why);
-			if (!rc && p.at < m.en.size)
-				rc = sf_file_add_zero(n, m.en.size - p.at) ? -ENOMEM : 0;
-			if (rc)
-				rc = sf_fail(e, rc == -ENOMEM ? rc : -EIO, "%s: row %llu: %s", f->view->path,
-					     (unsigned long long)n->aux, rc == -ENOMEM ? "out of memory" : why);
-		}
+		else if (!rc)
+			rc = place_sparse(n, tar, &m.en, base, boff, e);
 	}
 	tx_window_free(&w);
 	return rc;

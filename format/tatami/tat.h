@@ -44,6 +44,7 @@ struct tat_field {
 	struct tat_bytes name;
 	uint8_t type, flags, element;
 	struct tat_blobcol *blob; /* BLOBREF: its BLOB_DESC entry */
+	struct tat_blobrows *rows; /* BLOBREF: blobs/<col>/'s entries, once listed */
 };
 
 struct tat_file;
@@ -215,6 +216,11 @@ int tat_build_tree(struct tat_file *tf, struct sf_err *e);
 /* A file whose content is one part of unknown size: produced at stat, and
  * EIO (still listed) when producing fails. */
 int tat_build_whole(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+
+/* tat_blobdir.c: blobs/<col>/, a file per present row (the directory's
+ * populate; its table is freed, and its charge given back, with the file). */
+int tat_blobdir_populate(struct sf_node *dir, struct sf_err *e);
+void tat_blobrows_free(struct tat_blobrows *r);
 
 /* tat_search.c: inverted/. */
 int tat_search_add(struct tat_file *tf, struct sf_node *root);

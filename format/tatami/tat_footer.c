@@ -485,6 +485,8 @@ void tat_free(struct tat_file *tf)
 	free(tf->dicts);
 	free(tf->blooms);
 	free(tf->kv);
+	for (size_t i = 0; i < tf->nfields; i++)
+		tat_blobrows_free(tf->fields[i].rows);
 	free(tf->fields);
 	free(tf->footer);
 }

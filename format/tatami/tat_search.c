@@ -20,7 +20,8 @@ struct tat_term {
 	uint64_t df;
 	bool single;
 	uint64_t doc, freq, list;
-	struct sf_part *part;
+	struct sf_part *part; /* made with the term's node, kept */
+	char *what;           /* the part's name: postings/<term> */
 };
 
 struct tat_search {
@@ -46,6 +47,8 @@ void tat_search_free(struct tat_search *s)
 	if (!s)
 		return;
 	sf_str_free(&s->names);
+	for (size_t i = 0; s->terms && i < s->nterms; i++)
+		free(s->terms[i].what);
 	free(s->terms);
 	free(s->list_at);
 	free(s->list_len);
@@ -349,6 +352,8 @@ static int posting_produce(const struct sf_part *p, struct sf_cache *cache, stru
 	return *out ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", path);
 }
 
+/* postings/<term>: entries made on demand (a term's name and two numbers,
+ * about 30 bytes, charged with the runs), a node and a part when looked up. */
 static int populate_postings(struct sf_node *dir, struct sf_err *e)
 {
 	struct tat_file *tf = dir->view->state;
@@ -356,16 +361,29 @@ static int populate_postings(struct sf_node *dir, struct sf_err *e)
 	int rc = search_get(tf, &s, e);
 	if (rc)
 		return rc;
-	for (size_t i = 0; i < s->nterms; i++) {
-		struct tat_term *t = &s->terms[i];
-		struct sf_node *f = sf_dir_add_file(dir, s->names.p + t->at, t->len);
-		if (!f)
-			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
-		if (!(t->part = sf_view_part(tf->view, posting_produce, t, SF_SIZE_UNKNOWN, f->name)))
-			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
-		t->part->arg2 = tf;
-		sf_file_set_build(f, tat_build_whole, t->part);
+	if (s->charged_to) {
+		uint64_t cost = 32 * (uint64_t)s->nterms + s->names.len;
+		if ((rc = sf_cache_charge(s->charged_to, cost, tf->view->path, "postings/", e)))
+			return rc;
+		s->charged += cost;
 	}
+	for (size_t i = 0; i < s->nterms && rc == 0; i++)
+		rc = sf_dir_add_lazy(dir, s->names.p + s->terms[i].at, s->terms[i].len, SF_FILE,
+				     (uint32_t)i, 0);
+	return rc ? sf_fail(e, rc, "%s: postings/: %s", tf->view->path,
+			    rc == -ENOMEM ? "out of memory" : "too many terms") : 0;
+}
+
+static int make_posting(struct sf_node *n, struct sf_err *e)
+{
+	struct tat_file *tf = n->view->state;
+	struct tat_term *t = &tf->search->terms[n->key];
+	if (!t->what && !(t->what = strdup(n->name)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
+	if (!t->part && !(t->part = sf_view_part(tf->view, posting_produce, t, SF_SIZE_UNKNOWN, t->what)))
+		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
+	t->part->arg2 = tf;
+	sf_file_set_build(n, tat_build_whole, t->part);
 	return 0;
 }
 
@@ -380,8 +398,11 @@ static int build_terms(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 		return rc == -ENOMEM ? rc : sf_file_set_broken(f, 0, e->msg);
 	struct tat_search *s = tf->search;
 	struct sf_str text = { 0 };
-	for (size_t i = 0; i < dir->u.dir.n; i++)
-		sf_str_addf(&text, "%s\t%" PRIu64 "\n", dir->u.dir.kids[i]->name, s->terms[i].df);
+	for (size_t i = 0; i < sf_dir_count(dir); i++) {
+		struct sf_dirent d;
+		sf_dir_entry(dir, i, &d);
+		sf_str_addf(&text, "%s\t%" PRIu64 "\n", d.name, s->terms[i].df);
+	}
 	return sf_file_add_str(f, &text);
 }
 
@@ -405,7 +426,7 @@ int tat_search_add(struct tat_file *tf, struct sf_node *root)
 	struct sf_node *terms = inv ? sf_dir_add_exact(inv, SF_FILE, "terms.txt") : NULL;
 	struct sf_node *post = terms ? sf_dir_add_exact(inv, SF_DIR, "postings") : NULL;
 	struct sf_node *del = post ? sf_dir_add_exact(inv, SF_FILE, "deleted.txt") : NULL;
-	if (!del)
+	if (!del || sf_dir_set_lazy(post, make_posting))
 		return -ENOMEM;
 	sf_dir_set_populate(post, populate_postings, NULL);
 	sf_file_set_build(terms, build_terms, post);

@@ -299,87 +299,6 @@ static int build_rows(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	return 0;
 }
 
-/* blobs/<col>/<row>: a slice of the decoded run holding the row's value. */
-static int build_blob(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
-{
-	struct tat_file *tf = file_of(f);
-	struct tat_blobcol *bc = f->arg;
-	uint64_t ord = f->aux;
-	struct tat_run *run = bc ? tat_run_of(bc, ord) : NULL;
-	if (!run) {
-		sf_fail(e, -EIO, "%s: blob ordinal %" PRIu64 " out of range", tf->view->path, ord);
-		return build_failed(f, -EIO, e);
-	}
-	if (!run->part) {
-		if (!(run->part = sf_view_part(tf->view, tat_run_produce, run, SF_SIZE_UNKNOWN, run->what)))
-			return -ENOMEM;
-		run->part->arg2 = tf;
-	}
-	struct sf_buf *b = NULL;
-	int rc = sf_part_get(c, run->part, &b, e);
-	if (rc)
-		return build_failed(f, rc, e);
-	uint64_t i = ord - run->cum, head = 8 * (run->nvals + 1);
-	uint64_t a = sf_le64(b->data + 8 * i), z = sf_le64(b->data + 8 * (i + 1));
-	sf_buf_unref(b);
-	return sf_file_add_part(f, run->part, head + a, z - a);
-}
-
-/* A message without the leading "<container path>: " it usually carries
- * (the error log starts each line with that path already). */
-static const char *reason(const struct tat_file *tf, const char *msg)
-{
-	size_t n = strlen(tf->view->path);
-	if (strncmp(msg, tf->view->path, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
-		return msg + n + 2;
-	return msg;
-}
-
-static int populate_blobcol(struct sf_node *dir, struct sf_err *e)
-{
-	struct tat_file *tf = file_of(dir);
-	struct tat_field *fd = dir->arg;
-	size_t col = (size_t)(fd - tf->fields);
-	uint64_t row0 = 0;
-	for (size_t g = 0; g < tf->ngroups; g++) {
-		struct tat_chunk *ch = tat_chunk_of(&tf->groups[g], col);
-		struct sf_err ge = { { 0 } };
-		uint8_t *valid = NULL;
-		int rc = ch ? tat_chunk_validity(ch, &valid, &ge)
-			    : sf_fail(&ge, -EIO, "column %zu missing", col);
-		if (rc && rc != -EIO) {
-			*e = ge;
-			return rc;
-		}
-		if (rc) {
-			/* one damaged group must not hide the other groups' blobs;
-			 * its rows still count, so later rows keep their numbers
-			 * (blob ordinals come from the footer, not the pages) */
-			sf_view_warn(tf->view, "%s: blobs/%s: row group %zu: %s; its blobs are not listed",
-				     tf->view->path, dir->name, g, reason(tf, ge.msg));
-			row0 += tf->groups[g].num_rows;
-			continue;
-		}
-		uint64_t ord = ch->blob_base;
-		for (uint64_t i = 0; i < ch->num_values; i++) {
-			if (!valid[i])
-				continue;
-			char name[24];
-			snprintf(name, sizeof name, "%" PRIu64, row0 + i);
-			struct sf_node *f = sf_dir_add_exact(dir, SF_FILE, name);
-			if (!f) {
-				free(valid);
-				return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
-			}
-			sf_file_set_build(f, build_blob, fd->blob);
-			f->aux = ord++;
-		}
-		free(valid);
-		row0 += ch->num_values;
-	}
-	return 0;
-}
-
 static int populate_blobs(struct sf_node *dir, struct sf_err *e)
 {
 	struct tat_file *tf = file_of(dir);
@@ -390,7 +309,7 @@ static int populate_blobs(struct sf_node *dir, struct sf_err *e)
 		struct sf_node *d = sf_dir_add_dir(dir, fd->name.p, fd->name.len);
 		if (!d)
 			return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
-		sf_dir_set_populate(d, populate_blobcol, fd);
+		sf_dir_set_populate(d, tat_blobdir_populate, fd);
 	}
 	return 0;
 }

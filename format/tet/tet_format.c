@@ -34,15 +34,36 @@ static int add_doc(struct sf_node *dir, const char *name, enum tet_doc kind, voi
 	return 0;
 }
 
-static int add_cell_file(struct sf_node *dir, const char *name, sf_build_fn fn,
-			 struct tet_dataset *ds, uint64_t cell)
+/* A grid cell's files are on-demand entries (about 30 bytes each, a node
+ * made when looked up): a dataset may have millions of tiles. Entry key
+ * `key`, aux the cell. */
+static int add_cell_file(struct sf_node *dir, const char *name, uint64_t key, uint64_t cell)
 {
-	struct sf_node *f = sf_dir_add_exact(dir, SF_FILE, name);
-	if (!f)
-		return -ENOMEM;
-	sf_file_set_build(f, fn, ds);
-	f->aux = cell;
+	if (key >= UINT32_MAX)
+		return -EOVERFLOW;
+	return sf_dir_add_lazy(dir, name, strlen(name), SF_FILE, (uint32_t)key, (uint32_t)cell);
+}
+
+/* <dataset>/<coords>: entry key is the cell */
+static int make_chunk(struct sf_node *n, struct sf_err *e)
+{
+	(void)e;
+	sf_file_set_build(n, tet_build_chunk, n->parent->arg);
 	return 0;
+}
+
+/* .shardfs/tiles/<dataset>/<coords>[.zst]: key 2 * cell, + 1 for .zst */
+static int make_tile(struct sf_node *n, struct sf_err *e)
+{
+	(void)e;
+	sf_file_set_build(n, n->key & 1 ? tet_build_stored : tet_build_tile, n->parent->arg);
+	return 0;
+}
+
+static int cells_failed(const struct tet_dataset *ds, const char *what, int rc, struct sf_err *e)
+{
+	return sf_fail(e, rc == -EOVERFLOW ? -EIO : rc, "%s: %s%s: %s", ds->file->path, what, ds->path,
+		       rc == -EOVERFLOW ? "too many tiles" : "out of memory");
 }
 
 /* <dataset>/: .zarray, .zattrs and one chunk file per grid cell. */
@@ -55,9 +76,9 @@ static int populate_array(struct sf_node *dir, struct sf_err *e)
 	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
 		char name[TET_MAX_DIM * 21];
 		cell_name(ds, c, name, sizeof name);
-		rc = add_cell_file(dir, name, tet_build_chunk, ds, c);
+		rc = add_cell_file(dir, name, c, c);
 	}
-	return rc ? sf_fail(e, rc, "%s: %s: out of memory", ds->file->path, ds->path) : 0;
+	return rc ? cells_failed(ds, "", rc, e) : 0;
 }
 
 /* <dim>/: a coordinate array's .zarray, .zattrs and its one chunk. */
@@ -87,13 +108,13 @@ static int populate_ds_tiles(struct sf_node *dir, struct sf_err *e)
 	for (uint64_t c = 0; rc == 0 && c < ds->nchunks; c++) {
 		char name[TET_MAX_DIM * 21 + 4];
 		cell_name(ds, c, name, sizeof name - 4);
-		rc = add_cell_file(dir, name, tet_build_tile, ds, c);
+		rc = add_cell_file(dir, name, 2 * c, c);
 		if (rc == 0 && ds->file->entries[ds->cell[c]].codec == TET_ZSTD) {
 			strcat(name, ".zst");
-			rc = add_cell_file(dir, name, tet_build_stored, ds, c);
+			rc = add_cell_file(dir, name, 2 * c + 1, c);
 		}
 	}
-	return rc ? sf_fail(e, rc, "%s: tiles of %s: out of memory", ds->file->path, ds->path) : 0;
+	return rc ? cells_failed(ds, "tiles of ", rc, e) : 0;
 }
 
 /* .shardfs/tiles/<group>/: the group's datasets and nested groups. */
@@ -108,7 +129,7 @@ static int populate_tiles(struct sf_node *dir, struct sf_err *e)
 	}
 	for (struct tet_dataset *ds = g->ds; ds; ds = ds->next) {
 		struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, ds->entry);
-		if (!d)
+		if (!d || sf_dir_set_lazy(d, make_tile))
 			return sf_fail(e, -ENOMEM, "%s: out of memory", dir->view->path);
 		sf_dir_set_populate(d, populate_ds_tiles, ds);
 	}
@@ -118,7 +139,7 @@ static int populate_tiles(struct sf_node *dir, struct sf_err *e)
 static int add_dataset(struct sf_node *dir, struct tet_dataset *ds)
 {
 	struct sf_node *d = sf_dir_add_exact(dir, SF_DIR, ds->entry);
-	if (!d)
+	if (!d || sf_dir_set_lazy(d, make_chunk))
 		return -ENOMEM;
 	sf_dir_set_populate(d, populate_array, ds);
 	char npy[SF_NAME_MAX + 32];

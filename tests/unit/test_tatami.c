@@ -231,9 +231,11 @@ static void test_damage(void)
 		int failed = 0, ok = 0;
 		struct sf_node *d = NULL;
 		CHECK(sf_view_walk(v->root, "blobs/body", &d, &e) == 0 && sf_dir_ready(d, &e) == 0);
-		for (size_t i = 0; d && i < d->u.dir.n; i++) {
+		for (size_t i = 0; d && i < sf_dir_count(d); i++) {
 			char path[64];
-			snprintf(path, sizeof path, "blobs/body/%s", d->u.dir.kids[i]->name);
+			struct sf_dirent de;
+			sf_dir_entry(d, i, &de);
+			snprintf(path, sizeof path, "blobs/body/%s", de.name);
 			int rc = read_view(v, path, &buf, &len);
 			if (rc == 0)
 				free(buf);

@@ -24,12 +24,21 @@ import zstandard
 
 # ---- primitives (spec §1) ---------------------------------------------
 
+def _crc_byte(c):
+    for _ in range(8):
+        c = (c >> 1) ^ (0x82F63B78 if c & 1 else 0)
+    return c
+
+
+# a byte at a time through a table: tests write files of millions of values
+_CRC_TABLE = [_crc_byte(i) for i in range(256)]
+
+
 def crc32c(data):
     crc = 0xFFFFFFFF
+    t = _CRC_TABLE
     for b in data:
-        crc ^= b
-        for _ in range(8):
-            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+        crc = t[(crc ^ b) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
 
 
