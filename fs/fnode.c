@@ -30,6 +30,7 @@ struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
 	if (t->all)
 		t->all->all_prev = n;
 	t->all = n;
+	t->live++;
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
@@ -90,6 +91,7 @@ static void detach(struct ftree *t, struct fnode *n)
 		t->all = n->all_next;
 	if (n->all_next)
 		n->all_next->all_prev = n->all_prev;
+	t->live--;
 	if (n->vn && sf_node_host(n->vn) == n)
 		sf_node_set_host(n->vn, NULL);
 }
@@ -113,8 +115,13 @@ static void drop(struct ftree *t, struct fnode *n)
 	free(n);
 }
 
-/* Memory is given back to the system after so many nodes were freed. */
-#define TRIM_EVERY 16384
+/* Memory is given back to the system once the nodes freed since the last
+ * trim are an eighth of those still live, and at least TRIM_LEAST: a trim
+ * walks the whole heap, so as the kernel forgets N nodes it runs about
+ * log(N) times, and what stays untrimmed when the forgets stop is small
+ * beside what is live (a fixed count left up to that many nodes' worth
+ * of the heap behind, however few stayed live). */
+#define TRIM_LEAST 1024
 
 /* Detaches n and the parents it was the last to hold, onto *dead (linked
  * through all_next) for drop() once the lock is let go (lock held). */
@@ -193,7 +200,7 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 	n->nlookup = k > n->nlookup ? 0 : n->nlookup - k;
 	struct fnode *dead = NULL;
 	fnode_free(t, n, &dead);
-	bool trim = t->freed_since_trim >= TRIM_EVERY;
+	bool trim = t->freed_since_trim >= TRIM_LEAST && t->freed_since_trim >= t->live / 8;
 	if (trim)
 		t->freed_since_trim = 0;
 	pthread_mutex_unlock(&t->lock);

@@ -86,6 +86,7 @@ struct ftree {
 	pthread_mutex_t lock;
 	struct fnode *root;
 	struct fnode *all;        /* every live node, freed at unmount */
+	size_t live;              /* nodes in `all` */
 	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
 	/* Called (the tree's lock held) as a watched SRC directory's node is
 	 * freed: the kernel has forgotten it, so its inotify watch can go,

@@ -114,6 +114,9 @@ def find_members(c, build, src, view, n, what, forget_limit):
     forgets what it looked up, what is left per member (forget_limit)."""
     with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
         os.stat(mnt / ".shardfs")
+        # every request thread's stack and arena in the baseline: a thread
+        # first taking work during the find is no memory per member
+        settle_threads(mnt)
         base = kib(proc.pid, "VmRSS")
         out = subprocess.run(f"find '{mnt}/{view}' | wc -l", shell=True, check=True,
                              capture_output=True, text=True).stdout
