@@ -1,4 +1,4 @@
-/* Compressed tars (docs/tree-layout.md §3.8): the decoded tar as a map
+/* Compressed tars (docs/tree-layout.md §3.7, "Compressed tars"): the decoded tar as a map
  * (struct sf_map with a read hook) that the plain tar's walker and member
  * checks read as they read a tar, through a seek index built by one pass
  * over the archive: points where a decoder can start (a gzip member, a

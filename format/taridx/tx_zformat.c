@@ -1,4 +1,4 @@
-/* Compressed tars (docs/tree-layout.md §3.8): `<name>.tar.gz` and its
+/* Compressed tars (docs/tree-layout.md §3.7, "Compressed tars"): `<name>.tar.gz` and its
  * siblings get the view `<name>/` a plain tar gets, the fold of one tar
  * (tx_lone.c) whose tar is the decoded map over a seek index (tx_z.c). The
  * codec is the one the file's magic bytes name, whatever its extension. */
