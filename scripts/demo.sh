@@ -20,6 +20,12 @@ for fmt in tsumugi tatami taridx shardlake tet; do
   mkdir -p "$sample/$fmt"
   /usr/bin/python3 "$w" --sample "$sample/$fmt" >/dev/null
 done
+# a compressed tar gets a view too (no index step)
+mkdir -p "$sample/tars/backup"
+echo "hello from inside a .tar.gz" > "$sample/tars/backup/hello.txt"
+seq 1 1000 > "$sample/tars/backup/numbers.txt"
+tar -czf "$sample/tars/backup.tar.gz" -C "$sample/tars" backup
+rm -r "$sample/tars/backup"
 echo "sample: $(find "$sample" -type f | wc -l) files in $sample"
 
 build/fs/shardfs "$sample" "$mnt"
@@ -53,6 +59,10 @@ show() {
 [ -d "$mnt/shardlake/aliases" ] && {
   show "ls shardlake/aliases; readlink shardlake/aliases/latest"
   show "head -3 shardlake/aliases/latest/shards/shard-0000/ids.txt"
+}
+[ -d "$mnt/tars/backup" ] && {
+  show "ls tars; ls tars/backup/backup"
+  show "cat tars/backup/backup/hello.txt; tail -2 tars/backup/backup/numbers.txt"
 }
 [ -d "$mnt/tet/weather" ] && show "cat tet/weather/.zgroup; ls tet/weather"
 show "head -14 .shardfs/stats.json" 14
