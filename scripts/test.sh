@@ -4,7 +4,8 @@
 # over io_uring (as root: the pass turns the kernel's switch on and back);
 # then the unit and mounted tests again on an optimised (-O3) build, the
 # fuzz targets briefly, the scale check and the Debian packages (built with
-# their tests, installed, used, purged). The last line is "N passed, N failed".
+# their tests, installed, used, purged), and the README's demo (scripts/demo.sh).
+# The last line is "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=build-test
@@ -87,10 +88,24 @@ SHARDFS_BUILD="$PWD/build-release" /usr/bin/python3 -m pytest tests/python -q \
 rm -f "$build/deb.json"
 scripts/test_deb.sh "$build/deb.json"
 
+# --- the README's first command: the sample written, mounted at ./mnt and
+# shown (a compressed tar's member among what it shows), then unmounted
+rm -f "$build/demo.json"
+if timeout 900 bash scripts/demo.sh >"$build/demo.log" 2>&1 &&
+   grep -q "hello from inside a .tar.gz" "$build/demo.log"; then
+  result=OK
+else
+  result=FAIL
+  tail -20 "$build/demo.log"
+fi
+fusermount3 -u mnt 2>/dev/null || fusermount3 -uz mnt 2>/dev/null || true
+echo "{\"name\": \"demo\", \"result\": \"$result\"}" > "$build/demo.json"
+echo "demo: $result"
+
 /usr/bin/python3 tests/summarize.py "$build/meson-logs/testlog.json" "$build/pytest.xml" \
   "mounted over io_uring=$build/pytest-io_uring.xml" "python=$build/pytest-python.xml" \
   "fuzz=$build/fuzz.json" "release=$build/release.json" \
   "unit release=build-release/meson-logs/testlog.json" \
   "mounted release=$build/pytest-release.xml" \
   "python release=$build/pytest-python-release.xml" "scale=$build/scale.json" \
-  "packages=$build/deb.json"
+  "packages=$build/deb.json" "demo=$build/demo.json"
