@@ -31,6 +31,10 @@ struct zpiece {
  * the decoded offset it has reached. */
 struct zcur {
 	struct tx_zdec d;
+	/* an xz block's options: its decoder keeps a pointer to them and
+	 * reads them at the block's end (sizes, check), so they live here */
+	lzma_block xzb;
+	lzma_filter xzf[LZMA_FILTERS_MAX + 1];
 	uint32_t start;
 	uint64_t out;
 	uint64_t in;        /* archive offset of the byte after buf's */
@@ -79,26 +83,26 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 {
 	uint8_t hdr[1024];
 	int rc = sf_map_read(z->src, st->in, 1, hdr, "xz block header", e);
-	lzma_filter filters[LZMA_FILTERS_MAX + 1];
-	lzma_block b = { .version = 1, .check = (lzma_check)st->check, .filters = filters,
-			 .header_size = lzma_block_header_size_decode(hdr[0]) };
-	if (!rc && (!hdr[0] || b.header_size > z->src->size - st->in))
+	lzma_block *b = &c->xzb;
+	*b = (lzma_block){ .version = 1, .check = (lzma_check)st->check, .filters = c->xzf,
+			   .header_size = lzma_block_header_size_decode(hdr[0]) };
+	if (!rc && (!hdr[0] || b->header_size > z->src->size - st->in))
 		rc = -EIO;
 	if (!rc)
-		rc = sf_map_read(z->src, st->in, b.header_size, hdr, "xz block header", e);
+		rc = sf_map_read(z->src, st->in, b->header_size, hdr, "xz block header", e);
 	if (rc)
 		return *why = "an xz block header the index points at cannot be read", rc;
 	memset(&c->d, 0, sizeof c->d);
 	c->d.c = TX_Z_XZ;
 	c->d.xz = (lzma_stream)LZMA_STREAM_INIT;
-	if (lzma_block_header_decode(&b, NULL, hdr) != LZMA_OK)
+	if (lzma_block_header_decode(b, NULL, hdr) != LZMA_OK)
 		return *why = "an xz block header the index points at is corrupt", -EIO;
-	lzma_ret r = lzma_block_decoder(&c->d.xz, &b);
-	lzma_filters_free(filters, NULL);
+	lzma_ret r = lzma_block_decoder(&c->d.xz, b);
+	lzma_filters_free(c->xzf, NULL);
 	if (r != LZMA_OK)
 		return r == LZMA_MEM_ERROR ? -ENOMEM : (*why = "an xz block it cannot decode", -EIO);
 	c->d.live = true;
-	c->in = st->in + b.header_size;
+	c->in = st->in + b->header_size;
 	return 0;
 }
 

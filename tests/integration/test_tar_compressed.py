@@ -9,6 +9,7 @@ archives fail with a reason and never take the mount down."""
 import errno
 import json
 import os
+import random
 import shutil
 import subprocess
 import tarfile
@@ -331,3 +332,26 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
     os.utime(src / "sub" / "x.tar.gz", ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
     check("written to --index-dir")
     check("read from --index-dir")
+
+
+def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
+    """A mount that reads the kept seek index of a multi-block xz archive
+    (xz -T2, blocks of two pieces) and whose first lookups lie in later
+    blocks decodes those blocks to their ends, where the block decoder
+    checks sizes and check against the options it was started with:
+    every member, read last to first, equals what tarfile extracts."""
+    rnd = random.Random(42)
+    members = {f"m{i:03d}.bin": rnd.randbytes(n // 2) + b"text %d " % i * (n // 14)
+               for i, n in enumerate(rnd.randint(20_000, 150_000) for _ in range(200))}
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    idx.mkdir()
+    (src / "x.tar.xz").write_bytes(subprocess.run(
+        ["xz", "-0", "-T2", "--block-size=8MiB", "-c"], input=small_tar_bytes(members),
+        check=True, capture_output=True).stdout)
+    for how in ("written to --index-dir", "read from --index-dir"):
+        mnt = mount(src, "--index-dir", str(idx))
+        for n in ["m150.bin", "m100.bin", *reversed(list(members))]:
+            assert (mnt / "x" / n).read_bytes() == members[n], (how, n)
+        info = json.loads((mnt / "x" / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == how and info["starts"] >= 3, info
