@@ -5,6 +5,7 @@ import multiprocessing
 import os
 import random
 import resource
+import shutil
 import statistics
 import subprocess
 import time
@@ -661,6 +662,123 @@ def tet_xarray_open(ctx):
     ]
 
 
+# --- compressed tars (issue 42) --------------------------------------------
+
+# Each format's decompressor, as its users run it: the whole archive, and
+# single-threaded (the throughput a large member's read is held to)
+ZTAR_TOOLS = {"gzip": (["gzip", "-dc"], ["gzip", "-dc"]),
+              "pigz": (["pigz", "-dc"], ["gzip", "-dc"]),
+              "zstd": (["zstd", "-dc"], ["zstd", "-dc"]),
+              "xz": (["xz", "-T2", "-dc"], ["xz", "-T1", "-dc"]),
+              "pbzip2": (["pbzip2", "-p2", "-dc"], ["bzip2", "-dc"]),
+              "lz4": (["lz4", "-dc"], ["lz4", "-dc"])}
+
+
+def decompress_seconds(cmd, archive):
+    t = time.perf_counter()
+    subprocess.run([*cmd, str(archive)], check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def read_member(path, size):
+    """Milliseconds to open and read a member whole; its length checked."""
+    t = time.perf_counter()
+    with open(path, "rb") as f:
+        n = len(f.read())
+    ms = (time.perf_counter() - t) * 1e3
+    if n != size:
+        raise RuntimeError(f"{path}: read {n} bytes, the tar says {size}")
+    return ms
+
+
+def _ztar_shardfs(ctx, src, idx, view, sizes, sample):
+    """One format's shardfs side, each figure from the daemon's start or the
+    first lookup, so that work a lookup does is counted: the first member's
+    read on a first mount with an empty --index-dir (the mount, the pass
+    over the archive, the read); on a second mount that reads the kept
+    index, the first member's read again, then the members of `sample` in
+    turn (ms each); on a third, the large member's lookup and read in
+    1 MiB pieces. Returns (first s, kept first s, [ms], large s)."""
+    shutil.rmtree(idx, ignore_errors=True)
+    idx.mkdir()
+    first = next(iter(sizes))
+    with mounts.shardfs(ctx.shardfs, src, "--index-dir", str(idx)) as (mnt, _, up):
+        first_s = up + read_member(mnt / view / first, sizes[first]) / 1e3
+    with mounts.shardfs(ctx.shardfs, src, "--index-dir", str(idx)) as (mnt, _, up):
+        kept_s = up + read_member(mnt / view / first, sizes[first]) / 1e3
+        ms = [read_member(mnt / view / n, sizes[n]) for n in sample]
+        kept = json.loads((mnt / view / ".shardfs" / "info.json").read_bytes())["compression"]
+        if kept["kept"] != "read from --index-dir":
+            raise RuntimeError(f"{src}: the second mount did not read the kept index: {kept}")
+    with mounts.shardfs(ctx.shardfs, src, "--index-dir", str(idx)) as (mnt, _, _):
+        t = time.perf_counter()
+        os.stat(mnt / view / "large.bin")
+        read_in_pieces(mnt / view / "large.bin", MiB)
+        return first_s, kept_s, ms, time.perf_counter() - t
+
+
+def compressed_tars(ctx):
+    """Each format's archive of the same tar (data.compressed_tars), both
+    sides alternated run by run and the archive in the page cache before
+    each: the first member on a first mount, and on a mount with the index
+    kept, against the decompressor reading the whole archive; random
+    members with the index kept (the median of each run's medians); the
+    large member looked up and read in 1 MiB pieces against the
+    single-threaded decompressor's rate over the archive; archivemount's
+    random reads of the gzip archive."""
+    members, large = ctx.size(2_000, 200), ctx.size(64 * MiB, 4 * MiB)
+    d, srcs, sizes, tar_size = data.compressed_tars(ctx.work, members, large)
+    rng = random.Random(42)
+    small = [n for n in sizes if n != "large.bin"]
+    fig = {f: {k: [] for k in ("first", "kept", "dc", "random", "large", "st")} for f in srcs}
+    am = []
+    for run in range(ctx.runs):
+        for f, (src, name) in srcs.items():
+            archive, view = src / name, name.split(".")[0]
+            dc, st = ZTAR_TOOLS[f]
+            sample = rng.sample(small, ctx.size(50, 10))
+            sides = ["shardfs", "tool"] if run % 2 == 0 else ["tool", "shardfs"]
+            for side in sides:
+                data.warm([archive])
+                if side == "tool":
+                    fig[f]["dc"].append(decompress_seconds(dc, archive))
+                    data.warm([archive])
+                    fig[f]["st"].append(tar_size / decompress_seconds(st, archive))
+                    continue
+                first, kept, ms, large_s = _ztar_shardfs(ctx, src, d / f"idx-{f}", view, sizes,
+                                                         sample)
+                fig[f]["first"].append(first)
+                fig[f]["kept"].append(kept)
+                fig[f]["random"].append(median(ms))
+                fig[f]["large"].append(large / large_s)
+        # archivemount decodes from the archive's start for every member:
+        # a few members a run
+        src, name = srcs["gzip"]
+        data.warm([src / name])
+        with mounts.archivemount(src / name) as (mnt, _, _):
+            am.append(median([read_member(mnt / n, sizes[n])
+                              for n in rng.sample(small, ctx.size(10, 3))]))
+    med = {f: {k: median(v) for k, v in x.items()} for f, x in fig.items()}
+    mb = 1e6
+    rows = []
+    for f in srcs:
+        dc, st = (" ".join(c) for c in ZTAR_TOOLS[f])
+        m = med[f]
+        gz = srcs[f][1].endswith(".gz")
+        rows += [
+            row(f"ztar_{f}_first_member", m["first"], "s", f"`{dc}` of the archive", m["dc"],
+                1.2 if gz else None, "<="),
+            row(f"ztar_{f}_kept_first_member", m["kept"], "s", f"`{dc}` of the archive", m["dc"]),
+            row(f"ztar_{f}_random_read", m["random"], "ms", "limit", 50.0, 1.0, "<="),
+            row(f"ztar_{f}_large_read", m["large"] / mb, "MB/s", f"`{st}` rate", m["st"] / mb,
+                0.8),
+        ]
+        if f == "gzip":
+            rows.append(row("ztar_gzip_random_read", m["random"], "ms",
+                            "archivemount random read", median(am)))
+    return rows
+
+
 from python_cases import python_group  # noqa: E402  (it imports this module)
 
 GROUPS = {
@@ -677,4 +795,5 @@ GROUPS = {
     "open": no_open_ab,
     "tetopen": tet_xarray_open,
     "python": python_group,
+    "ztar": compressed_tars,
 }

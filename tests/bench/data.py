@@ -42,8 +42,8 @@ class _Pool:
     """Member contents: slices of one random buffer, so generating a million
     members costs no more than writing them."""
 
-    def __init__(self, rng, size=64 * MiB):
-        self.buf = rng.randbytes(size)
+    def __init__(self, rng, size=64 * MiB, buf=None):
+        self.buf = rng.randbytes(size) if buf is None else buf
         self.rng = rng
 
     def take(self, n):
@@ -293,3 +293,67 @@ def warm(paths):
         with open(p, "rb") as f:
             while f.read(8 * MiB):
                 pass
+
+
+# The compressed tars of the ztar group: (format, file name in its SRC,
+# the command that makes it from the tar on stdin). zstd -T2 and xz -T2
+# with --block-size write many independently decodable frames or blocks,
+# pbzip2 many streams; gzip, pigz and lz4 one stream each.
+ZTAR_FORMATS = (
+    ("gzip", "z.tar.gz", ["gzip", "-c"]),
+    ("pigz", "z.tar.gz", ["pigz", "-p", "2", "-c"]),
+    ("zstd", "z.tar.zst", ["zstd", "-T2", "-q", "-c"]),
+    ("xz", "z.tar.xz", ["xz", "-T2", "--block-size=8MiB", "-c"]),
+    ("pbzip2", "z.tar.bz2", ["pbzip2", "-p2", "-c"]),
+    ("lz4", "z.tar.lz4", ["lz4", "-q", "-c"]),
+)
+
+
+def _text_pool(rng, size):
+    """`size` bytes of words (compresses 3-4:1, like logs or JSON)."""
+    words = np.array([("w%x" % (i * 2654435761 % 65536)).encode() for i in range(2048)] +
+                     [b"the", b"of", b"and", b"a", b"to", b"in", b"is", b"\n"] * 64)
+    picks = words[rng.integers(0, len(words), size=size // 3)]
+    return (b" ".join(picks.tolist()) * 2)[:size]
+
+
+def compressed_tars(root, members, large, lo=20_000, hi=150_000):
+    """One tar of `members` members `m<i>.bin` of lo..hi bytes and one
+    `large.bin` of `large` bytes (in the middle), each half random bytes and
+    half text (alternating 1 MiB in the large one), compressed by each tool
+    of ZTAR_FORMATS into its own SRC. Returns (dir, {format: (src dir,
+    archive name)}, {member name: size}, size of the tar)."""
+    params = dict(kind="ztar", members=members, large=large, lo=lo, hi=hi,
+                  formats=[f[2] for f in ZTAR_FORMATS], v=1)
+    d = Path(root) / f"ztar-{members}-{large}"
+    srcs = {f: (d / f, name) for f, name, _ in ZTAR_FORMATS}
+    if _fresh(d, params):
+        return d, srcs, json.loads((d / "members.json").read_text()), (d / "z.tar").stat().st_size
+    rng = random.Random(members)
+    npr = np.random.default_rng(members)
+    # random bytes made fresh, so no compressor finds them twice
+    text = _Pool(rng, buf=_text_pool(npr, 32 * MiB))
+
+    def mixed(n):
+        half = n // 2
+        return npr.bytes(half) + text.take(n - half)
+
+    sizes = {f"m{i:05d}.bin": rng.randint(lo, hi) for i in range(members)}
+    names = list(sizes)
+    sizes["large.bin"] = large
+    order = names[:members // 2] + ["large.bin"] + names[members // 2:]
+
+    def payload(n):
+        if n != "large.bin":
+            return mixed(sizes[n])
+        step = MiB
+        return b"".join(npr.bytes(min(step, large - at)) if (at // step) % 2 == 0 else
+                        text.take(min(step, large - at)) for at in range(0, large, step))
+    _write_tar(d / "z.tar", ((n, payload(n)) for n in order))
+    for f, name, cmd in ZTAR_FORMATS:
+        (d / f).mkdir()
+        with open(d / "z.tar", "rb") as i, open(d / f / name, "wb") as o:
+            subprocess.run(cmd, stdin=i, stdout=o, check=True)
+    (d / "members.json").write_text(json.dumps(sizes))
+    _stamp(d, params)
+    return d, srcs, sizes, (d / "z.tar").stat().st_size

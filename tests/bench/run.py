@@ -14,7 +14,8 @@ shared and noisy: the ratios are the result, not the absolute times.
 References: the same bytes read natively (extracted files, or the byte
 range of the source file, in the page cache), squashfuse_ll over an
 uncompressed squashfs image of the same files, archivemount on one shard,
-and `zstd -d` on the same frames. The packages they come from (and PIL,
+`zstd -d` on the same frames, and each compressed tar's own decompressor
+(gzip, pigz, zstd, xz, bzip2, pbzip2, lz4). The packages they come from (and PIL,
 which makes and decodes the JPEGs of the python group) are installed with
 apt-get when missing (as root).
 
@@ -37,7 +38,9 @@ import cases  # noqa: E402
 from data import REPO  # noqa: E402
 
 PACKAGES = {"squashfuse_ll": "squashfuse", "mksquashfs": "squashfs-tools",
-            "archivemount": "archivemount", "zstd": "zstd", "fusermount3": "fuse3"}
+            "archivemount": "archivemount", "zstd": "zstd", "fusermount3": "fuse3",
+            # the ztar group's compressors (gzip is always there)
+            "pigz": "pigz", "xz": "xz-utils", "bzip2": "bzip2", "pbzip2": "pbzip2", "lz4": "lz4"}
 # Python modules the cases import (PIL: the JPEGs of the DataLoader case)
 PY_PACKAGES = {"PIL": "python3-pil"}
 
