@@ -20,7 +20,7 @@
 /* any compressed tar's descriptor: the view only holds the pieces' parts */
 extern const struct sf_format tx_targz_format;
 
-static char dir[] = "/tmp/test_taridx_z.XXXXXX";
+static char dir[96]; /* check_tmp: under $TMPDIR when set and short */
 
 /* 9 MiB of text compressible about 4:1, so that gzip puts start points
  * inside its member. */
@@ -252,6 +252,7 @@ static void test_keep(const uint8_t *plain, size_t n)
 
 int main(void)
 {
+	check_tmp(dir, sizeof dir, "test_taridx_z");
 	CHECK(mkdtemp(dir) != NULL);
 	size_t n;
 	uint8_t *plain = make_plain(&n);
