@@ -52,15 +52,19 @@ void openviews_init(struct openviews *ov, struct stats *stats)
 	ov->stats = stats;
 }
 
-static void push_head(struct openviews *ov, struct vopen *o)
+/* Links o in after `prev`, or at the head when prev is NULL. */
+static void insert_after(struct openviews *ov, struct vopen *prev, struct vopen *o)
 {
-	o->prev = NULL;
-	o->next = ov->head;
-	if (ov->head)
-		ov->head->prev = o;
+	o->prev = prev;
+	o->next = prev ? prev->next : ov->head;
+	if (o->next)
+		o->next->prev = o;
 	else
 		ov->tail = o;
-	ov->head = o;
+	if (prev)
+		prev->next = o;
+	else
+		ov->head = o;
 }
 
 static void unlink_one(struct openviews *ov, struct vopen *o)
@@ -108,19 +112,8 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	struct vopen *had = ov->head;
 	while (had && had->view != o->view)
 		had = had->next;
-	if (had) {
-		o->used_ms = had->used_ms;
-		o->prev = had;
-		o->next = had->next;
-		if (had->next)
-			had->next->prev = o;
-		else
-			ov->tail = o;
-		had->next = o;
-	} else {
-		o->used_ms = now_ms();
-		push_head(ov, o);
-	}
+	o->used_ms = had ? had->used_ms : now_ms();
+	insert_after(ov, had, o);
 	tally(ov, o, +1);
 }
 
@@ -149,7 +142,7 @@ static void use(struct openviews *ov, struct vopen *o)
 	if (!o->slot || o == ov->head)
 		return;
 	unlink_one(ov, o);
-	push_head(ov, o);
+	insert_after(ov, NULL, o);
 	o->told_at = 0;
 }
 
