@@ -21,7 +21,7 @@
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_report.h"
-#include "src.h"
+#include "srcnode.h"
 #include "stats.h"
 
 static void listing_free(struct listing *l)
@@ -80,9 +80,9 @@ const struct lentry *listing_view(const struct listing *l, const char *name)
 
 bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e)
 {
-	char *path = sf_path_join(dir->rel, e->file);
+	char *path = sf_path_join(src_of(dir)->rel, e->file);
 	struct stat st;
-	bool same = path && (e->apart ? indexdir_lstat(dm, dir->rel, e->file, &st) :
+	bool same = path && (e->apart ? indexdir_lstat(dm, src_of(dir)->rel, e->file, &st) :
 			     sf_lstat_beneath(dm->src_fd, path, &st)) == 0 && same_version(e->st, &st);
 	free(path);
 	return same;
@@ -663,12 +663,13 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 static int open_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
 {
 	struct sf_err e = { { 0 } };
-	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	const char *rel = src_of(dir)->rel;
+	*dirfd = sf_open_beneath(dm->src_fd, rel, SF_WANT_DIR, rel, &e);
 	if (openviews_short(*dirfd) && openviews_reclaim(&dm->views))
-		*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+		*dirfd = sf_open_beneath(dm->src_fd, rel, SF_WANT_DIR, rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
 		/* swapped for a symlink since looked up */
-		errlog_add(&dm->stats, dir->rel, e.msg);
+		errlog_add(&dm->stats, rel, e.msg);
 	if (*dirfd < 0)
 		return *dirfd;
 	if (fstat(*dirfd, st) < 0) {
@@ -751,17 +752,17 @@ static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 	bool handed = false;
 	pthread_mutex_lock(&ls->lock);
 	for (;;) {
-		if (answers(dir->listing, w)) {
-			*l = ref(dir->listing);
+		if (answers(src_dir_of(dir)->listing, w)) {
+			*l = ref(src_dir_of(dir)->listing);
 			pthread_mutex_unlock(&ls->lock);
 			return true;
 		}
-		if (!dir->listing_busy)
+		if (!src_dir_of(dir)->listing_busy)
 			break;
 		await_turn(ls, &handed);
 	}
-	dir->listing_busy = true;
-	*l = dir->listing ? ref(dir->listing) : NULL;
+	src_dir_of(dir)->listing_busy = true;
+	*l = src_dir_of(dir)->listing ? ref(src_dir_of(dir)->listing) : NULL;
 	pthread_mutex_unlock(&ls->lock);
 	return false;
 }
@@ -794,10 +795,10 @@ static void install(struct daemon *dm, struct fnode *dir, struct listing *old,
 	struct listing *was = NULL;
 	pthread_mutex_lock(&ls->lock);
 	if (l) {
-		was = dir->listing;
-		dir->listing = l;
+		was = src_dir_of(dir)->listing;
+		src_dir_of(dir)->listing = l;
 	}
-	dir->listing_busy = false;
+	src_dir_of(dir)->listing_busy = false;
 	pthread_cond_broadcast(&ls->done);
 	pthread_mutex_unlock(&ls->lock);
 	listing_unref(was);
@@ -818,7 +819,7 @@ static int make_whole(struct daemon *dm, struct fnode *dir, int dirfd, const str
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	transport_hand_off();
-	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), st->st_size, old, l);
+	int rc = build(dm, dirfd, src_of(dir)->rel, fnode_ino(dir), st->st_size, old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;
@@ -903,12 +904,13 @@ static struct listing *place_one(struct daemon *dm, struct fnode *dir, int dirfd
 				 const struct sf_format *f, struct stat *fst, int *rc)
 {
 	*rc = 0;
-	int failed = f->check ? check_container(dm, f, dirfd, *file, dir->rel, fst) : 0;
+	const char *rel = src_of(dir)->rel;
+	int failed = f->check ? check_container(dm, f, dirfd, *file, rel, fst) : 0;
 	if (failed && !shown_anyway(dirfd, *file, failed, fst))
 		return NULL;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, *file, NULL, 0, f->check != NULL, false,
+	    !(v = open_container(dm, f, dirfd, rel, *file, NULL, 0, f->check != NULL, false,
 					 NULL)))
 		return NULL;
 	struct lentry x = {
@@ -938,9 +940,9 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	char *file;
 	const struct sf_format *f = NULL;
 	struct stat fst;
-	int k = candidates(dm, dir->rel, name, &file, &f, &fst);
+	int k = candidates(dm, src_of(dir)->rel, name, &file, &f, &fst);
 	/* a fold whose index is in --index-dir: placed by the whole listing */
-	if (k == 0 && dm->index_fd >= 0 && indexdir_has_view(dm, dir->rel, name))
+	if (k == 0 && dm->index_fd >= 0 && indexdir_has_view(dm, src_of(dir)->rel, name))
 		k = 2;
 	if (k == 0)
 		return 0;
@@ -1031,8 +1033,8 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, e->apart,
-					   NULL);
+			v = open_container(dm, e->fmt, dirfd, src_of(dir)->rel, e->file, names, n,
+					   true, e->apart, NULL);
 		free(names);
 		if (v)
 			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),

@@ -33,6 +33,18 @@ static void press_views(void *views)
 	openviews_press(views);
 }
 
+/* Freeing nodes that may close files of SRC runs in a section at the
+ * source (fs/fnode.h): it always enters. */
+static void forget_enter(void *waits)
+{
+	src_enter(waits, "forget", ".", NULL, false);
+}
+
+static void forget_leave(void *waits)
+{
+	src_leave(waits);
+}
+
 static int fail(const char *fmt, const char *a, const char *b)
 {
 	fprintf(stderr, "shardfs: ");
@@ -284,8 +296,10 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
-	dm.tree.waits = &dm.stats.waits;
-	if (fnode_init_root(&dm.tree, src, &e)) {
+	dm.tree.src_enter = forget_enter;
+	dm.tree.src_leave = forget_leave;
+	dm.tree.src_arg = &dm.stats.waits;
+	if (src_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
 	}
