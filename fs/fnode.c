@@ -10,6 +10,7 @@
 void fnode_init(struct ftree *t)
 {
 	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->crowded, NULL);
 }
 
 /* Takes n out of the list of all nodes (lock held). */
@@ -49,7 +50,8 @@ struct fnode *fnode_new(struct ftree *t, const struct fnode_ops *ops, size_t siz
 		return NULL;
 	}
 	link_first(t, n);
-	t->live++;
+	if (++t->live > t->cap && t->cap)
+		pthread_cond_signal(&t->crowded);
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
@@ -109,7 +111,8 @@ static void fnode_free(struct ftree *t, struct fnode *n, struct fnode **dead)
 {
 	while (n && n != t->root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
-		if (p && p->ops->kids)
+		/* a node with no name of its own is never a named child */
+		if (p && p->ops->kids && n->name)
 			sf_hash_del(p->ops->kids(p), name_hash(n->name), is, n);
 		detach(t, n);
 		n->all_next = *dead;
@@ -156,8 +159,14 @@ void fnode_find(struct ftree *t)
 
 struct fnode *fnode_found(struct ftree *t, struct fnode *n)
 {
-	if (n)
+	if (n) {
 		fnode_lookup_ref(n);
+		/* the list runs from the node looked up last to the one
+		 * looked up longest ago, which the kernel is asked to drop
+		 * first (fnode_oldest_leaves) */
+		unlink_all(t, n);
+		link_first(t, n);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return n;
 }
@@ -225,6 +234,25 @@ void fnode_errlog(struct stats *s, const struct fnode *n, const char *msg)
 	errlog_add(s, fnode_path(n, buf, sizeof buf), msg);
 }
 
+size_t fnode_oldest_leaves(struct ftree *t, struct fnode_leaf *out, size_t max)
+{
+	size_t k = 0;
+	/* each node looked at goes first: the next call goes on from where
+	 * this one stopped, over directories still holding children and
+	 * leaves the kernel keeps (open, a cwd) */
+	for (size_t seen = 0; k < max && seen < 4 * max && t->oldest; seen++) {
+		struct fnode *n = t->oldest;
+		unlink_all(t, n);
+		link_first(t, n);
+		if (!n->parent || n->refs || n->nlookup == 0)
+			continue;
+		out[k].dir = fnode_ino(n->parent);
+		if ((out[k].name = strdup(fnode_name(n))))
+			k++;
+	}
+	return k;
+}
+
 void fnode_dir_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
 		    struct stat *st)
 {
@@ -245,4 +273,5 @@ void fnode_fini(struct ftree *t)
 	t->root = NULL;
 	pthread_mutex_unlock(&t->lock);
 	pthread_mutex_destroy(&t->lock);
+	pthread_cond_destroy(&t->crowded);
 }

@@ -82,9 +82,14 @@ struct ftree {
 	 * runs under it never takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
-	/* every live node, newest first, and its last */
+	/* every live node, the one looked up last first, and its last */
 	struct fnode *all, *oldest;
 	size_t live;              /* nodes in `all` */
+	/* --max-nodes: past it the kernel is asked to drop the entries
+	 * looked up longest ago (fs/prune.h); 0: no cap. `crowded` is
+	 * signalled (the lock held) as a node is made past it. */
+	size_t cap;
+	pthread_cond_t crowded;
 	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
 	/* Called (the tree's lock held) as a watched SRC directory's node is
 	 * freed: the kernel has forgotten it, so its inotify watch can go,
@@ -127,6 +132,16 @@ void fnode_lookup_ref(struct fnode *n);
 void fnode_find(struct ftree *t);
 struct fnode *fnode_found(struct ftree *t, struct fnode *n);
 void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k);
+
+/* An entry the kernel holds, to ask it to drop: its directory's inode
+ * number and its name (allocated). */
+struct fnode_leaf {
+	uint64_t dir;
+	char *name;
+};
+/* Up to `max` of the nodes looked up longest ago that hold no children,
+ * into `out` (the tree's lock held); returns how many. */
+size_t fnode_oldest_leaves(struct ftree *t, struct fnode_leaf *out, size_t max);
 
 /* n's path under the mount, for error lines: built into buf from the
  * names up the tree, so that no node keeps its whole path (a tar's may be

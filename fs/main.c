@@ -18,6 +18,7 @@
 #include "listing.h"
 #include "ops.h"
 #include "options.h"
+#include "prune.h"
 #include "src.h"
 #include "stats.h"
 #include "transport.h"
@@ -249,6 +250,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se = NULL;
 	bool mounted = false, handlers = false;
 	struct daemon dm = { .src_fd = -1, .index_fd = -1, .view_cache = &sf_nocache };
+	struct prune prune = { 0 };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
 	dm.stats.waits.enter = transport_src_enter;
@@ -299,6 +301,7 @@ int main(int argc, char **argv)
 	dm.tree.src_enter = forget_enter;
 	dm.tree.src_leave = forget_leave;
 	dm.tree.src_arg = &dm.stats.waits;
+	dm.tree.cap = o.max_nodes;
 	if (src_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
@@ -364,6 +367,12 @@ int main(int argc, char **argv)
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_closer);
 	}
+	if (prune_start(&prune, &dm.tree, se)) {
+		const char *no_pruner = "no thread to keep inodes under --max-nodes: they are not capped";
+		errlog_add(&dm.stats, ".", no_pruner);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_pruner);
+	}
 	int wrc = watch_start(&dm.watch, se, dm.src_fd);
 	if (wrc) {
 		char no_watch[160];
@@ -375,6 +384,7 @@ int main(int argc, char **argv)
 	}
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
+	prune_stop(&prune);
 	openviews_stop(&dm.views);
 	watch_stop(&dm.watch);
 	if (mounted)

@@ -76,5 +76,11 @@ int main(void)
 	CHECK(parse(&o, 5, a16) == 0 && o.index_dir && strcmp(o.index_dir, "/idx") == 0);
 	const char *a17[] = { "shardfs", "s", "m", "--index-dir=" };
 	CHECK(parse(&o, 4, a17) != 0);
+	/* --max-nodes: default, a value, the range */
+	CHECK(parse(&o, 3, a8) == 0 && o.max_nodes == 131072);
+	const char *a18[] = { "shardfs", "s", "m", "--max-nodes", "2000" };
+	CHECK(parse(&o, 5, a18) == 0 && o.max_nodes == 2000);
+	const char *a19[] = { "shardfs", "s", "m", "--max-nodes=15" };
+	CHECK(parse(&o, 4, a19) != 0);
 	CHECK_DONE();
 }
