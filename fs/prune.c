@@ -38,9 +38,8 @@ static void *run(void *arg)
 		}
 		size_t want = t->live - low < BATCH ? t->live - low : BATCH;
 		size_t k = fnode_oldest_leaves(t, batch, want);
-		/* outside the lock: the kernel may send requests for these
-		 * entries' directories, and wait for their answers, before it
-		 * drops them */
+		/* outside the lock: a request for these entries' directories,
+		 * which the kernel may wait for before it drops them, may need it */
 		pthread_mutex_unlock(&t->lock);
 		for (size_t i = 0; i < k; i++) {
 			/* ENOENT: the kernel had dropped it already */

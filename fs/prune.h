@@ -2,10 +2,12 @@
  * kernel keeps an entry, and so its node, as long as it likes (a view's for
  * a day): a walk over ten million files would hold ten million nodes. Past
  * the cap a thread of its own asks the kernel to drop the entries looked up
- * longest ago (fuse_lowlevel_notify_inval_entry, which libfuse allows from
- * no request handler); the FORGETs that follow free their nodes, and a
- * later lookup makes them again. Entries in use (an open file, a cwd) stay
- * until they are let go. */
+ * longest ago (fuse_lowlevel_notify_inval_entry), holding no lock: libfuse
+ * forbids calling it in the path of a related request (a lookup in the
+ * entry's directory...) or under a lock such a request needs, which could
+ * deadlock. The FORGETs that follow free the nodes, and a later lookup
+ * makes them again. Entries in use (an open file, a cwd) stay until they
+ * are let go. */
 #ifndef FS_PRUNE_H
 #define FS_PRUNE_H
 
