@@ -122,11 +122,11 @@ static int build_index(struct tx_fold *f, struct sf_err *e)
 	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
 	if (rc)
 		return rc;
-	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
+	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, &f->noted, e);
 	if (rc)
 		return rc;
 	/* a compressed tar's index may be kept in --index-dir with it */
-	tx_z_keep(f->shards[0].map, f->built, f->view);
+	tx_z_keep(f->shards[0].map, f->built, f->noted, f->view);
 	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
@@ -172,7 +172,9 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 			tx_index_free(&f->ix);
 			memset(&f->ix, 0, sizeof f->ix);
 			sf_buf_unref(f->built);
+			sf_buf_unref(f->noted);
 			f->built = NULL;
+			f->noted = NULL;
 			free(f->hooked_member);
 			free((void *)f->plain);
 			f->hooked_member = NULL;

@@ -22,7 +22,8 @@ struct tx_walked {
 	unsigned refs;          /* under `lock` */
 	struct sf_turn turn;    /* the walk, and what follows */
 	struct sf_buf *built;   /* the index, once walked */
-	uint64_t charged;       /* to `cache`, for `built` */
+	struct sf_buf *unkeyed; /* and its root names the lookup cannot key */
+	uint64_t charged;       /* to `cache`, for both */
 	/* The last walk's failure (not for lack of system resources): one
 	 * for lack of room (-ENOBUFS) until the cache frees something
 	 * (sf_cache.freed at `why_at`), any other for good. */
@@ -103,6 +104,7 @@ void tx_walked_put(struct tx_walked *w)
 	if (w->charged)
 		sf_cache_uncharge(w->cache, w->charged);
 	sf_buf_unref(w->built);
+	sf_buf_unref(w->unkeyed);
 	free(w->why);
 	sf_turn_fini(&w->turn);
 	free(w);
@@ -118,27 +120,30 @@ static bool remembered(const struct tx_walked *w)
 static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c,
 			struct tx_walked *w, struct sf_err *e)
 {
-	struct sf_buf *kept;
-	if (!tx_z_kept_tar_index(tar, &kept))
-		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
-	uint64_t limit = c ? c->limit : 0;
+	struct sf_buf *kept, *unkeyed;
+	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed))
+		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, &w->unkeyed, e);
+	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len;
 	int rc = 0;
-	if (limit && kept->len > limit)
+	if (limit && cost > limit)
 		rc = sf_fail(e, -EIO, "%s: its kept index needs more memory than --cache-size (%llu bytes) holds",
 			     name, (unsigned long long)limit);
-	else if (c && sf_cache_charge(c, kept->len, name, "its kept index", e))
+	else if (c && sf_cache_charge(c, cost, name, "its kept index", e))
 		rc = -ENOBUFS;
 	if (rc) {
 		sf_buf_unref(kept);
+		sf_buf_unref(unkeyed);
 		return rc;
 	}
-	w->charged = c ? kept->len : 0;
+	w->charged = c ? cost : 0;
 	w->built = kept;
+	w->unkeyed = unkeyed;
 	return 0;
 }
 
 int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e)
+		  struct tx_walked **held, struct sf_buf **out, struct sf_buf **unkeyed,
+		  struct sf_err *e)
 {
 	struct tx_walked *w = *held ? *held : get(tar, c);
 	if (!w)
@@ -162,8 +167,10 @@ int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
 			w->why_at = atomic_load(&c->freed);
 		}
 	}
-	if (!rc)
+	if (!rc) {
 		*out = sf_buf_ref(w->built);
+		*unkeyed = sf_buf_ref(w->unkeyed);
+	}
 	sf_turn_give(&w->turn);
 	return rc;
 }

@@ -60,6 +60,7 @@ struct tx_z {
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
 	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
+	struct sf_buf *unkeyed; /* and its unkeyed root names */
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -544,6 +545,7 @@ static void z_free(void *arg)
 	index_free(z);
 	pthread_mutex_destroy(&z->lock);
 	sf_buf_unref(z->tarix);
+	sf_buf_unref(z->unkeyed);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
 	free(z->keepname);
@@ -623,7 +625,8 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
-		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix, e);
+		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
+				 &z->unkeyed, e);
 	if (rc)
 		return rc;
 	z->st = st;
@@ -704,23 +707,26 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	return rc;
 }
 
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out)
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	if (!z || !z->tarix)
 		return false;
 	*out = z->tarix;
-	z->tarix = NULL;
+	*unkeyed = z->unkeyed;
+	z->tarix = z->unkeyed = NULL;
 	return true;
 }
 
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v)
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+	       struct sf_view *v)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	struct sf_err e;
 	if (!z || z->keepfd < 0 || z->kept)
 		return;
-	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix, &e) ?
+	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
+				unkeyed, &e) ?
 		  (sf_view_warn(v, "%s", e.msg), "not kept (see errors)") : "written to --index-dir";
 }
 

@@ -50,19 +50,20 @@ struct tx_zstart {
 
 /* Reads the seek index kept as `name` in directory dirfd for archive src
  * of codec c: 0 with *st (n start points, the last one the end, windows
- * malloc'd) and *tarix (the tar's index, which parses) when it is there,
- * whole, and made for src as it is now (its size, mtime and sampled
- * bytes); 1 when there is none or it does not match; -ENOMEM. Its bytes
- * are bounded by `max`. */
+ * malloc'd), *tarix (the tar's index, which parses) and *unkeyed (its
+ * unkeyed root names, sorted, each once) when it is there, whole, and made
+ * for src as it is now (its size, mtime and sampled bytes); 1 when there
+ * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`. */
 int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
-		  struct sf_err *e);
-/* Writes the seek index (n start points, the end included) and the tar's
- * index as `name` in dirfd, whole or not at all (a temporary file
- * renamed): 0, or a negative errno with e set (a read-only --index-dir:
- * the next mount builds them again). */
+		  struct sf_buf **unkeyed, struct sf_err *e);
+/* Writes the seek index (n start points, the end included), the tar's
+ * index and its unkeyed root names as `name` in dirfd, whole or not at all
+ * (a temporary file renamed): 0, or a negative errno with e set (a
+ * read-only --index-dir: the next mount builds them again). */
 int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e);
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
+		  const struct sf_buf *unkeyed, struct sf_err *e);
 
 /* ---- one decoder of any codec (tx_zdec.c) ---- */
 
@@ -97,14 +98,16 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
  * from there when it matches the archive, else writes it there after its
  * pass. 0 or a negative errno. */
 int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
-/* The tar's index kept with the seek index tx_z_index read from
- * --index-dir (handed over, a reference in *out): true; false when the
- * tar's headers must be walked (a plain map, or nothing kept). */
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out);
-/* Keeps m's seek index and the tar's index built by the walk (tarix) in
- * --index-dir, when m has a place there and did not read them from it; a
- * failure is a warning of view v. */
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v);
+/* The tar's index and its unkeyed root names (tx_index_tar) kept with the
+ * seek index tx_z_index read from --index-dir (handed over, references in
+ * *out and *unkeyed): true; false when the tar's headers must be walked (a
+ * plain map, or nothing kept). */
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed);
+/* Keeps m's seek index, the tar's index built by the walk (tarix) and its
+ * unkeyed root names in --index-dir, when m has a place there and did not
+ * read them from it; a failure is a warning of view v. */
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+	       struct sf_view *v);
 /* Builds m's seek index by one pass over the archive, checking every
  * stream's integrity as it goes, and sets m->size to the decoded size;
  * its pieces become parts of view v, decoded through v's cache, to which

@@ -334,6 +334,52 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
     check("read from --index-dir")
 
 
+def renaming_tar_bytes(bulk):
+    """A tar whose later member takes an earlier one's path through a pax
+    path (its name field says b.txt), with a directory and the members of
+    `bulk` between them, and z.txt last."""
+    import io
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for n, data, pax in (("a.txt", b"first a\n", None), ("d/x.txt", b"in d\n", None),
+                             *((n, data, None) for n, data in bulk.items()),
+                             ("b.txt", b"second a\n", "a.txt"), ("z.txt", b"the last\n", None)):
+            ti = tarfile.TarInfo(n)
+            ti.size = len(data)
+            if pax:
+                ti.pax_headers = {"path": pax}
+            t.addfile(ti, io.BytesIO(data))
+    return b.getvalue()
+
+
+def test_kept_index_starts_at_once(mount, tmp_path):
+    """The tar's walk notes the root names its index cannot key (a pax
+    path, a directory), and --index-dir keeps them with the indexes: a
+    mount that reads them decodes, for its first lookup and read, only
+    the span around the member, not every piece that holds a header (a
+    pass over the headers would); and a path still has the one answer tar
+    gives (the later member renamed to a.txt)."""
+    bulk = {f"m{i:02d}.txt": os.urandom(512 << 10).hex().encode() for i in range(24)}
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    idx.mkdir()
+    (src / "x.tar.gz").write_bytes(gzip_bytes(renaming_tar_bytes(bulk), level=1))
+    for how in ("written to --index-dir", "read from --index-dir"):
+        mnt = mount(src, "--index-dir", str(idx))
+        before = mount_stats(mnt)["cache"]["bytes_decoded"]
+        assert (mnt / "x" / "z.txt").read_bytes() == b"the last\n"
+        decoded = mount_stats(mnt)["cache"]["bytes_decoded"] - before
+        if how.startswith("read"):
+            # one start point's span (3.5 MiB and a piece), not 24 MiB
+            assert decoded <= 9 << 20, decoded
+        assert not os.path.exists(mnt / "x" / "b.txt")
+        assert (mnt / "x" / "a.txt").read_bytes() == b"second a\n"
+        assert (mnt / "x" / "d" / "x.txt").read_bytes() == b"in d\n"
+        assert (mnt / "x" / "m17.txt").read_bytes() == bulk["m17.txt"]
+        info = json.loads((mnt / "x" / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == how and info["starts"] >= 5, info
+
+
 def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
     """A mount that reads the kept seek index of a multi-block xz archive
     (xz -T2, blocks of two pieces) and whose first lookups lie in later

@@ -218,33 +218,45 @@ static void test_keep(const uint8_t *plain, size_t n)
 	put("e.tar", zeros, sizeof zeros);
 	snprintf(path, sizeof path, "%s/e.tar", dir);
 	struct sf_map *et;
-	struct sf_buf *tarix = NULL, *gotix = NULL;
-	CHECK(sf_map_open(path, &et, &e) == 0 && tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &e) == 0);
+	struct sf_buf *tarix = NULL, *gotix = NULL, *unk = NULL, *gotunk = NULL;
+	CHECK(sf_map_open(path, &et, &e) == 0 &&
+	      tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &unk, &e) == 0);
 	sf_map_unref(et);
-	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, &e) == 0);
+	CHECK(unk && unk->len == 0);
+	sf_buf_unref(unk);
+	/* three root names the index cannot key, ascending */
+	uint64_t names[3] = { 5, 1ull << 40, UINT64_MAX };
+	CHECK((unk = sf_buf_new(sizeof names)) != NULL);
+	memcpy(unk->data, names, sizeof names);
+	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
+	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
+	CHECK(tx_unkeyed_has(gotunk, 1ull << 40) && tx_unkeyed_has(gotunk, UINT64_MAX) &&
+	      !tx_unkeyed_has(gotunk, 6));
 	sf_buf_unref(gotix);
+	sf_buf_unref(gotunk);
 	sf_buf_unref(tarix);
+	sf_buf_unref(unk);
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
 	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
 	for (size_t i = 0; got && i < ngot; i++)
 		free(got[i].win);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	char kp[300];
 	snprintf(kp, sizeof kp, "%s/k.zidx", dir);
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	close(dfd);
 	sf_map_unref(src);
 	release(m, v);
