@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tx.h"
+
 /* a gzip member gets a start point at the first block boundary this far
  * past the last one, so that a stretch is mostly one piece */
 #define GZ_EVERY (TX_Z_PIECE - (512u << 10))
@@ -718,16 +720,63 @@ bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **
 	return true;
 }
 
+/* Writes z's kept file, saying so in z->kept: 0 or as tx_zkeep_save. */
+static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+		    struct sf_err *e)
+{
+	int rc = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
+			       unkeyed, e);
+	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
+	return rc;
+}
+
 void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
 	       struct sf_view *v)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	struct sf_err e;
-	if (!z || z->keepfd < 0 || z->kept)
-		return;
-	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
-				unkeyed, &e) ?
-		  (sf_view_warn(v, "%s", e.msg), "not kept (see errors)") : "written to --index-dir";
+	if (z && z->keepfd >= 0 && !z->kept && keep_now(z, tarix, unkeyed, &e))
+		sf_view_warn(v, "%s", e.msg);
+}
+
+int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e)
+{
+	uint8_t head[6] = { 0 };
+	size_t n = src->size < sizeof head ? src->size : sizeof head;
+	int rc = sf_map_read(src, 0, n, head, "magic", e);
+	enum tx_zcodec c = tx_z_sniff(head, n);
+	if (!rc && c == TX_Z_NONE)
+		rc = sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic", src->path);
+	return rc ? rc : tx_z_map(src, c, out, e);
+}
+
+extern const struct sf_format tx_targz_format;
+
+int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
+		    struct sf_err *e)
+{
+	struct sf_map *m = NULL;
+	struct sf_view *v = NULL;
+	struct sf_buf *tarix = NULL, *unkeyed = NULL;
+	int rc = tx_z_open(src, &m, e);
+	if (!rc && (rc = tx_z_keep_in(m, dirfd, name)))
+		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
+	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
+	if (!rc)
+		rc = tx_z_index(m, v, NULL, e);
+	struct tx_z *z = m ? m->src : NULL;
+	/* a kept file that matches the archive is read, not made again */
+	if (!rc && !z->kept && !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, e)))
+		rc = keep_now(z, tarix, unkeyed, e);
+	if (!rc)
+		tx_z_info(m, info);
+	sf_buf_unref(tarix);
+	sf_buf_unref(unkeyed);
+	sf_map_unref(m);
+	if (v)
+		sf_view_unref(v);
+	return rc;
 }
 
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)

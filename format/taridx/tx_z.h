@@ -108,6 +108,9 @@ bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **
  * read them from it; a failure is a warning of view v. */
 void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
 	       struct sf_view *v);
+/* A map of the tar compressed in src, of the codec its magic bytes name
+ * (tx_z_map): 0, or -EINVAL (no such magic) or as sf_map_read with e set. */
+int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e);
 /* Builds m's seek index by one pass over the archive, checking every
  * stream's integrity as it goes, and sets m->size to the decoded size;
  * its pieces become parts of view v, decoded through v's cache, to which
@@ -125,5 +128,14 @@ struct tx_zinfo {
 	const char *kept; /* what became of it in --index-dir, or NULL */
 };
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out);
+/* Builds the seek index of the compressed tar src and the tar's index (the
+ * pass and the walk a mount's first use makes) and keeps them as
+ * "<name>.zidx" in directory dirfd, as a mount with --index-dir would
+ * (shardfs-taridx --zidx); one there that matches the archive is read
+ * instead. 0 with *info (kept: "written to --index-dir" or "read from
+ * --index-dir"), or a negative errno with e naming the archive and what
+ * was wrong. */
+int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
+		    struct sf_err *e);
 
 #endif

@@ -380,6 +380,44 @@ def test_kept_index_starts_at_once(mount, tmp_path):
         assert info["kept"] == how and info["starts"] >= 5, info
 
 
+def test_index_built_ahead_by_the_tool(mount, tmp_path):
+    """shardfs-taridx --zidx builds the .zidx a mount with --index-dir
+    would keep, into IDX/P: the mount reads it (no pass, no walk), its
+    first lookup decodes one span, and every member is exact; a file that
+    is no compressed tar is refused, saying why."""
+    bulk = {f"m{i:02d}.txt": os.urandom(512 << 10).hex().encode() for i in range(24)}
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    (src / "p").mkdir(parents=True)
+    (idx / "p").mkdir(parents=True)
+    archive = src / "p" / "x.tar.gz"
+    archive.write_bytes(gzip_bytes(renaming_tar_bytes(bulk), level=1))
+    tool = str(TOOLS / "shardfs-taridx")
+    r = subprocess.run([tool, "--zidx", "--out", str(idx / "p"), str(archive)], capture_output=True)
+    assert r.returncode == 0 and b"x.tar.gz.zidx written" in r.stderr, r
+    assert (idx / "p" / "x.tar.gz.zidx").stat().st_size > 100
+    mnt = mount(src, "--index-dir", str(idx))
+    view = mnt / "p" / "x"
+    assert (view / "z.txt").read_bytes() == b"the last\n"
+    stats = mount_stats(mnt)
+    assert stats["cache"]["bytes_decoded"] <= 9 << 20, stats["cache"]
+    assert stats["tar_indexing"]["headers_walked"] == 0, stats["tar_indexing"]
+    info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
+    assert info["kept"] == "read from --index-dir", info
+    with tarfile.open(archive) as t:
+        want = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    assert sorted(want) == sorted(["a.txt", "d/x.txt", "z.txt", *bulk])
+    for n, data in want.items():
+        assert (view / n).read_bytes() == data, n
+    # built again: the one there matches and is kept as it is
+    r = subprocess.run([tool, "--zidx", "--out", str(idx / "p"), str(archive)], capture_output=True)
+    assert r.returncode == 0 and b"already there and matching" in r.stderr, r
+    (src / "plain.tar.gz").write_bytes(b"no compressed tar" * 10)
+    r = subprocess.run([tool, "--zidx", "--out", str(idx), str(src / "plain.tar.gz")],
+                       capture_output=True)
+    assert r.returncode == 1 and b"no gzip, zstd, xz, bzip2 or lz4 magic" in r.stderr, r
+    assert not (idx / "plain.tar.gz.zidx").exists()
+
+
 def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
     """A mount that reads the kept seek index of a multi-block xz archive
     (xz -T2, blocks of two pieces) and whose first lookups lie in later
