@@ -497,16 +497,17 @@ bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
 
 /* ---- one walk per tar file (tx_walked.c) ------------------------------- */
 
-/* The index of tar alone `tar` (tx_index_tar, charged to c) in *out and
- * its unkeyed root names in *unkeyed (references), walked once for all views of the same file (device, inode,
- * size, mtime) and cache, whichever asks first; the others wait for it.
- * *held (NULL at first) keeps the shared walk, also when it failed: its
- * failure is remembered, one for lack of room (-ENOBUFS) until the cache
- * frees something, any other for good. Drop it with tx_walked_put; the
- * index's charge goes with the last holder. */
-int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_buf **unkeyed,
-		  struct sf_err *e);
+/* The index of tar alone `tar` of view v (tx_index_tar, charged to v's
+ * cache) in *out and its unkeyed root names in *unkeyed (references),
+ * walked once for all views of the same file (device, inode, size, mtime)
+ * and cache, whichever asks first; the others wait for it. A compressed
+ * tar's seek index is made first (tx_z_index), once for them all too, and
+ * kept in --index-dir (tx_z_keep). *held (NULL at first) keeps the shared
+ * walk, also when it failed: its failure is remembered, one for lack of
+ * room (-ENOBUFS) until the cache frees something, any other for good.
+ * Drop it with tx_walked_put; the charges go with the last holder. */
+int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
+		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e);
 void tx_walked_put(struct tx_walked *w);
 
 extern const struct sf_format tx_format;

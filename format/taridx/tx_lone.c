@@ -118,15 +118,10 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
-	/* a compressed tar's seek index first: it gives the tar's size */
-	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
+	/* a compressed tar's seek index too, and kept in --index-dir */
+	int rc = tx_walked_get(f->shards[0].map, f->view, &f->walked, &f->built, &f->noted, e);
 	if (rc)
 		return rc;
-	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, &f->noted, e);
-	if (rc)
-		return rc;
-	/* a compressed tar's index may be kept in --index-dir with it */
-	tx_z_keep(f->shards[0].map, f->built, f->noted, f->view);
 	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;

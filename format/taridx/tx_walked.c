@@ -1,7 +1,8 @@
-/* One walk per tar file: the index of a tar alone (tx_lone.c) is shared by
- * every view of the same file (hard links, a view made anew while the old
- * one is read), so that N names of one tar cost one walk and one charge,
- * not N side by side. A file is the same while its device, inode, size and
+/* One walk per tar file: the index of a tar alone (tx_lone.c), and a
+ * compressed tar's seek index (tx_z.c), are shared by every view of the
+ * same file (hard links, a view made anew while the old one is read), so
+ * that N names of one tar cost one pass, one walk and one charge, not N
+ * side by side. A file is the same while its device, inode, size and
  * mtime are; each view still checks its own mapping around its use. */
 #include <errno.h>
 #include <pthread.h>
@@ -24,6 +25,7 @@ struct tx_walked {
 	struct sf_buf *built;   /* the index, once walked */
 	struct sf_buf *unkeyed; /* and its root names the lookup cannot key */
 	uint64_t charged;       /* to `cache`, for both */
+	struct tx_zseek *seek;  /* a compressed tar's, once made */
 	/* The last walk's failure (not for lack of system resources): one
 	 * for lack of room (-ENOBUFS) until the cache frees something
 	 * (sf_cache.freed at `why_at`), any other for good. */
@@ -105,6 +107,7 @@ void tx_walked_put(struct tx_walked *w)
 		sf_cache_uncharge(w->cache, w->charged);
 	sf_buf_unref(w->built);
 	sf_buf_unref(w->unkeyed);
+	tx_zseek_put(w->seek);
 	free(w->why);
 	sf_turn_fini(&w->turn);
 	free(w);
@@ -141,10 +144,11 @@ static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c
 	return 0;
 }
 
-int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_buf **unkeyed,
-		  struct sf_err *e)
+int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
+		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e)
 {
+	struct sf_cache *c = v->cache;
+	const char *name = v->path;
 	struct tx_walked *w = *held ? *held : get(tar, c);
 	if (!w)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", name);
@@ -153,15 +157,25 @@ int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
 	int rc = 0;
 	if (!w->built && remembered(w)) {
 		rc = sf_fail(e, w->rc, "%s", w->why);
-	} else if (!w->built) {
-		rc = kept_or_walk(tar, name, c, w, e);
-		free(w->why);
-		w->why = NULL;
-		if (!rc) {
-			atomic_fetch_add(&sf_progress.indexes_held, 1);
-			atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+	} else {
+		/* a compressed tar's seek index first (this view's pieces of
+		 * it): it gives the tar's size */
+		rc = tx_z_index(tar, v, &sf_progress, &w->seek, e);
+		if (!rc && !w->built) {
+			rc = kept_or_walk(tar, name, c, w, e);
+			if (!rc) {
+				atomic_fetch_add(&sf_progress.indexes_held, 1);
+				atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+			}
 		}
-		if (rc && rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+		if (!rc) {
+			free(w->why);
+			w->why = NULL;
+			/* kept in --index-dir in the turn, so that a view
+			 * sharing the seek index sees what became of it */
+			tx_z_keep(tar, w->built, w->unkeyed, v);
+		} else if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+			free(w->why);
 			w->rc = rc;
 			w->why = strdup(e->msg);
 			w->why_at = atomic_load(&c->freed);

@@ -45,11 +45,26 @@ struct zcur {
 	uint64_t charged;
 };
 
+/* A seek index shared by the maps of one archive file (hard links, a view
+ * made anew: tx_walked.c), charged once, freed with its last holder. */
+struct tx_zseek {
+	atomic_uint refs;
+	struct tx_zstart *st;  /* nst start points, then one past the end */
+	size_t nst;
+	struct sf_cache *cache;
+	uint64_t charged;      /* to cache, for st and its windows */
+	const char *kept;      /* what became of it in --index-dir */
+};
+
 struct tx_z {
 	struct sf_map *src;
 	enum tx_zcodec codec;
-	struct tx_zstart *st;     /* nst start points, then one past the end */
+	/* nst start points, then one past the end: built by this map's pass
+	 * (or read from --index-dir) until published in seek, which then
+	 * holds them */
+	struct tx_zstart *st;
 	size_t nst;
+	struct tx_zseek *seek;
 	struct zpiece *pc;     /* npc pieces, then one at the end */
 	size_t npc;
 	struct sf_cache *cache;
@@ -341,11 +356,14 @@ static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
 	return rc;
 }
 
-/* What a start point holds, its pieces (two at most, a piece being under
- * TX_Z_PIECE) and their parts included. */
+/* What a piece and its part hold. */
+#define PIECE_COST (sizeof(struct zpiece) + sizeof(struct sf_part) + 16)
+
+/* What a start point holds, the pieces of the map that made it (two at
+ * most, a piece being under TX_Z_PIECE) and their parts included. */
 static uint64_t start_cost(uint32_t wlen)
 {
-	return sizeof(struct tx_zstart) + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16) + wlen;
+	return sizeof(struct tx_zstart) + 2 * PIECE_COST + wlen;
 }
 
 static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
@@ -521,13 +539,32 @@ static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
 	return 0;
 }
 
+static void starts_free(struct tx_zstart *st, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(st[i].win);
+	free(st);
+}
+
+void tx_zseek_put(struct tx_zseek *s)
+{
+	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	starts_free(s->st, s->nst);
+	if (s->charged)
+		sf_cache_uncharge(s->cache, s->charged);
+	free(s);
+}
+
 static void index_free(struct tx_z *z)
 {
 	cur_free(z, z->cur);
 	sf_buf_unref(z->last);
-	for (size_t i = 0; i < z->nst; i++)
-		free(z->st[i].win);
-	free(z->st);
+	if (z->seek)
+		tx_zseek_put(z->seek);
+	else
+		starts_free(z->st, z->nst);
+	z->seek = NULL;
 	free(z->pc);
 	if (z->charged)
 		sf_cache_uncharge(z->cache, z->charged);
@@ -586,12 +623,17 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	return 0;
 }
 
-/* Cuts the stretches between start points into pieces, each a part. */
-static int make_pieces(struct tx_z *z, struct sf_view *v, struct sf_err *e)
+/* Cuts the stretches between start points into pieces, each a part;
+ * `charged`: when the start points' charge (start_cost) did not count
+ * them, since another map's pass made them. */
+static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct sf_err *e)
 {
 	uint64_t n = 0;
 	for (size_t s = 0; s < z->nst; s++)
 		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
+	int rc = charged ? 0 : charge(z, n * PIECE_COST, e);
+	if (rc)
+		return rc;
 	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	for (size_t s = 0; s < z->nst; s++)
@@ -639,33 +681,14 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	return charge(z, cost, e);
 }
 
-int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e)
+/* The pass over the archive: z->st (z->nst start points, then the end),
+ * charged to z. 0, or a negative errno with e set. */
+static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
 {
-	if (!m->read)
-		return 0;
-	struct tx_z *z = m->src;
-	if (z->pc)
-		return 0;
-	z->cache = v->cache;
-	int kept = load_kept(z, e);
-	if (kept < 0) {
-		index_free(z);
-		return kept;
-	}
-	if (!kept) {
-		z->kept = "read from --index-dir";
-		int rc = make_pieces(z, v, e);
-		if (rc) {
-			index_free(z);
-			return rc;
-		}
-		m->size = (size_t)z->st[z->nst].out;
-		return 0;
-	}
 	struct pass ps = { .z = z, .pr = pr };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
-	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
+	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	uint64_t next = 0;
 	if (!rc)
 		rc = charge(z, TX_Z_WINDOW + OUTBUF, e);
@@ -683,7 +706,7 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
 			break;
 		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, 0, 0, 0, &why)))
-			rc = sf_fail(e, rc, "%s: out of memory", m->path);
+			rc = sf_fail(e, rc, "%s: out of memory", z->src->path);
 		/* the cursor's buffer holds the stream's first bytes already */
 	}
 	uint64_t end = ps.c ? ps.c->out : 0;
@@ -696,12 +719,65 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	if (pr)
 		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
 	/* the end, as one more start point */
-	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e))) {
+	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e)))
 		z->nst--;
-		rc = make_pieces(z, v, e);
+	return rc;
+}
+
+/* Hands z's start points and their charge to a seek index of their own,
+ * held by z and, with `shared`, in *shared too. 0 or -ENOMEM. */
+static int publish(struct tx_z *z, struct tx_zseek **shared, struct sf_err *e)
+{
+	struct tx_zseek *s = calloc(1, sizeof *s);
+	if (!s)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	*s = (struct tx_zseek){ .st = z->st, .nst = z->nst, .cache = z->cache, .charged = z->charged,
+				.kept = z->kept };
+	atomic_init(&s->refs, shared ? 2 : 1);
+	z->seek = s;
+	z->charged = 0;
+	if (shared)
+		*shared = s;
+	return 0;
+}
+
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
+	       struct tx_zseek **shared, struct sf_err *e)
+{
+	if (!m->read)
+		return 0;
+	struct tx_z *z = m->src;
+	if (z->pc) {
+		/* made before its walk was shared anew (an idle view's
+		 * index dropped and walked again) */
+		if (shared && !*shared && z->seek) {
+			atomic_fetch_add(&z->seek->refs, 1);
+			*shared = z->seek;
+		}
+		return 0;
 	}
+	z->cache = v->cache;
+	struct tx_zseek *s = shared ? *shared : NULL;
+	int rc = 0;
+	if (s) {
+		/* made by another map of the same file: only the pieces are
+		 * this map's */
+		atomic_fetch_add(&s->refs, 1);
+		z->seek = s;
+		z->st = s->st;
+		z->nst = s->nst;
+		z->kept = s->kept;
+	} else if ((rc = load_kept(z, e)) == 0) {
+		z->kept = "read from --index-dir";
+	} else if (rc > 0) {
+		rc = pass_all(z, pr, e);
+	}
+	if (!rc && !s)
+		rc = publish(z, shared, e);
+	if (!rc)
+		rc = make_pieces(z, v, !s, e);
 	if (!rc) {
-		m->size = (size_t)end;
+		m->size = (size_t)z->st[z->nst].out;
 		return 0;
 	}
 	/* a failed pass leaves nothing: a later use may try again */
@@ -727,6 +803,8 @@ static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_
 	int rc = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
 			       unkeyed, e);
 	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
+	if (z->seek)
+		z->seek->kept = z->kept;
 	return rc;
 }
 
@@ -764,7 +842,7 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
 	if (!rc)
-		rc = tx_z_index(m, v, NULL, e);
+		rc = tx_z_index(m, v, NULL, NULL, e);
 	struct tx_z *z = m ? m->src : NULL;
 	/* a kept file that matches the archive is read, not made again */
 	if (!rc && !z->kept && !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, e)))

@@ -111,12 +111,20 @@ void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf
 /* A map of the tar compressed in src, of the codec its magic bytes name
  * (tx_z_map): 0, or -EINVAL (no such magic) or as sf_map_read with e set. */
 int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e);
+/* A seek index (start points and windows) that the maps of one archive
+ * file share: hard links, a view made anew (tx_walked.c). */
+struct tx_zseek;
 /* Builds m's seek index by one pass over the archive, checking every
  * stream's integrity as it goes, and sets m->size to the decoded size;
  * its pieces become parts of view v, decoded through v's cache, to which
- * the index's memory is charged. 0 at once for a plain map; else 0, or a
- * negative errno with e naming the archive, the byte and what was wrong. */
-int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e);
+ * the index's memory is charged. With `shared` (not NULL), the index in
+ * *shared is taken when there is one (only the pieces are then m's, and
+ * charged), else the one built is put there, a reference for the caller
+ * (tx_zseek_put). 0 at once for a plain map; else 0, or a negative errno
+ * with e naming the archive, the byte and what was wrong. */
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
+	       struct tx_zseek **shared, struct sf_err *e);
+void tx_zseek_put(struct tx_zseek *s);
 /* Appends [off, off + len) of tar m to file n: a span of its mapping, or
  * the decoded pieces holding it. -ENOMEM or 0. */
 int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len);

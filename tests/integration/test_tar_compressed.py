@@ -418,6 +418,31 @@ def test_index_built_ahead_by_the_tool(mount, tmp_path):
     assert not (idx / "plain.tar.gz.zidx").exists()
 
 
+def test_hard_links_share_one_seek_index(mount, tmp_path):
+    """Three names of one .tar.gz (hard links) make one pass over the
+    archive and one walk of the tar, whichever is used first, and all read
+    every member exactly."""
+    bulk = {f"m{i:02d}.txt": os.urandom(256 << 10).hex().encode() for i in range(16)}
+    raw = renaming_tar_bytes(bulk)
+    src = tmp_path / "src"
+    src.mkdir()
+    gz = gzip_bytes(raw, level=1)
+    (src / "a.tar.gz").write_bytes(gz)
+    os.link(src / "a.tar.gz", src / "b.tgz")
+    os.link(src / "a.tar.gz", src / "c.tar.gz")
+    mnt = mount(src)
+    for view in ("b", "a", "c"):
+        assert (mnt / view / "m07.txt").read_bytes() == bulk["m07.txt"], view
+        assert (mnt / view / "a.txt").read_bytes() == b"second a\n", view
+    walk = mount_stats(mnt)["tar_indexing"]
+    # the compressed bytes once (the pass), the tar's once (the walk)
+    assert len(gz) <= walk["bytes_walked"] <= len(gz) + len(raw), (walk, len(gz), len(raw))
+    assert walk["tars_indexed"] == 3 and walk["indexes_held"] == 1, walk
+    infos = [json.loads((mnt / v / ".shardfs" / "info.json").read_text())["compression"]
+             for v in ("a", "b", "c")]
+    assert infos[0]["starts"] >= 3 and infos[0] == infos[1] == infos[2], infos
+
+
 def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
     """A mount that reads the kept seek index of a multi-block xz archive
     (xz -T2, blocks of two pieces) and whose first lookups lie in later
