@@ -9,6 +9,7 @@
 #include "sf_bytes.h"
 #include "sf_hash.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* A string met while indexing (a stem, an extension) and the id it got. */
 struct name {
@@ -88,6 +89,9 @@ struct state {
 	bool noting;
 	struct sf_str unkeyed;
 	uint64_t last;
+	/* The tar is a damaged archive's, cut short (tx_z.c salvage): it
+	 * ends where its last whole entry does. */
+	bool cut;
 };
 
 /* Charged at a time: charges are not made per row. */
@@ -328,6 +332,7 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 	const uint8_t *base;
 	int rc = 0;
 	struct tx_entry en;
+	bool unread = false; /* the entry at pos could not be read */
 	while (!rc && !(rc = tx_entry_read_copy(&w, m, pos, &en, &base, &boff, e))) {
 		const char *why = en.bad;
 		if (!why && en.sparse)
@@ -335,6 +340,7 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		if (why) {
 			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: %s", name,
 				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
+			unread = true;
 			break;
 		}
 		if ((rc = charge_step(st, en.nrec + 1, 0, name, e)))
@@ -367,6 +373,8 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 	tx_window_free(&w);
 	free(path);
 	free(k);
+	if (st->cut && unread)
+		rc = 1;
 	if (rc > 0)
 		rc = st->unkeyed.oom ? sf_fail(e, -ENOMEM, "out of memory") : 0;
 	return rc;
@@ -379,7 +387,10 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 		       struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
 		       struct sf_buf **unkeyed, struct sf_err *e)
 {
-	struct state st = { .progress = walked, .cache = cache, .noting = unkeyed != NULL };
+	struct tx_zinfo zi;
+	tx_z_info(n == 1 ? tars[0] : NULL, &zi);
+	struct state st = { .progress = walked, .cache = cache, .noting = unkeyed != NULL,
+			    .cut = zi.damage != NULL };
 	uint64_t kept = 0;
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {

@@ -54,6 +54,7 @@ struct tx_zseek {
 	struct sf_cache *cache;
 	uint64_t charged;      /* to cache, for st and its windows */
 	const char *kept;      /* what became of it in --index-dir */
+	char *damage;          /* why the archive is cut short, or NULL */
 };
 
 struct tx_z {
@@ -65,6 +66,7 @@ struct tx_z {
 	struct tx_zstart *st;
 	size_t nst;
 	struct tx_zseek *seek;
+	char *damage;          /* the pass's, until published in seek */
 	struct zpiece *pc;     /* npc pieces, then one at the end */
 	size_t npc;
 	struct sf_cache *cache;
@@ -346,6 +348,9 @@ struct pass {
 	uint64_t last;         /* decoded offset of the last start point */
 	size_t cap;
 	struct sf_progress *pr;
+	/* the archive is damaged (cut short, corrupt, garbage after it);
+	 * exact: every byte decoded is right (cut short, garbage after) */
+	bool damaged, exact;
 };
 
 static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
@@ -464,6 +469,8 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 	for (;;) {
 		if (c->pos == c->len) {
 			int rc = cur_fill(z, c, e);
+			if (rc > 0)
+				ps->damaged = ps->exact = true;
 			if (rc)
 				return rc > 0 ? truncated(z, c, e) : rc;
 			if (ps->pr)
@@ -476,6 +483,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		if (c->out + ol < c->out)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
 		c->out += ol;
+		ps->damaged = rc == -EIO || (!il && !ol && !rc);
 		if (rc < 0)
 			return corrupt(z, c, rc, why, e);
 		if (!il && !ol && !rc)
@@ -532,7 +540,8 @@ static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
 	int rc = sf_map_read(z->src, at, have, head, "compressed data", e);
 	if (rc)
 		return rc;
-	if (tx_z_sniff(head, have) != z->codec)
+	ps->damaged = ps->exact = tx_z_sniff(head, have) != z->codec;
+	if (ps->damaged)
 		return sf_fail(e, -EIO, "%s: trailing garbage at byte %llu after the last %s stream",
 			       z->src->path, (unsigned long long)at, tx_z_name(z->codec));
 	*next = at;
@@ -553,6 +562,7 @@ void tx_zseek_put(struct tx_zseek *s)
 	starts_free(s->st, s->nst);
 	if (s->charged)
 		sf_cache_uncharge(s->cache, s->charged);
+	free(s->damage);
 	free(s);
 }
 
@@ -565,6 +575,8 @@ static void index_free(struct tx_z *z)
 	else
 		starts_free(z->st, z->nst);
 	z->seek = NULL;
+	free(z->damage);
+	z->damage = NULL;
 	free(z->pc);
 	if (z->charged)
 		sf_cache_uncharge(z->cache, z->charged);
@@ -681,6 +693,43 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	return charge(z, cost, e);
 }
 
+/* A damaged archive keeps what lies before the damage, so that the
+ * members wholly before it still read exactly: every byte decoded when
+ * the archive was cut short or garbage follows its last stream, else the
+ * streams before the one that failed (where in it the damage lies is not
+ * known: its check covers it whole). *end is where the decoded tar then
+ * ends; the reason (e's message) is kept for verify and errors. 0, or
+ * -ENOMEM. */
+static int salvage(struct pass *ps, uint64_t *end, struct sf_err *e)
+{
+	struct tx_z *z = ps->z;
+	if (!ps->exact) {
+		/* back to the start of the stream that failed: a gzip
+		 * member's points inside it and xz blocks are no starts */
+		size_t k = z->nst;
+		while (k > 1 && (z->st[k - 1].wlen || z->st[k - 1].block))
+			k--;
+		k--;
+		*end = z->st[k].out;
+		for (size_t i = k; i < z->nst; i++) {
+			uint64_t cost = start_cost(z->st[i].wlen);
+			free(z->st[i].win);
+			z->st[i].win = NULL;
+			if (z->cache->charge) {
+				sf_cache_uncharge(z->cache, cost);
+				z->charged -= cost;
+			}
+		}
+		z->nst = k;
+	}
+	if (asprintf(&z->damage, "%s: the view shows the members that end before decoded byte %llu",
+		     e->msg, (unsigned long long)*end) < 0) {
+		z->damage = NULL;
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	}
+	return 0;
+}
+
 /* The pass over the archive: z->st (z->nst start points, then the end),
  * charged to z. 0, or a negative errno with e set. */
 static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
@@ -718,6 +767,8 @@ static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
 		z->charged -= TX_Z_WINDOW + OUTBUF;
 	if (pr)
 		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
+	if (rc == -EIO && ps.damaged)
+		rc = salvage(&ps, &end, e);
 	/* the end, as one more start point */
 	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e)))
 		z->nst--;
@@ -732,7 +783,8 @@ static int publish(struct tx_z *z, struct tx_zseek **shared, struct sf_err *e)
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	*s = (struct tx_zseek){ .st = z->st, .nst = z->nst, .cache = z->cache, .charged = z->charged,
-				.kept = z->kept };
+				.kept = z->kept, .damage = z->damage };
+	z->damage = NULL;
 	atomic_init(&s->refs, shared ? 2 : 1);
 	z->seek = s;
 	z->charged = 0;
@@ -774,6 +826,8 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 	}
 	if (!rc && !s)
 		rc = publish(z, shared, e);
+	if (!rc && !s && z->seek->damage)
+		sf_view_warn(v, "%s", z->seek->damage);
 	if (!rc)
 		rc = make_pieces(z, v, !s, e);
 	if (!rc) {
@@ -813,7 +867,7 @@ void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	struct sf_err e;
-	if (z && z->keepfd >= 0 && !z->kept && keep_now(z, tarix, unkeyed, &e))
+	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, &e))
 		sf_view_warn(v, "%s", e.msg);
 }
 
@@ -844,6 +898,8 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	if (!rc)
 		rc = tx_z_index(m, v, NULL, NULL, e);
 	struct tx_z *z = m ? m->src : NULL;
+	if (!rc && z->seek->damage)
+		rc = sf_fail(e, -EIO, "%s", z->seek->damage);
 	/* a kept file that matches the archive is read, not made again */
 	if (!rc && !z->kept && !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, e)))
 		rc = keep_now(z, tarix, unkeyed, e);
@@ -867,5 +923,6 @@ void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 	for (size_t i = 0; i < z->nst; i++)
 		wins += z->st[i].wlen;
 	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
-				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept };
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept,
+				  z->seek ? z->seek->damage : NULL };
 }

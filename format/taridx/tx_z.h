@@ -134,6 +134,9 @@ struct tx_zinfo {
 	enum tx_zcodec codec;
 	uint64_t compressed, starts, pieces, index_bytes;
 	const char *kept; /* what became of it in --index-dir, or NULL */
+	/* why the archive was cut short (its decoded tar ends before the
+	 * damage, tx_z.c salvage), or NULL */
+	const char *damage;
 };
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out);
 /* Builds the seek index of the compressed tar src and the tar's index (the
