@@ -5,7 +5,8 @@ at test time by GNU tar with each compressor (and the parallel ones: pigz,
 pbzip2, xz -T2, zstd -T2), bsdtar and Python's tarfile, and every member read
 through the mount must equal what tarfile extracts from the archive (from
 `zstd -dc` / `lz4 -dc` of it for the codecs tarfile does not know). Damaged
-archives fail with a reason and never take the mount down."""
+archives show the members wholly before the damage, say why, and never take
+the mount down."""
 import errno
 import json
 import os
