@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* --io-uring: FUSE over io_uring when the kernel allows it, always, never */
+/* --io-uring: FUSE over io_uring when the kernel allows it, always, never
+ * (the default: docs/performance.md) */
 enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
 
 struct options {

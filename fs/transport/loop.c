@@ -41,8 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "stats.h"
-
 #define WATCH_NS 10000000u   /* 10 ms */
 #define MUST_QUICK_NS 100000000u /* 100 ms */
 #define IDLE_NS 1000000000u  /* 1 s */
@@ -376,7 +374,7 @@ static int device_take(void *src, struct loop_slot *s)
 static void device_serve(void *src, struct loop_slot *s)
 {
 	struct device *d = src;
-	stat_add(d->taken, 1);
+	atomic_fetch_add_explicit(d->taken, 1, memory_order_relaxed);
 	fuse_session_process_buf(d->se, &s->fb);
 }
 

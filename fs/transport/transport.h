@@ -15,18 +15,18 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-#include "options.h"
+#include "host.h"
 
-struct stats;
 struct uring;
 
-/* The daemon's (fs/daemon.h): the session's userdata, which libfuse hands
- * to our device reads and writes, is the daemon. */
+/* The session's userdata (what fuse_session_new was given) must begin with
+ * its struct transport: libfuse hands our device reads and writes only
+ * that userdata. */
 struct transport {
-	enum io_uring_mode mode;
+	bool uring_required;       /* a refusal of io_uring ends the mount */
 	bool hooked;               /* we own the device's reads and writes */
 	struct fuse_session *se;
-	struct stats *stats;       /* names the transport, logs problems */
+	const struct transport_host *host;
 	unsigned threads;
 	atomic_bool init_pending;  /* INIT read, its reply not yet written */
 	uint64_t init_unique;
@@ -35,14 +35,16 @@ struct transport {
 	bool failed;               /* the mount ended: io_uring refused */
 };
 
-/* Before mounting: whether io_uring will be tried. With --io-uring on a
- * refusal (the kernel's switch is off, io_uring is disabled...) is an
- * error: returns -1 with the reason in `why`. */
-int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n);
+/* Before mounting: whether io_uring will be tried (`want`: --io-uring on
+ * or auto). When it is `required` (on), a refusal (the kernel's switch is
+ * off, io_uring is disabled...) is an error: returns -1 with the reason in
+ * `why`. */
+int transport_check(struct transport *t, bool want, bool required, char *why, size_t n);
 /* Once mounted, before the session runs: takes over the device's reads and
- * writes when io_uring will be tried. Returns 0 or -1. */
+ * writes when io_uring will be tried. `host` must outlive the session.
+ * Returns 0 or -1. */
 int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
-		     struct stats *stats);
+		     const struct transport_host *host);
 /* Serves the session until it ends (loop.c on the device, and the
  * io_uring queues once the kernel accepted them), then stops the queues.
  * Prints what failed; returns 0 or 1. */
