@@ -293,7 +293,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
-		 * refused before decoding */
+		 * failed before decoding */
 		uint64_t unknown = SF_SIZE_UNKNOWN;
 		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
 		rc = too_big(c, part, buf->len, err);

@@ -46,7 +46,7 @@ struct sf_open_args {
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
  * "../manifest.json"), beneath a->topfd: a symlink on the way, a path
- * leading above the top, or anything but a regular file is refused with
+ * leading above the top, or anything but a regular file fails with
  * e->msg saying so. */
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
 		  struct sf_err *e);

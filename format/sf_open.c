@@ -47,7 +47,7 @@ bool sf_same_mount(int a, int b)
 }
 
 /* Opens component `comp` of directory `dir` as an O_PATH descriptor,
- * refusing one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
+ * failing on one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
 static int step(int dir, const char *comp, const struct place *top, struct place *p)
 {
 	int fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -167,8 +167,8 @@ static const char *type_name(mode_t m)
 	       S_ISLNK(m) ? "a symlink" : "not a regular file";
 }
 
-/* The message for an open refused or failed (rc), `m` the type seen. */
-static int refused(struct sf_err *e, int rc, const char *shown, mode_t m)
+/* The message for an open not done or failed (rc), `m` the type seen. */
+static int not_opened(struct sf_err *e, int rc, const char *shown, mode_t m)
 {
 	if (m)
 		return sf_fail(e, rc, "%s: %s, not a regular file: not opened", shown, type_name(m));
@@ -185,38 +185,38 @@ int sf_open_beneath(int top, const char *path, enum sf_want want, const char *sh
 		    struct sf_err *e)
 {
 	if (want == SF_WANT_DIR) {
-		/* O_DIRECTORY refuses anything else before opening it */
+		/* O_DIRECTORY fails on anything else before opening it */
 		int fd = resolve(top, path, O_RDONLY | O_DIRECTORY);
 		struct stat st;
 		if (fd == -ENOTDIR && sf_lstat_beneath(top, path, &st) == 0 && S_ISLNK(st.st_mode))
 			fd = -ELOOP; /* the directory itself is a symlink: say so */
-		return fd >= 0 ? fd : refused(e, fd, shown, 0);
+		return fd >= 0 ? fd : not_opened(e, fd, shown, 0);
 	}
 	int fd = resolve(top, path, O_PATH);
 	if (fd < 0)
-		return refused(e, fd, shown, 0);
+		return not_opened(e, fd, shown, 0);
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		int rc = -errno;
 		close(fd);
-		return refused(e, rc, shown, 0);
+		return not_opened(e, rc, shown, 0);
 	}
 	if (want == SF_WANT_ENTRY)
 		return fd;
 	close(fd);
 	if (!S_ISREG(st.st_mode))
-		return refused(e, S_ISDIR(st.st_mode) ? -EISDIR : S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL,
+		return not_opened(e, S_ISDIR(st.st_mode) ? -EISDIR : S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL,
 			       shown, st.st_mode);
 	/* The entry may be replaced between the look and the open: O_NONBLOCK
 	 * keeps a FIFO put in its place from blocking, and the type is checked
 	 * again on what was opened. */
 	fd = resolve(top, path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return refused(e, fd, shown, 0);
+		return not_opened(e, fd, shown, 0);
 	int rc = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
 	if (rc) {
 		close(fd);
-		return refused(e, rc, shown, rc == -EINVAL ? st.st_mode : 0);
+		return not_opened(e, rc, shown, rc == -EINVAL ? st.st_mode : 0);
 	}
 	return fd;
 }

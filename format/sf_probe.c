@@ -10,7 +10,7 @@
  * the reads and closes go in one submission, and the reads of files not in
  * the page cache wait for the disk side by side. Two threads take batches
  * in turn. A file that fails anywhere in a batch is checked again alone, so
- * that every refusal is said in the same words (docs/performance.md, lever
+ * that every failure is said in the same words (docs/performance.md, lever
  * 15). */
 #include "sf_format.h"
 

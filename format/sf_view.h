@@ -75,8 +75,8 @@ struct sf_cache {
 		      struct sf_err *e);
 	void (*uncharge)(struct sf_cache *c, uint64_t bytes);
 	/* Counts the times the cache gave memory back (0 in a cache without
-	 * charges): a charge refused for lack of room is not tried again
-	 * before it changes, so that a refusal costs no wait. */
+	 * charges): a charge that failed for lack of room is not tried again
+	 * before it changes, so that such a failure costs no wait. */
 	_Atomic uint64_t freed;
 };
 extern struct sf_cache sf_nocache;
@@ -258,7 +258,7 @@ struct sf_view {
 	atomic_size_t nwarnings;
 	atomic_size_t nreported;  /* the host's: warnings it has passed on */
 	/* sf_map_changes() when no mapping of the view had changed
-	 * (sf_view_refused looks again only when it has moved on) */
+	 * (sf_view_failed_by_change looks again only when it has moved on) */
 	_Atomic uint64_t intact_at;
 	/* Lookups of stored members between drops of the mappings' pages from
 	 * the page tables (sf_map_drop_pages; a fold's listing and lookups

@@ -131,7 +131,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* Whether the caller may read what shows `st`. Its other groups are read
  * from /proc by libfuse; when they cannot be (the caller gone), only its
- * own group counts: refusing rather than guessing. */
+ * own group counts: denying rather than guessing. */
 static bool caller_may_read(fuse_req_t req, const struct stat *st)
 {
 	const struct fuse_ctx *c = fuse_req_ctx(req);

@@ -98,9 +98,9 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
 	/* the container's version: a chown, chgrp or chmod changes neither
 	 * its directory nor its mtime, and its view shows its owner, group
 	 * and mode */
-	bool refused = !listing_container_now(dm, dir, e);
+	bool changed = !listing_container_now(dm, dir, e);
 	/* a view not opened yet (only checked) has nothing else to go stale */
-	struct sf_view *v = refused ? NULL : openviews_get(&dm->views, &e->open, false);
+	struct sf_view *v = changed ? NULL : openviews_get(&dm->views, &e->open, false);
 	if (v) {
 		/* the container itself is checked (one fstat); a change found
 		 * by reads (a fold's tar) is remembered. A check that fails
@@ -108,16 +108,16 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
 		 * its reads fail until the source is back. */
 		if (sf_view_source(v))
 			sf_map_check(sf_view_source(v), &err);
-		refused = sf_view_refused(v, &err);
+		changed = sf_view_failed_by_change(v, &err);
 		/* a file it reads besides its container (a fold's shard, a
 		 * manifest) given another owner, group or mode: its mode is
 		 * narrowed anew by a new view, opened when entered next */
-		bool narrowed = !refused && !access_unchanged(v);
+		bool narrowed = !changed && !access_unchanged(v);
 		sf_view_unref(v);
 		if (narrowed)
 			openviews_drop(&dm->views, (struct vopen **)&e->open);
 	}
-	if (!refused)
+	if (!changed)
 		return e;
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);

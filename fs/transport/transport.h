@@ -32,11 +32,11 @@ struct transport {
 	uint64_t init_unique;
 	bool offered;              /* the kernel offered io_uring at INIT */
 	struct uring *u;           /* the queues, once registered */
-	bool failed;               /* the mount ended: io_uring refused */
+	bool failed;               /* the mount ended: io_uring not taken */
 };
 
 /* Before mounting: whether io_uring will be tried. With --io-uring on a
- * refusal (the kernel's switch is off, io_uring is disabled...) is an
+ * failure to take it (the kernel's switch is off, io_uring is disabled...) is an
  * error: returns -1 with the reason in `why`. */
 int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n);
 /* Once mounted, before the session runs: takes over the device's reads and
