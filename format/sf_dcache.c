@@ -314,7 +314,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 }
 
 /* Shorter than a request takes to count as stuck at the source (STUCK_NS,
- * fs/stall.h): a charge waiting for room never makes the request pool
+ * fs/section.h): a charge waiting for room never makes the request pool
  * refuse other users' requests. */
 #define CHARGE_WAIT_NS 500000000ull /* 0.5 s */
 

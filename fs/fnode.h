@@ -93,11 +93,11 @@ struct ftree {
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
-	/* The sections at the source (fs/stall.h) that freeing nodes which
+	/* The sections at the source (fs/section.h) that freeing nodes which
 	 * may close SRC files runs in (NULL: none). Only those: a burst of
 	 * FORGETs of nodes holding nothing stays out of the count that grows
 	 * the request pool. */
-	struct waits *waits;
+	struct sections *sections;
 	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 

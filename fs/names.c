@@ -108,7 +108,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 			   VIEW_TIMEOUT);
 		return;
 	}
-	if (!src_begin(req, "lookup", dir->rel, name))
+	if (!section_begin(req, "lookup", dir->rel, name))
 		return;
 	watch_dir(&dm->watch, dir);
 	struct listing *l = NULL;
@@ -121,7 +121,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, SRC_TIMEOUT);
 	else
 		reply_entry(req, n, SRC_TIMEOUT);
-	src_end(dm);
+	section_end(dm);
 }
 
 /* Answers a lookup in view directory dir with what it found: kid (pinned,
@@ -182,10 +182,10 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 		return;
 	}
 	char pb[FNODE_PATH_MAX];
-	if (!src_begin(req, "lookup", node_path(dir, pb), name))
+	if (!section_begin(req, "lookup", node_path(dir, pb), name))
 		return;
 	look_in_view(req, dir, name);
-	src_end(dm);
+	section_end(dm);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)

@@ -57,7 +57,7 @@ struct loop {
 	bool watching;         /* a waiting thread keeps watch */
 	uint64_t last_take;    /* when the last request was taken */
 	unsigned threads, idle;
-	/* threads in a section at the source (fs/stall.h): beyond
+	/* threads in a section at the source (fs/section.h): beyond
 	 * max_threads, the pool grows by as many as the source holds, up to
 	 * ceiling, so that requests needing no source find a thread */
 	unsigned at_src, ceiling;
@@ -223,7 +223,7 @@ void loop_hand_off(void)
 	pthread_mutex_unlock(&l->lock);
 }
 
-int transport_src_enter(bool may_refuse)
+int transport_section_open(bool may_refuse)
 {
 	struct loop *l = home;
 	if (!l)
@@ -261,7 +261,7 @@ int transport_src_enter(bool may_refuse)
 	return 0;
 }
 
-void transport_src_leave(void)
+void transport_section_close(void)
 {
 	struct loop *l = home;
 	if (!l)

@@ -60,16 +60,16 @@ void transport_hand_off(void);
  * waiting the same way. */
 bool transport_may_store(void);
 
-/* A request thread enters or leaves a section at the source (fs/stall.h).
+/* A request thread opens or closes a section at the source (fs/section.h).
  * A pool of `threads` lets the source hold up to twice as many, starting
  * threads beyond `threads` as needed, and always keeps two for requests
- * that need no source: entering returns -EAGAIN when `may_refuse` and only
- * those are left (fs/stall.c then refuses the request if one is stuck at
- * the source, else enters without refusal), and -EBUSY when only the last
+ * that need no source: opening returns -EAGAIN when `may_refuse` and only
+ * those are left (fs/section.c then refuses the request if one is stuck at
+ * the source, else opens it without refusal), and -EBUSY when only the last
  * is left (refused: a burst in the second before anything counts as stuck
  * must not take every thread). Does nothing outside the loop (main.c
- * hands these to fs/stall.c). */
-int transport_src_enter(bool may_refuse);
-void transport_src_leave(void);
+ * hands these to fs/section.c). */
+int transport_section_open(bool may_refuse);
+void transport_section_close(void);
 
 #endif
