@@ -94,7 +94,7 @@ static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char
 	if (kind == SF_DIR) {
 		n->u.dir.populated = true;
 		/* one made by lazy work may still be filled by it */
-		n->u.dir.settled = !v->working;
+		n->u.dir.complete = !v->working;
 	}
 	else if (kind == SF_FILE)
 		n->u.file.built = true;
@@ -123,7 +123,7 @@ static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 	return sf_hash_get(&d->index, name_hash(name), kid_named, name);
 }
 
-/* Under the names lock: a find of a settled directory reads it there. */
+/* Under the names lock: a find of a complete directory reads it there. */
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
 {
 	struct sf_dir *d = &dir->u.dir;
@@ -557,7 +557,7 @@ void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg)
 {
 	dir->u.dir.populate = fn;
 	dir->u.dir.populated = false;
-	dir->u.dir.settled = false;
+	dir->u.dir.complete = false;
 	dir->arg = arg;
 }
 
@@ -942,11 +942,11 @@ static void work_begin(struct sf_view *v)
 }
 
 /* Ends it; `dir` (may be NULL), found populated with no lazy work running,
- * is settled: nothing will add to it, so finds read it without a turn. */
+ * is complete: nothing will add to it, so finds read it without a turn. */
 static void work_end(struct sf_view *v, struct sf_node *dir)
 {
 	if (dir && sf_dir_is_populated(dir))
-		atomic_store(&dir->u.dir.settled, true);
+		atomic_store(&dir->u.dir.complete, true);
 	pthread_mutex_lock(&v->names_lock);
 	v->working = false;
 	pthread_cond_signal(&v->turn);
@@ -955,7 +955,7 @@ static void work_end(struct sf_view *v, struct sf_node *dir)
 
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 {
-	if (dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled))
+	if (dir->kind == SF_DIR && atomic_load(&dir->u.dir.complete))
 		return 0;
 	work_begin(dir->view);
 	int rc = sf_dir_ready_held(dir, e);
@@ -963,10 +963,10 @@ int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 	return rc;
 }
 
-/* A find in a settled directory, under the names lock only (lazy work
+/* A find in a complete directory, under the names lock only (lazy work
  * elsewhere in the view may wait on the source): false when it needs
  * an on-demand node made, which reads the container. */
-static bool find_settled(struct sf_node *dir, const char *name, struct sf_node **out)
+static bool find_complete(struct sf_node *dir, const char *name, struct sf_node **out)
 {
 	struct sf_view *v = dir->view;
 	pthread_mutex_lock(&v->names_lock);
@@ -981,7 +981,7 @@ static bool find_settled(struct sf_node *dir, const char *name, struct sf_node *
 int sf_dir_find_known(struct sf_node *dir, const char *name, struct sf_node **out)
 {
 	*out = NULL;
-	return dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out);
+	return dir->kind == SF_DIR && atomic_load(&dir->u.dir.complete) && find_complete(dir, name, out);
 }
 
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
@@ -991,7 +991,7 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
 	int rc = 0;
 	*out = NULL;
-	if (atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out))
+	if (atomic_load(&dir->u.dir.complete) && find_complete(dir, name, out))
 		return 0;
 	work_begin(dir->view);
 	struct sf_node *hit = NULL;
@@ -1141,9 +1141,9 @@ bool sf_dir_is_populated(const struct sf_node *dir)
 	return atomic_load(&((struct sf_node *)dir)->u.dir.populated);
 }
 
-bool sf_dir_is_settled(const struct sf_node *dir)
+bool sf_dir_is_complete(const struct sf_node *dir)
 {
-	return atomic_load(&((struct sf_node *)dir)->u.dir.settled);
+	return atomic_load(&((struct sf_node *)dir)->u.dir.complete);
 }
 
 bool sf_dir_has_lookup(const struct sf_node *dir)
@@ -1201,7 +1201,7 @@ int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
 	while (*path == '/')
 		path++;
 	if (root->kind != SF_DIR || !root->u.dir.locate || !*path || strchr(path, '/') ||
-	    strcmp(path, ".") == 0 || atomic_load(&root->u.dir.settled))
+	    strcmp(path, ".") == 0 || atomic_load(&root->u.dir.complete))
 		return SF_LOOKUP_LIST;
 	work_begin(v);
 	/* a listing, even one under way, names the entries from then on */

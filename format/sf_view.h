@@ -11,7 +11,7 @@
  * directory, building a file's extents, making an on-demand node) runs
  * once, in the view's turn: one thread at a time, holding no lock (it reads
  * the container, so it may wait on the source), the others waiting for the
- * turn on a condition. What needs no lazy work (a find in a settled
+ * turn on a condition. What needs no lazy work (a find in a complete
  * directory of a name whose node exists, or of no name, the pins and hosts
  * of on-demand nodes, the warnings) takes only the short names lock, never
  * the turn: it answers while lazy work of the same view waits on the
@@ -174,7 +174,7 @@ struct sf_dir {
 	/* populated, and found so with no lazy work running: nothing adds to
 	 * it any more (a directory made by lazy work may be filled by it
 	 * after being made, and a populate may set `populated` first) */
-	atomic_bool settled;
+	atomic_bool complete;
 	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
 	struct sf_lazy *lazy;
 };
@@ -408,7 +408,7 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
  * first). *out is NULL if absent. */
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
-/* What sf_dir_find answers from what a settled directory already holds:
+/* What sf_dir_find answers from what a complete directory already holds:
  * 1 with *out (pinned as sf_dir_find pins it, or NULL: no such name), or 0
  * when the answer needs lazy work (then only sf_dir_find answers). Takes
  * the names lock only: it never waits on lazy work, nor on the source. */
@@ -472,9 +472,9 @@ void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *
 /* Whether a directory's entries are all known (never lazy, or populated):
  * a find or a listing then does no work for the format. */
 bool sf_dir_is_populated(const struct sf_node *dir);
-/* Whether it is populated with no lazy work running (sf_dir.settled): a
+/* Whether it is populated with no lazy work running (sf_dir.complete): a
  * listing of it then takes no turn, and never waits on the source. */
-bool sf_dir_is_settled(const struct sf_node *dir);
+bool sf_dir_is_complete(const struct sf_node *dir);
 /* Whether a lazy directory answers a find through a lookup hook instead of
  * populating itself. */
 bool sf_dir_has_lookup(const struct sf_node *dir);

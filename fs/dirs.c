@@ -132,12 +132,12 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
-	/* a view's directory it holds settled is snapshot from memory: no
+	/* a view's directory it holds complete is snapshot from memory: no
 	 * section at the source, so that it opens while the source holds every
 	 * thread the pool gives it (as a lookup of a name it holds) */
 	struct sf_node *vn = fnode_vn(n);
 	bool src = n->kind == FK_SRC_DIR ||
-		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_settled(vn)));
+		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_complete(vn)));
 	char pb[FNODE_PATH_MAX];
 	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
 		snap_free(s);
