@@ -33,10 +33,10 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
-	/* The container lies apart from the files it reads (a fold's index in
+	/* The container lies in another directory than the files it reads (a fold's index in
 	 * the daemon's --index-dir, its shards in dirrel): the format checks
 	 * that it matches them before it shows anything. */
-	bool apart;
+	bool other_dir;
 	/* A directory where the format may keep what it derives from the
 	 * container (sf_format.keeps: the daemon's --index-dir beside it),
 	 * when has_keepdir; valid during the open only. */

@@ -37,7 +37,7 @@ static void listing_free(struct listing *l)
 	}
 	sf_strs_free(&l->names);
 	sf_big_free(l->stats);
-	indexdir_free(&l->apart);
+	indexdir_free(&l->index_dir);
 	sf_big_free(l->e);
 	free(l);
 }
@@ -82,7 +82,7 @@ bool listing_container_now(struct daemon *dm, const struct fnode *dir, const str
 {
 	char *path = sf_path_join(dir->rel, e->file);
 	struct stat st;
-	bool same = path && (e->apart ? indexdir_lstat(dm, dir->rel, e->file, &st) :
+	bool same = path && (e->in_index_dir ? indexdir_lstat(dm, dir->rel, e->file, &st) :
 			     sf_lstat_beneath(dm->src_fd, path, &st)) == 0 && same_version(e->st, &st);
 	free(path);
 	return same;
@@ -198,25 +198,25 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 	return true;
 }
 
-/* Maps container `name` (of dirfd, or `apart` in --index-dir) and opens
+/* Maps container `name` (of dirfd, or `in_index_dir`: in --index-dir) and opens
  * its view into *v. */
 static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
-		     const char *name, const char *path, char **names, size_t nnames, bool apart,
+		     const char *name, const char *path, char **names, size_t nnames, bool in_index_dir,
 		     struct sf_view **v, struct sf_err *e)
 {
 	struct sf_map *map = NULL;
-	int fd = apart ? indexdir_open(dm, rel) : dirfd;
+	int fd = in_index_dir ? indexdir_open(dm, rel) : dirfd;
 	int rc = fd < 0 ? sf_fail(e, fd, "%s: its directory in --index-dir cannot be opened", path) :
 		 sf_map_beneath(fd, name, path, &map, e);
-	if (apart && fd >= 0)
+	if (in_index_dir && fd >= 0)
 		close(fd);
 	if (rc == 0) {
 		/* a format that keeps what it derives keeps it in --index-dir */
-		int keep = !apart && f->keeps && dm->index_fd >= 0 ? indexdir_keep(dm, rel) : -1;
+		int keep = !in_index_dir && f->keeps && dm->index_fd >= 0 ? indexdir_keep(dm, rel) : -1;
 		struct sf_open_args a = {
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
-			.apart = apart, .has_keepdir = keep >= 0, .keepdir = keep,
+			.other_dir = in_index_dir, .has_keepdir = keep >= 0, .keepdir = keep,
 		};
 		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
@@ -231,17 +231,17 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
  * short of descriptors or memory gets none, and sets *retry (if given). */
 static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
 				      const char *rel, const char *name, char **names,
-				      size_t nnames, bool checked, bool apart, atomic_bool *retry)
+				      size_t nnames, bool checked, bool in_index_dir, atomic_bool *retry)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
 		return NULL;
 	struct sf_err e = { { 0 } };
 	struct sf_view *v = NULL;
-	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
+	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, in_index_dir, &v, &e);
 	/* once more after the views nobody uses are closed */
 	if (openviews_short(rc) && openviews_reclaim(&dm->views))
-		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
+		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, in_index_dir, &v, &e);
 	struct stat st;
 	if (openviews_short(rc)) {
 		/* not the file's fault: no failed view is kept, the next entry
@@ -478,7 +478,7 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 			/* the names of SRC and of its indexes in --index-dir */
 			size_t nc = l->nsrc;
 			const char *const *cover = !siblings(l, names) ? NULL :
-						   l->apart.n ? indexdir_cover(&l->apart, *names, l->nsrc, &nc) :
+						   l->index_dir.n ? indexdir_cover(&l->index_dir, *names, l->nsrc, &nc) :
 						   (const char *const *)*names;
 			if (!cover)
 				return -ENOMEM;
@@ -547,15 +547,15 @@ static size_t room_for(off_t size)
 
 /* The views of the folds whose indexes lie in --index-dir (after SRC's
  * own: a SRC entry's name or view takes a name first, and an index beside
- * its tars is read instead of one apart), each checked as a listing checks
+ * its tars is read instead of one in --index-dir), each checked as a listing checks
  * a container. */
-static int place_apart(struct daemon *dm, const char *rel, struct listing *l, size_t *cap,
+static int place_from_index_dir(struct daemon *dm, const char *rel, struct listing *l, size_t *cap,
 		       struct sf_ids *taken_names)
 {
-	int fd = l->apart.n ? indexdir_open(dm, rel) : -1;
+	int fd = l->index_dir.n ? indexdir_open(dm, rel) : -1;
 	int rc = 0;
-	for (size_t i = 0; fd >= 0 && rc == 0 && i < l->apart.n; i++) {
-		struct apart_index *ix = &l->apart.ix[i];
+	for (size_t i = 0; fd >= 0 && rc == 0 && i < l->index_dir.n; i++) {
+		struct dir_index *ix = &l->index_dir.ix[i];
 		const struct sf_format *f = claim(rel, ix->name);
 		bool clash;
 		char *vname;
@@ -571,7 +571,7 @@ static int place_apart(struct daemon *dm, const char *rel, struct listing *l, si
 							   : "no view: out of memory");
 		else if (!crc) {
 			struct lentry x = { .name = vname, .fmt = f, .st = &ix->st, .file = ix->name,
-					    .type = DT_DIR, .apart = true };
+					    .type = DT_DIR, .in_index_dir = true };
 			if (!(rc = push(l, cap, x)))
 				rc = sf_ids_put(taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
 		}
@@ -592,14 +592,14 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	if (rc)
 		return rc;
 	size_t nsrc = l->nsrc = l->n;
-	if (dm->index_fd >= 0 && (rc = indexdir_find(dm, rel, &l->apart)))
+	if (dm->index_fd >= 0 && (rc = indexdir_find(dm, rel, &l->index_dir)))
 		return rc;
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
 	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl, &names) : -ENOMEM;
 	/* the names taken: every SRC entry's, and room for a view a container */
-	size_t views = k < 0 ? 0 : (size_t)k + l->apart.n;
+	size_t views = k < 0 ? 0 : (size_t)k + l->index_dir.n;
 	if (k < 0 || (views > 0 && sf_ids_reset(&taken_names, nsrc + views)))
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && views > 0 && i < nsrc; i++)
@@ -647,11 +647,11 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 		}
 	}
 	if (rc == 0)
-		rc = place_apart(dm, rel, l, &cap, &taken_names);
+		rc = place_from_index_dir(dm, rel, l, &cap, &taken_names);
 	free(names);
 	sf_big_free(cl);
 	sf_ids_free(&taken_names);
-	/* the views follow the SRC entries, sorted apart: named after their
+	/* the views follow the SRC entries, sorted on their own: named after their
 	 * files, they mostly come in order already */
 	if (rc == 0 && !in_order(l->e + nsrc, l->n - nsrc))
 		qsort(l->e + nsrc, l->n - nsrc, sizeof *l->e, cmp_entry);
@@ -1031,7 +1031,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, e->apart,
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, e->in_index_dir,
 					   NULL);
 		free(names);
 		if (v)

@@ -37,7 +37,7 @@ struct lentry {
 	char *file;
 	struct stat *st;
 	ino_t ino;              /* a SRC entry's, as its directory gives it */
-	bool apart;             /* its container is an index in --index-dir */
+	bool in_index_dir;      /* its container is an index in --index-dir */
 };
 
 struct listing {
@@ -61,8 +61,8 @@ struct listing {
 	 * listing's entries own theirs. */
 	struct sf_strs names;
 	struct stat *stats;
-	/* the indexes in --index-dir its apart views stand for (names, stats) */
-	struct apart apart;
+	/* the indexes in --index-dir its views of them stand for (names, stats) */
+	struct dir_indexes index_dir;
 };
 
 /* What the daemon's SRC directories' listings share (struct daemon): the

@@ -84,7 +84,7 @@ def test_fold_read_through_an_index_elsewhere(mount, dataset):
 
 def test_an_index_beside_its_tars_wins(mount, dataset):
     src, idx = dataset
-    # the one apart is stale (a shard changed after it), the one beside is not
+    # the one in IDX is stale (a shard changed after it), the one beside is not
     time.sleep(0.01)
     os.utime(src / "data" / "train_0001.tar")
     subprocess.run([str(TOOLS / "shardfs-taridx"), "--quiet", str(src / "data"), "train"], check=True)
