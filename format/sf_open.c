@@ -16,44 +16,44 @@
 /* Where an opened entry lies: its mount's id where the kernel gives one
  * (Linux 5.8 on), else its device. Asked without its filesystem being
  * asked (AT_STATX_DONT_SYNC): that filesystem may be this very mount. */
-struct place {
+struct where {
 	bool has_mnt;
 	uint64_t mnt;
 	dev_t dev;
 	mode_t mode;
 };
 
-static int place_of(int fd, struct place *p)
+static int where_of(int fd, struct where *p)
 {
 	struct statx sx;
 	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC,
 		  STATX_TYPE | STATX_MNT_ID, &sx) < 0)
 		return -errno;
-	*p = (struct place){ .has_mnt = sx.stx_mask & STATX_MNT_ID, .mnt = sx.stx_mnt_id,
-			     .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
-			     .mode = sx.stx_mode };
+	*p = (struct where){ .has_mnt = sx.stx_mask & STATX_MNT_ID, .mnt = sx.stx_mnt_id,
+			    .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
+			    .mode = sx.stx_mode };
 	return 0;
 }
 
-static bool same_mount(const struct place *a, const struct place *b)
+static bool same_mount(const struct where *a, const struct where *b)
 {
 	return a->has_mnt && b->has_mnt ? a->mnt == b->mnt : a->dev == b->dev;
 }
 
 bool sf_same_mount(int a, int b)
 {
-	struct place pa = { 0 }, pb = { 0 };
-	return place_of(a, &pa) == 0 && place_of(b, &pb) == 0 && same_mount(&pa, &pb);
+	struct where pa = { 0 }, pb = { 0 };
+	return where_of(a, &pa) == 0 && where_of(b, &pb) == 0 && same_mount(&pa, &pb);
 }
 
 /* Opens component `comp` of directory `dir` as an O_PATH descriptor,
  * failing on one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
-static int step(int dir, const char *comp, const struct place *top, struct place *p)
+static int step(int dir, const char *comp, const struct where *top, struct where *p)
 {
 	int fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	int rc = place_of(fd, p);
+	int rc = where_of(fd, p);
 	if (rc == 0 && !same_mount(p, top))
 		rc = -EXDEV;
 	if (rc) {
@@ -69,8 +69,8 @@ int sf_open_walk(int top, const char *path, int flags)
 		return -EXDEV;
 	if (!path[0])
 		return -ENOENT;
-	struct place at_top = { 0 }, p = { 0 };
-	int rc = place_of(top, &at_top);
+	struct where at_top = { 0 }, p = { 0 };
+	int rc = where_of(top, &at_top);
 	if (rc)
 		return rc;
 	char *s = strdup(path);
@@ -116,11 +116,11 @@ int sf_open_walk(int top, const char *path, int flags)
 		fd = step(dirs[depth], last, &at_top, &p);
 		if (fd >= 0 && !(flags & O_PATH)) {
 			close(fd);
-			struct place q = { 0 };
+			struct where q = { 0 };
 			fd = S_ISLNK(p.mode) ? -ELOOP : openat(dirs[depth], last, flags | O_NOFOLLOW | O_CLOEXEC);
 			if (fd == -1)
 				fd = -errno;
-			else if (fd >= 0 && (place_of(fd, &q) || !same_mount(&q, &at_top))) {
+			else if (fd >= 0 && (where_of(fd, &q) || !same_mount(&q, &at_top))) {
 				close(fd);
 				fd = -EXDEV;
 			}

@@ -896,7 +896,7 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 }
 
 /* The partial listing `old` (may be NULL) with view `name` of container
- * `file` (`fst`) of format `f` placed alone (checked, and opened unless
+ * `file` (`fst`) of format `f` placed by this lookup only (checked, and opened unless
  * listing_places_unopened): NULL with *rc 0 when it gets no view. */
 static struct listing *place_one(struct daemon *dm, struct fnode *dir, int dirfd,
 				 const struct listing *old, const char *name, char **file,
@@ -968,7 +968,7 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		if (old && (!old->partial || old->n >= PARTIAL_MAX))
 			rc = make_whole(dm, dir, dirfd, &st, old, out);
 		else
-			/* one file alone could take the name: no earlier view
+			/* only one file could take the name: no earlier view
 			 * can have it */
 			*out = place_one(dm, dir, dirfd, old, name, &file, f, &fst, &rc);
 		install(dm, dir, old, *out);

@@ -94,7 +94,7 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
  * as it is now: the same version, owner, group and mode (one lstat). */
 bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e);
 /* Whether the view of a container of format `f` is placed from its entry
- * alone, opened only when entered (fs/roots.h): one the listing checks,
+ * only, opened only when entered (fs/roots.h): one the listing checks,
  * whose view maps no other file (its permissions are then its container's)
  * and is no symlink (a link view's type is known once opened). The others
  * (taridx: its permissions narrow by the tar shards) are opened when their
