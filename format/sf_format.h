@@ -78,7 +78,7 @@ struct sf_format {
 	bool (*match)(const char *dirpath, const char *name);
 	/* Optional: whether another container among the directory's entries
 	 * (`names`, sorted bytewise) already shows file `name` (a fold's
-	 * shard is no tar alone): it then gets no view of its own. Decided
+	 * shard is no unindexed tar): it then gets no view of its own. Decided
 	 * with the whole directory at hand, so a view of a format with it is
 	 * placed by a listing, never by one lookup. */
 	bool (*covered)(const char *name, const char *const *names, size_t n);

@@ -25,7 +25,7 @@ def index_into(out, src, fold):
 @pytest.fixture
 def dataset(tmp_path):
     """SRC/data/ holds the fold `train` (two shards written by GNU tar and
-    bsdtar) and a tar alone; its index is written under IDX/data/."""
+    bsdtar) and an unindexed tar; its index is written under IDX/data/."""
     root = tmp_path / "trees"
     root.mkdir()
     tw.write_tree(root)
