@@ -162,8 +162,8 @@ static _Thread_local bool holding;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 /* Long enough for other readers' decodes to finish on a loaded machine (a
- * 40 MiB tile takes over a second under ASan at load 15), so they take turns
- * rather than all going past the budget; still bounded, for a holder that
+ * 40 MiB tile takes over a second under ASan at load 15), so they wait for
+ * each other rather than all going past the budget; still bounded, for a holder that
  * never lets go. */
 #define ROOM_WAIT_NS 10000000000ull /* 10 s */
 

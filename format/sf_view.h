@@ -29,6 +29,7 @@
 #include "sf_buf.h"
 #include "sf_err.h"
 #include "sf_hash.h"
+#include "sf_turn.h"
 
 struct sf_format;
 struct sf_map;
@@ -225,12 +226,10 @@ struct sf_node {
 struct sf_view {
 	atomic_uint refs;
 	/* The turn for lazy work (populating, building, making on-demand
-	 * nodes, adding parts): `working` while a thread has it (hooks run in
-	 * it, and it is not recursive); the others wait on `turn`. No lock is
-	 * held while hooks read the container. */
-	bool working;
-	pthread_cond_t turn;
-	/* Short, never held across a hook: `working`, writes of directories'
+	 * nodes, adding parts): hooks run in it, and it is not recursive. No
+	 * lock is held while hooks read the container. */
+	struct sf_turn turn;
+	/* Short, never held across a hook: writes of directories'
 	 * entries (kids, on-demand entries), on-demand nodes' table, pins and
 	 * hosts, the warnings. */
 	pthread_mutex_t names_lock;

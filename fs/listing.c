@@ -61,10 +61,12 @@ static bool in_order(const struct lentry *e, size_t n)
 	return true;
 }
 
-static const struct lentry *find(const struct listing *l, const char *name)
+/* An entry of `l`, which may be written only where a listing's entries
+ * change while it is shared: its view (openviews) and its opening turn. */
+static struct lentry *find(const struct listing *l, const char *name)
 {
 	struct lentry key = { .name = (char *)name };
-	const struct lentry *e = NULL;
+	struct lentry *e = NULL;
 	if (l->nsrc)
 		e = bsearch(&key, l->e, l->nsrc, sizeof *l->e, cmp_entry);
 	if (!e && l->n > l->nsrc)
@@ -72,9 +74,9 @@ static const struct lentry *find(const struct listing *l, const char *name)
 	return e;
 }
 
-const struct lentry *listing_view(const struct listing *l, const char *name)
+struct lentry *listing_view(const struct listing *l, const char *name)
 {
-	const struct lentry *e = find(l, name);
+	struct lentry *e = find(l, name);
 	return e && e->fmt ? e : NULL;
 }
 
@@ -88,10 +90,10 @@ bool listing_container_now(struct daemon *dm, const struct fnode *dir, const str
 	return same;
 }
 
-const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
-				      struct listing **l)
+struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				struct listing **l)
 {
-	const struct lentry *e = listing_view(*l, name);
+	struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
 	if (!e)
 		return NULL;
@@ -115,7 +117,7 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
 		bool narrowed = !changed && !access_unchanged(v);
 		sf_view_unref(v);
 		if (narrowed)
-			openviews_drop(&dm->views, (struct vopen **)&e->open);
+			openviews_drop(&dm->views, &e->open);
 	}
 	if (!changed)
 		return e;
@@ -698,12 +700,10 @@ static struct listing *ref(struct listing *l)
 void listings_init(struct listings *ls)
 {
 	pthread_mutex_init(&ls->lock, NULL);
-	pthread_cond_init(&ls->done, NULL);
 }
 
 void listings_fini(struct listings *ls)
 {
-	pthread_cond_destroy(&ls->done);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -724,19 +724,26 @@ static bool answers(const struct listing *l, const struct want *w)
 	return e && e->fmt && strcmp(e->file, w->file) == 0 && same_version(e->st, w->fst);
 }
 
-/* Waits once for a turn another thread has (listings lock held): the
- * first time the request loop is handed on (the turn may wait on the
- * source), then on the condition. */
-static void await_turn(struct listings *ls, bool *handed)
+/* Takes turn `t`; when another thread has it, hands the request loop on
+ * first (that turn may wait on the source). */
+static void take_turn(struct sf_turn *t)
 {
-	if (*handed) {
-		pthread_cond_wait(&ls->done, &ls->lock);
+	if (sf_turn_try(t))
 		return;
-	}
-	pthread_mutex_unlock(&ls->lock);
 	transport_hand_off();
-	*handed = true;
+	sf_turn_take(t);
+}
+
+/* Whether the current listing of `dir` answers `w`; *l a new reference to
+ * it, or NULL. */
+static bool listed(struct listings *ls, struct fnode *dir, const struct want *w,
+		   struct listing **l)
+{
 	pthread_mutex_lock(&ls->lock);
+	bool yes = answers(dir->listing, w);
+	*l = dir->listing ? ref(dir->listing) : NULL;
+	pthread_mutex_unlock(&ls->lock);
+	return yes;
 }
 
 /* A listing of `dir` that answers `w` (true: a new reference in *l), or
@@ -748,22 +755,15 @@ static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 		    struct listing **l)
 {
 	struct listings *ls = &dm->listings;
-	bool handed = false;
-	pthread_mutex_lock(&ls->lock);
-	for (;;) {
-		if (answers(dir->listing, w)) {
-			*l = ref(dir->listing);
-			pthread_mutex_unlock(&ls->lock);
-			return true;
-		}
-		if (!dir->listing_busy)
-			break;
-		await_turn(ls, &handed);
-	}
-	dir->listing_busy = true;
-	*l = dir->listing ? ref(dir->listing) : NULL;
-	pthread_mutex_unlock(&ls->lock);
-	return false;
+	if (listed(ls, dir, w, l))
+		return true;
+	listing_unref(*l);
+	take_turn(&dir->listing_turn);
+	/* the listing made while this thread waited may answer */
+	if (!listed(ls, dir, w, l))
+		return false;
+	sf_turn_give(&dir->listing_turn);
+	return true;
 }
 
 /* Views of `old` entered while `l` was made from it (listing_open takes no
@@ -797,9 +797,8 @@ static void install(struct daemon *dm, struct fnode *dir, struct listing *old,
 		was = dir->listing;
 		dir->listing = l;
 	}
-	dir->listing_busy = false;
-	pthread_cond_broadcast(&ls->done);
 	pthread_mutex_unlock(&ls->lock);
+	sf_turn_give(&dir->listing_turn);
 	listing_unref(was);
 	listing_unref(old);
 }
@@ -877,6 +876,7 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 		if (strcmp(e->name, x.name) == 0)
 			continue;
 		struct lentry c = *e;
+		sf_turn_init(&c.opening); /* the copy's own: nobody opens it yet */
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
 		if ((c.st = malloc(sizeof *c.st)))
@@ -988,24 +988,8 @@ struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e)
 	return openviews_get(&dm->views, &e->open, true);
 }
 
-/* Waits until no other thread opens entry `e`'s container, then takes
- * that turn (listings lock held on entry and return): false when the view
- * was opened meanwhile (a new reference in *v). */
-static bool open_turn(struct daemon *dm, const struct lentry *e, struct sf_view **v)
-{
-	struct listings *ls = &dm->listings;
-	struct lentry *m = (struct lentry *)e;
-	bool handed = false;
-	while (m->opening)
-		await_turn(ls, &handed);
-	if ((*v = listing_opened(dm, e)))
-		return false;
-	m->opening = true;
-	return true;
-}
-
 struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
-			     const struct lentry *e)
+			     struct lentry *e)
 {
 	struct sf_view *v = listing_opened(dm, e);
 	if (v)
@@ -1013,12 +997,11 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 	/* one thread opens it, outside any lock; the others wait for it. No
 	 * turn at the directory's listing: entering a view whose container
 	 * answers does not wait for a listing stuck on the source. */
-	struct listings *ls = &dm->listings;
-	pthread_mutex_lock(&ls->lock);
-	bool mine = open_turn(dm, e, &v);
-	pthread_mutex_unlock(&ls->lock);
-	if (!mine)
+	take_turn(&e->opening);
+	if ((v = listing_opened(dm, e))) { /* opened while this thread waited */
+		sf_turn_give(&e->opening);
 		return v;
+	}
 	int dirfd;
 	struct stat st;
 	if (open_dir(dm, dir, &dirfd, &st) == 0) {
@@ -1035,13 +1018,9 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 					   NULL);
 		free(names);
 		if (v)
-			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),
-					  e->name);
+			v = openviews_put(&dm->views, &e->open, v, fnode_ino(dir), e->name);
 		close(dirfd);
 	}
-	pthread_mutex_lock(&ls->lock);
-	((struct lentry *)e)->opening = false;
-	pthread_cond_broadcast(&ls->done);
-	pthread_mutex_unlock(&ls->lock);
+	sf_turn_give(&e->opening);
 	return v;
 }

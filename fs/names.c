@@ -78,8 +78,8 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 	 * opens a view it can place unopened (fs/roots.h): entering does. A
 	 * listing gives no node for another view not opened yet: the kernel
 	 * looks it up when it is used, and that opens it. */
-	const struct lentry *le = whole ? listing_view(*l, name)
-					: listing_view_now(dm, dir, name, l);
+	struct lentry *le = whole ? listing_view(*l, name)
+				  : listing_view_now(dm, dir, name, l);
 	if (!le)
 		return 0;
 	bool unopened = listing_places_unopened(le->fmt);

@@ -143,7 +143,7 @@ int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry
  * of a row here and there copies the TX_ROWS_NEAR rows around it into a
  * copy the thread keeps (a row's look back at the records before it, a
  * sample's rows, and the lookup, the content and the build of one member
- * read the same rows in turn); a read of the row just past the highest
+ * read the same rows one after another); a read of the row just past the highest
  * one asked, as a pass over the rows makes, copies TX_ROWS_PASS rows
  * (64 KiB) into the caller's, keeping TX_CHAIN_MAX rows before it. Neither
  * is shared between threads: no lock. */

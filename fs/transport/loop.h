@@ -1,5 +1,5 @@
-/* The request loop: a pool of threads taking requests from one source in
- * turn (the FUSE device, or one io_uring queue of uring.c), the one
+/* The request loop: a pool of threads taking requests from one source one
+ * after another (the FUSE device, or one io_uring queue of uring.c), the one
  * waiting for the next request serving it itself unless it is slow. */
 #ifndef FS_LOOP_H
 #define FS_LOOP_H
