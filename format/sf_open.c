@@ -110,7 +110,7 @@ int sf_open_walk(int top, const char *path, int flags)
 	if (rc == 0) {
 		/* a path ending in "." or ".." names the directory reached; the
 		 * last component is looked at before it is opened (a mount
-		 * point is not entered), and what was opened must lie where
+		 * point is not crossed), and what was opened must lie where
 		 * the look found it */
 		const char *last = comp ? comp : ".";
 		fd = step(dirs[depth], last, &at_top, &p);

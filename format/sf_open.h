@@ -4,7 +4,7 @@
  * beneath one top directory (the mount's SRC): resolved without following a
  * symlink anywhere on the path, without ".." climbing above the top, and
  * without crossing a mount point (another filesystem mounted inside SRC,
- * maybe this daemon's own mount, is never entered).
+ * maybe this daemon's own mount, is never crossed into).
  * Only regular files and directories are opened for reading, and a file is
  * looked at (O_PATH, fstat) before it is opened, so a FIFO, socket or device
  * fails from its type instead of blocking or waking a driver (the

@@ -433,7 +433,7 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 		struct lentry x = { .type = de->d_type, .ino = de->d_ino };
 		struct stat st;
 		if (de->d_type == DT_UNKNOWN) {
-			/* beneath: a mount point is not entered, and not listed */
+			/* beneath: a mount point is not crossed, and not listed */
 			if (sf_lstat_beneath(dirfd, de->d_name, &st) < 0)
 				continue; /* vanished while listing */
 			x.type = dtype_of(st.st_mode);
