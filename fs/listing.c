@@ -203,8 +203,8 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 /* Maps container `name` (of dirfd, or `in_index_dir`: in --index-dir) and opens
  * its view into *v. */
 static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
-		     const char *name, const char *path, char **names, size_t nnames, bool in_index_dir,
-		     struct sf_view **v, struct sf_err *e)
+		     const char *name, const char *path, char **names, size_t nnames,
+		     bool in_index_dir, struct sf_view **v, struct sf_err *e)
 {
 	struct sf_map *map = NULL;
 	int fd = in_index_dir ? indexdir_open(dm, rel) : dirfd;
@@ -1014,8 +1014,8 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true, e->in_index_dir,
-					   NULL);
+			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true,
+					   e->in_index_dir, NULL);
 		free(names);
 		if (v)
 			v = openviews_put(&dm->views, &e->open, v, fnode_ino(dir), e->name);
