@@ -26,7 +26,7 @@ struct daemon {
 	 * (fs/transport/transport.h) */
 	struct transport transport;   /* /dev/fuse, or FUSE over io_uring */
 	int src_fd;                   /* SRC's root: every access is beneath it */
-	/* --index-dir: indexes of SRC's folds kept apart from their tars
+	/* --index-dir: indexes of SRC's folds kept in another directory than their tars
 	 * (fs/indexdir.h), every access beneath it; -1 without */
 	int index_fd;
 	struct ftree tree;            /* the inodes */

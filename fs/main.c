@@ -252,8 +252,8 @@ int main(int argc, char **argv)
 	struct daemon dm = { .src_fd = -1, .index_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
-	dm.stats.waits.enter = transport_src_enter;
-	dm.stats.waits.leave = transport_src_leave;
+	dm.stats.sections.on_open = transport_section_open;
+	dm.stats.sections.on_close = transport_section_close;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 	listings_init(&dm.listings);
@@ -298,7 +298,7 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
-	dm.tree.waits = &dm.stats.waits;
+	dm.tree.sections = &dm.stats.sections;
 	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;

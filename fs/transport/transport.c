@@ -7,13 +7,13 @@
  * then ask for io_uring; once the kernel has the reply, register the
  * queues. Asking makes the kernel hold requests until every queue is
  * registered, so nothing that can fail comes between asking and
- * registering except the kernel's own word. A refusal that leaves io_uring
+ * registering except the kernel's own word. A failure that leaves io_uring
  * off lets requests flow on /dev/fuse (with auto); one that leaves it on
  * (the switch turned off since INIT) ends the mount rather than hanging it.
  *
  * Replies to ring requests go through their entry (uring_reply); every
  * other write goes to /dev/fuse: replies to what came there (INIT, FORGET
- * and INTERRUPT always do), and notifications, which the ring refuses. */
+ * and INTERRUPT always do), and notifications, which the ring does not carry. */
 #include "transport.h"
 
 #include <errno.h>
@@ -37,7 +37,7 @@ static struct transport *of(void *userdata)
 }
 
 /* Why the kernel will not serve FUSE over io_uring; NULL when it may. */
-static const char *kernel_refusal(char *why, size_t n)
+static const char *kernel_says_no(char *why, size_t n)
 {
 	FILE *f = fopen(ENABLE_URING, "re");
 	int c = f ? fgetc(f) : EOF;
@@ -56,7 +56,7 @@ static const char *kernel_refusal(char *why, size_t n)
 int transport_check(struct transport *t, bool want, bool required, char *why, size_t n)
 {
 	t->uring_required = required;
-	t->hooked = want && !kernel_refusal(why, n);
+	t->hooked = want && !kernel_says_no(why, n);
 	return required && !t->hooked ? -1 : 0;
 }
 
@@ -92,7 +92,7 @@ static size_t payload_size(const struct fuse_init_out *o)
 }
 
 /* io_uring will not be used: with --io-uring on the mount ends. */
-static void refused(struct transport *t, const char *why)
+static void uring_not_taken(struct transport *t, const char *why)
 {
 	if (!t->uring_required)
 		return;
@@ -109,18 +109,18 @@ static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 	char why[256];
 	memcpy(&oh, iov[0].iov_base, sizeof oh);
 	if (oh.error || n < offsetof(struct fuse_init_out, unused) || n > sizeof out) {
-		refused(t, "libfuse's INIT reply cannot ask for it");
+		uring_not_taken(t, "libfuse's INIT reply cannot ask for it");
 		return writev(fd, iov, 2);
 	}
 	memcpy(&out, iov[1].iov_base, n);
 	if (!t->offered || !(out.flags & FUSE_INIT_EXT)) {
-		refused(t, "the kernel did not offer it at INIT");
+		uring_not_taken(t, "the kernel did not offer it at INIT");
 		return writev(fd, iov, 2);
 	}
 	struct uring *u = uring_new(t->se, fd, payload_size(&out), t->threads, t->host, why,
 				  sizeof why);
 	if (!u) {
-		refused(t, why);
+		uring_not_taken(t, why);
 		return writev(fd, iov, 2);
 	}
 	out.flags2 |= URING_INIT_FLAG2;
@@ -152,7 +152,7 @@ static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 		fuse_session_exit(t->se);
 	} else {
 		snprintf(why, sizeof why, "the kernel refused a queue (%s)", strerror(-err));
-		refused(t, why);
+		uring_not_taken(t, why);
 	}
 	return r;
 }

@@ -223,7 +223,7 @@ static bool gone(int err)
 	return err == -ENOTCONN || err == -ECONNABORTED || err == -ENODEV;
 }
 
-/* Registers every entry. A refusal comes back as a completion by the time
+/* Registers every entry. A failure comes back as a completion by the time
  * the submission returns; success gives none until a request comes. */
 static int enter_queue(struct queue *q)
 {

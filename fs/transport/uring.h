@@ -31,7 +31,7 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
 			unsigned threads, const struct transport_host *host, char *why, size_t n);
 /* Starts every queue, which registers its entries (the INIT reply asking
  * for io_uring must have been written). Returns 0 once all are registered,
- * or the negative errno the kernel refused a queue with. */
+ * or the negative errno the kernel failed a queue with. */
 int uring_start(struct uring *u);
 /* Whether a registered queue failed (the session was ended then). */
 bool uring_failed(struct uring *u);
