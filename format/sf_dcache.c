@@ -162,8 +162,8 @@ static _Thread_local bool holding;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 /* Long enough for other readers' decodes to finish on a loaded machine (a
- * 40 MiB tile takes over a second under ASan at load 15), so they take turns
- * rather than all going past the budget; still bounded, for a holder that
+ * 40 MiB tile takes over a second under ASan at load 15), so they wait for
+ * each other rather than all going past the budget; still bounded, for a holder that
  * never lets go. */
 #define ROOM_WAIT_NS 10000000000ull /* 10 s */
 
@@ -293,7 +293,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
-		 * refused before decoding */
+		 * failed before decoding */
 		uint64_t unknown = SF_SIZE_UNKNOWN;
 		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
 		rc = too_big(c, part, buf->len, err);
@@ -314,7 +314,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 }
 
 /* Shorter than a request takes to count as stuck at the source (STUCK_NS,
- * fs/stall.h): a charge waiting for room never makes the request pool
+ * fs/section.h): a charge waiting for room never makes the request pool
  * refuse other users' requests. */
 #define CHARGE_WAIT_NS 500000000ull /* 0.5 s */
 

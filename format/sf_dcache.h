@@ -3,7 +3,7 @@
  * once is decoded by one of them while the others wait, so it is decoded
  * at most once while it stays cached. Decodes running count against the
  * budget by the size their part declares; a part that cannot fit in the
- * whole budget is refused (EIO) instead of decoded. */
+ * whole budget fails with EIO instead of being decoded. */
 #ifndef SF_DCACHE_H
 #define SF_DCACHE_H
 

@@ -33,10 +33,10 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
-	/* The container lies apart from the files it reads (a fold's index in
+	/* The container lies in another directory than the files it reads (a fold's index in
 	 * the daemon's --index-dir, its shards in dirrel): the format checks
 	 * that it matches them before it shows anything. */
-	bool apart;
+	bool other_dir;
 	/* A directory where the format may keep what it derives from the
 	 * container (sf_format.keeps: the daemon's --index-dir beside it),
 	 * when has_keepdir; valid during the open only. */
@@ -46,7 +46,7 @@ struct sf_open_args {
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
  * "../manifest.json"), beneath a->topfd: a symlink on the way, a path
- * leading above the top, or anything but a regular file is refused with
+ * leading above the top, or anything but a regular file fails with
  * e->msg saying so. */
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
 		  struct sf_err *e);
@@ -78,7 +78,7 @@ struct sf_format {
 	bool (*match)(const char *dirpath, const char *name);
 	/* Optional: whether another container among the directory's entries
 	 * (`names`, sorted bytewise) already shows file `name` (a fold's
-	 * shard is no tar alone): it then gets no view of its own. Decided
+	 * shard is no unindexed tar): it then gets no view of its own. Decided
 	 * with the whole directory at hand, so a view of a format with it is
 	 * placed by a listing, never by one lookup. */
 	bool (*covered)(const char *name, const char *const *names, size_t n);

@@ -89,7 +89,7 @@ const char *shardfs_view_ext(const char *dir, const char *name, const char *cons
 			     size_t n);
 
 /* The name of the format module that opened the file: "tsumugi", "tatami",
- * "taridx", "tar" (a tar alone), "sidx" (a Shardlake shard), "alias" (a
+ * "taridx", "tar" (an unindexed tar), "sidx" (a Shardlake shard), "alias" (a
  * Shardlake alias) or "tet". */
 const char *shardfs_format(const struct shardfs *h);
 

@@ -132,14 +132,14 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
-	/* a view's directory it holds settled is snapshot from memory: no
+	/* a view's directory it holds complete is snapshot from memory: no
 	 * section at the source, so that it opens while the source holds every
 	 * thread the pool gives it (as a lookup of a name it holds) */
 	struct sf_node *vn = fnode_vn(n);
 	bool src = n->kind == FK_SRC_DIR ||
-		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_settled(vn)));
+		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_complete(vn)));
 	char pb[FNODE_PATH_MAX];
-	if (rc == 0 && src && !src_begin(req, "opendir", node_path(n, pb), NULL)) {
+	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
 		snap_free(s);
 		return;
 	}
@@ -153,7 +153,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		else
 			rc = -ENOTDIR;
 		if (src)
-			src_end(daemon_of(req));
+			section_end(daemon_of(req));
 	}
 	if (rc) {
 		if (s)
@@ -275,11 +275,11 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bool src = plus && dir->kind != FK_META_DIR;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
-	if (src && !src_begin(req, "readdir", node_path(dir, pb), NULL))
+	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
 		return;
 	list_dir(req, s, dir, size, off, plus);
 	if (src)
-		src_end(dm);
+		section_end(dm);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -306,8 +306,8 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* the last hold of a listing or view closes their files */
 	struct daemon *dm = daemon_of(req);
 	char pb[FNODE_PATH_MAX];
-	src_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
+	section_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
-	src_end(dm);
+	section_end(dm);
 	fuse_reply_err(req, 0);
 }

@@ -3,7 +3,7 @@
 
 #include "listing.h"
 #include "meta.h"
-#include "stall.h"
+#include "section.h"
 #include "sf_map.h"
 
 #include <errno.h>
@@ -155,15 +155,15 @@ static void drop_all(struct ftree *t, struct fnode *dead)
 	bool src = false;
 	for (struct fnode *x = dead; x; x = x->all_next)
 		src |= holds_src(x);
-	if (src && t->waits)
-		src_enter(t->waits, "forget", ".", NULL, false);
+	if (src && t->sections)
+		section_open(t->sections, "forget", ".", NULL, false);
 	while (dead) {
 		struct fnode *next = dead->all_next;
 		drop(t, dead);
 		dead = next;
 	}
-	if (src && t->waits)
-		src_leave(t->waits);
+	if (src && t->sections)
+		section_close(t->sections);
 }
 
 void fnode_discard(struct ftree *t, struct fnode *n)

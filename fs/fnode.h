@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "sf_hash.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 enum fkind {
@@ -50,8 +51,8 @@ struct fnode {
 	/* FK_SRC_FILE: mapped at first open (--no-open: at lookup, within a
 	 * budget, else at first READ), kept; counted in the tree's src_maps */
 	struct sf_map *map;
-	/* FK_SRC_DIR: the last listing (refcounted), and whether a thread is
-	 * making the next (the daemon's listings lock guards both) */
+	/* FK_SRC_DIR: the last listing (refcounted; the daemon's listings
+	 * lock guards it), and the turn that makes the next */
 	struct listing *listing;
 	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
 	int wd;                       /* FK_SRC_DIR, watched: its watch descriptor */
@@ -59,7 +60,7 @@ struct fnode {
 	/* FK_VIEW: set once view and vn are (a root placed unopened is not
 	 * until entered): read vn through fnode_vn from request threads */
 	atomic_bool entered;
-	bool listing_busy;            /* FK_SRC_DIR: see `listing` */
+	struct sf_turn listing_turn;  /* FK_SRC_DIR: making `listing` */
 
 	/* FK_VIEW */
 	struct sf_view *view;
@@ -93,11 +94,11 @@ struct ftree {
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
-	/* The sections at the source (fs/stall.h) that freeing nodes which
+	/* The sections at the source (fs/section.h) that freeing nodes which
 	 * may close SRC files runs in (NULL: none). Only those: a burst of
 	 * FORGETs of nodes holding nothing stays out of the count that grows
 	 * the request pool. */
-	struct waits *waits;
+	struct sections *sections;
 	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 

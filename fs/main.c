@@ -41,6 +41,19 @@ static int fail(const char *fmt, const char *a, const char *b)
 	return 1;
 }
 
+/* What the transport reports: its name and queue counters for stats.json,
+ * and its problems to .shardfs/errors. */
+static void transport_serving(void *stats, const char *name, atomic_uint_fast64_t *queues,
+			      unsigned n)
+{
+	stats_set_transport(stats, name, queues, n);
+}
+
+static void transport_log(void *stats, const char *msg)
+{
+	errlog_add(stats, ".", msg);
+}
+
 /* A dead daemon leaves its mount answering ENOTCONN: say how to clear it. */
 static int mountpoint_error(const char *mnt)
 {
@@ -239,8 +252,8 @@ int main(int argc, char **argv)
 	struct daemon dm = { .src_fd = -1, .index_fd = -1, .view_cache = &sf_nocache };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
-	dm.stats.waits.enter = transport_src_enter;
-	dm.stats.waits.leave = transport_src_leave;
+	dm.stats.sections.on_open = transport_section_open;
+	dm.stats.sections.on_close = transport_section_close;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 	listings_init(&dm.listings);
@@ -263,7 +276,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	char why[512];
-	if (transport_check(&dm.transport, o.io_uring, why, sizeof why)) {
+	if (transport_check(&dm.transport, o.io_uring != IO_URING_OFF, o.io_uring == IO_URING_ON,
+			    why, sizeof why)) {
 		fail("--io-uring on: %s%s", why, "");
 		goto out;
 	}
@@ -284,7 +298,7 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
-	dm.tree.waits = &dm.stats.waits;
+	dm.tree.sections = &dm.stats.sections;
 	if (fnode_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
@@ -327,7 +341,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
-	if (transport_attach(&dm.transport, se, o.threads, &dm.stats)) {
+	const struct transport_host host = { .arg = &dm.stats, .serving = transport_serving,
+					     .log = transport_log,
+					     .device_requests = &dm.stats.device_requests };
+	if (transport_attach(&dm.transport, se, o.threads, &host)) {
 		fail("cannot take over the FUSE device%s%s", "", "");
 		goto out;
 	}

@@ -19,9 +19,9 @@ void options_usage(FILE *to)
 	      "\n"
 	      "Mounts the directory SRC read-only at MNT. Everything in SRC shows through\n"
 	      "unchanged; beside each recognised container (.tsumugi, .tatami, .taridx with\n"
-	      "its _<n>.tar shards, a .tar alone, .tar.gz/.tgz, .tar.zst/.tzst, .tar.xz/.txz,\n"
-	      ".tar.bz2/.tbz2/.tbz, .tar.lz4, .sidx, .tet, Shardlake aliases) a view\n"
-	      "directory shows its parts as ordinary files. MNT/.shardfs/ holds stats.json\n"
+	      "its _<n>.tar shards, a .tar with no index, .tar.gz/.tgz, .tar.zst/.tzst,\n"
+	      ".tar.xz/.txz, .tar.bz2/.tbz2/.tbz, .tar.lz4, .sidx, .tet, Shardlake aliases) a\n"
+	      "view directory shows its parts as ordinary files. MNT/.shardfs/ holds stats.json\n"
 	      "and errors.\n"
 	      "\n"
 	      "options:\n"
@@ -37,11 +37,12 @@ void options_usage(FILE *to)
 	      "  --spin-us N         how long the thread waiting for the next request polls\n"
 	      "                      before it sleeps, in microseconds (default 200; 0 sleeps\n"
 	      "                      at once: no CPU spent waiting, slower round trips)\n"
-	      "  --io-uring MODE     auto (default): FUSE over io_uring when the kernel allows\n"
-	      "                      it, else /dev/fuse; on: io_uring or no mount; off:\n"
+	      "  --io-uring MODE     off (default): /dev/fuse; on: FUSE over io_uring or no\n"
+	      "                      mount; auto: io_uring when the kernel allows it, else\n"
 	      "                      /dev/fuse. io_uring serves each CPU's requests on that\n"
-	      "                      CPU, with no cross-CPU wake-up (docs/performance.md).\n"
-	      "                      Root turns the kernel side on (Linux 6.14+) with\n"
+	      "                      CPU; measured here it was slower on small files\n"
+	      "                      (docs/performance.md). Root turns the kernel side on\n"
+	      "                      (Linux 6.14+) with\n"
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
@@ -193,6 +194,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	o->spin_us = 200;
 	o->max_open = DEFAULT_MAX_OPEN;
 	o->ready_fd = -1;
+	o->io_uring = IO_URING_OFF;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;

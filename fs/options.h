@@ -6,7 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* --io-uring: FUSE over io_uring when the kernel allows it, always, never */
+/* --io-uring: FUSE over io_uring when the kernel allows it, always, never
+ * (the default: docs/performance.md) */
 enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
 
 struct options {
@@ -18,7 +19,7 @@ struct options {
 	unsigned max_open;  /* --max-open: views kept open while unused */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
-	const char *index_dir; /* --index-dir: folds' indexes apart from their tars */
+	const char *index_dir; /* --index-dir: folds' indexes away from their tars */
 	enum io_uring_mode io_uring;
 	bool no_open;      /* --no-open: the kernel opens files without asking */
 	bool readdirplus_always; /* --readdirplus always: every listing request */

@@ -54,10 +54,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	int rc = 0;
 	if (n->kind == FK_SRC_FILE) {
-		if (!src_begin(req, "open", n->rel, NULL))
+		if (!section_begin(req, "open", n->rel, NULL))
 			return;
 		rc = src_map_file(daemon_of(req), n);
-		src_end(daemon_of(req));
+		section_end(daemon_of(req));
 	}
 	if (rc) {
 		reply_src_err(req, -rc);
@@ -212,10 +212,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
-	if (!src_begin(req, "read", node_path(n, pb), NULL))
+	if (!section_begin(req, "read", node_path(n, pb), NULL))
 		return;
 	read_content(req, n, size, off);
-	src_end(dm);
+	section_end(dm);
 }
 
 /* Python's open() asks isatty() of every file it opens, and the kernel sends
@@ -250,7 +250,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	if (!dm->push_on_open || !transport_may_store() || atomic_exchange(&n->pushed, true))
 		return;
 	char pb[FNODE_PATH_MAX];
-	src_begin_must(dm, "read", node_path(n, pb));
+	section_begin_must(dm, "read", node_path(n, pb));
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
@@ -273,7 +273,7 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	free(copy);
 	sf_readv_release(&rv);
 	sf_dcache_read_done();
-	src_end(dm);
+	section_end(dm);
 }
 
 /* Whether view `v`'s container is no longer the file its path names in
@@ -336,12 +336,12 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (n->kind == FK_META_FILE) {
 		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
 	} else if (n->kind == FK_VIEW && n->view &&
-		   src_enter(&dm->stats.waits, "release", node_path(n, pb), NULL, true) == 0) {
+		   section_open(&dm->stats.sections, "release", node_path(n, pb), NULL, true) == 0) {
 		/* a check, not a duty: skipped while the source holds every
 		 * thread it may (a view of a container gone meanwhile then
 		 * waits for a later release of one of its files) */
 		let_gone_view_go(dm, n);
-		src_end(dm);
+		section_end(dm);
 	}
 	fuse_reply_err(req, 0);
 }

@@ -18,7 +18,7 @@ void stats_init(struct stats *s)
 	s->transport = "dev_fuse";
 	pthread_mutex_init(&s->log_lock, NULL);
 	pthread_mutex_init(&s->transport_lock, NULL);
-	waits_init(&s->waits);
+	sections_init(&s->sections);
 }
 
 void stats_fini(struct stats *s)
@@ -28,7 +28,7 @@ void stats_fini(struct stats *s)
 	sf_hash_free(&s->seen);
 	pthread_mutex_destroy(&s->log_lock);
 	pthread_mutex_destroy(&s->transport_lock);
-	waits_fini(&s->waits);
+	sections_fini(&s->sections);
 }
 
 /* Drops the oldest lines until a quarter of each bound is free, so that
@@ -137,7 +137,7 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 struct sf_buf *errlog_text(struct stats *s)
 {
 	struct stuck stuck[STUCK_SHOWN];
-	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	size_t total, n = sections_stuck(&s->sections, stuck, STUCK_SHOWN, &total);
 	struct sf_str now = { 0 };
 	for (size_t i = 0; i < n; i++) {
 		char when[32], msg[96];
@@ -243,7 +243,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	/* requests waiting on the source now, and those waiting a second or
 	 * more, oldest first: which files are stuck, and since when */
 	struct stuck stuck[STUCK_SHOWN];
-	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	size_t total, n = sections_stuck(&s->sections, stuck, STUCK_SHOWN, &total);
 	json_t *list = json_array();
 	for (size_t i = 0; i < n; i++) {
 		char when[32];

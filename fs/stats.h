@@ -10,7 +10,7 @@
 #include "sf_buf.h"
 #include "sf_dcache.h"
 #include "sf_hash.h"
-#include "stall.h"
+#include "section.h"
 
 /* What .shardfs/errors keeps (docs/tree-layout.md): the latest lines only,
  * so that a tree of bad files cannot grow the daemon's memory. */
@@ -63,7 +63,7 @@ struct stats {
 	atomic_uint_fast64_t *queues;
 	unsigned nqueues;
 
-	struct waits waits;  /* the requests at the source now */
+	struct sections sections;  /* the requests at the source now */
 };
 
 void stats_init(struct stats *s);

@@ -254,7 +254,7 @@ static bool keyed_by_name(enum tx_kind kind, const uint8_t *hdr, const uint8_t *
 /* Notes the root name of member `path` when the fold's lookup cannot key
  * it (a directory, a hard link, a member renamed by a pax path or a GNU
  * long name), as the fold's pass over the headers would (tx_fold.c,
- * find_unkeyed): the walk has every header at hand, so a tar alone's first
+ * find_unkeyed): the walk has every header at hand, so an unindexed tar's first
  * lookup needs no second pass (a compressed tar's, no second decode). A
  * superset costs only listings: a name is kept by its hash alone. */
 static void note_unkeyed(struct state *st, uint8_t type, const uint8_t *hdr, const uint8_t *path,

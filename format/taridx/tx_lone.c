@@ -1,4 +1,4 @@
-/* A tar with no index (docs/tree-layout.md §3.7, "a tar alone"): the view
+/* A tar with no index (docs/tree-layout.md §3.7, "an unindexed tar"): the view
  * `<name>/` beside `<name>.tar` is a fold of that one tar, whose index is
  * built in memory from the tar's headers when the view is first used, so
  * every rule of a fold's view applies to it. A tar some fold beside it
@@ -91,13 +91,13 @@ static bool covered(const char *name, const char *const *names, size_t n)
 	       !has_underscore_shard(names, n, name, (size_t)(d - name));
 }
 
-int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
-		  struct sf_map *tar, struct sf_err *e)
+int tx_unindexed_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		       const char *ext, struct sf_map *tar, struct sf_err *e)
 {
 	struct tx_fold *f = tx_fold_new(a, v, state, ext, e);
 	if (!f)
 		return -ENOMEM;
-	f->lone = true;
+	f->unindexed = true;
 	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	f->nshards = 1;
@@ -108,7 +108,7 @@ int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
-	return tx_lone_parse(a, v, state, ".tar", a->map, e);
+	return tx_unindexed_parse(a, v, state, ".tar", a->map, e);
 }
 
 /* Walks the tar's headers (of the decoded tar when it is compressed) into

@@ -127,8 +127,8 @@ static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **
 	if ((c->runs == c->groups) != (ix->flags & 1))
 		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
 			      ix->flags & 1 ? "set" : "clear", c->runs == c->groups ? "" : "not ");
-	/* no upstream reader reads the index of a tar alone: it is ours */
-	if (!f->lone && !tx_upstream_loadable(ix))
+	/* no upstream reader reads the index built for an unindexed tar: it is ours */
+	if (!f->unindexed && !tx_upstream_loadable(ix))
 		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
 	*out = sf_report_take(&rep);
 	return 0;

@@ -1,4 +1,4 @@
-/* One walk per tar file: the index of a tar alone (tx_lone.c), and a
+/* One walk per tar file: the index built for an unindexed tar (tx_lone.c), and a
  * compressed tar's seek index (tx_z.c), are shared by every view of the
  * same file (hard links, a view made anew while the old one is read), so
  * that N names of one tar cost one pass, one walk and one charge, not N

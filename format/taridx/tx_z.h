@@ -46,7 +46,7 @@ struct tx_zstart {
 	uint8_t check;
 };
 
-/* ---- the seek index kept apart (tx_zkeep.c) ---- */
+/* ---- the seek index kept in --index-dir (tx_zkeep.c) ---- */
 
 /* Reads the seek index kept as `name` in directory dirfd for archive src
  * of codec c: 0 with *st (n start points, the last one the end, windows

@@ -23,7 +23,7 @@ static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **sta
 	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->name))
 		sf_view_warn(v, "%s: --index-dir cannot keep its seek index", a->path);
 	if (!rc)
-		rc = tx_lone_parse(a, v, state, ext, tar, e);
+		rc = tx_unindexed_parse(a, v, state, ext, tar, e);
 	sf_map_unref(tar);
 	return rc;
 }

@@ -201,7 +201,7 @@ def containers(c, build, work, n, make=data.many_containers, what="containers"):
     """ls of n containers: header checks only (25 MiB for 10,000: 2,560
     bytes per container), batched through io_uring (about one system call
     a container where checking one at a time took ten); find of them:
-    bounded by --max-open. `make` writes them (tet files; tars alone)."""
+    bounded by --max-open. `make` writes them (tet files; unindexed tars)."""
     src = make(work, n)
     with mounts.shardfs(build / "fs" / "shardfs", src) as (mnt, proc, _):
         os.stat(mnt / ".shardfs")

@@ -76,5 +76,13 @@ int main(void)
 	CHECK(parse(&o, 5, a16) == 0 && o.index_dir && strcmp(o.index_dir, "/idx") == 0);
 	const char *a17[] = { "shardfs", "s", "m", "--index-dir=" };
 	CHECK(parse(&o, 4, a17) != 0);
+	/* --io-uring: /dev/fuse by default, each mode, nothing else */
+	CHECK(parse(&o, 3, a8) == 0 && o.io_uring == IO_URING_OFF);
+	const char *a18[] = { "shardfs", "s", "m", "--io-uring", "auto" };
+	CHECK(parse(&o, 5, a18) == 0 && o.io_uring == IO_URING_AUTO);
+	const char *a19[] = { "shardfs", "s", "m", "--io-uring=on" };
+	CHECK(parse(&o, 4, a19) == 0 && o.io_uring == IO_URING_ON);
+	const char *a20[] = { "shardfs", "s", "m", "--io-uring", "yes" };
+	CHECK(parse(&o, 5, a20) != 0);
 	CHECK_DONE();
 }

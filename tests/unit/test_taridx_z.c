@@ -200,7 +200,7 @@ static void test_xz_blocks(const uint8_t *plain, size_t n)
 	release(m, v);
 }
 
-/* The seek index kept apart: written, read back the same, and refused
+/* The seek index kept in a directory of its own: written, read back the same, and refused
  * when cut short, damaged or made for another archive. */
 static void test_keep(const uint8_t *plain, size_t n)
 {
