@@ -122,6 +122,12 @@ struct sf_format {
 	 * format may add more to `meta` (rows/, tiles/). 0, or a negative errno
 	 * with e->msg. */
 	int (*build)(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
+	/* Optional: gives back what the view holds that it can make again on
+	 * demand from the container (a tar alone's index), every node kept as
+	 * it is; true when it gave something back. Called only while no
+	 * thread uses the view: the C API's handles idle while its cache is
+	 * short (shardfs.c). */
+	bool (*shed)(void *state);
 	/* Instead of build, for a view that is a symlink (aliases): its target,
 	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
 	const char *(*link)(const void *state);

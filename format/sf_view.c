@@ -616,6 +616,17 @@ int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_
 	return 0;
 }
 
+int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct sf_err *e)
+{
+	struct sf_cache *c = f->view->cache;
+	if (!c->charge || !bytes)
+		return 0;
+	int rc = sf_cache_charge(c, bytes, f->view->path, what, e);
+	if (!rc)
+		f->u.file.charged += bytes;
+	return rc;
+}
+
 int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len)
 {
 	struct sf_ext x = { .kind = SF_EXT_MAP, .len = len, .u.map = p };
