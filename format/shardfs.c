@@ -283,11 +283,15 @@ static int list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *ar
 		struct sf_node *k = sf_dir_child(d, i, &e);
 		if (!k)
 			return fail(e.msg[0] ? -EIO : -ENOMEM, &e);
-		if (k->hidden)
-			continue;
+		/* a node made for an on-demand entry goes again once described:
+		 * a listing of millions keeps none of them (about 400 bytes each) */
 		struct shardfs_entry ent;
-		describe(h, k, &ent);
-		if ((rc = fn(&ent, arg)))
+		if (!k->hidden) {
+			describe(h, k, &ent);
+			rc = fn(&ent, arg);
+		}
+		sf_node_unpin(k);
+		if (rc)
 			return rc;
 	}
 	return 0;

@@ -64,8 +64,9 @@ enum shardfs_kind {
 	SHARDFS_LINK = 3,
 };
 
-/* One entry of the tree. The strings belong to the handle and stay valid
- * until shardfs_close. */
+/* One entry of the tree. The strings belong to the handle: shardfs_stat's
+ * stay valid until shardfs_close, shardfs_list's while its callback runs
+ * (a listing of millions keeps no entry). */
 struct shardfs_entry {
 	const char *name;        /* the entry's name as the mount shows it */
 	enum shardfs_kind kind;

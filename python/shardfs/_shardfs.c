@@ -314,12 +314,21 @@ static PyObject *Handle_stat(Handle *self, PyObject *const *args, Py_ssize_t nar
 	return end(self, &c, rc < 0 ? api_error(rc, c.p.s) : entry_tuple(&e));
 }
 
-/* The entries of a listing, gathered without the GIL (their strings are
- * the handle's, valid while the call keeps it open). */
+/* The entries of a listing, gathered without the GIL, their strings
+ * copied (shardfs_list's last only while its callback runs). */
 struct entries {
 	struct shardfs_entry *v;
 	size_t n, cap;
 };
+
+static void entries_free(struct entries *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free((char *)l->v[i].name);
+		free((char *)l->v[i].target);
+	}
+	free(l->v);
+}
 
 static int collect(const struct shardfs_entry *e, void *arg)
 {
@@ -332,7 +341,15 @@ static int collect(const struct shardfs_entry *e, void *arg)
 		l->v = v;
 		l->cap = cap;
 	}
-	l->v[l->n++] = *e;
+	struct shardfs_entry c = *e;
+	c.name = strdup(e->name);
+	c.target = e->target ? strdup(e->target) : NULL;
+	if (!c.name || (e->target && !c.target)) {
+		free((char *)c.name);
+		free((char *)c.target);
+		return -ENOMEM;
+	}
+	l->v[l->n++] = c;
 	return 0;
 }
 
@@ -364,7 +381,7 @@ static PyObject *Handle_listdir(Handle *self, PyObject *const *args, Py_ssize_t 
 			PyList_SET_ITEM(r, (Py_ssize_t)i, t);
 		}
 	}
-	free(l.v);
+	entries_free(&l);
 	return end(self, &c, r);
 }
 

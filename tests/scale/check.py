@@ -152,19 +152,15 @@ def tar_alone(c, build, work, n):
 # A Python fold over every sample of a tar alone, in a child: its peak
 # resident memory above what it held once the module was imported.
 MODULE_FOLD = """
-import sys
+import resource, sys
 import shardfs
 
-def kib(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-
 shardfs.set_cache_size(int(sys.argv[2]))
-base = kib("VmRSS")
+with open("/proc/self/statm") as f:
+    base = int(f.read().split()[1]) * resource.getpagesize() // 1024
 with shardfs.open(sys.argv[1]) as v:
     n = sum(1 for _ in v.fold())
-print(n, kib("VmHWM") - base)
+print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
 """
 
 
