@@ -123,7 +123,7 @@ struct sf_format {
 	 * with e->msg. */
 	int (*build)(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
 	/* Optional: gives back what the view holds that it can make again on
-	 * demand from the container (a tar alone's index), every node kept as
+	 * demand from the container (an unindexed tar's index), every node kept as
 	 * it is; true when it gave something back. Called only while no
 	 * thread uses the view: the C API's handles idle while its cache is
 	 * short (shardfs.c). */

@@ -149,7 +149,7 @@ def tar_alone(c, build, work, n):
     find_members(c, build, data.lone_tar(work, n), "t", n, "tar_alone", 64 + 33)
 
 
-# A Python fold over every sample of a tar alone, in a child: its peak
+# A Python fold over every sample of an unindexed tar, in a child: its peak
 # resident memory above what it held once the module was imported.
 MODULE_FOLD = """
 import resource, sys
@@ -165,7 +165,7 @@ print(n, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base)
 
 
 def module_fold(c, build, work, n):
-    """The Python module's fold over a tar alone of n members (issue 39):
+    """The Python module's fold over an unindexed tar of n members (issue 39):
     within its cache budget (160 MiB: the walk of 1,000,000 headers holds
     128 MiB at its peak, charged) plus 48 bytes a sample and 24 MiB
     (docs/python.md)."""
