@@ -54,11 +54,16 @@ void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg)
 	c->short_arg = arg;
 }
 
-/* Called at each poll while a reader waits for room (lock held). */
-static void short_of_room(const struct sf_dcache *c)
+/* Called at each poll while a reader waits for room, with the lock let go
+ * meanwhile: what it does may give memory back (uncharge), which takes
+ * the lock. The caller checks for room again after its wait anyway. */
+static void short_of_room(struct sf_dcache *c)
 {
-	if (c->on_short)
-		c->on_short(c->short_arg);
+	if (!c->on_short)
+		return;
+	pthread_mutex_unlock(&c->lock);
+	c->on_short(c->short_arg);
+	pthread_mutex_lock(&c->lock);
 }
 
 /* Odd-multiplier hashing: one id per hash, so the hash alone finds an
@@ -423,7 +428,20 @@ uint64_t sf_dcache_charged(struct sf_dcache *c)
 
 uint64_t sf_dcache_budget(struct sf_dcache *c)
 {
-	return c->budget;
+	pthread_mutex_lock(&c->lock);
+	uint64_t b = c->budget;
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+void sf_dcache_set_budget(struct sf_dcache *c, uint64_t budget)
+{
+	pthread_mutex_lock(&c->lock);
+	c->budget = budget;
+	c->iface.limit = budget;
+	make_room(c, 0);
+	pthread_cond_broadcast(&c->loaded);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void sf_dcache_read_done(void)

@@ -122,6 +122,12 @@ struct sf_format {
 	 * format may add more to `meta` (rows/, tiles/). 0, or a negative errno
 	 * with e->msg. */
 	int (*build)(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
+	/* Optional: gives back what the view holds that it can make again on
+	 * demand from the container (an unindexed tar's index), every node kept as
+	 * it is; true when it gave something back. Called only while no
+	 * thread uses the view: the C API's handles idle while its cache is
+	 * short (shardfs.c). */
+	bool (*shed)(void *state);
 	/* Instead of build, for a view that is a symlink (aliases): its target,
 	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
 	const char *(*link)(const void *state);
@@ -129,11 +135,15 @@ struct sf_format {
 
 /* Long work under way in views now, for the mount's stats.json: tars
  * whose headers are being walked to index them (a tar with no index), with
- * their bytes, the bytes and headers walked so far, and the walks done. */
+ * their bytes, the bytes and headers walked so far, and the walks done;
+ * and what the charges that last hold, by kind. */
 struct sf_progress {
 	atomic_uint_fast64_t walking, bytes_to_walk, bytes_walked, headers_walked;
 	atomic_uint_fast64_t walks_done;
 	atomic_uint_fast64_t indexes_held, index_bytes_held; /* tx_walked.c */
+	/* files' extents (sparse maps) and kept texts (sf_view.c); counted
+	 * directories' tables (tatami blobs/, tat_blobdir.c) */
+	atomic_uint_fast64_t file_bytes_held, table_bytes_held;
 };
 extern struct sf_progress sf_progress;
 

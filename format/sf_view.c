@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_format.h"
 #include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_name.h"
@@ -37,6 +38,7 @@ static void file_clear(struct sf_node *f)
 		fl->start = NULL;
 		fl->cap = 0;
 		sf_cache_uncharge(f->view->cache, fl->charged);
+		atomic_fetch_sub(&sf_progress.file_bytes_held, fl->charged);
 		fl->charged = 0;
 	}
 }
@@ -611,9 +613,24 @@ int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_
 	}
 	fl->start = st;
 	fl->cap = want;
-	if (c->charge)
+	if (c->charge) {
+		atomic_fetch_add(&sf_progress.file_bytes_held, bytes - fl->charged);
 		fl->charged = bytes;
+	}
 	return 0;
+}
+
+int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct sf_err *e)
+{
+	struct sf_cache *c = f->view->cache;
+	if (!c->charge || !bytes)
+		return 0;
+	int rc = sf_cache_charge(c, bytes, f->view->path, what, e);
+	if (!rc) {
+		f->u.file.charged += bytes;
+		atomic_fetch_add(&sf_progress.file_bytes_held, bytes);
+	}
+	return rc;
 }
 
 int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len)

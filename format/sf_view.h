@@ -377,6 +377,10 @@ int sf_file_add_zero(struct sf_node *f, uint64_t len);
  * the node (or a failed build): 0, or -EIO with e naming `what` when the
  * budget has no room, or -ENOMEM. */
 int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e);
+/* Holds `bytes` more in the budget of the view's cache for what the file
+ * keeps (a rendered text it takes with sf_file_add_str), given back with
+ * its extents: 0, or as sf_cache_charge. */
+int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct sf_err *e);
 /* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
  * ran out of memory. */
 int sf_file_add_str(struct sf_node *f, struct sf_str *s);

@@ -203,6 +203,19 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(cache, "bytes_held", json_integer((json_int_t)cache_bytes));
 	/* working memory charged beside the parts (indexes, walks, listings) */
 	json_object_set_new(cache, "bytes_charged", json_integer((json_int_t)cache_charged));
+	/* what the charges hold, by kind; "working": the rest (walks running,
+	 * lookups' tables, decoders, a fold's kept rows) */
+	json_t *kinds = json_object();
+	uint64_t idx = atomic_load(&sf_progress.index_bytes_held);
+	uint64_t files = atomic_load(&sf_progress.file_bytes_held);
+	uint64_t tables = atomic_load(&sf_progress.table_bytes_held);
+	uint64_t known = idx + files + tables;
+	json_object_set_new(kinds, "tar_indexes", json_integer((json_int_t)idx));
+	json_object_set_new(kinds, "file_extents", json_integer((json_int_t)files));
+	json_object_set_new(kinds, "directory_tables", json_integer((json_int_t)tables));
+	json_object_set_new(kinds, "working", json_integer((json_int_t)(cache_charged > known ?
+									      cache_charged - known : 0)));
+	json_object_set_new(cache, "charged", kinds);
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();
 	json_object_set_new(root, "requests", req);
