@@ -326,9 +326,11 @@ struct tx_fold {
 	uint8_t *hooked_member;
 	/* Hashes of the raw root names the index cannot key (tx_fold.c,
 	 * find_unkeyed): directories, renamed members, hard links. Found at
-	 * the first root lookup; a name among them is left to the listing. */
+	 * the first root lookup; a name among them is left to the listing.
+	 * An unindexed tar's come with its index, noted by its walk (noted). */
 	struct sf_ids unkeyed;
 	bool unkeyed_done;
+	struct sf_buf *noted;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
 	/* Building the index's lookup once: lookups build it in the
@@ -478,27 +480,34 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 /* The index of one tar with no index of its own (fid 0), built in memory
- * as tx_build_index builds it, its walk counted in `walked`. The walk's
- * memory is charged to `cache` as it grows, a chunk ahead; the walk stops
- * when the budget cannot take more: -EIO when the index would need more
- * than the whole budget, -ENOBUFS when there is no room now (e says which).
- * On success *charged is what stays charged for *out (the caller
- * uncharges it); on failure nothing stays charged. */
+ * as tx_build_index builds it, its walk counted in `walked`; with
+ * `unkeyed`, also the hashes of the root names the fold's lookup cannot key
+ * (tx_fold.c, find_unkeyed), noted by the same walk: sorted u64s, each
+ * once (tx_unkeyed_has). The walk's memory is charged to `cache` as it
+ * grows, a chunk ahead; the walk stops when the budget cannot take more:
+ * -EIO when the index would need more than the whole budget, -ENOBUFS when
+ * there is no room now (e says which). On success *charged is what stays
+ * charged for *out and *unkeyed (the caller uncharges it); on failure
+ * nothing stays charged. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
 		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_err *e);
+		 struct sf_buf **unkeyed, struct sf_err *e);
+/* Whether hash h is among the sorted u64s of b (tx_index_tar's unkeyed). */
+bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
 
 /* ---- one walk per tar file (tx_walked.c) ------------------------------- */
 
-/* The index built for unindexed tar `tar` (tx_index_tar, charged to c) in *out (a
- * reference), walked once for all views of the same file (device, inode,
- * size, mtime) and cache, whichever asks first; the others wait for it.
- * *held (NULL at first) keeps the shared walk, also when it failed: its
- * failure is remembered, one for lack of room (-ENOBUFS) until the cache
- * frees something, any other for good. Drop it with tx_walked_put; the
- * index's charge goes with the last holder. */
-int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e);
+/* The index built for unindexed tar `tar` of view v (tx_index_tar, charged to v's
+ * cache) in *out and its unkeyed root names in *unkeyed (references),
+ * walked once for all views of the same file (device, inode, size, mtime)
+ * and cache, whichever asks first; the others wait for it. A compressed
+ * tar's seek index is made first (tx_z_index), once for them all too, and
+ * kept in --index-dir (tx_z_keep). *held (NULL at first) keeps the shared
+ * walk, also when it failed: its failure is remembered, one for lack of
+ * room (-ENOBUFS) until the cache frees something, any other for good.
+ * Drop it with tx_walked_put; the charges go with the last holder. */
+int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
+		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e);
 void tx_walked_put(struct tx_walked *w);
 
 extern const struct sf_format tx_format;

@@ -411,7 +411,7 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
  * reads a few bytes of each header. */
 static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 {
-	if (f->unkeyed_done)
+	if (f->unkeyed_done || f->noted)
 		return 0;
 	struct walk *k = walk_new(f, e);
 	if (!k)
@@ -449,6 +449,12 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	else
 		f->unkeyed_done = true;
 	return rc;
+}
+
+/* Whether the root name of hash h is one find_unkeyed found. */
+static bool unkeyed(struct tx_fold *f, uint64_t h)
+{
+	return f->noted ? tx_unkeyed_has(f->noted, h) : sf_ids_find(&f->unkeyed, h, NULL, NULL) != NULL;
 }
 
 /* Whether a shown name may be one the listing made up: "#<n>" added to
@@ -511,7 +517,7 @@ static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
 	 * name's answer never depends on what was looked up or listed before. */
 	if ((rc = find_unkeyed(f, e)))
 		return rc;
-	if (sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL)) {
+	if (unkeyed(f, XXH64(raw, n, 0))) {
 		p->best = -1;
 		return 0;
 	}
@@ -555,7 +561,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	if (!made_up(name)) {
 		if ((rc = find_unkeyed(f, e)))
 			return rc;
-		if (!sf_ids_find(&f->unkeyed, XXH64(p.raw, p.len, 0), NULL, NULL))
+		if (!unkeyed(f, XXH64(p.raw, p.len, 0)))
 			return 0;
 	}
 	return SF_LOOKUP_LIST;

@@ -31,6 +31,7 @@ void tx_fold_free(void *state)
 	free(f->hooked_member);
 	free((void *)f->plain);
 	sf_ids_free(&f->unkeyed);
+	sf_buf_unref(f->noted);
 	free(f->fold);
 	free(f);
 }

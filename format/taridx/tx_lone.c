@@ -120,15 +120,10 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
-	/* a compressed tar's seek index first: it gives the tar's size */
-	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
+	/* a compressed tar's seek index too, and kept in --index-dir */
+	int rc = tx_walked_get(f->shards[0].map, f->view, &f->walked, &f->built, &f->noted, e);
 	if (rc)
 		return rc;
-	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
-	if (rc)
-		return rc;
-	/* a compressed tar's index may be kept in --index-dir with it */
-	tx_z_keep(f->shards[0].map, f->built, f->view);
 	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
@@ -151,9 +146,9 @@ static int build_index(struct tx_fold *f, struct sf_err *e)
 	return 0;
 }
 
-/* This view's copy of the walk's index and what is made from it (the
- * lookup, the tags of the names looked up) go; they go back to being made
- * at first use, by tx_fold_ready, from the same bytes (a tar changed in
+/* This view's copy of the walk's index (with its unkeyed root names) and
+ * what is made from it (the lookup, the tags of the names looked up) go;
+ * they go back to being made at first use, by tx_fold_ready, from the same bytes (a tar changed in
  * place fails the mapping checks first), so every row keeps its number. */
 static void unready(struct tx_fold *f)
 {
@@ -161,7 +156,9 @@ static void unready(struct tx_fold *f)
 	tx_index_free(&f->ix);
 	memset(&f->ix, 0, sizeof f->ix);
 	sf_buf_unref(f->built);
+	sf_buf_unref(f->noted);
 	f->built = NULL;
+	f->noted = NULL;
 	if (f->named_charged)
 		sf_cache_uncharge(f->named_charged_to, f->named_charged);
 	f->named_charged = 0;

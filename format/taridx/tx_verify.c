@@ -4,6 +4,7 @@
 
 #include "sf_report.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200
@@ -100,6 +101,11 @@ static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **
 		return 0;
 	}
 	struct sf_report rep = { .error_limit = MAX_FINDINGS };
+	/* a damaged compressed tar: the view holds what lies before it */
+	struct tx_zinfo z;
+	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
+	if (z.damage)
+		sf_report_add(&rep, true, "%s", z.damage);
 	struct tx_window w = { 0 };
 	int rc = 0;
 	for (uint64_t r = 0; !rc && r < ix->n_rows; r++)
