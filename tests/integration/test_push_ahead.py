@@ -3,20 +3,14 @@ the content of the small files it listed into the page cache, so that a
 first pass over the listed files sends no READ; within the window; a
 changed container's files read their new bytes within the documented
 delay; decoded parts stay within the cache's budget (docs/options.md)."""
-import gzip
-import io
 import os
 import random
-import sys
-import tarfile
 import time
 from pathlib import Path
 
 from conftest import mount_stats
-from test_no_open import PER_FILE, make, os_read
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "writers"))
-import taridx_writer as xw  # noqa: E402
+from test_no_open import make, one_pass, os_read
+from test_tar_compressed import gzip_bytes, small_tar_bytes
 
 LOADER = ("--no-open", "--readdirplus", "always")
 
@@ -30,14 +24,6 @@ def wait_pushed(mnt, least, timeout=30):
     return got
 
 
-def pass_cost(mnt, want):
-    before = mount_stats(mnt)["requests"]
-    for rel, data in want.items():
-        assert os_read(mnt / rel) == data, rel
-    after = mount_stats(mnt)["requests"]
-    return {k: after[k] - before[k] for k in PER_FILE}
-
-
 def test_listed_files_read_with_no_request(tmp_path, mount):
     src = tmp_path / "src"
     want = make(src)
@@ -46,12 +32,12 @@ def test_listed_files_read_with_no_request(tmp_path, mount):
     for m in (mnt, off):
         assert sorted(os.listdir(m / "f")) == sorted(Path(r).name for r in want)
     assert wait_pushed(mnt, sum(map(len, want.values()))) == sum(map(len, want.values()))
-    cost = pass_cost(mnt, want)
+    cost = one_pass(mnt, want)
     # the stats reads around the pass cost a READ or two and a LOOKUP or two
     assert cost["read"] <= 2 and cost["lookup"] <= 2 and cost["open"] <= 1, cost
     # without it, every file's content is a READ
     assert mount_stats(off)["bytes_served"]["pushed_ahead"] == 0
-    assert pass_cost(off, want)["read"] >= len(want)
+    assert one_pass(off, want)["read"] >= len(want)
 
 
 def test_window_bounds_a_listing(tmp_path, mount):
@@ -67,18 +53,12 @@ def test_window_bounds_a_listing(tmp_path, mount):
     time.sleep(0.3)  # nothing more comes
     assert mount_stats(mnt)["bytes_served"]["pushed_ahead"] == pushed <= window
     assert pushed == sum(len(want[r]) for r in first)
-    cost = pass_cost(mnt, want)
+    cost = one_pass(mnt, want)
     assert len(want) - 16 <= cost["read"] <= len(want) - 16 + 2, cost
 
 
 def make_tgz(path, members):
-    raw = io.BytesIO()
-    with tarfile.open(fileobj=raw, mode="w", format=tarfile.GNU_FORMAT) as t:
-        for name, data in members.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            t.addfile(info, io.BytesIO(data))
-    path.write_bytes(gzip.compress(raw.getvalue(), compresslevel=1))
+    path.write_bytes(gzip_bytes(small_tar_bytes(members), 1))
 
 
 def test_changed_container_reads_new_bytes_within_budget(tmp_path, mount):
