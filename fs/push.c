@@ -85,12 +85,46 @@ static uint64_t now_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
+/* Lets go of every file waiting (their references dropped with no lock
+ * held: a FORGET may close views). */
+static void drop_waiting(struct daemon *dm)
+{
+	struct push *p = &dm->push;
+	pthread_mutex_lock(&p->lock);
+	struct push_item *q = p->q;
+	size_t head = p->head, len = p->len, cap = p->cap;
+	p->q = NULL;
+	p->head = p->len = p->cap = 0;
+	p->queued = 0;
+	pthread_mutex_unlock(&p->lock);
+	for (size_t i = 0; i < len; i++)
+		fnode_forget(&dm->tree, q[(head + i) % cap].n, 1);
+	free(q);
+}
+
+/* Whether pushing would now hurt readers: a request stuck at the source
+ * (a push would wait there too), or parts decoded since the queue was
+ * last empty (`decoded`, the pushes' and the readers' meanwhile) beyond
+ * half the cache's budget: the window is more than the budget holds, and
+ * going on would evict parts pushed files need before their readers come,
+ * and what readers decode. */
+static bool hurts(struct daemon *dm, uint64_t decoded)
+{
+	struct stuck one;
+	size_t at_source;
+	return decoded > sf_dcache_budget(dm->cache) / 2 ||
+	       sections_stuck(&dm->stats.sections, &one, 1, &at_source) > 0;
+}
+
 static void *pusher(void *arg)
 {
 	struct daemon *dm = arg;
 	struct push *p = &dm->push;
+	uint64_t decoded = 0; /* since the queue was last empty */
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
+		if (p->len == 0)
+			decoded = 0;
 		while (!p->stop && p->len == 0)
 			pthread_cond_wait(&p->wake, &p->lock);
 		if (p->stop)
@@ -105,7 +139,10 @@ static void *pusher(void *arg)
 			struct timespec d = { 0, (long)(it.retry_at - t) };
 			nanosleep(&d, NULL);
 		}
+		uint64_t before = atomic_load(&dm->stats.cache.bytes_decoded);
 		int rc = push_file(dm, it.n, false);
+		decoded += atomic_load(&dm->stats.cache.bytes_decoded) - before;
+		bool stop = hurts(dm, decoded);
 		bool again = false;
 		pthread_mutex_lock(&p->lock);
 		if (rc == -ENOENT && !it.retry_at && !p->stop)
@@ -113,6 +150,10 @@ static void *pusher(void *arg)
 		pthread_mutex_unlock(&p->lock);
 		if (!again)
 			fnode_forget(&dm->tree, it.n, 1);
+		if (stop) {
+			drop_waiting(dm);
+			stat_add(&dm->stats.push_stops, 1);
+		}
 		pthread_mutex_lock(&p->lock);
 	}
 	pthread_mutex_unlock(&p->lock);
@@ -143,10 +184,7 @@ void push_stop(struct daemon *dm)
 	pthread_cond_signal(&p->wake);
 	pthread_mutex_unlock(&p->lock);
 	pthread_join(p->thread, NULL);
-	/* what waits holds references only: the tree is freed whole next */
-	free(p->q);
-	p->q = NULL;
-	p->len = 0;
+	drop_waiting(dm);
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->wake);
 }

@@ -4,7 +4,9 @@
  * order, so that a loader reading the files it listed sends no READ for
  * them. Within a window: each listing of a directory pushes at most SIZE
  * bytes (a file counts at least a page), and at most SIZE bytes wait to
- * be pushed at any time. */
+ * be pushed at any time. What waits is dropped when pushing would hurt
+ * readers: parts decoded while it pushes pass half the decode cache's
+ * budget, or a request is stuck at the source. */
 #ifndef FS_PUSH_H
 #define FS_PUSH_H
 

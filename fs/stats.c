@@ -241,6 +241,8 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
 	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
+	/* --push-ahead: times pushing stopped, dropping what waited (fs/push.h) */
+	json_object_set_new(root, "push_stops", num(&s->push_stops));
 	/* tars with no index whose headers are being walked now (their
 	 * views' first use), and what every walk so far has read */
 	json_t *walk = json_object();

@@ -94,3 +94,30 @@ def test_changed_container_reads_new_bytes_within_budget(tmp_path, mount):
             break
         assert time.monotonic() < deadline, "the replaced container never showed"
         time.sleep(0.2)
+
+
+def test_push_stops_when_the_budget_is_short(tmp_path, mount):
+    """A window larger than the cache holds: pushing stops once the parts it
+    decoded pass half the budget, dropping what waits, rather than evicting
+    the parts it decoded before their readers come; every file still reads
+    its bytes, and the cache stays within its budget."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rnd = random.Random(44)
+    # incompressible: the decoded parts are as large as the members
+    members = {f"{i:03d}.bin": rnd.randbytes(rnd.randint(60000, 100000)) for i in range(260)}
+    make_tgz(src / "b.tar.gz", members)
+    budget = 12 << 20  # what indexing it needs, and less than its 20 MB
+    mnt = mount(src, *LOADER, "--push-ahead", "64M", "--cache-size", str(budget))
+    assert sorted(os.listdir(mnt / "b")) == sorted(members)
+    deadline = time.monotonic() + 30
+    while (s := mount_stats(mnt))["push_stops"] == 0:
+        assert time.monotonic() < deadline, s["bytes_served"]
+        time.sleep(0.05)
+    time.sleep(0.3)  # nothing more comes
+    pushed = mount_stats(mnt)["bytes_served"]["pushed_ahead"]
+    assert 0 < pushed == s["bytes_served"]["pushed_ahead"] < sum(map(len, members.values())) // 2
+    for name, data in members.items():
+        assert os_read(mnt / "b" / name) == data, name
+    c = mount_stats(mnt)["cache"]
+    assert c["bytes_held"] + c["bytes_charged"] <= budget, c
