@@ -13,10 +13,12 @@
 
 /* the kernel holds a page per file at least */
 #define PAGE_COST 4096
-/* a store the kernel refused for an inode it had not made yet (it links a
- * READDIRPLUS reply's entries as it reads the reply) is tried once more,
- * this long after */
+/* A store the kernel refused for an inode it has not made yet (the lister
+ * links a READDIRPLUS reply's entries once it runs again, which a busy
+ * machine delays) is tried again after 2 ms, then twice as long each time,
+ * RETRIES times at most (126 ms in all). */
 #define RETRY_NS (2 * 1000 * 1000)
+#define RETRIES 6
 
 /* Whether `n` is a small view file with content the kernel may take: its
  * size known (a listing never builds), not pushed or read already. */
@@ -31,7 +33,8 @@ static uint64_t cost_of(struct fnode *n)
 }
 
 /* Appends under the lock; false when out of memory. */
-static bool enqueue(struct push *p, struct fnode *n, uint64_t cost, uint64_t retry_at)
+static bool enqueue(struct push *p, struct fnode *n, uint64_t cost, uint64_t retry_at,
+		    unsigned tries)
 {
 	if (p->len == p->cap) {
 		/* unrolled into a larger array: the ring's oldest first */
@@ -46,7 +49,7 @@ static bool enqueue(struct push *p, struct fnode *n, uint64_t cost, uint64_t ret
 		p->cap = cap;
 		p->head = 0;
 	}
-	p->q[(p->head + p->len) % p->cap] = (struct push_item){ n, cost, retry_at };
+	p->q[(p->head + p->len) % p->cap] = (struct push_item){ n, cost, retry_at, tries };
 	p->len++;
 	p->queued += cost;
 	return true;
@@ -66,7 +69,7 @@ void push_listed(struct daemon *dm, struct fnode *const *nodes, size_t n, uint64
 			continue;
 		if (c > p->window - *used || c > p->window - p->queued)
 			break; /* in listing order: none past the window */
-		if (!enqueue(p, nodes[i], c, 0))
+		if (!enqueue(p, nodes[i], c, 0, 0))
 			break;
 		fnode_lookup_ref(nodes[i]);
 		*used += c;
@@ -145,8 +148,9 @@ static void *pusher(void *arg)
 		bool stop = hurts(dm, decoded);
 		bool again = false;
 		pthread_mutex_lock(&p->lock);
-		if (rc == -ENOENT && !it.retry_at && !p->stop)
-			again = enqueue(p, it.n, it.cost, now_ns() + RETRY_NS);
+		if (rc == -ENOENT && it.tries < RETRIES && !p->stop)
+			again = enqueue(p, it.n, it.cost, now_ns() + (RETRY_NS << it.tries),
+					it.tries + 1);
 		pthread_mutex_unlock(&p->lock);
 		if (!again)
 			fnode_forget(&dm->tree, it.n, 1);

@@ -28,6 +28,7 @@ struct push {
 		struct fnode *n;
 		uint64_t cost;
 		uint64_t retry_at;    /* CLOCK_MONOTONIC ns; 0: first try */
+		unsigned tries;       /* stores refused so far (ENOENT) */
 	} *q;
 	size_t head, len, cap;
 	uint64_t queued;          /* the costs in q */
