@@ -11,6 +11,7 @@
 #include "listing.h"
 #include "transport.h"
 #include "names.h"
+#include "push.h"
 #include "request.h"
 #include "roots.h"
 #include "watch.h"
@@ -32,6 +33,7 @@ struct dirsnap {
 	struct listing *l;
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
+	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
 };
 
 static void snap_free(struct dirsnap *s)
@@ -258,9 +260,14 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 		used += k;
 	}
 	listing_unref(l);
+	/* queued before the reply: once it is written, the kernel may release
+	 * the handle `s` */
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	if (dir->kind == FK_VIEW)
+		push_listed(dm, held, nheld, &s->pushed);
 	if (fuse_reply_buf(req, buf, used) != 0)
 		for (size_t i = 0; i < nheld; i++)
-			fnode_forget(&daemon_of(req)->tree, held[i], 1);
+			fnode_forget(&dm->tree, held[i], 1);
 	free(buf);
 	free(held);
 }

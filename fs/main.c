@@ -323,6 +323,7 @@ int main(int argc, char **argv)
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
 	dm.readdirplus_always = o.readdirplus_always;
+	dm.push.window = o.push_ahead;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
 	 * starts a background job (`shardfs -f SRC MNT &` in a script) with
@@ -376,8 +377,18 @@ int main(int argc, char **argv)
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_watch);
 	}
+	int prc = push_start(&dm);
+	if (prc) {
+		char no_push[120];
+		snprintf(no_push, sizeof no_push, "no thread to push ahead (%s): --push-ahead is off",
+			 strerror(-prc));
+		errlog_add(&dm.stats, ".", no_push);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_push);
+	}
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
+	push_stop(&dm);
 	openviews_stop(&dm.views);
 	watch_stop(&dm.watch);
 	if (mounted)

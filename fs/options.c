@@ -61,6 +61,12 @@ void options_usage(FILE *to)
 	      "                      directory it listed sends no LOOKUP (names-only\n"
 	      "                      listings are slower, the kernel keeps an inode per\n"
 	      "                      name listed)\n"
+	      "  --push-ahead SIZE   after a listing of a view directory (readdirplus),\n"
+	      "                      push the content of its small files (128 KiB at\n"
+	      "                      most) into the page cache in listing order, so that\n"
+	      "                      a first read of a listed file sends no READ: at most\n"
+	      "                      SIZE bytes a listing (a file counts at least 4 KiB)\n"
+	      "                      and waiting at any time (default 0: off)\n"
 	      "  --max-open N        views of containers kept open while unused (default\n"
 	      "                      1024): past it the least recently entered are closed,\n"
 	      "                      and opened again when entered (each costs memory and\n"
@@ -246,6 +252,9 @@ int options_parse(int argc, char **argv, struct options *o)
 				o->readdirplus_always = true;
 			else
 				return bad("--readdirplus needs auto or always", val);
+		} else if ((val = long_value(argc, argv, &i, "--push-ahead"))) {
+			if (val == MISSING || parse_size(val, &o->push_ahead))
+				return bad("--push-ahead needs a size like 64M (0: off)", val);
 		} else if ((val = long_value(argc, argv, &i, "--index-dir"))) {
 			if (val == MISSING || !*val)
 				return bad("--index-dir needs a directory", NULL);

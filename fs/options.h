@@ -23,6 +23,7 @@ struct options {
 	enum io_uring_mode io_uring;
 	bool no_open;      /* --no-open: the kernel opens files without asking */
 	bool readdirplus_always; /* --readdirplus always: every listing request */
+	uint64_t push_ahead; /* --push-ahead: the window, bytes (0: off) */
 };
 
 /* Parses argv; on a bad command line prints one line to stderr and returns

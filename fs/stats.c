@@ -194,6 +194,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(bytes, "from_cache", num(&s->bytes_from_cache));
 	json_object_set_new(bytes, "synthesized", num(&s->bytes_synthesized));
 	json_object_set_new(bytes, "pushed_at_open", num(&s->bytes_pushed));
+	json_object_set_new(bytes, "pushed_ahead", num(&s->bytes_pushed_ahead));
 	json_t *cache = json_object();
 	json_object_set_new(cache, "hits", num(&s->cache.hits));
 	json_object_set_new(cache, "misses", num(&s->cache.misses));
@@ -240,6 +241,8 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
 	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
+	/* --push-ahead: times pushing stopped, dropping what waited (fs/push.h) */
+	json_object_set_new(root, "push_stops", num(&s->push_stops));
 	/* tars with no index whose headers are being walked now (their
 	 * views' first use), and what every walk so far has read */
 	json_t *walk = json_object();

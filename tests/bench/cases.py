@@ -578,8 +578,10 @@ def no_open_ab(ctx):
     requests per file of each pass, for os.open/os.read and Python's
     open(). The default and loader mounts run over FUSE io_uring too, in
     the same rounds, each against its /dev/fuse twin: the figures that chose
-    the default transport (docs/performance.md). io_uring needs the kernel's
-    switch, turned on for this group and put back (root)."""
+    the default transport (docs/performance.md). The loader's options with
+    --push-ahead too (its first pass starts right after the listing, racing
+    the push). io_uring needs the kernel's switch, turned on for this group
+    and put back (root)."""
     n = ctx.size(10_000, 2_000)
     src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
     order = names[:]
@@ -590,12 +592,13 @@ def no_open_ab(ctx):
     loader = ["--no-open", "--readdirplus", "always"]
     modes = {"default": ["--io-uring", "off"], "no_open": ["--io-uring", "off", "--no-open"],
              "loader": ["--io-uring", "off", *loader], "uring": ["--io-uring", "on"],
-             "loader_uring": ["--io-uring", "on", *loader]}
+             "loader_uring": ["--io-uring", "on", *loader],
+             "loader_push": ["--io-uring", "off", *loader, "--push-ahead", "256M"]}
     # whose files/s each mode is measured against: the default mount, or for
     # io_uring the same options over /dev/fuse (its CPU and requests against
     # the default mount, whose are never 0)
     base = {"no_open": "default", "loader": "default", "uring": "default",
-            "loader_uring": "loader"}
+            "loader_uring": "loader", "loader_push": "loader"}
     keys = [(r, m, p) for r in READERS for m in modes for p in (1, 2)]
     fig, cpu, reqs = ({k: [] for k in keys} for _ in range(3))
     nat = {r: [] for r in READERS}

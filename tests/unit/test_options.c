@@ -38,6 +38,13 @@ int main(void)
 	CHECK_EQ_U(o.threads, 3);
 	CHECK_STR(o.fuse_opts, "allow_other,ro");
 	free(o.fuse_opts);
+	CHECK_EQ_U(o.push_ahead, 0); /* off unless asked */
+
+	const char *p1[] = { "shardfs", "src", "mnt", "--push-ahead", "64M" };
+	CHECK(parse(&o, 5, p1) == 0);
+	CHECK_EQ_U(o.push_ahead, 64ull << 20);
+	const char *p2[] = { "shardfs", "src", "mnt", "--push-ahead=lots" };
+	CHECK(parse(&o, 4, p2) != 0);
 
 	const char *a2[] = { "shardfs", "-d", "s", "m" };
 	CHECK(parse(&o, 4, a2) == 0 && o.debug && o.foreground);
