@@ -43,7 +43,7 @@ void *sf_big_alloc(size_t n, size_t size)
 		munmap(raw, (size_t)(at - raw));
 	if (raw + HUGE > at)
 		munmap(at + len, (size_t)(raw + HUGE - at));
-	madvise(at, len, MADV_HUGEPAGE); /* advice: refused, it changes nothing */
+	madvise(at, len, MADV_HUGEPAGE); /* advice: if not taken, it changes nothing */
 	((struct head *)at)->map_len = len;
 	return at + HEAD;
 }

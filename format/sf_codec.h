@@ -13,7 +13,7 @@
  * skipped; 0 stored bytes decode to nothing) into dst. Fails unless the
  * output is exactly `want` bytes. With a dictionary (raw content, never
  * auto-detected), any Dictionary_ID in a frame header is removed before
- * decoding, because libzstd refuses a declared id on a raw-content
+ * decoding, because libzstd rejects a declared id on a raw-content
  * dictionary. `what` names the part for messages. */
 int sf_zstd_decode(const uint8_t *src, size_t srclen, uint8_t *dst, size_t want,
 		   const void *dict, size_t dictlen, const char *what,
@@ -31,7 +31,7 @@ int sf_zstd_decode_map(const struct sf_map *m, uint64_t off, uint64_t srclen, ui
 /* The most the zstd frames of srclen bytes at `off` of file m can decode
  * to, as ZSTD_decompressBound finds it (a frame's recorded content size,
  * else its block count times its largest block), walking the frames'
- * block headers with small reads: for refusing a hostile recorded size
+ * block headers with small reads: for rejecting a hostile recorded size
  * before its buffer is allocated. 0, or -EIO when the frames are
  * malformed or the file cannot be read. */
 int sf_zstd_bound_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uint64_t *bound,

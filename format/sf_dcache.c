@@ -54,11 +54,16 @@ void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg)
 	c->short_arg = arg;
 }
 
-/* Called at each poll while a reader waits for room (lock held). */
-static void short_of_room(const struct sf_dcache *c)
+/* Called at each poll while a reader waits for room, with the lock let go
+ * meanwhile: what it does may give memory back (uncharge), which takes
+ * the lock. The caller checks for room again after its wait anyway. */
+static void short_of_room(struct sf_dcache *c)
 {
-	if (c->on_short)
-		c->on_short(c->short_arg);
+	if (!c->on_short)
+		return;
+	pthread_mutex_unlock(&c->lock);
+	c->on_short(c->short_arg);
+	pthread_mutex_lock(&c->lock);
 }
 
 /* Odd-multiplier hashing: one id per hash, so the hash alone finds an
@@ -162,8 +167,8 @@ static _Thread_local bool holding;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 /* Long enough for other readers' decodes to finish on a loaded machine (a
- * 40 MiB tile takes over a second under ASan at load 15), so they take turns
- * rather than all going past the budget; still bounded, for a holder that
+ * 40 MiB tile takes over a second under ASan at load 15), so they wait for
+ * each other rather than all going past the budget; still bounded, for a holder that
  * never lets go. */
 #define ROOM_WAIT_NS 10000000000ull /* 10 s */
 
@@ -293,7 +298,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 	}
 	if (rc == 0 && buf->len > c->budget) {
 		/* only a part of unknown size gets here: known from now on, it is
-		 * refused before decoding */
+		 * failed before decoding */
 		uint64_t unknown = SF_SIZE_UNKNOWN;
 		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
 		rc = too_big(c, part, buf->len, err);
@@ -314,7 +319,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 }
 
 /* Shorter than a request takes to count as stuck at the source (STUCK_NS,
- * fs/stall.h): a charge waiting for room never makes the request pool
+ * fs/section.h): a charge waiting for room never makes the request pool
  * refuse other users' requests. */
 #define CHARGE_WAIT_NS 500000000ull /* 0.5 s */
 
@@ -423,7 +428,20 @@ uint64_t sf_dcache_charged(struct sf_dcache *c)
 
 uint64_t sf_dcache_budget(struct sf_dcache *c)
 {
-	return c->budget;
+	pthread_mutex_lock(&c->lock);
+	uint64_t b = c->budget;
+	pthread_mutex_unlock(&c->lock);
+	return b;
+}
+
+void sf_dcache_set_budget(struct sf_dcache *c, uint64_t budget)
+{
+	pthread_mutex_lock(&c->lock);
+	c->budget = budget;
+	c->iface.limit = budget;
+	make_room(c, 0);
+	pthread_cond_broadcast(&c->loaded);
+	pthread_mutex_unlock(&c->lock);
 }
 
 void sf_dcache_read_done(void)

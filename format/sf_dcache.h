@@ -3,7 +3,7 @@
  * once is decoded by one of them while the others wait, so it is decoded
  * at most once while it stays cached. Decodes running count against the
  * budget by the size their part declares; a part that cannot fit in the
- * whole budget is refused (EIO) instead of decoded. */
+ * whole budget fails with EIO instead of being decoded. */
 #ifndef SF_DCACHE_H
 #define SF_DCACHE_H
 
@@ -32,14 +32,19 @@ struct sf_cache *sf_dcache_iface(struct sf_dcache *c);
 void sf_dcache_read_done(void);
 uint64_t sf_dcache_bytes(struct sf_dcache *c);
 uint64_t sf_dcache_budget(struct sf_dcache *c);
+/* Sets the budget (the C API's shardfs_set_cache_size): parts and charges
+ * made from then on keep within it; parts unheld past it go at once, the
+ * rest as their readers let go. */
+void sf_dcache_set_budget(struct sf_dcache *c, uint64_t budget);
 /* The bytes charges hold (sf_cache_charge: working memory, a tar's index). */
 uint64_t sf_dcache_charged(struct sf_dcache *c);
 /* `fn` is called before the cache decodes a part or waits for another
  * reader's decode of it: work that may take long. */
 void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void));
-/* `fn(arg)` is called, with the cache's lock held, at each poll while a
- * reader waits for room that evicting parts cannot make: the daemon closes
- * idle views then (fs/openviews.h, openviews_press). */
+/* `fn(arg)` is called, with no lock of the cache held, at each poll while
+ * a reader waits for room that evicting parts cannot make: the daemon
+ * closes idle views then (fs/openviews.h, openviews_press), the C API
+ * sheds what its idle handles hold (shardfs.c). */
 void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg);
 
 #endif

@@ -33,10 +33,10 @@ struct sf_open_args {
 	 * shards here). */
 	const char *const *siblings;
 	size_t nsiblings;
-	/* The container lies apart from the files it reads (a fold's index in
+	/* The container lies in another directory than the files it reads (a fold's index in
 	 * the daemon's --index-dir, its shards in dirrel): the format checks
 	 * that it matches them before it shows anything. */
-	bool apart;
+	bool other_dir;
 	/* A directory where the format may keep what it derives from the
 	 * container (sf_format.keeps: the daemon's --index-dir beside it),
 	 * when has_keepdir; valid during the open only. */
@@ -46,7 +46,7 @@ struct sf_open_args {
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
  * "../manifest.json"), beneath a->topfd: a symlink on the way, a path
- * leading above the top, or anything but a regular file is refused with
+ * leading above the top, or anything but a regular file fails with
  * e->msg saying so. */
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
 		  struct sf_err *e);
@@ -78,7 +78,7 @@ struct sf_format {
 	bool (*match)(const char *dirpath, const char *name);
 	/* Optional: whether another container among the directory's entries
 	 * (`names`, sorted bytewise) already shows file `name` (a fold's
-	 * shard is no tar alone): it then gets no view of its own. Decided
+	 * shard is no unindexed tar): it then gets no view of its own. Decided
 	 * with the whole directory at hand, so a view of a format with it is
 	 * placed by a listing, never by one lookup. */
 	bool (*covered)(const char *name, const char *const *names, size_t n);
@@ -122,6 +122,12 @@ struct sf_format {
 	 * format may add more to `meta` (rows/, tiles/). 0, or a negative errno
 	 * with e->msg. */
 	int (*build)(struct sf_view *v, void *state, struct sf_node *meta, struct sf_err *e);
+	/* Optional: gives back what the view holds that it can make again on
+	 * demand from the container (an unindexed tar's index), every node kept as
+	 * it is; true when it gave something back. Called only while no
+	 * thread uses the view: the C API's handles idle while its cache is
+	 * short (shardfs.c). */
+	bool (*shed)(void *state);
 	/* Instead of build, for a view that is a symlink (aliases): its target,
 	 * from the state. Such a view has no .shardfs/ and holds no mapping. */
 	const char *(*link)(const void *state);
@@ -129,11 +135,15 @@ struct sf_format {
 
 /* Long work under way in views now, for the mount's stats.json: tars
  * whose headers are being walked to index them (a tar with no index), with
- * their bytes, the bytes and headers walked so far, and the walks done. */
+ * their bytes, the bytes and headers walked so far, and the walks done;
+ * and what the charges that last hold, by kind. */
 struct sf_progress {
 	atomic_uint_fast64_t walking, bytes_to_walk, bytes_walked, headers_walked;
 	atomic_uint_fast64_t walks_done;
 	atomic_uint_fast64_t indexes_held, index_bytes_held; /* tx_walked.c */
+	/* files' extents (sparse maps) and kept texts (sf_view.c); counted
+	 * directories' tables (tatami blobs/, tat_blobdir.c) */
+	atomic_uint_fast64_t file_bytes_held, table_bytes_held;
 };
 extern struct sf_progress sf_progress;
 

@@ -64,7 +64,7 @@ int sf_map_read(const struct sf_map *m, uint64_t off, uint64_t len, void *dst,
  * cache budget where it may be large). */
 int sf_map_copy(const struct sf_map *m, uint64_t off, uint64_t len, uint8_t **out,
 		const char *what, struct sf_err *e);
-/* A window of a file read ahead in turn: for walking a region too large
+/* A window of a file read ahead piece by piece: for walking a region too large
  * to copy whole (an index, records) a few bytes at a time. Zero it, set
  * m, and sf_win_free it after. */
 struct sf_win {

@@ -44,7 +44,7 @@ int sf_view_check(struct sf_view *v, struct sf_err *e)
 	return 0;
 }
 
-int sf_view_refused(struct sf_view *v, struct sf_err *e)
+int sf_view_failed_by_change(struct sf_view *v, struct sf_err *e)
 {
 	/* a read of a fold must not look at each of its thousand tars */
 	uint64_t now = sf_map_changes();

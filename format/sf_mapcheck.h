@@ -31,8 +31,8 @@ int sf_checked_run(struct sf_view *v, sf_checked_fn fn, void *ctx, struct sf_err
 int sf_view_check(struct sf_view *v, struct sf_err *e);
 
 /* Whether a mapping of `v` is known to have changed in place (no system
- * call): its files are then refused at once. */
-int sf_view_refused(struct sf_view *v, struct sf_err *e);
+ * call): its files then fail at once. */
+int sf_view_failed_by_change(struct sf_view *v, struct sf_err *e);
 
 /* The mapping of `v` holding address p, or NULL. */
 struct sf_map *sf_view_map_at(const struct sf_view *v, const void *p);

@@ -16,44 +16,44 @@
 /* Where an opened entry lies: its mount's id where the kernel gives one
  * (Linux 5.8 on), else its device. Asked without its filesystem being
  * asked (AT_STATX_DONT_SYNC): that filesystem may be this very mount. */
-struct place {
+struct where {
 	bool has_mnt;
 	uint64_t mnt;
 	dev_t dev;
 	mode_t mode;
 };
 
-static int place_of(int fd, struct place *p)
+static int where_of(int fd, struct where *p)
 {
 	struct statx sx;
 	if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_STATX_DONT_SYNC,
 		  STATX_TYPE | STATX_MNT_ID, &sx) < 0)
 		return -errno;
-	*p = (struct place){ .has_mnt = sx.stx_mask & STATX_MNT_ID, .mnt = sx.stx_mnt_id,
-			     .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
-			     .mode = sx.stx_mode };
+	*p = (struct where){ .has_mnt = sx.stx_mask & STATX_MNT_ID, .mnt = sx.stx_mnt_id,
+			    .dev = makedev(sx.stx_dev_major, sx.stx_dev_minor),
+			    .mode = sx.stx_mode };
 	return 0;
 }
 
-static bool same_mount(const struct place *a, const struct place *b)
+static bool same_mount(const struct where *a, const struct where *b)
 {
 	return a->has_mnt && b->has_mnt ? a->mnt == b->mnt : a->dev == b->dev;
 }
 
 bool sf_same_mount(int a, int b)
 {
-	struct place pa = { 0 }, pb = { 0 };
-	return place_of(a, &pa) == 0 && place_of(b, &pb) == 0 && same_mount(&pa, &pb);
+	struct where pa = { 0 }, pb = { 0 };
+	return where_of(a, &pa) == 0 && where_of(b, &pb) == 0 && same_mount(&pa, &pb);
 }
 
 /* Opens component `comp` of directory `dir` as an O_PATH descriptor,
- * refusing one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
-static int step(int dir, const char *comp, const struct place *top, struct place *p)
+ * failing on one on another mount than `top` (-EXDEV: as RESOLVE_NO_XDEV). */
+static int step(int dir, const char *comp, const struct where *top, struct where *p)
 {
 	int fd = openat(dir, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return -errno;
-	int rc = place_of(fd, p);
+	int rc = where_of(fd, p);
 	if (rc == 0 && !same_mount(p, top))
 		rc = -EXDEV;
 	if (rc) {
@@ -69,8 +69,8 @@ int sf_open_walk(int top, const char *path, int flags)
 		return -EXDEV;
 	if (!path[0])
 		return -ENOENT;
-	struct place at_top = { 0 }, p = { 0 };
-	int rc = place_of(top, &at_top);
+	struct where at_top = { 0 }, p = { 0 };
+	int rc = where_of(top, &at_top);
 	if (rc)
 		return rc;
 	char *s = strdup(path);
@@ -110,17 +110,17 @@ int sf_open_walk(int top, const char *path, int flags)
 	if (rc == 0) {
 		/* a path ending in "." or ".." names the directory reached; the
 		 * last component is looked at before it is opened (a mount
-		 * point is not entered), and what was opened must lie where
+		 * point is not crossed), and what was opened must lie where
 		 * the look found it */
 		const char *last = comp ? comp : ".";
 		fd = step(dirs[depth], last, &at_top, &p);
 		if (fd >= 0 && !(flags & O_PATH)) {
 			close(fd);
-			struct place q = { 0 };
+			struct where q = { 0 };
 			fd = S_ISLNK(p.mode) ? -ELOOP : openat(dirs[depth], last, flags | O_NOFOLLOW | O_CLOEXEC);
 			if (fd == -1)
 				fd = -errno;
-			else if (fd >= 0 && (place_of(fd, &q) || !same_mount(&q, &at_top))) {
+			else if (fd >= 0 && (where_of(fd, &q) || !same_mount(&q, &at_top))) {
 				close(fd);
 				fd = -EXDEV;
 			}
@@ -167,8 +167,8 @@ static const char *type_name(mode_t m)
 	       S_ISLNK(m) ? "a symlink" : "not a regular file";
 }
 
-/* The message for an open refused or failed (rc), `m` the type seen. */
-static int refused(struct sf_err *e, int rc, const char *shown, mode_t m)
+/* The message for an open not done or failed (rc), `m` the type seen. */
+static int not_opened(struct sf_err *e, int rc, const char *shown, mode_t m)
 {
 	if (m)
 		return sf_fail(e, rc, "%s: %s, not a regular file: not opened", shown, type_name(m));
@@ -185,38 +185,38 @@ int sf_open_beneath(int top, const char *path, enum sf_want want, const char *sh
 		    struct sf_err *e)
 {
 	if (want == SF_WANT_DIR) {
-		/* O_DIRECTORY refuses anything else before opening it */
+		/* O_DIRECTORY fails on anything else before opening it */
 		int fd = resolve(top, path, O_RDONLY | O_DIRECTORY);
 		struct stat st;
 		if (fd == -ENOTDIR && sf_lstat_beneath(top, path, &st) == 0 && S_ISLNK(st.st_mode))
 			fd = -ELOOP; /* the directory itself is a symlink: say so */
-		return fd >= 0 ? fd : refused(e, fd, shown, 0);
+		return fd >= 0 ? fd : not_opened(e, fd, shown, 0);
 	}
 	int fd = resolve(top, path, O_PATH);
 	if (fd < 0)
-		return refused(e, fd, shown, 0);
+		return not_opened(e, fd, shown, 0);
 	struct stat st;
 	if (fstat(fd, &st) < 0) {
 		int rc = -errno;
 		close(fd);
-		return refused(e, rc, shown, 0);
+		return not_opened(e, rc, shown, 0);
 	}
 	if (want == SF_WANT_ENTRY)
 		return fd;
 	close(fd);
 	if (!S_ISREG(st.st_mode))
-		return refused(e, S_ISDIR(st.st_mode) ? -EISDIR : S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL,
+		return not_opened(e, S_ISDIR(st.st_mode) ? -EISDIR : S_ISLNK(st.st_mode) ? -ELOOP : -EINVAL,
 			       shown, st.st_mode);
 	/* The entry may be replaced between the look and the open: O_NONBLOCK
 	 * keeps a FIFO put in its place from blocking, and the type is checked
 	 * again on what was opened. */
 	fd = resolve(top, path, O_RDONLY | O_NONBLOCK | O_NOCTTY);
 	if (fd < 0)
-		return refused(e, fd, shown, 0);
+		return not_opened(e, fd, shown, 0);
 	int rc = fstat(fd, &st) < 0 ? -errno : S_ISREG(st.st_mode) ? 0 : -EINVAL;
 	if (rc) {
 		close(fd);
-		return refused(e, rc, shown, rc == -EINVAL ? st.st_mode : 0);
+		return not_opened(e, rc, shown, rc == -EINVAL ? st.st_mode : 0);
 	}
 	return fd;
 }

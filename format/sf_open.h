@@ -4,10 +4,10 @@
  * beneath one top directory (the mount's SRC): resolved without following a
  * symlink anywhere on the path, without ".." climbing above the top, and
  * without crossing a mount point (another filesystem mounted inside SRC,
- * maybe this daemon's own mount, is never entered).
+ * maybe this daemon's own mount, is never crossed into).
  * Only regular files and directories are opened for reading, and a file is
  * looked at (O_PATH, fstat) before it is opened, so a FIFO, socket or device
- * is refused from its type instead of blocking or waking a driver (the
+ * fails from its type instead of blocking or waking a driver (the
  * listing's batched check, sf_probe.c, takes readdir's d_type as that look).
  * openat2(2) does the resolving where the kernel has it (Linux 5.6 on); where
  * it answers ENOSYS (older kernels, some seccomp filters) an equivalent walk

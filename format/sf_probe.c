@@ -9,8 +9,8 @@
  * file is fstat'ed (io_uring would hand a statx to a worker thread), then
  * the reads and closes go in one submission, and the reads of files not in
  * the page cache wait for the disk side by side. Two threads take batches
- * in turn. A file that fails anywhere in a batch is checked again alone, so
- * that every refusal is said in the same words (docs/performance.md, lever
+ * one after another. A file that fails anywhere in a batch is checked again alone, so
+ * that every failure is said in the same words (docs/performance.md, lever
  * 15). */
 #include "sf_format.h"
 
@@ -237,7 +237,7 @@ static void check_batch(struct batch *b, int dirfd, const char *dir, sf_check_fa
 	}
 }
 
-/* The work of one sf_format_check_many: threads take batches in turn. */
+/* The work of one sf_format_check_many: threads take batches one after another. */
 struct share {
 	int dirfd;
 	const char *dir;

@@ -177,9 +177,9 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		return sf_fail(e, -EIO, "%s", fl->broken);
 	/* a view whose source changed in place serves nothing more, not even
 	 * parts decoded before the change */
-	int refused = sf_view_refused(f->view, e);
-	if (refused)
-		return refused;
+	int changed = sf_view_failed_by_change(f->view, e);
+	if (changed)
+		return changed;
 	if (off >= fl->size)
 		return 0;
 	if (!rv->view)
@@ -222,7 +222,7 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,
 		   struct sf_readv *rv, struct sf_err *e)
 {
-	int rc = sf_view_refused(v, e);
+	int rc = sf_view_failed_by_change(v, e);
 	if (rc)
 		return rc;
 	if (off >= s->size)

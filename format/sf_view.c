@@ -9,6 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
+#include "sf_format.h"
 #include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_name.h"
@@ -37,6 +38,7 @@ static void file_clear(struct sf_node *f)
 		fl->start = NULL;
 		fl->cap = 0;
 		sf_cache_uncharge(f->view->cache, fl->charged);
+		atomic_fetch_sub(&sf_progress.file_bytes_held, fl->charged);
 		fl->charged = 0;
 	}
 }
@@ -94,7 +96,7 @@ static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char
 	if (kind == SF_DIR) {
 		n->u.dir.populated = true;
 		/* one made by lazy work may still be filled by it */
-		n->u.dir.settled = !v->working;
+		n->u.dir.complete = !sf_turn_held(&v->turn);
 	}
 	else if (kind == SF_FILE)
 		n->u.file.built = true;
@@ -123,7 +125,7 @@ static struct sf_node *dir_get(struct sf_dir *d, const char *name)
 	return sf_hash_get(&d->index, name_hash(name), kid_named, name);
 }
 
-/* Under the names lock: a find of a settled directory reads it there. */
+/* Under the names lock: a find of a complete directory reads it there. */
 static int dir_append(struct sf_node *dir, struct sf_node *kid)
 {
 	struct sf_dir *d = &dir->u.dir;
@@ -301,7 +303,6 @@ static int lazy_append(struct sf_lazy *z, const char *name, enum sf_kind kind, u
 }
 
 static struct sf_node *node_new(struct sf_view *v, enum sf_kind kind, const char *name);
-static void work_begin(struct sf_view *v);
 static void work_end(struct sf_view *v, struct sf_node *dir);
 
 /* The live node of a key, pinned, or NULL (names lock held). */
@@ -443,7 +444,7 @@ struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 	pthread_mutex_unlock(&v->names_lock);
 	if (n)
 		return n;
-	work_begin(v);
+	sf_turn_take(&v->turn);
 	if (lazy_at(dir, i - dir->u.dir.n, &n, e))
 		n = NULL;
 	work_end(v, NULL);
@@ -557,7 +558,7 @@ void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg)
 {
 	dir->u.dir.populate = fn;
 	dir->u.dir.populated = false;
-	dir->u.dir.settled = false;
+	dir->u.dir.complete = false;
 	dir->arg = arg;
 }
 
@@ -612,9 +613,24 @@ int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_
 	}
 	fl->start = st;
 	fl->cap = want;
-	if (c->charge)
+	if (c->charge) {
+		atomic_fetch_add(&sf_progress.file_bytes_held, bytes - fl->charged);
 		fl->charged = bytes;
+	}
 	return 0;
+}
+
+int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct sf_err *e)
+{
+	struct sf_cache *c = f->view->cache;
+	if (!c->charge || !bytes)
+		return 0;
+	int rc = sf_cache_charge(c, bytes, f->view->path, what, e);
+	if (!rc) {
+		f->u.file.charged += bytes;
+		atomic_fetch_add(&sf_progress.file_bytes_held, bytes);
+	}
+	return rc;
 }
 
 int sf_file_add_map(struct sf_node *f, const uint8_t *p, uint64_t len)
@@ -718,7 +734,7 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	atomic_init(&v->refs, 1);
 	/* not recursive: a hook, which runs under it, calls only what
 	 * expects it held (sf_dir_lazy_node, sf_dir_ready_held) */
-	pthread_cond_init(&v->turn, NULL);
+	sf_turn_init(&v->turn);
 	pthread_mutex_init(&v->names_lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
@@ -792,7 +808,7 @@ void sf_view_unref(struct sf_view *v)
 	for (size_t i = 0; i < v->nwarnings; i++)
 		free(v->warnings[i]);
 	free(v->warnings);
-	pthread_cond_destroy(&v->turn);
+	sf_turn_fini(&v->turn);
 	pthread_mutex_destroy(&v->names_lock);
 	free(v->path);
 	free(v);
@@ -929,44 +945,30 @@ int sf_dir_ready_held(struct sf_node *dir, struct sf_err *e)
 	return rc;
 }
 
-/* Takes the view's turn for lazy work, from outside any hook: waits,
- * holding no lock, while another thread's lazy work (which may wait on the
- * source) runs. */
-static void work_begin(struct sf_view *v)
-{
-	pthread_mutex_lock(&v->names_lock);
-	while (v->working)
-		pthread_cond_wait(&v->turn, &v->names_lock);
-	v->working = true;
-	pthread_mutex_unlock(&v->names_lock);
-}
-
-/* Ends it; `dir` (may be NULL), found populated with no lazy work running,
- * is settled: nothing will add to it, so finds read it without a turn. */
+/* Ends the view's turn for lazy work (taken from outside any hook); `dir`
+ * (may be NULL), found populated with no lazy work running,
+ * is complete: nothing will add to it, so finds read it without a turn. */
 static void work_end(struct sf_view *v, struct sf_node *dir)
 {
 	if (dir && sf_dir_is_populated(dir))
-		atomic_store(&dir->u.dir.settled, true);
-	pthread_mutex_lock(&v->names_lock);
-	v->working = false;
-	pthread_cond_signal(&v->turn);
-	pthread_mutex_unlock(&v->names_lock);
+		atomic_store(&dir->u.dir.complete, true);
+	sf_turn_give(&v->turn);
 }
 
 int sf_dir_ready(struct sf_node *dir, struct sf_err *e)
 {
-	if (dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled))
+	if (dir->kind == SF_DIR && atomic_load(&dir->u.dir.complete))
 		return 0;
-	work_begin(dir->view);
+	sf_turn_take(&dir->view->turn);
 	int rc = sf_dir_ready_held(dir, e);
 	work_end(dir->view, rc ? NULL : dir);
 	return rc;
 }
 
-/* A find in a settled directory, under the names lock only (lazy work
+/* A find in a complete directory, under the names lock only (lazy work
  * elsewhere in the view may wait on the source): false when it needs
  * an on-demand node made, which reads the container. */
-static bool find_settled(struct sf_node *dir, const char *name, struct sf_node **out)
+static bool find_complete(struct sf_node *dir, const char *name, struct sf_node **out)
 {
 	struct sf_view *v = dir->view;
 	pthread_mutex_lock(&v->names_lock);
@@ -981,7 +983,7 @@ static bool find_settled(struct sf_node *dir, const char *name, struct sf_node *
 int sf_dir_find_known(struct sf_node *dir, const char *name, struct sf_node **out)
 {
 	*out = NULL;
-	return dir->kind == SF_DIR && atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out);
+	return dir->kind == SF_DIR && atomic_load(&dir->u.dir.complete) && find_complete(dir, name, out);
 }
 
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
@@ -991,9 +993,9 @@ int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		return sf_fail(e, -ENOTDIR, "%s: not a directory", dir->view->path);
 	int rc = 0;
 	*out = NULL;
-	if (atomic_load(&dir->u.dir.settled) && find_settled(dir, name, out))
+	if (atomic_load(&dir->u.dir.complete) && find_complete(dir, name, out))
 		return 0;
-	work_begin(dir->view);
+	sf_turn_take(&dir->view->turn);
 	struct sf_node *hit = NULL;
 	rc = dir_lookup(dir, name, &hit, e);
 	if (!rc && !hit && !dir->u.dir.populated) {
@@ -1038,7 +1040,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 			sf_buf_unref(b);
 		}
 	}
-	work_begin(f->view);
+	sf_turn_take(&f->view->turn);
 	if (!fl->built) {
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
@@ -1141,9 +1143,9 @@ bool sf_dir_is_populated(const struct sf_node *dir)
 	return atomic_load(&((struct sf_node *)dir)->u.dir.populated);
 }
 
-bool sf_dir_is_settled(const struct sf_node *dir)
+bool sf_dir_is_complete(const struct sf_node *dir)
 {
-	return atomic_load(&((struct sf_node *)dir)->u.dir.settled);
+	return atomic_load(&((struct sf_node *)dir)->u.dir.complete);
 }
 
 bool sf_dir_has_lookup(const struct sf_node *dir)
@@ -1201,9 +1203,9 @@ int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
 	while (*path == '/')
 		path++;
 	if (root->kind != SF_DIR || !root->u.dir.locate || !*path || strchr(path, '/') ||
-	    strcmp(path, ".") == 0 || atomic_load(&root->u.dir.settled))
+	    strcmp(path, ".") == 0 || atomic_load(&root->u.dir.complete))
 		return SF_LOOKUP_LIST;
-	work_begin(v);
+	sf_turn_take(&v->turn);
 	/* a listing, even one under way, names the entries from then on */
 	int rc = root->u.dir.populated ? SF_LOOKUP_LIST :
 		 sf_checked_run(v, run_locate, &(struct locate_call){ root, path, out }, e);

@@ -11,7 +11,7 @@
  * directory, building a file's extents, making an on-demand node) runs
  * once, in the view's turn: one thread at a time, holding no lock (it reads
  * the container, so it may wait on the source), the others waiting for the
- * turn on a condition. What needs no lazy work (a find in a settled
+ * turn on a condition. What needs no lazy work (a find in a complete
  * directory of a name whose node exists, or of no name, the pins and hosts
  * of on-demand nodes, the warnings) takes only the short names lock, never
  * the turn: it answers while lazy work of the same view waits on the
@@ -29,6 +29,7 @@
 #include "sf_buf.h"
 #include "sf_err.h"
 #include "sf_hash.h"
+#include "sf_turn.h"
 
 struct sf_format;
 struct sf_map;
@@ -75,8 +76,8 @@ struct sf_cache {
 		      struct sf_err *e);
 	void (*uncharge)(struct sf_cache *c, uint64_t bytes);
 	/* Counts the times the cache gave memory back (0 in a cache without
-	 * charges): a charge refused for lack of room is not tried again
-	 * before it changes, so that a refusal costs no wait. */
+	 * charges): a charge that failed for lack of room is not tried again
+	 * before it changes, so that such a failure costs no wait. */
 	_Atomic uint64_t freed;
 };
 extern struct sf_cache sf_nocache;
@@ -174,7 +175,7 @@ struct sf_dir {
 	/* populated, and found so with no lazy work running: nothing adds to
 	 * it any more (a directory made by lazy work may be filled by it
 	 * after being made, and a populate may set `populated` first) */
-	atomic_bool settled;
+	atomic_bool complete;
 	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
 	struct sf_lazy *lazy;
 };
@@ -225,12 +226,10 @@ struct sf_node {
 struct sf_view {
 	atomic_uint refs;
 	/* The turn for lazy work (populating, building, making on-demand
-	 * nodes, adding parts): `working` while a thread has it (hooks run in
-	 * it, and it is not recursive); the others wait on `turn`. No lock is
-	 * held while hooks read the container. */
-	bool working;
-	pthread_cond_t turn;
-	/* Short, never held across a hook: `working`, writes of directories'
+	 * nodes, adding parts): hooks run in it, and it is not recursive. No
+	 * lock is held while hooks read the container. */
+	struct sf_turn turn;
+	/* Short, never held across a hook: writes of directories'
 	 * entries (kids, on-demand entries), on-demand nodes' table, pins and
 	 * hosts, the warnings. */
 	pthread_mutex_t names_lock;
@@ -258,7 +257,7 @@ struct sf_view {
 	atomic_size_t nwarnings;
 	atomic_size_t nreported;  /* the host's: warnings it has passed on */
 	/* sf_map_changes() when no mapping of the view had changed
-	 * (sf_view_refused looks again only when it has moved on) */
+	 * (sf_view_failed_by_change looks again only when it has moved on) */
 	_Atomic uint64_t intact_at;
 	/* Lookups of stored members between drops of the mappings' pages from
 	 * the page tables (sf_map_drop_pages; a fold's listing and lookups
@@ -378,6 +377,10 @@ int sf_file_add_zero(struct sf_node *f, uint64_t len);
  * the node (or a failed build): 0, or -EIO with e naming `what` when the
  * budget has no room, or -ENOMEM. */
 int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_err *e);
+/* Holds `bytes` more in the budget of the view's cache for what the file
+ * keeps (a rendered text it takes with sf_file_add_str), given back with
+ * its extents: 0, or as sf_cache_charge. */
+int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct sf_err *e);
 /* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
  * ran out of memory. */
 int sf_file_add_str(struct sf_node *f, struct sf_str *s);
@@ -408,7 +411,7 @@ struct sf_node *sf_view_add_meta(struct sf_view *v, sf_produce_fn info_txt,
  * first). *out is NULL if absent. */
 int sf_dir_find(struct sf_node *dir, const char *name, struct sf_node **out,
 		struct sf_err *e);
-/* What sf_dir_find answers from what a settled directory already holds:
+/* What sf_dir_find answers from what a complete directory already holds:
  * 1 with *out (pinned as sf_dir_find pins it, or NULL: no such name), or 0
  * when the answer needs lazy work (then only sf_dir_find answers). Takes
  * the names lock only: it never waits on lazy work, nor on the source. */
@@ -472,9 +475,9 @@ void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *
 /* Whether a directory's entries are all known (never lazy, or populated):
  * a find or a listing then does no work for the format. */
 bool sf_dir_is_populated(const struct sf_node *dir);
-/* Whether it is populated with no lazy work running (sf_dir.settled): a
+/* Whether it is populated with no lazy work running (sf_dir.complete): a
  * listing of it then takes no turn, and never waits on the source. */
-bool sf_dir_is_settled(const struct sf_node *dir);
+bool sf_dir_is_complete(const struct sf_node *dir);
 /* Whether a lazy directory answers a find through a lookup hook instead of
  * populating itself. */
 bool sf_dir_has_lookup(const struct sf_node *dir);

@@ -5,8 +5,10 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "sf_dcache.h"
 #include "sf_format.h"
@@ -17,6 +19,12 @@
 struct shardfs {
 	struct sf_view *view;
 	struct sf_cache *cache; /* the process's (below) */
+	/* Held for reading by every call on the handle; shed_idle takes it
+	 * for writing only when it is free, so a handle in use is never shed. */
+	pthread_rwlock_t use;
+	_Atomic uint64_t used_ms;    /* when a call last entered */
+	struct shardfs *prev, *next; /* `handles`, from the same process */
+	unsigned long born;          /* `forks` when opened */
 };
 
 /* Decoded parts of every handle of the process, kept within one budget by
@@ -30,16 +38,66 @@ static struct sf_dcache *cache;
 static struct sf_dcache_counts cache_counts;
 static pthread_once_t cache_once = PTHREAD_ONCE_INIT;
 
+/* The handles open in this process, for shed_idle. A forked child starts
+ * with none: its parent's handles are its parent's (shardfs_close of one
+ * there unlinks nothing). */
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shardfs *handles;
+static unsigned long forks;
+static atomic_uint_fast64_t sheds;
+
+/* As the daemon closes views not entered for a second when its cache is
+ * short (fs/openviews.c), idle handles give back what their views can make
+ * again (sf_format.shed). */
+#define IDLE_MS 1000u
+
+static uint64_t now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+	return (uint64_t)t.tv_sec * 1000u + (uint64_t)t.tv_nsec / 1000000u;
+}
+
+/* The cache's on_short: a reader waits for room that evicting parts cannot
+ * make (no lock of the cache held). */
+static void shed_idle(void *arg)
+{
+	(void)arg;
+	uint64_t now = now_ms();
+	pthread_mutex_lock(&handles_lock);
+	for (struct shardfs *h = handles; h; h = h->next) {
+		bool (*shed)(void *) = h->view->format->shed;
+		if (!shed || now - atomic_load(&h->used_ms) < IDLE_MS ||
+		    pthread_rwlock_trywrlock(&h->use))
+			continue;
+		if (shed(h->view->state))
+			atomic_fetch_add(&sheds, 1);
+		pthread_rwlock_unlock(&h->use);
+	}
+	pthread_mutex_unlock(&handles_lock);
+}
+
 static void cache_make(void)
 {
 	cache_counts = (struct sf_dcache_counts){ 0 };
 	cache = sf_dcache_new(CACHE_BUDGET, &cache_counts);
+	if (cache)
+		sf_dcache_on_short(cache, shed_idle, NULL);
+}
+
+static void forked(void)
+{
+	pthread_mutex_init(&handles_lock, NULL);
+	handles = NULL;
+	forks++;
+	atomic_store(&sheds, 0);
+	cache_make();
 }
 
 static void cache_start(void)
 {
 	cache_make();
-	pthread_atfork(NULL, NULL, cache_make);
+	pthread_atfork(NULL, NULL, forked);
 }
 
 /* A reader of the API reads members one call each, many thousands a
@@ -84,6 +142,15 @@ int shardfs_open(const char *path, struct shardfs **out)
 	sf_view_set_keep_copies(h->view, true);
 	h->cache = sf_dcache_iface(cache);
 	sf_view_set_cache(h->view, h->cache);
+	pthread_rwlock_init(&h->use, NULL);
+	atomic_init(&h->used_ms, now_ms());
+	pthread_mutex_lock(&handles_lock);
+	h->born = forks;
+	h->next = handles;
+	if (handles)
+		handles->prev = h;
+	handles = h;
+	pthread_mutex_unlock(&handles_lock);
 	*out = h;
 	return 0;
 }
@@ -92,8 +159,54 @@ void shardfs_close(struct shardfs *h)
 {
 	if (!h)
 		return;
+	pthread_mutex_lock(&handles_lock);
+	if (h->born == forks) {
+		if (h->prev)
+			h->prev->next = h->next;
+		else
+			handles = h->next;
+		if (h->next)
+			h->next->prev = h->prev;
+	}
+	pthread_mutex_unlock(&handles_lock);
+	pthread_rwlock_destroy(&h->use);
 	sf_view_unref(h->view);
 	free(h);
+}
+
+/* Every call on a handle runs between enter and leave. */
+static void enter(struct shardfs *h)
+{
+	pthread_rwlock_rdlock(&h->use);
+	atomic_store_explicit(&h->used_ms, now_ms(), memory_order_relaxed);
+}
+
+static void leave(struct shardfs *h)
+{
+	pthread_rwlock_unlock(&h->use);
+}
+
+int shardfs_set_cache_size(uint64_t bytes)
+{
+	pthread_once(&cache_once, cache_start);
+	if (!cache)
+		return -ENOMEM;
+	if (!bytes)
+		return -EINVAL;
+	sf_dcache_set_budget(cache, bytes);
+	return 0;
+}
+
+void shardfs_cache_stats(struct shardfs_cache_stats *out)
+{
+	pthread_once(&cache_once, cache_start);
+	*out = (struct shardfs_cache_stats){ 0 };
+	if (!cache)
+		return;
+	out->budget = sf_dcache_budget(cache);
+	out->bytes_held = sf_dcache_bytes(cache);
+	out->bytes_charged = sf_dcache_charged(cache);
+	out->sheds = atomic_load(&sheds);
 }
 
 const char *shardfs_format(const struct shardfs *h)
@@ -147,14 +260,15 @@ static int walk(struct shardfs *h, const char *path, struct sf_node **n)
 int shardfs_stat(struct shardfs *h, const char *path, struct shardfs_entry *out)
 {
 	struct sf_node *n;
+	enter(h);
 	int rc = walk(h, path, &n);
-	if (rc)
-		return rc;
-	describe(h, n, out);
-	return 0;
+	if (!rc)
+		describe(h, n, out);
+	leave(h);
+	return rc;
 }
 
-int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *arg)
+static int list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *arg)
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *d;
@@ -169,14 +283,26 @@ int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *a
 		struct sf_node *k = sf_dir_child(d, i, &e);
 		if (!k)
 			return fail(e.msg[0] ? -EIO : -ENOMEM, &e);
-		if (k->hidden)
-			continue;
+		/* a node made for an on-demand entry goes again once described:
+		 * a listing of millions keeps none of them (about 400 bytes each) */
 		struct shardfs_entry ent;
-		describe(h, k, &ent);
-		if ((rc = fn(&ent, arg)))
+		if (!k->hidden) {
+			describe(h, k, &ent);
+			rc = fn(&ent, arg);
+		}
+		sf_node_unpin(k);
+		if (rc)
 			return rc;
 	}
 	return 0;
+}
+
+int shardfs_list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *arg)
+{
+	enter(h);
+	int rc = list(h, dir, fn, arg);
+	leave(h);
+	return rc;
 }
 
 /* Gathers [off, off+len) of the file at `path` into rv: 0 (rv->bytes may
@@ -219,12 +345,14 @@ ssize_t shardfs_read(struct shardfs *h, const char *path, void *buf, size_t len,
 {
 	struct sf_err e = { { 0 } };
 	struct sf_readv rv = { 0 };
+	enter(h);
 	int rc = gather(h, path, off, len, &rv);
 	uint64_t got = rv.bytes;
 	if (rc == 0 && got && (rc = sf_readv_copy(&rv, buf, &e)))
 		fail(rc, &e);
 	sf_readv_release(&rv);
 	sf_dcache_read_done();
+	leave(h);
 	return rc ? rc : (ssize_t)got;
 }
 
@@ -241,7 +369,9 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 	struct shardfs_hold *hd = calloc(1, sizeof *hd);
 	if (!hd)
 		return fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path, path), &e);
+	enter(h);
 	int rc = gather(h, path, off, len, &hd->rv);
+	leave(h);
 	/* the parts held are the hold's now, not this thread's read */
 	sf_dcache_read_done();
 	const struct sf_readv *rv = &hd->rv;

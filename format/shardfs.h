@@ -29,7 +29,8 @@
  * there.)
  *
  * Memory: a file rendered from the whole container (a fold's
- * .shardfs/samples.jsonl, about 70 bytes a sample) is kept whole from its
+ * .shardfs/samples.jsonl, about 70 bytes a sample, held in the decode
+ * cache's budget, else rendered per read) is kept whole from its
  * first use until shardfs_close, where the mount renders it per read; so
  * are a fold's index rows (32 bytes a member, held in the decode cache's
  * budget, else read per lookup) from its first lookup by name, where the
@@ -63,8 +64,9 @@ enum shardfs_kind {
 	SHARDFS_LINK = 3,
 };
 
-/* One entry of the tree. The strings belong to the handle and stay valid
- * until shardfs_close. */
+/* One entry of the tree. The strings belong to the handle: shardfs_stat's
+ * stay valid until shardfs_close, shardfs_list's while its callback runs
+ * (a listing of millions keeps no entry). */
 struct shardfs_entry {
 	const char *name;        /* the entry's name as the mount shows it */
 	enum shardfs_kind kind;
@@ -89,7 +91,7 @@ const char *shardfs_view_ext(const char *dir, const char *name, const char *cons
 			     size_t n);
 
 /* The name of the format module that opened the file: "tsumugi", "tatami",
- * "taridx", "tar" (a tar alone), "sidx" (a Shardlake shard), "alias" (a
+ * "taridx", "tar" (an unindexed tar), "sidx" (a Shardlake shard), "alias" (a
  * Shardlake alias) or "tet". */
 const char *shardfs_format(const struct shardfs *h);
 
@@ -128,6 +130,21 @@ int shardfs_hold_copy(const struct shardfs_hold *hold, void *dst);
 /* 1 when the held bytes are the source file's mapped pages, else 0. */
 int shardfs_hold_mapped(const struct shardfs_hold *hold);
 void shardfs_release(struct shardfs_hold *hold);
+
+/* The process's decode cache, shared by its handles (256 MiB at first, the
+ * mount's --cache-size default): decoded parts and the working memory a
+ * view sizes by its files (a tar's index, tables) are held within it.
+ * shardfs_set_cache_size sets its budget: parts and charges made from then
+ * on keep within it (0: -EINVAL). When it is short, what handles not used
+ * for a second hold that can be made again is given back (shed) first. */
+int shardfs_set_cache_size(uint64_t bytes);
+struct shardfs_cache_stats {
+	uint64_t budget;        /* bytes */
+	uint64_t bytes_held;    /* decoded parts */
+	uint64_t bytes_charged; /* working memory */
+	uint64_t sheds;         /* times an idle handle gave back what it held */
+};
+void shardfs_cache_stats(struct shardfs_cache_stats *out);
 
 /* The message of the calling thread's last failure ("" if none). */
 const char *shardfs_last_error(void);

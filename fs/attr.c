@@ -53,9 +53,9 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 		transport_hand_off();
 	/* a build reads the container (nested in the request's own section) */
 	char pb[FNODE_PATH_MAX];
-	src_begin_must(dm, "build", node_path(n, pb));
+	section_begin_must(dm, "build", node_path(n, pb));
 	int rc = sf_file_ready(v->vn, dm->view_cache, &e);
-	src_end(dm);
+	section_end(dm);
 	if (rc)
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 	listing_report_warnings(dm, v->view);
@@ -72,10 +72,10 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		/* a build reads the container: refused like any request at the
 		 * source rather than take a pool's last thread */
 		char pb[FNODE_PATH_MAX];
-		if (!src_begin(req, "getattr", node_path(n, pb), NULL))
+		if (!section_begin(req, "getattr", node_path(n, pb), NULL))
 			return;
 		view_file_ready(dm, n);
-		src_end(dm);
+		section_end(dm);
 	}
 	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
 	double t = fnode_kind(n) == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
@@ -84,7 +84,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 /* Whether the caller may read what shows `st`. Its other groups are read
  * from /proc by libfuse; when they cannot be (the caller gone), only its
- * own group counts: refusing rather than guessing. */
+ * own group counts: denying rather than guessing. */
 static bool caller_may_read(fuse_req_t req, const struct stat *st)
 {
 	const struct fuse_ctx *c = fuse_req_ctx(req);
@@ -119,10 +119,10 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	if (!src_begin(req, "readlink", src_of(n)->rel, NULL))
+	if (!section_begin(req, "readlink", src_of(n)->rel, NULL))
 		return;
 	int rc = src_readlink(daemon_of(req), n, buf);
-	src_end(daemon_of(req));
+	section_end(daemon_of(req));
 	if (rc)
 		reply_src_err(req, -rc);
 	else
@@ -133,10 +133,10 @@ void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
 	count(req, REQ_STATFS);
 	struct statvfs sv;
-	if (!src_begin(req, "statfs", ".", NULL))
+	if (!section_begin(req, "statfs", ".", NULL))
 		return;
 	int rc = fstatvfs(daemon_of(req)->src_fd, &sv) < 0 ? errno : 0;
-	src_end(daemon_of(req));
+	section_end(daemon_of(req));
 	if (rc) {
 		reply_src_err(req, rc);
 		return;

@@ -5,8 +5,10 @@
 #ifndef FS_DAEMON_H
 #define FS_DAEMON_H
 
+#include <assert.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
@@ -15,13 +17,17 @@
 #include "fnode.h"
 #include "listing.h"
 #include "openviews.h"
+#include "push.h"
 #include "stats.h"
 #include "transport.h"
 #include "watch.h"
 
 struct daemon {
+	/* first: the session's userdata is also the transport's
+	 * (fs/transport/transport.h) */
+	struct transport transport;   /* /dev/fuse, or FUSE over io_uring */
 	int src_fd;                   /* SRC's root: every access is beneath it */
-	/* --index-dir: indexes of SRC's folds kept apart from their tars
+	/* --index-dir: indexes of SRC's folds kept in another directory than their tars
 	 * (fs/indexdir.h), every access beneath it; -1 without */
 	int index_fd;
 	struct ftree tree;            /* the inodes */
@@ -33,6 +39,7 @@ struct daemon {
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
+	struct push push;             /* --push-ahead (fs/push.h) */
 	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
 	 * takes as "never ask again" for the whole mount (fs/reading.c) */
 	bool no_open;
@@ -43,8 +50,8 @@ struct daemon {
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
 	 * first asked */
 	atomic_int residency_visible;
-	struct transport transport;   /* /dev/fuse, or FUSE over io_uring */
 };
+static_assert(offsetof(struct daemon, transport) == 0, "the transport comes first");
 
 /* The daemon a request is served for. */
 static inline struct daemon *daemon_of(fuse_req_t req)

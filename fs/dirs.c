@@ -11,6 +11,7 @@
 #include "listing.h"
 #include "transport.h"
 #include "names.h"
+#include "push.h"
 #include "request.h"
 #include "roots.h"
 #include "vnode.h"
@@ -33,6 +34,7 @@ struct dirsnap {
 	struct listing *l;
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
+	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
 };
 
 static void snap_free(struct dirsnap *s)
@@ -144,14 +146,14 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
-	/* a view's directory it holds settled is snapshot from memory: no
+	/* a view's directory it holds complete is snapshot from memory: no
 	 * section at the source, so that it opens while the source holds every
 	 * thread the pool gives it (as a lookup of a name it holds) */
 	struct sf_node *vn = fnode_vn(n);
 	bool src = fnode_kind(n) == FK_SRC_DIR ||
-		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_settled(vn)));
+		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_complete(vn)));
 	char pb[FNODE_PATH_MAX];
-	if (rc == 0 && src && !src_begin(req, "opendir", node_path(n, pb), NULL)) {
+	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
 		snap_free(s);
 		return;
 	}
@@ -159,7 +161,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		rc = snap_of[fnode_kind(n)] ? snap_of[fnode_kind(n)](daemon_of(req), n, s, &cap)
 					    : -ENOTDIR;
 		if (src)
-			src_end(daemon_of(req));
+			section_end(daemon_of(req));
 	}
 	if (rc) {
 		if (s)
@@ -264,9 +266,14 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 		used += k;
 	}
 	listing_unref(l);
+	/* queued before the reply: once it is written, the kernel may release
+	 * the handle `s` */
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	if (fnode_kind(dir) == FK_VIEW)
+		push_listed(dm, held, nheld, &s->pushed);
 	if (fuse_reply_buf(req, buf, used) != 0)
 		for (size_t i = 0; i < nheld; i++)
-			fnode_forget(&daemon_of(req)->tree, held[i], 1);
+			fnode_forget(&dm->tree, held[i], 1);
 	free(buf);
 	free(held);
 }
@@ -281,11 +288,11 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	bool src = plus && fnode_kind(dir) != FK_META_DIR;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
-	if (src && !src_begin(req, "readdir", node_path(dir, pb), NULL))
+	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
 		return;
 	list_dir(req, s, dir, size, off, plus);
 	if (src)
-		src_end(dm);
+		section_end(dm);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -312,8 +319,8 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* the last hold of a listing or view closes their files */
 	struct daemon *dm = daemon_of(req);
 	char pb[FNODE_PATH_MAX];
-	src_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
+	section_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
 	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
-	src_end(dm);
+	section_end(dm);
 	fuse_reply_err(req, 0);
 }

@@ -129,15 +129,15 @@ static void drop_all(struct ftree *t, struct fnode *dead)
 	bool src = false;
 	for (struct fnode *x = dead; x; x = x->all_next)
 		src |= x->ops->holds_src && x->ops->holds_src(x);
-	if (src && t->src_enter)
-		t->src_enter(t->src_arg);
+	if (src && t->open_section)
+		t->open_section(t->section_arg);
 	while (dead) {
 		struct fnode *next = dead->all_next;
 		dead->ops->drop(t, dead);
 		dead = next;
 	}
-	if (src && t->src_enter)
-		t->src_leave(t->src_arg);
+	if (src && t->open_section)
+		t->close_section(t->section_arg);
 }
 
 void fnode_discard(struct ftree *t, struct fnode *n)

@@ -96,13 +96,13 @@ struct ftree {
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
-	/* Open and close the section at the source (fs/stall.h) that freeing
+	/* Open and close the section at the source (fs/section.h) that freeing
 	 * nodes which may close SRC files runs in (NULL: none). Only those:
 	 * a burst of FORGETs of nodes holding nothing stays out of the count
 	 * that grows the request pool. */
-	void (*src_enter)(void *arg);
-	void (*src_leave)(void *arg);
-	void *src_arg;
+	void (*open_section)(void *arg);
+	void (*close_section)(void *arg);
+	void *section_arg;
 	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 

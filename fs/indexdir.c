@@ -14,7 +14,7 @@
 
 static int cmp_index(const void *a, const void *b)
 {
-	return strcmp(((const struct apart_index *)a)->name, ((const struct apart_index *)b)->name);
+	return strcmp(((const struct dir_index *)a)->name, ((const struct dir_index *)b)->name);
 }
 
 int indexdir_open(struct daemon *dm, const char *rel)
@@ -66,13 +66,13 @@ bool indexdir_has_view(struct daemon *dm, const char *rel, const char *name)
 	return yes;
 }
 
-void indexdir_free(struct apart *ap)
+void indexdir_free(struct dir_indexes *di)
 {
-	for (size_t i = 0; i < ap->n; i++)
-		free(ap->ix[i].name);
-	free(ap->ix);
-	free(ap->cover);
-	*ap = (struct apart){ 0 };
+	for (size_t i = 0; i < di->n; i++)
+		free(di->ix[i].name);
+	free(di->ix);
+	free(di->cover);
+	*di = (struct dir_indexes){ 0 };
 }
 
 static bool is_index(const char *name)
@@ -81,9 +81,9 @@ static bool is_index(const char *name)
 	return n > 7 && strcmp(name + n - 7, ".taridx") == 0;
 }
 
-int indexdir_find(struct daemon *dm, const char *rel, struct apart *ap)
+int indexdir_find(struct daemon *dm, const char *rel, struct dir_indexes *di)
 {
-	*ap = (struct apart){ 0 };
+	*di = (struct dir_indexes){ 0 };
 	int fd = indexdir_open(dm, rel);
 	if (fd < 0)
 		return fd == -ENOMEM ? fd : 0; /* no such directory: no indexes */
@@ -99,39 +99,40 @@ int indexdir_find(struct daemon *dm, const char *rel, struct apart *ap)
 		struct stat st;
 		if (!is_index(de->d_name) || sf_lstat_beneath(dirfd(d), de->d_name, &st) || !S_ISREG(st.st_mode))
 			continue;
-		if (ap->n == cap) {
+		if (di->n == cap) {
 			cap = cap ? 2 * cap : 8;
-			struct apart_index *more = realloc(ap->ix, cap * sizeof *more);
+			struct dir_index *more = realloc(di->ix, cap * sizeof *more);
 			if (!more) {
 				rc = -ENOMEM;
 				break;
 			}
-			ap->ix = more;
+			di->ix = more;
 		}
-		if (!(ap->ix[ap->n].name = strdup(de->d_name)))
+		if (!(di->ix[di->n].name = strdup(de->d_name)))
 			rc = -ENOMEM;
 		else
-			ap->ix[ap->n++].st = st;
+			di->ix[di->n++].st = st;
 	}
 	closedir(d);
 	if (rc)
-		indexdir_free(ap);
-	else if (ap->n)
-		qsort(ap->ix, ap->n, sizeof *ap->ix, cmp_index);
+		indexdir_free(di);
+	else if (di->n)
+		qsort(di->ix, di->n, sizeof *di->ix, cmp_index);
 	return rc;
 }
 
-const char *const *indexdir_cover(struct apart *ap, char *const *src, size_t n, size_t *total)
+const char *const *indexdir_cover(struct dir_indexes *di, char *const *src, size_t n,
+				  size_t *total)
 {
-	if (!ap->cover) {
-		if (!(ap->cover = malloc((n + ap->n + 1) * sizeof *ap->cover)))
+	if (!di->cover) {
+		if (!(di->cover = malloc((n + di->n + 1) * sizeof *di->cover)))
 			return NULL;
 		size_t i = 0, j = 0, k = 0;
-		while (i < n || j < ap->n)
-			ap->cover[k++] = j == ap->n || (i < n && strcmp(src[i], ap->ix[j].name) <= 0) ?
-					 src[i++] : ap->ix[j++].name;
-		ap->ncover = k;
+		while (i < n || j < di->n)
+			di->cover[k++] = j == di->n || (i < n && strcmp(src[i], di->ix[j].name) <= 0) ?
+					 src[i++] : di->ix[j++].name;
+		di->ncover = k;
 	}
-	*total = ap->ncover;
-	return ap->cover;
+	*total = di->ncover;
+	return di->cover;
 }

@@ -1,4 +1,4 @@
-/* Indexes of SRC's folds kept apart from their tars (--index-dir DIR,
+/* Indexes of SRC's folds kept in another directory than their tars (--index-dir DIR,
  * docs/tools.md): the index of fold F in SRC directory P is DIR/P/F.taridx,
  * read unless P holds F.taridx itself. The listing of P places the view
  * F/ for each (fs/listing.c), checked against its tars when opened. */
@@ -12,8 +12,8 @@
 struct daemon;
 
 /* One SRC directory's indexes in DIR. */
-struct apart {
-	struct apart_index {
+struct dir_indexes {
+	struct dir_index {
 		char *name;   /* "<F>.taridx", a regular file of DIR/P */
 		struct stat st;
 	} *ix;                /* sorted by name */
@@ -26,11 +26,12 @@ struct apart {
 
 /* Finds DIR/rel's indexes (none when DIR/rel does not exist). 0, or a
  * negative errno. */
-int indexdir_find(struct daemon *dm, const char *rel, struct apart *ap);
-void indexdir_free(struct apart *ap);
-/* src (n sorted SRC names) merged with ap's names, kept in ap->cover;
+int indexdir_find(struct daemon *dm, const char *rel, struct dir_indexes *di);
+void indexdir_free(struct dir_indexes *di);
+/* src (n sorted SRC names) merged with di's names, kept in di->cover;
  * NULL when out of memory. */
-const char *const *indexdir_cover(struct apart *ap, char *const *src, size_t n, size_t *total);
+const char *const *indexdir_cover(struct dir_indexes *di, char *const *src, size_t n,
+				  size_t *total);
 /* Whether DIR/rel/<name>.taridx is a regular file. */
 bool indexdir_has_view(struct daemon *dm, const char *rel, const char *name);
 /* DIR/rel opened as a directory: a descriptor, or a negative errno. */

@@ -37,7 +37,7 @@ static void listing_free(struct listing *l)
 	}
 	sf_strs_free(&l->names);
 	sf_big_free(l->stats);
-	indexdir_free(&l->apart);
+	indexdir_free(&l->index_dir);
 	sf_big_free(l->e);
 	free(l);
 }
@@ -61,10 +61,12 @@ static bool in_order(const struct lentry *e, size_t n)
 	return true;
 }
 
-static const struct lentry *find(const struct listing *l, const char *name)
+/* An entry of `l`, which may be written only where a listing's entries
+ * change while it is shared: its view (openviews) and its opening turn. */
+static struct lentry *find(const struct listing *l, const char *name)
 {
 	struct lentry key = { .name = (char *)name };
-	const struct lentry *e = NULL;
+	struct lentry *e = NULL;
 	if (l->nsrc)
 		e = bsearch(&key, l->e, l->nsrc, sizeof *l->e, cmp_entry);
 	if (!e && l->n > l->nsrc)
@@ -72,9 +74,9 @@ static const struct lentry *find(const struct listing *l, const char *name)
 	return e;
 }
 
-const struct lentry *listing_view(const struct listing *l, const char *name)
+struct lentry *listing_view(const struct listing *l, const char *name)
 {
-	const struct lentry *e = find(l, name);
+	struct lentry *e = find(l, name);
 	return e && e->fmt ? e : NULL;
 }
 
@@ -82,25 +84,25 @@ bool listing_container_now(struct daemon *dm, const struct fnode *dir, const str
 {
 	char *path = sf_path_join(src_of(dir)->rel, e->file);
 	struct stat st;
-	bool same = path && (e->apart ? indexdir_lstat(dm, src_of(dir)->rel, e->file, &st) :
+	bool same = path && (e->in_index_dir ? indexdir_lstat(dm, src_of(dir)->rel, e->file, &st) :
 			     sf_lstat_beneath(dm->src_fd, path, &st)) == 0 && same_version(e->st, &st);
 	free(path);
 	return same;
 }
 
-const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
-				      struct listing **l)
+struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				struct listing **l)
 {
-	const struct lentry *e = listing_view(*l, name);
+	struct lentry *e = listing_view(*l, name);
 	struct sf_err err;
 	if (!e)
 		return NULL;
 	/* the container's version: a chown, chgrp or chmod changes neither
 	 * its directory nor its mtime, and its view shows its owner, group
 	 * and mode */
-	bool refused = !listing_container_now(dm, dir, e);
+	bool changed = !listing_container_now(dm, dir, e);
 	/* a view not opened yet (only checked) has nothing else to go stale */
-	struct sf_view *v = refused ? NULL : openviews_get(&dm->views, &e->open, false);
+	struct sf_view *v = changed ? NULL : openviews_get(&dm->views, &e->open, false);
 	if (v) {
 		/* the container itself is checked (one fstat); a change found
 		 * by reads (a fold's tar) is remembered. A check that fails
@@ -108,16 +110,16 @@ const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, cons
 		 * its reads fail until the source is back. */
 		if (sf_view_source(v))
 			sf_map_check(sf_view_source(v), &err);
-		refused = sf_view_refused(v, &err);
+		changed = sf_view_failed_by_change(v, &err);
 		/* a file it reads besides its container (a fold's shard, a
 		 * manifest) given another owner, group or mode: its mode is
 		 * narrowed anew by a new view, opened when entered next */
-		bool narrowed = !refused && !access_unchanged(v);
+		bool narrowed = !changed && !access_unchanged(v);
 		sf_view_unref(v);
 		if (narrowed)
-			openviews_drop(&dm->views, (struct vopen **)&e->open);
+			openviews_drop(&dm->views, &e->open);
 	}
-	if (!refused)
+	if (!changed)
 		return e;
 	atomic_store(&(*l)->stale, true);
 	listing_unref(*l);
@@ -198,25 +200,25 @@ static bool shown_anyway(int dirfd, const char *name, int rc, struct stat *st)
 	return true;
 }
 
-/* Maps container `name` (of dirfd, or `apart` in --index-dir) and opens
+/* Maps container `name` (of dirfd, or `in_index_dir`: in --index-dir) and opens
  * its view into *v. */
 static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, const char *rel,
-		     const char *name, const char *path, char **names, size_t nnames, bool apart,
-		     struct sf_view **v, struct sf_err *e)
+		     const char *name, const char *path, char **names, size_t nnames,
+		     bool in_index_dir, struct sf_view **v, struct sf_err *e)
 {
 	struct sf_map *map = NULL;
-	int fd = apart ? indexdir_open(dm, rel) : dirfd;
+	int fd = in_index_dir ? indexdir_open(dm, rel) : dirfd;
 	int rc = fd < 0 ? sf_fail(e, fd, "%s: its directory in --index-dir cannot be opened", path) :
 		 sf_map_beneath(fd, name, path, &map, e);
-	if (apart && fd >= 0)
+	if (in_index_dir && fd >= 0)
 		close(fd);
 	if (rc == 0) {
 		/* a format that keeps what it derives keeps it in --index-dir */
-		int keep = !apart && f->keeps && dm->index_fd >= 0 ? indexdir_keep(dm, rel) : -1;
+		int keep = !in_index_dir && f->keeps && dm->index_fd >= 0 ? indexdir_keep(dm, rel) : -1;
 		struct sf_open_args a = {
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
-			.apart = apart, .has_keepdir = keep >= 0, .keepdir = keep,
+			.other_dir = in_index_dir, .has_keepdir = keep >= 0, .keepdir = keep,
 		};
 		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
@@ -231,17 +233,17 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
  * short of descriptors or memory gets none, and sets *retry (if given). */
 static struct sf_view *open_container(struct daemon *dm, const struct sf_format *f, int dirfd,
 				      const char *rel, const char *name, char **names,
-				      size_t nnames, bool checked, bool apart, atomic_bool *retry)
+				      size_t nnames, bool checked, bool in_index_dir, atomic_bool *retry)
 {
 	char *path = sf_path_join(rel, name);
 	if (!path)
 		return NULL;
 	struct sf_err e = { { 0 } };
 	struct sf_view *v = NULL;
-	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
+	int rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, in_index_dir, &v, &e);
 	/* once more after the views nobody uses are closed */
 	if (openviews_short(rc) && openviews_reclaim(&dm->views))
-		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, apart, &v, &e);
+		rc = open_view(dm, f, dirfd, rel, name, path, names, nnames, in_index_dir, &v, &e);
 	struct stat st;
 	if (openviews_short(rc)) {
 		/* not the file's fault: no failed view is kept, the next entry
@@ -431,7 +433,7 @@ static int list_src(int dirfd, struct listing *l, size_t *cap)
 		struct lentry x = { .type = de->d_type, .ino = de->d_ino };
 		struct stat st;
 		if (de->d_type == DT_UNKNOWN) {
-			/* beneath: a mount point is not entered, and not listed */
+			/* beneath: a mount point is not crossed, and not listed */
 			if (sf_lstat_beneath(dirfd, de->d_name, &st) < 0)
 				continue; /* vanished while listing */
 			x.type = dtype_of(st.st_mode);
@@ -478,7 +480,7 @@ static ssize_t claim_containers(struct daemon *dm, int dirfd, const char *rel,
 			/* the names of SRC and of its indexes in --index-dir */
 			size_t nc = l->nsrc;
 			const char *const *cover = !siblings(l, names) ? NULL :
-						   l->apart.n ? indexdir_cover(&l->apart, *names, l->nsrc, &nc) :
+						   l->index_dir.n ? indexdir_cover(&l->index_dir, *names, l->nsrc, &nc) :
 						   (const char *const *)*names;
 			if (!cover)
 				return -ENOMEM;
@@ -547,15 +549,15 @@ static size_t room_for(off_t size)
 
 /* The views of the folds whose indexes lie in --index-dir (after SRC's
  * own: a SRC entry's name or view takes a name first, and an index beside
- * its tars is read instead of one apart), each checked as a listing checks
+ * its tars is read instead of one in --index-dir), each checked as a listing checks
  * a container. */
-static int place_apart(struct daemon *dm, const char *rel, struct listing *l, size_t *cap,
+static int place_from_index_dir(struct daemon *dm, const char *rel, struct listing *l, size_t *cap,
 		       struct sf_ids *taken_names)
 {
-	int fd = l->apart.n ? indexdir_open(dm, rel) : -1;
+	int fd = l->index_dir.n ? indexdir_open(dm, rel) : -1;
 	int rc = 0;
-	for (size_t i = 0; fd >= 0 && rc == 0 && i < l->apart.n; i++) {
-		struct apart_index *ix = &l->apart.ix[i];
+	for (size_t i = 0; fd >= 0 && rc == 0 && i < l->index_dir.n; i++) {
+		struct dir_index *ix = &l->index_dir.ix[i];
 		const struct sf_format *f = claim(rel, ix->name);
 		bool clash;
 		char *vname;
@@ -571,7 +573,7 @@ static int place_apart(struct daemon *dm, const char *rel, struct listing *l, si
 							   : "no view: out of memory");
 		else if (!crc) {
 			struct lentry x = { .name = vname, .fmt = f, .st = &ix->st, .file = ix->name,
-					    .type = DT_DIR, .apart = true };
+					    .type = DT_DIR, .in_index_dir = true };
 			if (!(rc = push(l, cap, x)))
 				rc = sf_ids_put(taken_names, name_hash(x.name), (uint32_t)(l->n - 1));
 		}
@@ -592,14 +594,14 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 	if (rc)
 		return rc;
 	size_t nsrc = l->nsrc = l->n;
-	if (dm->index_fd >= 0 && (rc = indexdir_find(dm, rel, &l->apart)))
+	if (dm->index_fd >= 0 && (rc = indexdir_find(dm, rel, &l->index_dir)))
 		return rc;
 	struct sf_ids taken_names = { .hash_of = entry_hash, .ctx = l };
 	struct claim *cl = sf_big_alloc(nsrc, sizeof *cl);
 	char **names = NULL;
 	ssize_t k = cl ? claim_containers(dm, dirfd, rel, old, l, cl, &names) : -ENOMEM;
 	/* the names taken: every SRC entry's, and room for a view a container */
-	size_t views = k < 0 ? 0 : (size_t)k + l->apart.n;
+	size_t views = k < 0 ? 0 : (size_t)k + l->index_dir.n;
 	if (k < 0 || (views > 0 && sf_ids_reset(&taken_names, nsrc + views)))
 		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && views > 0 && i < nsrc; i++)
@@ -647,11 +649,11 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 		}
 	}
 	if (rc == 0)
-		rc = place_apart(dm, rel, l, &cap, &taken_names);
+		rc = place_from_index_dir(dm, rel, l, &cap, &taken_names);
 	free(names);
 	sf_big_free(cl);
 	sf_ids_free(&taken_names);
-	/* the views follow the SRC entries, sorted apart: named after their
+	/* the views follow the SRC entries, sorted on their own: named after their
 	 * files, they mostly come in order already */
 	if (rc == 0 && !in_order(l->e + nsrc, l->n - nsrc))
 		qsort(l->e + nsrc, l->n - nsrc, sizeof *l->e, cmp_entry);
@@ -699,12 +701,10 @@ static struct listing *ref(struct listing *l)
 void listings_init(struct listings *ls)
 {
 	pthread_mutex_init(&ls->lock, NULL);
-	pthread_cond_init(&ls->done, NULL);
 }
 
 void listings_fini(struct listings *ls)
 {
-	pthread_cond_destroy(&ls->done);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -725,19 +725,26 @@ static bool answers(const struct listing *l, const struct want *w)
 	return e && e->fmt && strcmp(e->file, w->file) == 0 && same_version(e->st, w->fst);
 }
 
-/* Waits once for a turn another thread has (listings lock held): the
- * first time the request loop is handed on (the turn may wait on the
- * source), then on the condition. */
-static void await_turn(struct listings *ls, bool *handed)
+/* Takes turn `t`; when another thread has it, hands the request loop on
+ * first (that turn may wait on the source). */
+static void take_turn(struct sf_turn *t)
 {
-	if (*handed) {
-		pthread_cond_wait(&ls->done, &ls->lock);
+	if (sf_turn_try(t))
 		return;
-	}
-	pthread_mutex_unlock(&ls->lock);
 	transport_hand_off();
-	*handed = true;
+	sf_turn_take(t);
+}
+
+/* Whether the current listing of `dir` answers `w`; *l a new reference to
+ * it, or NULL. */
+static bool listed(struct listings *ls, struct fnode *dir, const struct want *w,
+		   struct listing **l)
+{
 	pthread_mutex_lock(&ls->lock);
+	bool yes = answers(src_dir_of(dir)->listing, w);
+	*l = src_dir_of(dir)->listing ? ref(src_dir_of(dir)->listing) : NULL;
+	pthread_mutex_unlock(&ls->lock);
+	return yes;
 }
 
 /* A listing of `dir` that answers `w` (true: a new reference in *l), or
@@ -749,22 +756,15 @@ static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 		    struct listing **l)
 {
 	struct listings *ls = &dm->listings;
-	bool handed = false;
-	pthread_mutex_lock(&ls->lock);
-	for (;;) {
-		if (answers(src_dir_of(dir)->listing, w)) {
-			*l = ref(src_dir_of(dir)->listing);
-			pthread_mutex_unlock(&ls->lock);
-			return true;
-		}
-		if (!src_dir_of(dir)->listing_busy)
-			break;
-		await_turn(ls, &handed);
-	}
-	src_dir_of(dir)->listing_busy = true;
-	*l = src_dir_of(dir)->listing ? ref(src_dir_of(dir)->listing) : NULL;
-	pthread_mutex_unlock(&ls->lock);
-	return false;
+	if (listed(ls, dir, w, l))
+		return true;
+	listing_unref(*l);
+	take_turn(&src_dir_of(dir)->listing_turn);
+	/* the listing made while this thread waited may answer */
+	if (!listed(ls, dir, w, l))
+		return false;
+	sf_turn_give(&src_dir_of(dir)->listing_turn);
+	return true;
 }
 
 /* Views of `old` entered while `l` was made from it (listing_open takes no
@@ -798,9 +798,8 @@ static void install(struct daemon *dm, struct fnode *dir, struct listing *old,
 		was = src_dir_of(dir)->listing;
 		src_dir_of(dir)->listing = l;
 	}
-	src_dir_of(dir)->listing_busy = false;
-	pthread_cond_broadcast(&ls->done);
 	pthread_mutex_unlock(&ls->lock);
+	sf_turn_give(&src_dir_of(dir)->listing_turn);
 	listing_unref(was);
 	listing_unref(old);
 }
@@ -878,6 +877,7 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 		if (strcmp(e->name, x.name) == 0)
 			continue;
 		struct lentry c = *e;
+		sf_turn_init(&c.opening); /* the copy's own: nobody opens it yet */
 		c.name = strdup(e->name);
 		c.file = strdup(e->file);
 		if ((c.st = malloc(sizeof *c.st)))
@@ -897,7 +897,7 @@ static struct listing *partial_with(struct daemon *dm, const struct listing *old
 }
 
 /* The partial listing `old` (may be NULL) with view `name` of container
- * `file` (`fst`) of format `f` placed alone (checked, and opened unless
+ * `file` (`fst`) of format `f` placed by this lookup only (checked, and opened unless
  * listing_places_unopened): NULL with *rc 0 when it gets no view. */
 static struct listing *place_one(struct daemon *dm, struct fnode *dir, int dirfd,
 				 const struct listing *old, const char *name, char **file,
@@ -970,7 +970,7 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 		if (old && (!old->partial || old->n >= PARTIAL_MAX))
 			rc = make_whole(dm, dir, dirfd, &st, old, out);
 		else
-			/* one file alone could take the name: no earlier view
+			/* only one file could take the name: no earlier view
 			 * can have it */
 			*out = place_one(dm, dir, dirfd, old, name, &file, f, &fst, &rc);
 		install(dm, dir, old, *out);
@@ -990,24 +990,8 @@ struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e)
 	return openviews_get(&dm->views, &e->open, true);
 }
 
-/* Waits until no other thread opens entry `e`'s container, then takes
- * that turn (listings lock held on entry and return): false when the view
- * was opened meanwhile (a new reference in *v). */
-static bool open_turn(struct daemon *dm, const struct lentry *e, struct sf_view **v)
-{
-	struct listings *ls = &dm->listings;
-	struct lentry *m = (struct lentry *)e;
-	bool handed = false;
-	while (m->opening)
-		await_turn(ls, &handed);
-	if ((*v = listing_opened(dm, e)))
-		return false;
-	m->opening = true;
-	return true;
-}
-
 struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
-			     const struct lentry *e)
+			     struct lentry *e)
 {
 	struct sf_view *v = listing_opened(dm, e);
 	if (v)
@@ -1015,12 +999,11 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 	/* one thread opens it, outside any lock; the others wait for it. No
 	 * turn at the directory's listing: entering a view whose container
 	 * answers does not wait for a listing stuck on the source. */
-	struct listings *ls = &dm->listings;
-	pthread_mutex_lock(&ls->lock);
-	bool mine = open_turn(dm, e, &v);
-	pthread_mutex_unlock(&ls->lock);
-	if (!mine)
+	take_turn(&e->opening);
+	if ((v = listing_opened(dm, e))) { /* opened while this thread waited */
+		sf_turn_give(&e->opening);
 		return v;
+	}
 	int dirfd;
 	struct stat st;
 	if (open_dir(dm, dir, &dirfd, &st) == 0) {
@@ -1033,17 +1016,13 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, src_of(dir)->rel, e->file, names, n,
-					   true, e->apart, NULL);
+			v = open_container(dm, e->fmt, dirfd, src_of(dir)->rel, e->file, names, n, true,
+					   e->in_index_dir, NULL);
 		free(names);
 		if (v)
-			v = openviews_put(&dm->views, (struct vopen **)&e->open, v, fnode_ino(dir),
-					  e->name);
+			v = openviews_put(&dm->views, &e->open, v, fnode_ino(dir), e->name);
 		close(dirfd);
 	}
-	pthread_mutex_lock(&ls->lock);
-	((struct lentry *)e)->opening = false;
-	pthread_cond_broadcast(&ls->done);
-	pthread_mutex_unlock(&ls->lock);
+	sf_turn_give(&e->opening);
 	return v;
 }

@@ -14,15 +14,16 @@
 #include "indexdir.h"
 #include "openviews.h"
 #include "sf_big.h"
+#include "sf_turn.h"
+#include "sf_view.h"
 
 struct daemon;
-#include "sf_view.h"
 
 struct lentry {
 	char *name;
 	unsigned char type;     /* DT_* */
-	/* a thread is opening its view (the daemon's listings lock) */
-	bool opening;
+	/* opening its view (listing_open) */
+	struct sf_turn opening;
 	/* A view's entry has its format; its view is opened when first
 	 * entered (listing_open: when its name is looked up, for a format
 	 * not listing_places_unopened), or when listed for a format without a
@@ -37,7 +38,7 @@ struct lentry {
 	char *file;
 	struct stat *st;
 	ino_t ino;              /* a SRC entry's, as its directory gives it */
-	bool apart;             /* its container is an index in --index-dir */
+	bool in_index_dir;      /* its container is an index in --index-dir */
 };
 
 struct listing {
@@ -61,17 +62,15 @@ struct listing {
 	 * listing's entries own theirs. */
 	struct sf_strs names;
 	struct stat *stats;
-	/* the indexes in --index-dir its apart views stand for (names, stats) */
-	struct apart apart;
+	/* the indexes in --index-dir its views of them stand for (names, stats) */
+	struct dir_indexes index_dir;
 };
 
 /* What the daemon's SRC directories' listings share (struct daemon): the
- * lock over every directory's current listing and whether a thread is
- * making one (held for neither: a listing reads SRC), and the condition
- * the threads waiting for that listing wait on. */
+ * lock over every directory's current listing (held only to read or swap
+ * it: a listing is made in the directory's turn, fnode.listing_turn). */
 struct listings {
 	pthread_mutex_t lock;
-	pthread_cond_t done;
 };
 
 void listings_init(struct listings *ls);
@@ -84,17 +83,17 @@ void listing_report_warnings(struct daemon *dm, struct sf_view *v);
 int listing_get(struct daemon *dm, struct fnode *dir, struct listing **out);
 void listing_unref(struct listing *l);
 /* The view entry named `name`, or NULL. */
-const struct lentry *listing_view(const struct listing *l, const char *name);
+struct lentry *listing_view(const struct listing *l, const char *name);
 /* The same, as the container is now: when it changed in place since its
  * view was opened, *l (a listing of `dir`) is replaced by the directory's
  * whole listing made anew, which opens the container again. */
-const struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
-				      struct listing **l);
+struct lentry *listing_view_now(struct daemon *dm, struct fnode *dir, const char *name,
+				struct listing **l);
 /* Whether view entry `e` of dir's listing still stands for its container
  * as it is now: the same version, owner, group and mode (one lstat). */
 bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e);
 /* Whether the view of a container of format `f` is placed from its entry
- * alone, opened only when entered (fs/roots.h): one the listing checks,
+ * only, opened only when entered (fs/roots.h): one the listing checks,
  * whose view maps no other file (its permissions are then its container's)
  * and is no symlink (a link view's type is known once opened). The others
  * (taridx: its permissions narrow by the tar shards) are opened when their
@@ -105,7 +104,7 @@ bool listing_places_unopened(const struct sf_format *f);
  * fails to open gets a view holding only .shardfs/, saying why. NULL when
  * out of memory or the directory cannot be opened any more. */
 struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct listing *l,
-			     const struct lentry *e);
+			     struct lentry *e);
 /* The same when the entry's view is open (a new reference), else NULL. */
 struct sf_view *listing_opened(struct daemon *dm, const struct lentry *e);
 /* A listing that answers a lookup of `name`, which is not an entry of SRC

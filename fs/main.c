@@ -36,14 +36,14 @@ static void press_views(void *views)
 
 /* Freeing nodes that may close files of SRC runs in a section at the
  * source (fs/fnode.h): it always enters. */
-static void forget_enter(void *waits)
+static void forget_open(void *sections)
 {
-	src_enter(waits, "forget", ".", NULL, false);
+	section_open(sections, "forget", ".", NULL, false);
 }
 
-static void forget_leave(void *waits)
+static void forget_close(void *sections)
 {
-	src_leave(waits);
+	section_close(sections);
 }
 
 static int fail(const char *fmt, const char *a, const char *b)
@@ -52,6 +52,19 @@ static int fail(const char *fmt, const char *a, const char *b)
 	fprintf(stderr, fmt, a, b);
 	fputc('\n', stderr);
 	return 1;
+}
+
+/* What the transport reports: its name and queue counters for stats.json,
+ * and its problems to .shardfs/errors. */
+static void transport_serving(void *stats, const char *name, atomic_uint_fast64_t *queues,
+			      unsigned n)
+{
+	stats_set_transport(stats, name, queues, n);
+}
+
+static void transport_log(void *stats, const char *msg)
+{
+	errlog_add(stats, ".", msg);
 }
 
 /* A dead daemon leaves its mount answering ENOTCONN: say how to clear it. */
@@ -253,8 +266,8 @@ int main(int argc, char **argv)
 	struct prune prune = { 0 };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
-	dm.stats.waits.enter = transport_src_enter;
-	dm.stats.waits.leave = transport_src_leave;
+	dm.stats.sections.on_open = transport_section_open;
+	dm.stats.sections.on_close = transport_section_close;
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 	listings_init(&dm.listings);
@@ -277,7 +290,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	char why[512];
-	if (transport_check(&dm.transport, o.io_uring, why, sizeof why)) {
+	if (transport_check(&dm.transport, o.io_uring != IO_URING_OFF, o.io_uring == IO_URING_ON,
+			    why, sizeof why)) {
 		fail("--io-uring on: %s%s", why, "");
 		goto out;
 	}
@@ -298,9 +312,9 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
-	dm.tree.src_enter = forget_enter;
-	dm.tree.src_leave = forget_leave;
-	dm.tree.src_arg = &dm.stats.waits;
+	dm.tree.open_section = forget_open;
+	dm.tree.close_section = forget_close;
+	dm.tree.section_arg = &dm.stats.sections;
 	dm.tree.cap = o.max_nodes;
 	if (src_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
@@ -326,6 +340,7 @@ int main(int argc, char **argv)
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
 	dm.readdirplus_always = o.readdirplus_always;
+	dm.push.window = o.push_ahead;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
 	 * starts a background job (`shardfs -f SRC MNT &` in a script) with
@@ -344,7 +359,10 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	mounted = true;
-	if (transport_attach(&dm.transport, se, o.threads, &dm.stats)) {
+	const struct transport_host host = { .arg = &dm.stats, .serving = transport_serving,
+					     .log = transport_log,
+					     .device_requests = &dm.stats.device_requests };
+	if (transport_attach(&dm.transport, se, o.threads, &host)) {
 		fail("cannot take over the FUSE device%s%s", "", "");
 		goto out;
 	}
@@ -382,9 +400,19 @@ int main(int argc, char **argv)
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_watch);
 	}
+	int prc = push_start(&dm);
+	if (prc) {
+		char no_push[120];
+		snprintf(no_push, sizeof no_push, "no thread to push ahead (%s): --push-ahead is off",
+			 strerror(-prc));
+		errlog_add(&dm.stats, ".", no_push);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_push);
+	}
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
 	prune_stop(&prune);
+	push_stop(&dm);
 	openviews_stop(&dm.views);
 	watch_stop(&dm.watch);
 	if (mounted)

@@ -223,6 +223,14 @@ static void meta_live_free(struct meta_live *m)
 		return;
 	for (int i = 0; i < PENDING_MAX; i++)
 		sf_buf_unref(m->pending[i].snap);
+	/* a node is freed with handles only at unmount: the kernel may end the
+	 * session before the RELEASE of a file closed just before it */
+	while (m->handles) {
+		struct meta_handle *h = m->handles;
+		m->handles = h->next;
+		sf_buf_unref(h->snap);
+		free(h);
+	}
 	pthread_mutex_destroy(&m->lock);
 	free(m);
 }

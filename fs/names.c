@@ -62,8 +62,8 @@ int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
 	 * opens a view it can place unopened (fs/roots.h): entering does. A
 	 * listing gives no node for another view not opened yet: the kernel
 	 * looks it up when it is used, and that opens it. */
-	const struct lentry *le = whole ? listing_view(*l, name)
-					: listing_view_now(dm, dir, name, l);
+	struct lentry *le = whole ? listing_view(*l, name)
+				  : listing_view_now(dm, dir, name, l);
 	if (!le)
 		return 0;
 	bool unopened = listing_places_unopened(le->fmt);
@@ -92,7 +92,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 			   VIEW_TIMEOUT);
 		return;
 	}
-	if (!src_begin(req, "lookup", src_of(dir)->rel, name))
+	if (!section_begin(req, "lookup", src_of(dir)->rel, name))
 		return;
 	watch_dir(&dm->watch, dir);
 	struct listing *l = NULL;
@@ -105,7 +105,7 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, SRC_TIMEOUT);
 	else
 		reply_entry(req, n, SRC_TIMEOUT);
-	src_end(dm);
+	section_end(dm);
 }
 
 /* Answers a lookup in view directory dir with what it found: kid (pinned,
@@ -167,10 +167,10 @@ static void lookup_view(fuse_req_t req, struct fnode *dir, const char *name)
 		return;
 	}
 	char pb[FNODE_PATH_MAX];
-	if (!src_begin(req, "lookup", node_path(dir, pb), name))
+	if (!section_begin(req, "lookup", node_path(dir, pb), name))
 		return;
 	look_in_view(req, dir, name);
-	src_end(dm);
+	section_end(dm);
 }
 
 static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)

@@ -108,7 +108,7 @@ static void link_slot(struct openviews *ov, struct vopen *o, struct vopen **slot
 	o->name = name;
 	o->fds = sf_view_nmaps(o->view);
 	/* a view a listing made anew adopts from the old one's entry keeps
-	 * the place it had: it was not entered now */
+	 * the position it had: it was not entered now */
 	struct vopen *had = ov->head;
 	while (had && had->view != o->view)
 		had = had->next;

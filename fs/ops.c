@@ -27,7 +27,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 }
 
 /* Every call that would change anything. */
-static void refuse(fuse_req_t req)
+static void read_only(fuse_req_t req)
 {
 	count(req, REQ_WRITE_LIKE);
 	fuse_reply_err(req, EROFS);
@@ -36,62 +36,62 @@ static void refuse(fuse_req_t req)
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode, dev_t rdev)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
 		     struct fuse_file_info *fi)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
 			 struct fuse_file_info *fi)
 {
-	refuse(req);
+	read_only(req);
 }
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)

@@ -20,9 +20,9 @@ void options_usage(FILE *to)
 	      "\n"
 	      "Mounts the directory SRC read-only at MNT. Everything in SRC shows through\n"
 	      "unchanged; beside each recognised container (.tsumugi, .tatami, .taridx with\n"
-	      "its _<n>.tar shards, a .tar alone, .tar.gz/.tgz, .tar.zst/.tzst, .tar.xz/.txz,\n"
-	      ".tar.bz2/.tbz2/.tbz, .tar.lz4, .sidx, .tet, Shardlake aliases) a view\n"
-	      "directory shows its parts as ordinary files. MNT/.shardfs/ holds stats.json\n"
+	      "its _<n>.tar shards, a .tar with no index, .tar.gz/.tgz, .tar.zst/.tzst,\n"
+	      ".tar.xz/.txz, .tar.bz2/.tbz2/.tbz, .tar.lz4, .sidx, .tet, Shardlake aliases) a\n"
+	      "view directory shows its parts as ordinary files. MNT/.shardfs/ holds stats.json\n"
 	      "and errors.\n"
 	      "\n"
 	      "options:\n"
@@ -38,11 +38,12 @@ void options_usage(FILE *to)
 	      "  --spin-us N         how long the thread waiting for the next request polls\n"
 	      "                      before it sleeps, in microseconds (default 200; 0 sleeps\n"
 	      "                      at once: no CPU spent waiting, slower round trips)\n"
-	      "  --io-uring MODE     auto (default): FUSE over io_uring when the kernel allows\n"
-	      "                      it, else /dev/fuse; on: io_uring or no mount; off:\n"
+	      "  --io-uring MODE     off (default): /dev/fuse; on: FUSE over io_uring or no\n"
+	      "                      mount; auto: io_uring when the kernel allows it, else\n"
 	      "                      /dev/fuse. io_uring serves each CPU's requests on that\n"
-	      "                      CPU, with no cross-CPU wake-up (docs/performance.md).\n"
-	      "                      Root turns the kernel side on (Linux 6.14+) with\n"
+	      "                      CPU; measured here it was slower on small files\n"
+	      "                      (docs/performance.md). Root turns the kernel side on\n"
+	      "                      (Linux 6.14+) with\n"
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
@@ -61,6 +62,12 @@ void options_usage(FILE *to)
 	      "                      directory it listed sends no LOOKUP (names-only\n"
 	      "                      listings are slower, the kernel keeps an inode per\n"
 	      "                      name listed)\n"
+	      "  --push-ahead SIZE   after a listing of a view directory (readdirplus),\n"
+	      "                      push the content of its small files (128 KiB at\n"
+	      "                      most) into the page cache in listing order, so that\n"
+	      "                      a first read of a listed file sends no READ: at most\n"
+	      "                      SIZE bytes a listing (a file counts at least 4 KiB)\n"
+	      "                      and waiting at any time (default 0: off)\n"
 	      "  --max-open N        views of containers kept open while unused (default\n"
 	      "                      1024): past it the least recently entered are closed,\n"
 	      "                      and opened again when entered (each costs memory and\n"
@@ -199,6 +206,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	o->max_open = DEFAULT_MAX_OPEN;
 	o->max_nodes = DEFAULT_MAX_NODES;
 	o->ready_fd = -1;
+	o->io_uring = IO_URING_OFF;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;
@@ -254,6 +262,9 @@ int options_parse(int argc, char **argv, struct options *o)
 				o->readdirplus_always = true;
 			else
 				return bad("--readdirplus needs auto or always", val);
+		} else if ((val = long_value(argc, argv, &i, "--push-ahead"))) {
+			if (val == MISSING || parse_size(val, &o->push_ahead))
+				return bad("--push-ahead needs a size like 64M (0: off)", val);
 		} else if ((val = long_value(argc, argv, &i, "--index-dir"))) {
 			if (val == MISSING || !*val)
 				return bad("--index-dir needs a directory", NULL);

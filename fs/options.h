@@ -7,7 +7,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* --io-uring: FUSE over io_uring when the kernel allows it, always, never */
+/* --io-uring: FUSE over io_uring when the kernel allows it, always, never
+ * (the default: docs/performance.md) */
 enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
 
 struct options {
@@ -20,10 +21,11 @@ struct options {
 	size_t max_nodes;   /* --max-nodes: inodes the kernel may make us hold */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
-	const char *index_dir; /* --index-dir: folds' indexes apart from their tars */
+	const char *index_dir; /* --index-dir: folds' indexes away from their tars */
 	enum io_uring_mode io_uring;
 	bool no_open;      /* --no-open: the kernel opens files without asking */
 	bool readdirplus_always; /* --readdirplus always: every listing request */
+	uint64_t push_ahead; /* --push-ahead: the window, bytes (0: off) */
 };
 
 /* Parses argv; on a bad command line prints one line to stderr and returns

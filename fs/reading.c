@@ -1,6 +1,7 @@
 /* Reading: OPEN pins the version a handle reads, READ answers from
  * mappings and the views' extents (handing the request loop on first when
- * the bytes are not in memory), and the small-file push at IOCTL. */
+ * the bytes are not in memory), and the small-file push (at IOCTL, and for
+ * fs/push.c). */
 #include "reading.h"
 
 #include <limits.h>
@@ -55,10 +56,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	int rc = 0;
 	if (fnode_kind(n) == FK_SRC_FILE) {
-		if (!src_begin(req, "open", src_of(n)->rel, NULL))
+		if (!section_begin(req, "open", src_of(n)->rel, NULL))
 			return;
 		rc = src_map_file(daemon_of(req), n);
-		src_end(daemon_of(req));
+		section_end(daemon_of(req));
 	}
 	if (rc) {
 		reply_src_err(req, -rc);
@@ -211,22 +212,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		sf_buf_unref(b);
 		return;
 	}
+	/* the kernel gets its pages now: pushing them would copy them again */
+	atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
-	if (!src_begin(req, "read", node_path(n, pb), NULL))
+	if (!section_begin(req, "read", node_path(n, pb), NULL))
 		return;
 	read_content(req, n, size, off);
-	src_end(dm);
+	section_end(dm);
 }
-
-/* Python's open() asks isatty() of every file it opens, and the kernel sends
- * that to us as an IOCTL, right after the OPEN. The content of a small file
- * is pushed into the kernel's page cache then (FUSE_NOTIFY_STORE), so the
- * read that follows needs no READ round trip. Once per node: pages the
- * kernel drops later come back through READ. The store waits for any page a READ of the same file has locked, so
- * with a single request thread (which could be the one owing that READ) it
- * is not done. */
-#define PUSH_MAX (128 * 1024)
 
 /* The whole content of a small file as pieces; false when the file is not
  * a small regular file or its content fails (the read that follows reports
@@ -244,20 +238,19 @@ static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *r
 	       sf_file_read(view_of(n)->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
 }
 
-static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
+int push_file(struct daemon *dm, struct fnode *n, bool in_request)
 {
-	/* a store could wait for a READ that nothing is left to take
-	 * (fs/transport/transport.h) */
-	if (!dm->push_on_open || !transport_may_store() || atomic_exchange(&n->pushed, true))
-		return;
+	if (atomic_exchange(&n->pushed, true))
+		return 0;
 	char pb[FNODE_PATH_MAX];
-	src_begin_must(dm, "read", node_path(n, pb));
+	section_begin_must(dm, "read", node_path(n, pb));
 	struct sf_readv rv = { 0 };
 	struct sf_err e;
 	uint8_t *copy = NULL;
+	int rc = -EIO;
 	if (small_content(dm, n, &rv))
 		copy = malloc(rv.bytes);
-	if (copy)
+	if (copy && in_request)
 		hand_off_unless_resident(dm, &rv);
 	/* libfuse copies the pieces in user space (a store is never spliced):
 	 * copied here instead, through the kernel, so that a failing source
@@ -266,15 +259,22 @@ static void push_small(struct daemon *dm, fuse_ino_t ino, struct fnode *n)
 	if (copy && sf_readv_copy(&rv, copy, &e) == 0) {
 		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
 		bv.buf[0].mem = copy;
-		if (fuse_lowlevel_notify_store(dm->se, ino, 0, &bv, 0) == 0) {
+		rc = fuse_lowlevel_notify_store(dm->se, fnode_ino(n), 0, &bv, 0);
+		if (rc == 0) {
 			account(&dm->stats, &rv);
-			stat_add(&dm->stats.bytes_pushed, rv.bytes);
+			stat_add(in_request ? &dm->stats.bytes_pushed
+					    : &dm->stats.bytes_pushed_ahead,
+				 rv.bytes);
+		} else if (rc == -ENOENT) {
+			/* not known to the kernel (yet): a later push may */
+			atomic_store(&n->pushed, false);
 		}
 	}
 	free(copy);
 	sf_readv_release(&rv);
 	sf_dcache_read_done();
-	src_end(dm);
+	section_end(dm);
+	return rc;
 }
 
 /* Whether view `v`'s container is no longer the file its path names in
@@ -338,12 +338,12 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fnode_kind(n) == FK_META_FILE) {
 		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
 	} else if (fnode_kind(n) == FK_VIEW && view_of(n)->view &&
-		   src_enter(&dm->stats.waits, "release", node_path(n, pb), NULL, true) == 0) {
+		   section_open(&dm->stats.sections, "release", node_path(n, pb), NULL, true) == 0) {
 		/* a check, not a duty: skipped while the source holds every
 		 * thread it may (a view of a container gone meanwhile then
 		 * waits for a later release of one of its files) */
 		let_gone_view_go(dm, n);
-		src_end(dm);
+		section_end(dm);
 	}
 	fuse_reply_err(req, 0);
 }
@@ -353,6 +353,14 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 		     size_t in_bufsz, size_t out_bufsz)
 {
 	count(req, REQ_IOCTL);
-	push_small(daemon_of(req), ino, fn_of(req, ino));
+	/* Python's open() asks isatty() of every file it opens: the kernel
+	 * sends that to us, right after the OPEN, whatever we answer (ENOSYS
+	 * too: fs/fuse/ioctl.c makes it ENOTTY for this call only). A small
+	 * file's content goes with it, so the read that follows needs no
+	 * READ. A store could wait for a READ that nothing is left to take
+	 * (fs/transport/transport.h). */
+	struct daemon *dm = daemon_of(req);
+	if (dm->push_on_open && transport_may_store())
+		push_file(dm, fn_of(req, ino), true);
 	fuse_reply_err(req, ENOTTY);
 }

@@ -47,12 +47,12 @@ static inline const char *node_path(const struct fnode *n, char buf[FNODE_PATH_M
 }
 
 /* Opens a section at the source for request `op` on `path` (or its entry
- * `name`): fs/stall.h. False when the source holds every thread it may:
+ * `name`): fs/section.h. False when the source holds every thread it may:
  * the request is then answered EIO, and logged. */
-static inline bool src_begin(fuse_req_t req, const char *op, const char *path, const char *name)
+static inline bool section_begin(fuse_req_t req, const char *op, const char *path, const char *name)
 {
 	struct stats *s = &daemon_of(req)->stats;
-	if (src_enter(&s->waits, op, path, name, true) == 0)
+	if (section_open(&s->sections, op, path, name, true) == 0)
 		return true;
 	errlog_add(s, path,
 		   "refused: every request thread the source may hold (twice --threads) waits on it");
@@ -61,19 +61,19 @@ static inline bool src_begin(fuse_req_t req, const char *op, const char *path, c
 }
 
 /* The same for work that cannot fail (closing what a FORGET or a release
- * dropped): it always enters. */
-static inline void src_begin_must(struct daemon *dm, const char *op, const char *path)
+ * dropped): it always opens one. */
+static inline void section_begin_must(struct daemon *dm, const char *op, const char *path)
 {
-	src_enter(&dm->stats.waits, op, path, NULL, false);
+	section_open(&dm->stats.sections, op, path, NULL, false);
 }
 
 /* Closes the section (what the request was for is not needed: its node
  * may be gone once the request is answered). A request that ran long is
  * not logged as a problem: long work (a decode, a first listing) is no
  * fault, and while it lasts .shardfs/ shows it. */
-static inline void src_end(struct daemon *dm)
+static inline void section_end(struct daemon *dm)
 {
-	src_leave(&dm->stats.waits);
+	section_close(&dm->stats.sections);
 }
 
 #endif

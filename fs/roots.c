@@ -55,7 +55,7 @@ int root_enter(struct daemon *dm, struct fnode *n)
 	struct listing *l = NULL;
 	struct sf_view *v = NULL;
 	int rc = listing_for_name(dm, dir, n->name, &l);
-	const struct lentry *le = rc == 0 && l ? listing_view_now(dm, dir, n->name, &l) : NULL;
+	struct lentry *le = rc == 0 && l ? listing_view_now(dm, dir, n->name, &l) : NULL;
 	if (rc == 0 && !placed_for(n, le))
 		rc = -ESTALE;
 	else if (rc == 0 && !(v = listing_open(dm, dir, l, le)))

@@ -174,7 +174,7 @@ static int find_once(struct daemon *dm, struct fnode *dir, const char *name, str
 	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
 		errlog_add(&dm->stats, rel,
 			   "a symlink on its path: shardfs follows no symlink in SRC");
-	else if (rc == -EXDEV) /* refused, not entered: it may be this very mount */
+	else if (rc == -EXDEV) /* not crossed into: it may be this very mount */
 		errlog_add(&dm->stats, rel,
 			   "a mount point: shardfs resolves no path through another mount "
 			   "inside SRC, not shown (EXDEV)");

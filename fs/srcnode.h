@@ -10,6 +10,7 @@
 
 #include "fnode.h"
 #include "sf_hash.h"
+#include "sf_turn.h"
 
 struct listing;
 struct sf_map;
@@ -36,10 +37,10 @@ struct src_dir {
 	/* the current version of each SRC child and view root by name (not
 	 * owned: a node leaves it when freed) */
 	struct sf_hash kids;
-	/* the last listing (refcounted), and whether a thread is making the
-	 * next (the daemon's listings lock guards both) */
+	/* the last listing (refcounted; the daemon's listings lock guards
+	 * it), and the turn that makes the next */
 	struct listing *listing;
-	bool listing_busy;
+	struct sf_turn listing_turn;
 	atomic_bool watched;          /* inotify reports its changes */
 	int wd;                       /* watched: its watch descriptor */
 };

@@ -18,7 +18,7 @@ void stats_init(struct stats *s)
 	s->transport = "dev_fuse";
 	pthread_mutex_init(&s->log_lock, NULL);
 	pthread_mutex_init(&s->transport_lock, NULL);
-	waits_init(&s->waits);
+	sections_init(&s->sections);
 }
 
 void stats_fini(struct stats *s)
@@ -28,7 +28,7 @@ void stats_fini(struct stats *s)
 	sf_hash_free(&s->seen);
 	pthread_mutex_destroy(&s->log_lock);
 	pthread_mutex_destroy(&s->transport_lock);
-	waits_fini(&s->waits);
+	sections_fini(&s->sections);
 }
 
 /* Drops the oldest lines until a quarter of each bound is free, so that
@@ -137,7 +137,7 @@ void errlog_add(struct stats *s, const char *path, const char *msg)
 struct sf_buf *errlog_text(struct stats *s)
 {
 	struct stuck stuck[STUCK_SHOWN];
-	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	size_t total, n = sections_stuck(&s->sections, stuck, STUCK_SHOWN, &total);
 	struct sf_str now = { 0 };
 	for (size_t i = 0; i < n; i++) {
 		char when[32], msg[96];
@@ -194,6 +194,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(bytes, "from_cache", num(&s->bytes_from_cache));
 	json_object_set_new(bytes, "synthesized", num(&s->bytes_synthesized));
 	json_object_set_new(bytes, "pushed_at_open", num(&s->bytes_pushed));
+	json_object_set_new(bytes, "pushed_ahead", num(&s->bytes_pushed_ahead));
 	json_t *cache = json_object();
 	json_object_set_new(cache, "hits", num(&s->cache.hits));
 	json_object_set_new(cache, "misses", num(&s->cache.misses));
@@ -203,6 +204,19 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(cache, "bytes_held", json_integer((json_int_t)cache_bytes));
 	/* working memory charged beside the parts (indexes, walks, listings) */
 	json_object_set_new(cache, "bytes_charged", json_integer((json_int_t)cache_charged));
+	/* what the charges hold, by kind; "working": the rest (walks running,
+	 * lookups' tables, decoders, a fold's kept rows) */
+	json_t *kinds = json_object();
+	uint64_t idx = atomic_load(&sf_progress.index_bytes_held);
+	uint64_t files = atomic_load(&sf_progress.file_bytes_held);
+	uint64_t tables = atomic_load(&sf_progress.table_bytes_held);
+	uint64_t known = idx + files + tables;
+	json_object_set_new(kinds, "tar_indexes", json_integer((json_int_t)idx));
+	json_object_set_new(kinds, "file_extents", json_integer((json_int_t)files));
+	json_object_set_new(kinds, "directory_tables", json_integer((json_int_t)tables));
+	json_object_set_new(kinds, "working", json_integer((json_int_t)(cache_charged > known ?
+									      cache_charged - known : 0)));
+	json_object_set_new(cache, "charged", kinds);
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();
 	json_object_set_new(root, "requests", req);
@@ -227,6 +241,8 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(root, "views_closed", num(&s->views_closed));
 	json_object_set_new(root, "errors", num(&s->errors));
 	json_object_set_new(root, "view_dirs_listed", num(&s->dirs_listed));
+	/* --push-ahead: times pushing stopped, dropping what waited (fs/push.h) */
+	json_object_set_new(root, "push_stops", num(&s->push_stops));
 	/* tars with no index whose headers are being walked now (their
 	 * views' first use), and what every walk so far has read */
 	json_t *walk = json_object();
@@ -243,7 +259,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	/* requests waiting on the source now, and those waiting a second or
 	 * more, oldest first: which files are stuck, and since when */
 	struct stuck stuck[STUCK_SHOWN];
-	size_t total, n = waits_stuck(&s->waits, stuck, STUCK_SHOWN, &total);
+	size_t total, n = sections_stuck(&s->sections, stuck, STUCK_SHOWN, &total);
 	json_t *list = json_array();
 	for (size_t i = 0; i < n; i++) {
 		char when[32];

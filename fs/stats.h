@@ -10,7 +10,7 @@
 #include "sf_buf.h"
 #include "sf_dcache.h"
 #include "sf_hash.h"
-#include "stall.h"
+#include "section.h"
 
 /* What .shardfs/errors keeps (docs/tree-layout.md): the latest lines only,
  * so that a tree of bad files cannot grow the daemon's memory. */
@@ -32,7 +32,9 @@ enum req_kind {
 struct stats {
 	atomic_uint_fast64_t requests[REQ_KINDS];
 	atomic_uint_fast64_t bytes_from_map, bytes_from_cache, bytes_synthesized;
-	atomic_uint_fast64_t bytes_pushed; /* of those, sent ahead of reads */
+	atomic_uint_fast64_t bytes_pushed; /* of those, sent ahead of reads at IOCTL */
+	atomic_uint_fast64_t bytes_pushed_ahead; /* and after listings (fs/push.h) */
+	atomic_uint_fast64_t push_stops; /* times what waited to be pushed was dropped */
 	struct sf_dcache_counts cache; /* the decode cache's (sf_dcache.h) */
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
@@ -63,7 +65,7 @@ struct stats {
 	atomic_uint_fast64_t *queues;
 	unsigned nqueues;
 
-	struct waits waits;  /* the requests at the source now */
+	struct sections sections;  /* the requests at the source now */
 };
 
 void stats_init(struct stats *s);

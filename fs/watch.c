@@ -42,7 +42,7 @@ void watch_dir(struct watch *w, struct fnode *node)
 	if (w->fd < 0 || atomic_load(&dir->watched))
 		return;
 	/* resolved beneath SRC as every path is (inotify would follow a
-	 * symlink swapped in, or enter a mount: maybe this very one), then
+	 * symlink swapped in, or cross into a mount: maybe this very one), then
 	 * watched through the directory's descriptor */
 	struct sf_err e;
 	int dfd = sf_open_beneath(w->src_fd, dir->s.rel, SF_WANT_DIR, dir->s.rel, &e);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test under ASan+UBSan: the C unit tests,
-# then the mounted integration tests, once over /dev/fuse and once over FUSE
-# over io_uring (as root: the pass turns the kernel's switch on and back);
+# then the mounted integration tests, once over /dev/fuse (the default) and
+# once over FUSE over io_uring (the option --io-uring on; as root: the pass
+# turns the kernel's switch on and back);
 # then the unit and mounted tests again on an optimised (-O3) build, the
 # fuzz targets briefly, the scale check and the Debian packages (built with
 # their tests, installed, used, purged), and the README's demo (scripts/demo.sh).

@@ -23,7 +23,7 @@ static void usage(FILE *to)
  * deep): entries wait on a stack with their depth, and the path being
  * printed is cut back to its parent's length before each one, so memory
  * stays linear in the entries however deep they lie. The entries' strings
- * belong to the handle until it is closed. */
+ * are copies (shardfs_list's last while its callback runs). */
 struct pending {
 	struct shardfs_entry e;
 	size_t depth;
@@ -54,14 +54,25 @@ static int grow(void *pp, size_t *cap, size_t need, size_t size)
 	return 0;
 }
 
+static void pending_free(struct pending *p)
+{
+	free((char *)p->e.name);
+	free((char *)p->e.target);
+}
+
 static int collect(const struct shardfs_entry *e, void *arg)
 {
 	struct lister *l = arg;
-	if (grow(&l->st, &l->cap, l->n + 1, sizeof *l->st)) {
+	struct pending p = { *e, l->depth };
+	p.e.name = strdup(e->name);
+	p.e.target = e->target ? strdup(e->target) : NULL;
+	if (!p.e.name || (e->target && !p.e.target) ||
+	    grow(&l->st, &l->cap, l->n + 1, sizeof *l->st)) {
+		pending_free(&p);
 		l->oom = true;
 		return -ENOMEM;
 	}
-	l->st[l->n++] = (struct pending){ *e, l->depth };
+	l->st[l->n++] = p;
 	return 0;
 }
 
@@ -103,6 +114,7 @@ static int list(struct shardfs *h, const char *dir)
 		struct pending p = l.st[--l.n];
 		size_t at = l.plen[p.depth], len = strlen(p.e.name);
 		if ((rc = grow(&l.path, &l.pcap, at + len + 2, 1))) {
+			pending_free(&p);
 			l.oom = true;
 			break;
 		}
@@ -113,6 +125,7 @@ static int list(struct shardfs *h, const char *dir)
 		if (p.e.kind == SHARDFS_DIR) {
 			printf("%s/\n", l.path);
 			if ((rc = grow(&l.plen, &l.lcap, p.depth + 2, sizeof *l.plen))) {
+				pending_free(&p);
 				l.oom = true;
 				break;
 			}
@@ -125,7 +138,10 @@ static int list(struct shardfs *h, const char *dir)
 		} else {
 			printf("%s\t%llu\n", l.path, (unsigned long long)p.e.size);
 		}
+		pending_free(&p);
 	}
+	while (l.n)
+		pending_free(&l.st[--l.n]);
 	if (l.oom)
 		fprintf(stderr, "shardfs-cat: out of memory listing %s\n", *dir ? dir : "the view");
 	free(l.st);

@@ -1,5 +1,6 @@
 /* shardfs-taridx: index the tars DIR/FOLD_*.tar (or DIR/FOLD-*.tar) into DIR/FOLD.taridx
- * (or OUT/FOLD.taridx), byte-identical to what upstream's indexer writes for the same tars. */
+ * (or OUT/FOLD.taridx), byte-identical to what upstream's indexer writes for the same tars;
+ * with --zidx, build compressed tars' seek indexes ahead of the mount. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -11,6 +12,7 @@
 #include <unistd.h>
 
 #include "taridx/tx.h"
+#include "taridx/tx_z.h"
 
 static const char *prog = "shardfs-taridx";
 
@@ -18,6 +20,7 @@ static void usage(FILE *to)
 {
 	fprintf(to,
 		"usage: %s [--rank-fids] [--quiet] [--out OUT] DIR FOLD\n"
+		"       %s --zidx [--quiet] [--out OUT] ARCHIVE...\n"
 		"\n"
 		"Indexes DIR/FOLD_<S>.tar (S without '_', in string order of S), or when there\n"
 		"is none DIR/FOLD-<S>.tar (S without '-': WebDataset's shard names), and writes\n"
@@ -25,8 +28,14 @@ static void usage(FILE *to)
 		"numbers an empty tar with no fid; --rank-fids numbers every tar by its rank\n"
 		"instead, so that readers find the members of the tars after an empty one.\n"
 		"--out OUT writes OUT/FOLD.taridx instead (OUT must exist), for a DIR its\n"
-		"readers cannot write.\n",
-		prog);
+		"readers cannot write.\n"
+		"\n"
+		"--zidx builds each compressed tar's seek index and tar index (.tar.gz,\n"
+		".tar.zst, .tar.xz, .tar.bz2, .tar.lz4 and their short forms) into\n"
+		"OUT/ARCHIVE.zidx (default: beside the archive), as the mount keeps them in\n"
+		"--index-dir: for SRC/P/A.tar.gz and a mount with --index-dir IDX, OUT is\n"
+		"IDX/P. The mount then starts at once, with no pass over the archive.\n",
+		prog, prog);
 }
 
 struct progress {
@@ -127,9 +136,48 @@ static int write_atomic(const char *dir, const char *file, const struct sf_buf *
 	return err ? -1 : 0;
 }
 
+/* --zidx: each archive's indexes built ahead into OUT/<name>.zidx (the
+ * archive's directory without OUT), as a mount with --index-dir keeps
+ * them. 0, or 1 when any failed. */
+static int keep_ahead(const char *out_dir, char *const *archives, int n, bool quiet)
+{
+	int failed = 0;
+	for (int k = 0; k < n; k++) {
+		const char *path = archives[k], *slash = strrchr(path, '/');
+		const char *name = slash ? slash + 1 : path;
+		char *dir = out_dir ? strdup(out_dir) :
+			    slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+		struct sf_err e = { { 0 } };
+		struct sf_map *src = NULL;
+		struct tx_zinfo zi;
+		struct timespec t0;
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		int dfd = dir ? open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+		int rc = !dir ? sf_fail(&e, -ENOMEM, "out of memory") :
+			 dfd < 0 ? sf_fail(&e, -errno, "%s: %s", dir, strerror(errno)) :
+			 sf_map_open(path, &src, &e);
+		if (!rc)
+			rc = tx_z_keep_ahead(src, dfd, name, &zi, &e);
+		if (rc) {
+			fprintf(stderr, "%s: %s\n", prog, e.msg);
+			failed = 1;
+		} else if (!quiet) {
+			bool made = strcmp(zi.kept, "written to --index-dir") == 0;
+			fprintf(stderr, "%s: %s: %s, %llu start points: %s/%s.zidx %s (%.2fs)\n", prog,
+				path, tx_z_name(zi.codec), (unsigned long long)zi.starts, dir, name,
+				made ? "written" : "already there and matching", since(&t0));
+		}
+		if (dfd >= 0)
+			close(dfd);
+		sf_map_unref(src);
+		free(dir);
+	}
+	return failed;
+}
+
 int main(int argc, char **argv)
 {
-	bool rank = false, quiet = false;
+	bool rank = false, quiet = false, zidx = false;
 	const char *out_dir = NULL;
 	int i = 1;
 	for (; i < argc && argv[i][0] == '-'; i++) {
@@ -139,6 +187,8 @@ int main(int argc, char **argv)
 			rank = true;
 		} else if (strcmp(argv[i], "--quiet") == 0) {
 			quiet = true;
+		} else if (strcmp(argv[i], "--zidx") == 0) {
+			zidx = true;
 		} else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
 			return 0;
@@ -147,7 +197,9 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
-	if (argc - i != 2 || strchr(argv[i + 1], '/')) {
+	if (zidx && i < argc && !rank)
+		return keep_ahead(out_dir, argv + i, argc - i, quiet);
+	if (zidx || argc - i != 2 || strchr(argv[i + 1], '/')) {
 		usage(stderr);
 		return 2;
 	}

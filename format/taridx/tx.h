@@ -143,7 +143,7 @@ int tx_sparse_each(const uint8_t *base, uint64_t base_off, const struct tx_entry
  * of a row here and there copies the TX_ROWS_NEAR rows around it into a
  * copy the thread keeps (a row's look back at the records before it, a
  * sample's rows, and the lookup, the content and the build of one member
- * read the same rows in turn); a read of the row just past the highest
+ * read the same rows one after another); a read of the row just past the highest
  * one asked, as a pass over the rows makes, copies TX_ROWS_PASS rows
  * (64 KiB) into the caller's, keeping TX_CHAIN_MAX rows before it. Neither
  * is shared between threads: no lock. */
@@ -326,9 +326,11 @@ struct tx_fold {
 	uint8_t *hooked_member;
 	/* Hashes of the raw root names the index cannot key (tx_fold.c,
 	 * find_unkeyed): directories, renamed members, hard links. Found at
-	 * the first root lookup; a name among them is left to the listing. */
+	 * the first root lookup; a name among them is left to the listing.
+	 * An unindexed tar's come with its index, noted by its walk (noted). */
 	struct sf_ids unkeyed;
 	bool unkeyed_done;
+	struct sf_buf *noted;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
 	/* Building the index's lookup once: lookups build it in the
@@ -355,7 +357,7 @@ struct tx_fold {
 	 * its memory charged to `charged_to`. Folds of a .taridx are ready
 	 * when opened; the rows a host that keeps copies keeps (tx_index.kept)
 	 * are charged the same way. */
-	bool lone;
+	bool unindexed;
 	atomic_bool ready;
 	struct sf_turn ready_turn;
 	struct sf_buf *built;
@@ -365,7 +367,7 @@ struct tx_fold {
 	uint64_t charged;
 };
 
-/* Makes sure the fold has its index (a lone tar's is built on first use,
+/* Makes sure the fold has its index (an unindexed tar's is built on first use,
  * once, whichever thread asks first; the others wait for it, other views
  * never). 0, or a negative errno with e->msg (-EIO for a tar that cannot
  * be indexed, saying why). */
@@ -375,10 +377,10 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e);
  * when out of memory. */
 struct tx_fold *tx_fold_new(const struct sf_open_args *a, struct sf_view *v, void **state,
 			    const char *ext, struct sf_err *e);
-/* A lone tar's state (tx_lone.c): a fold of the one tar `tar` (a->map, or
+/* An unindexed tar's state (tx_lone.c): a fold of the one tar `tar` (a->map, or
  * the decoded map of a compressed tar), the view named without `ext`. */
-int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
-		  struct sf_map *tar, struct sf_err *e);
+int tx_unindexed_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		       const char *ext, struct sf_map *tar, struct sf_err *e);
 /* Frees a fold's state (both descriptors'). */
 void tx_fold_free(void *state);
 
@@ -478,27 +480,34 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
 /* The index of one tar with no index of its own (fid 0), built in memory
- * as tx_build_index builds it, its walk counted in `walked`. The walk's
- * memory is charged to `cache` as it grows, a chunk ahead; the walk stops
- * when the budget cannot take more: -EIO when the index would need more
- * than the whole budget, -ENOBUFS when there is no room now (e says which).
- * On success *charged is what stays charged for *out (the caller
- * uncharges it); on failure nothing stays charged. */
+ * as tx_build_index builds it, its walk counted in `walked`; with
+ * `unkeyed`, also the hashes of the root names the fold's lookup cannot key
+ * (tx_fold.c, find_unkeyed), noted by the same walk: sorted u64s, each
+ * once (tx_unkeyed_has). The walk's memory is charged to `cache` as it
+ * grows, a chunk ahead; the walk stops when the budget cannot take more:
+ * -EIO when the index would need more than the whole budget, -ENOBUFS when
+ * there is no room now (e says which). On success *charged is what stays
+ * charged for *out and *unkeyed (the caller uncharges it); on failure
+ * nothing stays charged. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
 		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_err *e);
+		 struct sf_buf **unkeyed, struct sf_err *e);
+/* Whether hash h is among the sorted u64s of b (tx_index_tar's unkeyed). */
+bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
 
 /* ---- one walk per tar file (tx_walked.c) ------------------------------- */
 
-/* The index of tar alone `tar` (tx_index_tar, charged to c) in *out (a
- * reference), walked once for all views of the same file (device, inode,
- * size, mtime) and cache, whichever asks first; the others wait for it.
- * *held (NULL at first) keeps the shared walk, also when it failed: its
- * failure is remembered, one for lack of room (-ENOBUFS) until the cache
- * frees something, any other for good. Drop it with tx_walked_put; the
- * index's charge goes with the last holder. */
-int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e);
+/* The index built for unindexed tar `tar` of view v (tx_index_tar, charged to v's
+ * cache) in *out and its unkeyed root names in *unkeyed (references),
+ * walked once for all views of the same file (device, inode, size, mtime)
+ * and cache, whichever asks first; the others wait for it. A compressed
+ * tar's seek index is made first (tx_z_index), once for them all too, and
+ * kept in --index-dir (tx_z_keep). *held (NULL at first) keeps the shared
+ * walk, also when it failed: its failure is remembered, one for lack of
+ * room (-ENOBUFS) until the cache frees something, any other for good.
+ * Drop it with tx_walked_put; the charges go with the last holder. */
+int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
+		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e);
 void tx_walked_put(struct tx_walked *w);
 
 extern const struct sf_format tx_format;

@@ -9,6 +9,7 @@
 #include "sf_bytes.h"
 #include "sf_hash.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* A string met while indexing (a stem, an extension) and the id it got. */
 struct name {
@@ -83,6 +84,14 @@ struct state {
 	 * the next step's growth, never less; `names` the names' allocations. */
 	struct sf_cache *cache;
 	uint64_t charged, names;
+	/* With `noting`, the hashes of the root names the fold's lookup
+	 * cannot key (note_unkeyed), 8 bytes each, the last one in `last`. */
+	bool noting;
+	struct sf_str unkeyed;
+	uint64_t last;
+	/* The tar is a damaged archive's, cut short (tx_z.c salvage): it
+	 * ends where its last whole entry does. */
+	bool cut;
 };
 
 /* Charged at a time: charges are not made per row. */
@@ -125,7 +134,8 @@ static int charge_step(struct state *st, uint64_t rows, size_t bytes, const char
 	uint64_t need = str_after(&st->rows, more_rows) + st->names +
 			rows * 3 * NAME_COST(100) + str_after(&st->crash_block, 101 * rows) +
 			str_after(&st->ext_block, 101 * rows) + set_after(&st->canon, rows) +
-			set_after(&st->crash, rows) + set_after(&st->ext, rows);
+			set_after(&st->crash, rows) + set_after(&st->ext, rows) +
+			(st->noting ? str_after(&st->unkeyed, 8 * rows) : 0);
 	uint64_t limit = st->cache ? st->cache->limit : 0;
 	if (st->cache && need > st->charged) {
 		if (limit && need > limit)
@@ -221,6 +231,86 @@ static int add_header(struct state *st, uint16_t fid, uint64_t at, uint64_t size
 	return rc;
 }
 
+/* Whether the fold's lookup finds member `path` (of kind `kind`, header
+ * hdr) by its row's key (tx_fold.c, keyed): a flat file or symlink whose
+ * path gives the stem and extension its name field gave the row. k holds
+ * two keys of room. */
+static bool keyed_by_name(enum tx_kind kind, const uint8_t *hdr, const uint8_t *path, size_t plen,
+			  struct tx_key *k)
+{
+	if ((kind != TX_FILE && kind != TX_SYMLINK) || plen > 100 || memchr(path, '/', plen))
+		return false;
+	tx_key_from(path, plen, &k[0]);
+	if (k[0].cut || !k[0].stem_len)
+		return false;
+	size_t nlen = tx_field_len(hdr, 100);
+	if (nlen == plen && !memcmp(hdr, path, plen))
+		return true;
+	tx_key_from(hdr, nlen, &k[1]);
+	return !k[1].cut && k[0].stem_len == k[1].stem_len && k[0].ext_len == k[1].ext_len &&
+	       !memcmp(k[0].stem, k[1].stem, k[0].stem_len) && !memcmp(k[0].ext, k[1].ext, k[0].ext_len);
+}
+
+/* Notes the root name of member `path` when the fold's lookup cannot key
+ * it (a directory, a hard link, a member renamed by a pax path or a GNU
+ * long name), as the fold's pass over the headers would (tx_fold.c,
+ * find_unkeyed): the walk has every header at hand, so an unindexed tar's first
+ * lookup needs no second pass (a compressed tar's, no second decode). A
+ * superset costs only listings: a name is kept by its hash alone. */
+static void note_unkeyed(struct state *st, uint8_t type, const uint8_t *hdr, const uint8_t *path,
+			 size_t plen, struct tx_key *k)
+{
+	enum tx_kind kind = tx_kind_of(type);
+	if ((kind == TX_OTHER && type != '5') || keyed_by_name(kind, hdr, path, plen, k))
+		return;
+	const uint8_t *slash = memchr(path, '/', plen);
+	uint64_t h = XXH64(path, slash ? (size_t)(slash - path) : plen, 0);
+	/* the members of one directory follow each other */
+	if (st->unkeyed.len && h == st->last)
+		return;
+	st->last = h;
+	sf_str_add(&st->unkeyed, &h, sizeof h);
+}
+
+static int by_value(const void *a, const void *b)
+{
+	uint64_t x, y;
+	memcpy(&x, a, sizeof x);
+	memcpy(&y, b, sizeof y);
+	return x < y ? -1 : x > y;
+}
+
+/* The noted hashes sorted, each once, as an sf_buf (tx_unkeyed_has). */
+static struct sf_buf *take_unkeyed(struct state *st)
+{
+	size_t n = st->unkeyed.len / 8, k = 0;
+	uint64_t *h = (uint64_t *)(void *)st->unkeyed.p;
+	if (n)
+		qsort(h, n, sizeof *h, by_value);
+	for (size_t i = 0; i < n; i++)
+		if (!k || h[i] != h[k - 1])
+			h[k++] = h[i];
+	st->unkeyed.len = k * 8;
+	return sf_str_take(&st->unkeyed);
+}
+
+bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h)
+{
+	size_t lo = 0, hi = b->len / 8;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		uint64_t v;
+		memcpy(&v, b->data + mid * 8, sizeof v);
+		if (v == h)
+			return true;
+		if (v < h)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return false;
+}
+
 /* Walks one tar as tar readers do (tx_entry_read): each header block, the
  * extension records and the header they describe, becomes a row, as
  * upstream's indexer makes them; a row's size states the block's extent
@@ -231,13 +321,18 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		    struct sf_err *e)
 {
 	uint8_t *path = malloc(TX_PATH_MAX);
+	struct tx_key *k = st->noting ? malloc(2 * sizeof *k) : NULL;
 	struct tx_window w = { .ahead = TX_WINDOW_BYTES };
-	if (!path)
+	if (!path || (st->noting && !k)) {
+		free(path);
+		free(k);
 		return sf_fail(e, -ENOMEM, "out of memory");
+	}
 	uint64_t pos = 0, boff;
 	const uint8_t *base;
 	int rc = 0;
 	struct tx_entry en;
+	bool unread = false; /* the entry at pos could not be read */
 	while (!rc && !(rc = tx_entry_read_copy(&w, m, pos, &en, &base, &boff, e))) {
 		const char *why = en.bad;
 		if (!why && en.sparse)
@@ -245,6 +340,7 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		if (why) {
 			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: %s", name,
 				     (unsigned long long)(en.bad ? en.bad_at : en.hdr), why);
+			unread = true;
 			break;
 		}
 		if ((rc = charge_step(st, en.nrec + 1, 0, name, e)))
@@ -260,9 +356,14 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		if (!rc)
 			rc = add_header(st, fid, en.hdr, en.row_size, hdr, name, e);
 		size_t plen;
-		if (!rc && tx_kind_of(en.type) != TX_OTHER && tx_path_of(&en, hdr, path, TX_PATH_MAX, &plen))
+		bool member = tx_kind_of(en.type) != TX_OTHER;
+		int bad = rc || (!member && en.type != '5') ? 1 : tx_path_of(&en, hdr, path, TX_PATH_MAX, &plen);
+		if (!rc && member && bad)
 			rc = sf_fail(e, -EINVAL, "%s: cannot index the tar at offset %llu: a member whose path is empty or longer than %d bytes, which the view cannot show",
 				     name, (unsigned long long)en.hdr, TX_PATH_MAX);
+		/* a directory with no path is no member of the view */
+		if (!rc && !bad && st->noting)
+			note_unkeyed(st, en.type, hdr, path, plen, k);
 		if (st->progress) {
 			atomic_fetch_add_explicit(&st->progress->headers_walked, 1 + en.nrec, memory_order_relaxed);
 			atomic_fetch_add_explicit(&st->progress->bytes_walked, en.next - pos, memory_order_relaxed);
@@ -271,7 +372,12 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 	}
 	tx_window_free(&w);
 	free(path);
-	return rc > 0 ? 0 : rc;
+	free(k);
+	if (st->cut && unread)
+		rc = 1;
+	if (rc > 0)
+		rc = st->unkeyed.oom ? sf_fail(e, -ENOMEM, "out of memory") : 0;
+	return rc;
 }
 
 /* tx_build_index, counting what it walks in `walked` (if not NULL). */
@@ -279,9 +385,12 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 		       bool rank_fids, tx_progress_fn progress, void *parg,
 		       void (*warn)(void *arg, const char *msg), struct sf_progress *walked,
 		       struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		       struct sf_err *e)
+		       struct sf_buf **unkeyed, struct sf_err *e)
 {
-	struct state st = { .progress = walked, .cache = cache };
+	struct tx_zinfo zi;
+	tx_z_info(n == 1 ? tars[0] : NULL, &zi);
+	struct state st = { .progress = walked, .cache = cache, .noting = unkeyed != NULL,
+			    .cut = zi.damage != NULL };
 	uint64_t kept = 0;
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {
@@ -335,11 +444,16 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 				memcpy(p + sizeof h + st.ext_block.len, st.crash_block.p,
 				       st.crash_block.len);
 			st.rows.len += head;
-			uint64_t cap = st.rows.cap;
-			if (!(*out = sf_str_take(&st.rows)))
+			uint64_t cap = st.rows.cap, ucap = st.unkeyed.cap;
+			if (!(*out = sf_str_take(&st.rows))) {
 				rc = sf_fail(e, -ENOMEM, "out of memory");
-			else
-				kept = cap;
+			} else if (unkeyed && !(*unkeyed = take_unkeyed(&st))) {
+				sf_buf_unref(*out);
+				*out = NULL;
+				rc = sf_fail(e, -ENOMEM, "out of memory");
+			} else {
+				kept = cap + (unkeyed ? ucap : 0);
+			}
 		}
 	}
 	set_free(&st.canon);
@@ -348,6 +462,7 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 	sf_str_free(&st.rows);
 	sf_str_free(&st.crash_block);
 	sf_str_free(&st.ext_block);
+	sf_str_free(&st.unkeyed);
 	/* what stays charged is the index's buffer */
 	if (st.charged > kept)
 		sf_cache_uncharge(cache, st.charged - kept);
@@ -361,11 +476,14 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e)
 {
-	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, NULL, NULL, out, e);
+	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, NULL, NULL, out,
+			   NULL, e);
 }
 
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out, struct sf_err *e)
+		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
+		 struct sf_buf **unkeyed, struct sf_err *e)
 {
-	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged, out, e);
+	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged, out,
+			   unkeyed, e);
 }

@@ -52,7 +52,10 @@ static int build_payload(struct sf_node *n, struct sf_cache *c, struct sf_err *e
 {
 	struct tx_fold *f = n->arg;
 	struct tx_row row;
-	int rc = tx_row_get(&f->ix, n->aux, &row, e);
+	/* lazy work may come after a shed (tx_lone.c): the index first */
+	int rc = tx_fold_ready(f, e);
+	if (!rc)
+		rc = tx_row_get(&f->ix, n->aux, &row, e);
 	if (rc)
 		return rc;
 	uint64_t at;
@@ -93,6 +96,9 @@ static int set_payload(struct tx_fold *f, struct sf_node *n, uint64_t r, struct 
 /* An entry of rows/ is keyed by its row. */
 static int make_row(struct sf_node *n, struct sf_err *e)
 {
+	int rc = tx_fold_ready(n->view->state, e);
+	if (rc)
+		return rc;
 	read_rows(n->view->state);
 	return set_payload(n->view->state, n, n->key, e);
 }
@@ -140,6 +146,9 @@ static int rows_populate(struct sf_node *dir, struct sf_err *e)
 static int make_member(struct sf_node *n, struct sf_err *e)
 {
 	struct tx_fold *f = n->view->state;
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	read_rows(f);
 	if (n->kind == SF_FILE && n->aux != TX_NO_ROW)
 		return tx_member_set_content(f, n, n->aux, e);
@@ -152,7 +161,7 @@ static int make_member(struct sf_node *n, struct sf_err *e)
 	size_t plen;
 	uint8_t *path = malloc(TX_PATH_MAX);
 	struct tx_window w = { 0 };
-	int rc = tx_member_check(f, r, &m, &w, e);
+	rc = tx_member_check(f, r, &m, &w, e);
 	if (rc) {
 		free(path);
 		tx_window_free(&w);
@@ -402,7 +411,7 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
  * reads a few bytes of each header. */
 static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 {
-	if (f->unkeyed_done)
+	if (f->unkeyed_done || f->noted)
 		return 0;
 	struct walk *k = walk_new(f, e);
 	if (!k)
@@ -440,6 +449,12 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 	else
 		f->unkeyed_done = true;
 	return rc;
+}
+
+/* Whether the root name of hash h is one find_unkeyed found. */
+static bool unkeyed(struct tx_fold *f, uint64_t h)
+{
+	return f->noted ? tx_unkeyed_has(f->noted, h) : sf_ids_find(&f->unkeyed, h, NULL, NULL) != NULL;
 }
 
 /* Whether a shown name may be one the listing made up: "#<n>" added to
@@ -502,7 +517,7 @@ static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
 	 * name's answer never depends on what was looked up or listed before. */
 	if ((rc = find_unkeyed(f, e)))
 		return rc;
-	if (sf_ids_find(&f->unkeyed, XXH64(raw, n, 0), NULL, NULL)) {
+	if (unkeyed(f, XXH64(raw, n, 0))) {
 		p->best = -1;
 		return 0;
 	}
@@ -546,7 +561,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	if (!made_up(name)) {
 		if ((rc = find_unkeyed(f, e)))
 			return rc;
-		if (!sf_ids_find(&f->unkeyed, XXH64(p.raw, p.len, 0), NULL, NULL))
+		if (!unkeyed(f, XXH64(p.raw, p.len, 0)))
 			return 0;
 	}
 	return SF_LOOKUP_LIST;

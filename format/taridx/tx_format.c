@@ -31,6 +31,7 @@ void tx_fold_free(void *state)
 	free(f->hooked_member);
 	free((void *)f->plain);
 	sf_ids_free(&f->unkeyed);
+	sf_buf_unref(f->noted);
 	free(f->fold);
 	free(f);
 }
@@ -103,13 +104,13 @@ static int header_matches(const struct tx_fold *f, const struct tx_row *row, str
 
 #define SAMPLED 64
 
-/* An index apart from its tars (--index-dir) must match them before
+/* An index in another directory than its tars (--index-dir) must match them before
  * anything is shown: every shard readable and not changed after the index
  * was written (mtime), every row inside its shard and each shard holding
  * nothing after its last row but the archive's end (size), and the
  * headers of SAMPLED rows spread over the index, and each shard's last,
  * holding the key their rows state (a sampled header). */
-static int check_apart(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
+static int check_against_tars(struct tx_fold *f, const struct sf_open_args *a, struct sf_err *e)
 {
 	const char *why = "refused: an index in --index-dir must match its tars";
 	if (!f->nshards)
@@ -192,7 +193,7 @@ static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	if ((rc = map_shards(f, a, e)))
 		return rc;
-	return a->apart ? check_apart(f, a, e) : 0;
+	return a->other_dir ? check_against_tars(f, a, e) : 0;
 }
 
 const struct sf_format tx_format = {

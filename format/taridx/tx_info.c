@@ -89,7 +89,7 @@ static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf 
 	(void)e;
 	const struct tx_index *ix = &f->ix;
 	struct sf_str s = { 0 };
-	if (f->lone)
+	if (f->unindexed)
 		sf_str_addf(&s, "tar %s with no index: indexed in memory from its headers (as version %u.%u)\n",
 			    f->view->path, ix->major, ix->minor);
 	struct tx_zinfo z;
@@ -98,6 +98,8 @@ static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf 
 		sf_str_addf(&s, "compressed: %s, %llu bytes; seek index of %llu start points, %llu pieces, %llu bytes\n",
 			    tx_z_name(z.codec), (unsigned long long)z.compressed, (unsigned long long)z.starts,
 			    (unsigned long long)z.pieces, (unsigned long long)z.index_bytes);
+	if (z.damage)
+		sf_str_addf(&s, "damaged: %s\n", z.damage);
 	if (z.kept)
 		sf_str_addf(&s, "seek index %s\n", z.kept);
 	else
@@ -112,7 +114,7 @@ static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf 
 	add_strs(&s, ix->ext, ix->n_ext);
 	sf_str_addf(&s, "crash stems (%u):", ix->n_crash);
 	add_strs(&s, ix->crash, ix->n_crash);
-	if (!f->lone)
+	if (!f->unindexed)
 		sf_str_addf(&s, "upstream loader can read it: %s\n", tx_upstream_loadable(ix) ? "yes" : "no");
 	sf_str_addf(&s, "shards (%zu):\n", f->nshards);
 	for (size_t i = 0; i < f->nshards; i++) {
@@ -149,10 +151,10 @@ static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf
 	(void)e;
 	const struct tx_index *ix = &f->ix;
 	json_t *j = json_object(), *h = json_object(), *shards = json_array();
-	json_object_set_new(j, "format", json_string(f->lone ? "tar" : "taridx"));
+	json_object_set_new(j, "format", json_string(f->unindexed ? "tar" : "taridx"));
 	json_object_set_new(j, "fold", sf_json_bytes_as_text(f->fold, strlen(f->fold)));
-	/* a tar alone has its index in memory, built from its headers */
-	json_object_set_new(j, "index", f->lone ? json_string("in memory") :
+	/* an unindexed tar has its index in memory, built from its headers */
+	json_object_set_new(j, "index", f->unindexed ? json_string("in memory") :
 			    sf_json_bytes_as_text(f->view->path, strlen(f->view->path)));
 	json_object_set_new(h, "magic", json_string("TARIDX"));
 	json_object_set_new(h, "major", json_integer(ix->major));
@@ -203,6 +205,7 @@ static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf
 		json_object_set_new(o, "pieces", json_integer((json_int_t)z.pieces));
 		json_object_set_new(o, "index_bytes", json_integer((json_int_t)z.index_bytes));
 		json_object_set_new(o, "kept", z.kept ? json_string(z.kept) : json_null());
+		json_object_set_new(o, "damage", z.damage ? sf_json_bytes_as_text(z.damage, strlen(z.damage)) : json_null());
 		json_object_set_new(j, "compression", o);
 	}
 	json_object_set_new(j, "rows_naming_missing_shards", json_integer((json_int_t)c->beyond));

@@ -1,4 +1,4 @@
-/* A tar with no index (docs/tree-layout.md §3.7, "a tar alone"): the view
+/* A tar with no index (docs/tree-layout.md §3.7, "an unindexed tar"): the view
  * `<name>/` beside `<name>.tar` is a fold of that one tar, whose index is
  * built in memory from the tar's headers when the view is first used, so
  * every rule of a fold's view applies to it. A tar some fold beside it
@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_big.h"
 #include "sf_map.h"
 #include "tx.h"
 #include "tx_z.h"
@@ -91,13 +92,13 @@ static bool covered(const char *name, const char *const *names, size_t n)
 	       !has_underscore_shard(names, n, name, (size_t)(d - name));
 }
 
-int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
-		  struct sf_map *tar, struct sf_err *e)
+int tx_unindexed_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
+		       const char *ext, struct sf_map *tar, struct sf_err *e)
 {
 	struct tx_fold *f = tx_fold_new(a, v, state, ext, e);
 	if (!f)
 		return -ENOMEM;
-	f->lone = true;
+	f->unindexed = true;
 	if (!(f->shards = calloc(1, sizeof *f->shards)) || !(f->shards[0].name = strdup(a->name)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
 	f->nshards = 1;
@@ -108,35 +109,74 @@ int tx_lone_parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)
 {
-	return tx_lone_parse(a, v, state, ".tar", a->map, e);
+	return tx_unindexed_parse(a, v, state, ".tar", a->map, e);
 }
 
 /* Walks the tar's headers (of the decoded tar when it is compressed) into
  * an index (tx_index_tar, through copies), its memory charged to the budget
  * as it grows, once for every view of the file (tx_walked_get), then keeps
- * this view's two bits a row in the budget too. */
+ * this view's two bits a row in the budget too: made once, they outlive a
+ * shed (the names the lookup gave out first stay first). */
 static int build_index(struct tx_fold *f, struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
-	/* a compressed tar's seek index first: it gives the tar's size */
-	int rc = tx_z_index(f->shards[0].map, f->view, &sf_progress, e);
+	/* a compressed tar's seek index too, and kept in --index-dir */
+	int rc = tx_walked_get(f->shards[0].map, f->view, &f->walked, &f->built, &f->noted, e);
 	if (rc)
 		return rc;
-	rc = tx_walked_get(f->shards[0].map, f->view->path, c, &f->walked, &f->built, e);
-	if (rc)
-		return rc;
-	/* a compressed tar's index may be kept in --index-dir with it */
-	tx_z_keep(f->shards[0].map, f->built, f->view);
 	f->charged_to = c;
 	if ((rc = tx_index_parse(f->built->data, f->built->len, f->view->path, &f->ix, e)))
 		return rc;
 	uint64_t bits = f->ix.n_rows / 8 + 1;
+	if (f->plain)
+		return 0;
 	if ((rc = sf_cache_charge(c, 2 * bits, f->view->path, "its index", e)))
 		return c->limit && 2 * bits > c->limit ? -EIO : -ENOBUFS;
-	f->charged += 2 * bits;
-	if (!(f->hooked_member = calloc(bits, 1)) || !(f->plain = calloc(bits, 1)))
+	f->hooked_member = calloc(bits, 1);
+	f->plain = calloc(bits, 1);
+	if (!f->hooked_member || !f->plain) {
+		sf_cache_uncharge(c, 2 * bits);
+		free(f->hooked_member);
+		free((void *)f->plain);
+		f->hooked_member = NULL;
+		f->plain = NULL;
 		return sf_fail(e, -ENOMEM, "%s: out of memory", f->view->path);
+	}
+	f->charged = 2 * bits;
 	return 0;
+}
+
+/* This view's copy of the walk's index (with its unkeyed root names) and
+ * what is made from it (the lookup, the tags of the names looked up) go;
+ * they go back to being made at first use, by tx_fold_ready, from the same bytes (a tar changed in
+ * place fails the mapping checks first), so every row keeps its number. */
+static void unready(struct tx_fold *f)
+{
+	atomic_store(&f->ready, false);
+	tx_index_free(&f->ix);
+	memset(&f->ix, 0, sizeof f->ix);
+	sf_buf_unref(f->built);
+	sf_buf_unref(f->noted);
+	f->built = NULL;
+	f->noted = NULL;
+	if (f->named_charged)
+		sf_cache_uncharge(f->named_charged_to, f->named_charged);
+	f->named_charged = 0;
+	sf_big_free(f->named);
+	f->named = NULL;
+}
+
+/* sf_format.shed: the view is unused. Its hold on the walk goes too: the
+ * walk's charge with the last view of the file that holds it. */
+static bool shed(void *state)
+{
+	struct tx_fold *f = state;
+	if (!atomic_load(&f->ready))
+		return false;
+	unready(f);
+	tx_walked_put(f->walked);
+	f->walked = NULL;
+	return true;
 }
 
 int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
@@ -166,20 +206,11 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 		if (!rc) {
 			atomic_store(&f->ready, true);
 		} else {
-			/* what is left of a failed build goes; a tar readers
-			 * cannot read is not walked again (its view is made anew
-			 * when it changes) */
-			tx_index_free(&f->ix);
-			memset(&f->ix, 0, sizeof f->ix);
-			sf_buf_unref(f->built);
-			f->built = NULL;
-			free(f->hooked_member);
-			free((void *)f->plain);
-			f->hooked_member = NULL;
-			f->plain = NULL;
-			if (f->charged)
-				sf_cache_uncharge(f->charged_to, f->charged);
-			f->charged = 0;
+			/* what is left of a failed build goes (the bits of a
+			 * view shed before stay); a tar readers cannot read is
+			 * not walked again (its view is made anew when it
+			 * changes) */
+			unready(f);
 			/* one for lack of room is remembered with the walk
 			 * (tx_walked.c) until the budget frees */
 			if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE && rc != -ENOBUFS)
@@ -203,4 +234,5 @@ const struct sf_format tx_tar_format = {
 	.info_json = tx_info_json,
 	.verify = tx_verify,
 	.build = tx_fold_build,
+	.shed = shed,
 };

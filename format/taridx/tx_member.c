@@ -271,11 +271,15 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	struct tx_fold *f = n->arg;
 	struct tx_member m;
 	struct tx_window w = { 0 };
+	/* a build may come after a shed (tx_lone.c): the index first */
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	if (tx_row_plain(f, n->aux)) {
 		/* checked when its node was made, a plain file: its bytes follow
 		 * its header, as its row says (a change in place since is the
 		 * mapping checks' to find) */
-		int rc = tx_row_get(&f->ix, n->aux, &m.row, e);
+		rc = tx_row_get(&f->ix, n->aux, &m.row, e);
 		uint64_t at;
 		if (!rc && !tx_payload_at(f, &m.row, &at))
 			rc = sf_fail(e, -EIO, "%s: row %llu: payload outside its tar", f->view->path,
@@ -283,7 +287,7 @@ static int build_member(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 		return rc ? rc : tx_add_bytes(n, f->shards[m.row.fid].map, at, m.row.size) ?
 		       sf_fail(e, -ENOMEM, "out of memory") : 0;
 	}
-	int rc = tx_member_check(f, n->aux, &m, &w, e);
+	rc = tx_member_check(f, n->aux, &m, &w, e);
 	if (!rc && (m.bad || m.kind != TX_FILE)) {
 		rc = sf_fail(e, -EIO, "%s: row %llu: %s", f->view->path, (unsigned long long)n->aux,
 			     m.bad ? m.bad : "no longer a file");

@@ -511,13 +511,16 @@ static int gen(void *arg, uint64_t off, uint8_t *out, size_t len, struct sf_cach
 {
 	struct tx_samples *sm = arg;
 	struct tx_fold *f = sm->f;
+	/* a read may come after a shed (tx_lone.c): the index first */
+	int rc = tx_fold_ready(f, e);
+	if (rc)
+		return rc;
 	struct scratch *s = scratch_new(f);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory for samples.jsonl", f->view->path);
 	struct pos p = start_for(sm, off), last = p;
 	struct sf_str text = { 0 };
 	size_t done = 0;
-	int rc = 0;
 	while (!rc && done < len && p.row < f->ix.n_rows) {
 		last = p;
 		text.len = 0;
@@ -572,6 +575,9 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 	if (rc)
 		rc = failed(s, rc, "counting samples.jsonl", e);
 	scratch_free(s);
+	/* kept in the budget, else rendered per read as the mount does */
+	struct sf_err ignored = { { 0 } };
+	keep = keep && !rc && sf_file_charge(n, text.len, "keeping samples.jsonl", &ignored) == 0;
 	if (!rc && sm->size && (keep ? sf_file_add_str(n, &text) : sf_file_add_gen(n, gen, sm, 0, sm->size)))
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
 	sf_str_free(&text);

@@ -4,6 +4,7 @@
 
 #include "sf_report.h"
 #include "tx.h"
+#include "tx_z.h"
 
 /* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200
@@ -100,6 +101,11 @@ static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **
 		return 0;
 	}
 	struct sf_report rep = { .error_limit = MAX_FINDINGS };
+	/* a damaged compressed tar: the view holds what lies before it */
+	struct tx_zinfo z;
+	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
+	if (z.damage)
+		sf_report_add(&rep, true, "%s", z.damage);
 	struct tx_window w = { 0 };
 	int rc = 0;
 	for (uint64_t r = 0; !rc && r < ix->n_rows; r++)
@@ -121,8 +127,8 @@ static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **
 	if ((c->runs == c->groups) != (ix->flags & 1))
 		sf_report_add(&rep, false, "the contiguity flag is %s but the rows are %scontiguous",
 			      ix->flags & 1 ? "set" : "clear", c->runs == c->groups ? "" : "not ");
-	/* no upstream reader reads the index of a tar alone: it is ours */
-	if (!f->lone && !tx_upstream_loadable(ix))
+	/* no upstream reader reads the index built for an unindexed tar: it is ours */
+	if (!f->unindexed && !tx_upstream_loadable(ix))
 		sf_report_add(&rep, false, "an extension is empty or holds whitespace: upstream's loader cannot read this index (shardfs can)");
 	*out = sf_report_take(&rep);
 	return 0;

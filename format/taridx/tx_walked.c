@@ -1,7 +1,8 @@
-/* One walk per tar file: the index of a tar alone (tx_lone.c) is shared by
- * every view of the same file (hard links, a view made anew while the old
- * one is read), so that N names of one tar cost one walk and one charge,
- * not N side by side. A file is the same while its device, inode, size and
+/* One walk per tar file: the index built for an unindexed tar (tx_lone.c), and a
+ * compressed tar's seek index (tx_z.c), are shared by every view of the
+ * same file (hard links, a view made anew while the old one is read), so
+ * that N names of one tar cost one pass, one walk and one charge, not N
+ * side by side. A file is the same while its device, inode, size and
  * mtime are; each view still checks its own mapping around its use. */
 #include <errno.h>
 #include <pthread.h>
@@ -22,7 +23,9 @@ struct tx_walked {
 	unsigned refs;          /* under `lock` */
 	struct sf_turn turn;    /* the walk, and what follows */
 	struct sf_buf *built;   /* the index, once walked */
-	uint64_t charged;       /* to `cache`, for `built` */
+	struct sf_buf *unkeyed; /* and its root names the lookup cannot key */
+	uint64_t charged;       /* to `cache`, for both */
+	struct tx_zseek *seek;  /* a compressed tar's, once made */
 	/* The last walk's failure (not for lack of system resources): one
 	 * for lack of room (-ENOBUFS) until the cache frees something
 	 * (sf_cache.freed at `why_at`), any other for good. */
@@ -103,6 +106,8 @@ void tx_walked_put(struct tx_walked *w)
 	if (w->charged)
 		sf_cache_uncharge(w->cache, w->charged);
 	sf_buf_unref(w->built);
+	sf_buf_unref(w->unkeyed);
+	tx_zseek_put(w->seek);
 	free(w->why);
 	sf_turn_fini(&w->turn);
 	free(w);
@@ -118,28 +123,32 @@ static bool remembered(const struct tx_walked *w)
 static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c,
 			struct tx_walked *w, struct sf_err *e)
 {
-	struct sf_buf *kept;
-	if (!tx_z_kept_tar_index(tar, &kept))
-		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, e);
-	uint64_t limit = c ? c->limit : 0;
+	struct sf_buf *kept, *unkeyed;
+	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed))
+		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, &w->unkeyed, e);
+	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len;
 	int rc = 0;
-	if (limit && kept->len > limit)
+	if (limit && cost > limit)
 		rc = sf_fail(e, -EIO, "%s: its kept index needs more memory than --cache-size (%llu bytes) holds",
 			     name, (unsigned long long)limit);
-	else if (c && sf_cache_charge(c, kept->len, name, "its kept index", e))
+	else if (c && sf_cache_charge(c, cost, name, "its kept index", e))
 		rc = -ENOBUFS;
 	if (rc) {
 		sf_buf_unref(kept);
+		sf_buf_unref(unkeyed);
 		return rc;
 	}
-	w->charged = c ? kept->len : 0;
+	w->charged = c ? cost : 0;
 	w->built = kept;
+	w->unkeyed = unkeyed;
 	return 0;
 }
 
-int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
-		  struct tx_walked **held, struct sf_buf **out, struct sf_err *e)
+int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
+		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e)
 {
+	struct sf_cache *c = v->cache;
+	const char *name = v->path;
 	struct tx_walked *w = *held ? *held : get(tar, c);
 	if (!w)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", name);
@@ -148,22 +157,34 @@ int tx_walked_get(struct sf_map *tar, const char *name, struct sf_cache *c,
 	int rc = 0;
 	if (!w->built && remembered(w)) {
 		rc = sf_fail(e, w->rc, "%s", w->why);
-	} else if (!w->built) {
-		rc = kept_or_walk(tar, name, c, w, e);
-		free(w->why);
-		w->why = NULL;
-		if (!rc) {
-			atomic_fetch_add(&sf_progress.indexes_held, 1);
-			atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+	} else {
+		/* a compressed tar's seek index first (this view's pieces of
+		 * it): it gives the tar's size */
+		rc = tx_z_index(tar, v, &sf_progress, &w->seek, e);
+		if (!rc && !w->built) {
+			rc = kept_or_walk(tar, name, c, w, e);
+			if (!rc) {
+				atomic_fetch_add(&sf_progress.indexes_held, 1);
+				atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+			}
 		}
-		if (rc && rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+		if (!rc) {
+			free(w->why);
+			w->why = NULL;
+			/* kept in --index-dir in the turn, so that a view
+			 * sharing the seek index sees what became of it */
+			tx_z_keep(tar, w->built, w->unkeyed, v);
+		} else if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
+			free(w->why);
 			w->rc = rc;
 			w->why = strdup(e->msg);
 			w->why_at = atomic_load(&c->freed);
 		}
 	}
-	if (!rc)
+	if (!rc) {
 		*out = sf_buf_ref(w->built);
+		*unkeyed = sf_buf_ref(w->unkeyed);
+	}
 	sf_turn_give(&w->turn);
 	return rc;
 }

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "tx.h"
+
 /* a gzip member gets a start point at the first block boundary this far
  * past the last one, so that a stretch is mostly one piece */
 #define GZ_EVERY (TX_Z_PIECE - (512u << 10))
@@ -43,11 +45,28 @@ struct zcur {
 	uint64_t charged;
 };
 
+/* A seek index shared by the maps of one archive file (hard links, a view
+ * made anew: tx_walked.c), charged once, freed with its last holder. */
+struct tx_zseek {
+	atomic_uint refs;
+	struct tx_zstart *st;  /* nst start points, then one past the end */
+	size_t nst;
+	struct sf_cache *cache;
+	uint64_t charged;      /* to cache, for st and its windows */
+	const char *kept;      /* what became of it in --index-dir */
+	char *damage;          /* why the archive is cut short, or NULL */
+};
+
 struct tx_z {
 	struct sf_map *src;
 	enum tx_zcodec codec;
-	struct tx_zstart *st;     /* nst start points, then one past the end */
+	/* nst start points, then one past the end: built by this map's pass
+	 * (or read from --index-dir) until published in seek, which then
+	 * holds them */
+	struct tx_zstart *st;
 	size_t nst;
+	struct tx_zseek *seek;
+	char *damage;          /* the pass's, until published in seek */
 	struct zpiece *pc;     /* npc pieces, then one at the end */
 	size_t npc;
 	struct sf_cache *cache;
@@ -60,6 +79,7 @@ struct tx_z {
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
 	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
+	struct sf_buf *unkeyed; /* and its unkeyed root names */
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -328,6 +348,9 @@ struct pass {
 	uint64_t last;         /* decoded offset of the last start point */
 	size_t cap;
 	struct sf_progress *pr;
+	/* the archive is damaged (cut short, corrupt, garbage after it);
+	 * exact: every byte decoded is right (cut short, garbage after) */
+	bool damaged, exact;
 };
 
 static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
@@ -338,11 +361,14 @@ static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
 	return rc;
 }
 
-/* What a start point holds, its pieces (two at most, a piece being under
- * TX_Z_PIECE) and their parts included. */
+/* What a piece and its part hold. */
+#define PIECE_COST (sizeof(struct zpiece) + sizeof(struct sf_part) + 16)
+
+/* What a start point holds, the pieces of the map that made it (two at
+ * most, a piece being under TX_Z_PIECE) and their parts included. */
 static uint64_t start_cost(uint32_t wlen)
 {
-	return sizeof(struct tx_zstart) + 2 * (sizeof(struct zpiece) + sizeof(struct sf_part) + 16) + wlen;
+	return sizeof(struct tx_zstart) + 2 * PIECE_COST + wlen;
 }
 
 static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
@@ -443,6 +469,8 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 	for (;;) {
 		if (c->pos == c->len) {
 			int rc = cur_fill(z, c, e);
+			if (rc > 0)
+				ps->damaged = ps->exact = true;
 			if (rc)
 				return rc > 0 ? truncated(z, c, e) : rc;
 			if (ps->pr)
@@ -455,6 +483,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		if (c->out + ol < c->out)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
 		c->out += ol;
+		ps->damaged = rc == -EIO || (!il && !ol && !rc);
 		if (rc < 0)
 			return corrupt(z, c, rc, why, e);
 		if (!il && !ol && !rc)
@@ -511,20 +540,43 @@ static int pass_between(struct pass *ps, uint64_t *next, struct sf_err *e)
 	int rc = sf_map_read(z->src, at, have, head, "compressed data", e);
 	if (rc)
 		return rc;
-	if (tx_z_sniff(head, have) != z->codec)
+	ps->damaged = ps->exact = tx_z_sniff(head, have) != z->codec;
+	if (ps->damaged)
 		return sf_fail(e, -EIO, "%s: trailing garbage at byte %llu after the last %s stream",
 			       z->src->path, (unsigned long long)at, tx_z_name(z->codec));
 	*next = at;
 	return 0;
 }
 
+static void starts_free(struct tx_zstart *st, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(st[i].win);
+	free(st);
+}
+
+void tx_zseek_put(struct tx_zseek *s)
+{
+	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
+		return;
+	starts_free(s->st, s->nst);
+	if (s->charged)
+		sf_cache_uncharge(s->cache, s->charged);
+	free(s->damage);
+	free(s);
+}
+
 static void index_free(struct tx_z *z)
 {
 	cur_free(z, z->cur);
 	sf_buf_unref(z->last);
-	for (size_t i = 0; i < z->nst; i++)
-		free(z->st[i].win);
-	free(z->st);
+	if (z->seek)
+		tx_zseek_put(z->seek);
+	else
+		starts_free(z->st, z->nst);
+	z->seek = NULL;
+	free(z->damage);
+	z->damage = NULL;
 	free(z->pc);
 	if (z->charged)
 		sf_cache_uncharge(z->cache, z->charged);
@@ -544,6 +596,7 @@ static void z_free(void *arg)
 	index_free(z);
 	pthread_mutex_destroy(&z->lock);
 	sf_buf_unref(z->tarix);
+	sf_buf_unref(z->unkeyed);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
 	free(z->keepname);
@@ -582,12 +635,17 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	return 0;
 }
 
-/* Cuts the stretches between start points into pieces, each a part. */
-static int make_pieces(struct tx_z *z, struct sf_view *v, struct sf_err *e)
+/* Cuts the stretches between start points into pieces, each a part;
+ * `charged`: when the start points' charge (start_cost) did not count
+ * them, since another map's pass made them. */
+static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct sf_err *e)
 {
 	uint64_t n = 0;
 	for (size_t s = 0; s < z->nst; s++)
 		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
+	int rc = charged ? 0 : charge(z, n * PIECE_COST, e);
+	if (rc)
+		return rc;
 	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	for (size_t s = 0; s < z->nst; s++)
@@ -623,7 +681,8 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
-		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix, e);
+		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
+				 &z->unkeyed, e);
 	if (rc)
 		return rc;
 	z->st = st;
@@ -634,33 +693,51 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	return charge(z, cost, e);
 }
 
-int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e)
+/* A damaged archive keeps what lies before the damage, so that the
+ * members wholly before it still read exactly: every byte decoded when
+ * the archive was cut short or garbage follows its last stream, else the
+ * streams before the one that failed (where in it the damage lies is not
+ * known: its check covers it whole). *end is where the decoded tar then
+ * ends; the reason (e's message) is kept for verify and errors. 0, or
+ * -ENOMEM. */
+static int salvage(struct pass *ps, uint64_t *end, struct sf_err *e)
 {
-	if (!m->read)
-		return 0;
-	struct tx_z *z = m->src;
-	if (z->pc)
-		return 0;
-	z->cache = v->cache;
-	int kept = load_kept(z, e);
-	if (kept < 0) {
-		index_free(z);
-		return kept;
-	}
-	if (!kept) {
-		z->kept = "read from --index-dir";
-		int rc = make_pieces(z, v, e);
-		if (rc) {
-			index_free(z);
-			return rc;
+	struct tx_z *z = ps->z;
+	if (!ps->exact) {
+		/* back to the start of the stream that failed: a gzip
+		 * member's points inside it and xz blocks are no starts */
+		size_t k = z->nst;
+		while (k > 1 && (z->st[k - 1].wlen || z->st[k - 1].block))
+			k--;
+		k--;
+		*end = z->st[k].out;
+		for (size_t i = k; i < z->nst; i++) {
+			uint64_t cost = start_cost(z->st[i].wlen);
+			free(z->st[i].win);
+			z->st[i].win = NULL;
+			if (z->cache->charge) {
+				sf_cache_uncharge(z->cache, cost);
+				z->charged -= cost;
+			}
 		}
-		m->size = (size_t)z->st[z->nst].out;
-		return 0;
+		z->nst = k;
 	}
+	if (asprintf(&z->damage, "%s: the view shows the members that end before decoded byte %llu",
+		     e->msg, (unsigned long long)*end) < 0) {
+		z->damage = NULL;
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	}
+	return 0;
+}
+
+/* The pass over the archive: z->st (z->nst start points, then the end),
+ * charged to z. 0, or a negative errno with e set. */
+static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
+{
 	struct pass ps = { .z = z, .pr = pr };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
-	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", m->path);
+	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	uint64_t next = 0;
 	if (!rc)
 		rc = charge(z, TX_Z_WINDOW + OUTBUF, e);
@@ -678,7 +755,7 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
 			break;
 		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, 0, 0, 0, &why)))
-			rc = sf_fail(e, rc, "%s: out of memory", m->path);
+			rc = sf_fail(e, rc, "%s: out of memory", z->src->path);
 		/* the cursor's buffer holds the stream's first bytes already */
 	}
 	uint64_t end = ps.c ? ps.c->out : 0;
@@ -690,13 +767,71 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 		z->charged -= TX_Z_WINDOW + OUTBUF;
 	if (pr)
 		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
+	if (rc == -EIO && ps.damaged)
+		rc = salvage(&ps, &end, e);
 	/* the end, as one more start point */
-	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e))) {
+	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e)))
 		z->nst--;
-		rc = make_pieces(z, v, e);
+	return rc;
+}
+
+/* Hands z's start points and their charge to a seek index of their own,
+ * held by z and, with `shared`, in *shared too. 0 or -ENOMEM. */
+static int publish(struct tx_z *z, struct tx_zseek **shared, struct sf_err *e)
+{
+	struct tx_zseek *s = calloc(1, sizeof *s);
+	if (!s)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	*s = (struct tx_zseek){ .st = z->st, .nst = z->nst, .cache = z->cache, .charged = z->charged,
+				.kept = z->kept, .damage = z->damage };
+	z->damage = NULL;
+	atomic_init(&s->refs, shared ? 2 : 1);
+	z->seek = s;
+	z->charged = 0;
+	if (shared)
+		*shared = s;
+	return 0;
+}
+
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
+	       struct tx_zseek **shared, struct sf_err *e)
+{
+	if (!m->read)
+		return 0;
+	struct tx_z *z = m->src;
+	if (z->pc) {
+		/* made before its walk was shared anew (an idle view's
+		 * index dropped and walked again) */
+		if (shared && !*shared && z->seek) {
+			atomic_fetch_add(&z->seek->refs, 1);
+			*shared = z->seek;
+		}
+		return 0;
 	}
+	z->cache = v->cache;
+	struct tx_zseek *s = shared ? *shared : NULL;
+	int rc = 0;
+	if (s) {
+		/* made by another map of the same file: only the pieces are
+		 * this map's */
+		atomic_fetch_add(&s->refs, 1);
+		z->seek = s;
+		z->st = s->st;
+		z->nst = s->nst;
+		z->kept = s->kept;
+	} else if ((rc = load_kept(z, e)) == 0) {
+		z->kept = "read from --index-dir";
+	} else if (rc > 0) {
+		rc = pass_all(z, pr, e);
+	}
+	if (!rc && !s)
+		rc = publish(z, shared, e);
+	if (!rc && !s && z->seek->damage)
+		sf_view_warn(v, "%s", z->seek->damage);
+	if (!rc)
+		rc = make_pieces(z, v, !s, e);
 	if (!rc) {
-		m->size = (size_t)end;
+		m->size = (size_t)z->st[z->nst].out;
 		return 0;
 	}
 	/* a failed pass leaves nothing: a later use may try again */
@@ -704,24 +839,78 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, stru
 	return rc;
 }
 
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out)
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	if (!z || !z->tarix)
 		return false;
 	*out = z->tarix;
-	z->tarix = NULL;
+	*unkeyed = z->unkeyed;
+	z->tarix = z->unkeyed = NULL;
 	return true;
 }
 
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v)
+/* Writes z's kept file, saying so in z->kept: 0 or as tx_zkeep_save. */
+static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+		    struct sf_err *e)
+{
+	int rc = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
+			       unkeyed, e);
+	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
+	if (z->seek)
+		z->seek->kept = z->kept;
+	return rc;
+}
+
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+	       struct sf_view *v)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	struct sf_err e;
-	if (!z || z->keepfd < 0 || z->kept)
-		return;
-	z->kept = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix, &e) ?
-		  (sf_view_warn(v, "%s", e.msg), "not kept (see errors)") : "written to --index-dir";
+	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, &e))
+		sf_view_warn(v, "%s", e.msg);
+}
+
+int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e)
+{
+	uint8_t head[6] = { 0 };
+	size_t n = src->size < sizeof head ? src->size : sizeof head;
+	int rc = sf_map_read(src, 0, n, head, "magic", e);
+	enum tx_zcodec c = tx_z_sniff(head, n);
+	if (!rc && c == TX_Z_NONE)
+		rc = sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic", src->path);
+	return rc ? rc : tx_z_map(src, c, out, e);
+}
+
+extern const struct sf_format tx_targz_format;
+
+int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
+		    struct sf_err *e)
+{
+	struct sf_map *m = NULL;
+	struct sf_view *v = NULL;
+	struct sf_buf *tarix = NULL, *unkeyed = NULL;
+	int rc = tx_z_open(src, &m, e);
+	if (!rc && (rc = tx_z_keep_in(m, dirfd, name)))
+		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
+	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
+		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
+	if (!rc)
+		rc = tx_z_index(m, v, NULL, NULL, e);
+	struct tx_z *z = m ? m->src : NULL;
+	if (!rc && z->seek->damage)
+		rc = sf_fail(e, -EIO, "%s", z->seek->damage);
+	/* a kept file that matches the archive is read, not made again */
+	if (!rc && !z->kept && !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, e)))
+		rc = keep_now(z, tarix, unkeyed, e);
+	if (!rc)
+		tx_z_info(m, info);
+	sf_buf_unref(tarix);
+	sf_buf_unref(unkeyed);
+	sf_map_unref(m);
+	if (v)
+		sf_view_unref(v);
+	return rc;
 }
 
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
@@ -734,5 +923,6 @@ void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 	for (size_t i = 0; i < z->nst; i++)
 		wins += z->st[i].wlen;
 	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
-				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept };
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept,
+				  z->seek ? z->seek->damage : NULL };
 }

@@ -46,23 +46,24 @@ struct tx_zstart {
 	uint8_t check;
 };
 
-/* ---- the seek index kept apart (tx_zkeep.c) ---- */
+/* ---- the seek index kept in --index-dir (tx_zkeep.c) ---- */
 
 /* Reads the seek index kept as `name` in directory dirfd for archive src
  * of codec c: 0 with *st (n start points, the last one the end, windows
- * malloc'd) and *tarix (the tar's index, which parses) when it is there,
- * whole, and made for src as it is now (its size, mtime and sampled
- * bytes); 1 when there is none or it does not match; -ENOMEM. Its bytes
- * are bounded by `max`. */
+ * malloc'd), *tarix (the tar's index, which parses) and *unkeyed (its
+ * unkeyed root names, sorted, each once) when it is there, whole, and made
+ * for src as it is now (its size, mtime and sampled bytes); 1 when there
+ * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`. */
 int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
-		  struct sf_err *e);
-/* Writes the seek index (n start points, the end included) and the tar's
- * index as `name` in dirfd, whole or not at all (a temporary file
- * renamed): 0, or a negative errno with e set (a read-only --index-dir:
- * the next mount builds them again). */
+		  struct sf_buf **unkeyed, struct sf_err *e);
+/* Writes the seek index (n start points, the end included), the tar's
+ * index and its unkeyed root names as `name` in dirfd, whole or not at all
+ * (a temporary file renamed): 0, or a negative errno with e set (a
+ * read-only --index-dir: the next mount builds them again). */
 int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e);
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
+		  const struct sf_buf *unkeyed, struct sf_err *e);
 
 /* ---- one decoder of any codec (tx_zdec.c) ---- */
 
@@ -97,20 +98,33 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
  * from there when it matches the archive, else writes it there after its
  * pass. 0 or a negative errno. */
 int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
-/* The tar's index kept with the seek index tx_z_index read from
- * --index-dir (handed over, a reference in *out): true; false when the
- * tar's headers must be walked (a plain map, or nothing kept). */
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out);
-/* Keeps m's seek index and the tar's index built by the walk (tarix) in
- * --index-dir, when m has a place there and did not read them from it; a
- * failure is a warning of view v. */
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, struct sf_view *v);
+/* The tar's index and its unkeyed root names (tx_index_tar) kept with the
+ * seek index tx_z_index read from --index-dir (handed over, references in
+ * *out and *unkeyed): true; false when the tar's headers must be walked (a
+ * plain map, or nothing kept). */
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed);
+/* Keeps m's seek index, the tar's index built by the walk (tarix) and its
+ * unkeyed root names in --index-dir, when m has a place there and did not
+ * read them from it; a failure is a warning of view v. */
+void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
+	       struct sf_view *v);
+/* A map of the tar compressed in src, of the codec its magic bytes name
+ * (tx_z_map): 0, or -EINVAL (no such magic) or as sf_map_read with e set. */
+int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e);
+/* A seek index (start points and windows) that the maps of one archive
+ * file share: hard links, a view made anew (tx_walked.c). */
+struct tx_zseek;
 /* Builds m's seek index by one pass over the archive, checking every
  * stream's integrity as it goes, and sets m->size to the decoded size;
  * its pieces become parts of view v, decoded through v's cache, to which
- * the index's memory is charged. 0 at once for a plain map; else 0, or a
- * negative errno with e naming the archive, the byte and what was wrong. */
-int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr, struct sf_err *e);
+ * the index's memory is charged. With `shared` (not NULL), the index in
+ * *shared is taken when there is one (only the pieces are then m's, and
+ * charged), else the one built is put there, a reference for the caller
+ * (tx_zseek_put). 0 at once for a plain map; else 0, or a negative errno
+ * with e naming the archive, the byte and what was wrong. */
+int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
+	       struct tx_zseek **shared, struct sf_err *e);
+void tx_zseek_put(struct tx_zseek *s);
 /* Appends [off, off + len) of tar m to file n: a span of its mapping, or
  * the decoded pieces holding it. -ENOMEM or 0. */
 int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len);
@@ -120,7 +134,19 @@ struct tx_zinfo {
 	enum tx_zcodec codec;
 	uint64_t compressed, starts, pieces, index_bytes;
 	const char *kept; /* what became of it in --index-dir, or NULL */
+	/* why the archive was cut short (its decoded tar ends before the
+	 * damage, tx_z.c salvage), or NULL */
+	const char *damage;
 };
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out);
+/* Builds the seek index of the compressed tar src and the tar's index (the
+ * pass and the walk a mount's first use makes) and keeps them as
+ * "<name>.zidx" in directory dirfd, as a mount with --index-dir would
+ * (shardfs-taridx --zidx); one there that matches the archive is read
+ * instead. 0 with *info (kept: "written to --index-dir" or "read from
+ * --index-dir"), or a negative errno with e naming the archive and what
+ * was wrong. */
+int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
+		    struct sf_err *e);
 
 #endif

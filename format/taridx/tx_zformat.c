@@ -18,19 +18,12 @@ static int check(const struct sf_probe *p, struct sf_err *e)
 static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **state, const char *ext,
 		     struct sf_err *e)
 {
-	uint8_t head[6] = { 0 };
-	size_t n = a->map->size < sizeof head ? a->map->size : sizeof head;
-	int rc = sf_map_read(a->map, 0, n, head, "magic", e);
-	enum tx_zcodec c = tx_z_sniff(head, n);
 	struct sf_map *tar = NULL;
-	if (!rc && c == TX_Z_NONE)
-		rc = sf_fail(e, -EINVAL, "%s: starts with no gzip, zstd, xz, bzip2 or lz4 magic", a->path);
-	if (!rc)
-		rc = tx_z_map(a->map, c, &tar, e);
+	int rc = tx_z_open(a->map, &tar, e);
 	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->name))
 		sf_view_warn(v, "%s: --index-dir cannot keep its seek index", a->path);
 	if (!rc)
-		rc = tx_lone_parse(a, v, state, ext, tar, e);
+		rc = tx_unindexed_parse(a, v, state, ext, tar, e);
 	sf_map_unref(tar);
 	return rc;
 }

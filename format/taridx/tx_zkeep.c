@@ -1,7 +1,7 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\1"
+ *   0  "SFZIDX\0\2"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
@@ -11,7 +11,12 @@
  *      block, check
  *      the windows, wlen bytes each, in order
  *      u64 t, and t bytes: the tar's index as tx_index_tar builds it
+ *      u64 u, and u u64s: the hashes of the root names that index cannot
+ *      key, noted by the same walk (tx_index_tar), ascending
  *      u64 XXH64 of every byte before it
+ *
+ * Version 1 kept no root names, so its first lookup read every header
+ * again: it is made anew.
  *
  * It is read as untrusted: bounded, checked whole, and every record
  * checked against the archive before it is used. */
@@ -32,7 +37,7 @@
 #define HEAD 56
 #define REC 40
 #define SAMPLE 4096u
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 1 };
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 2 };
 
 /* XXH64 of the archive's first, middle and last SAMPLE bytes. */
 static int sample_hash(const struct sf_map *src, uint64_t *h, struct sf_err *e)
@@ -84,9 +89,32 @@ static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, s
 	return i + 1 < n || (r->in == src->size && !r->wlen && !r->block);
 }
 
+/* The root names' block at p + at, the last before the sum, into *out:
+ * 0, or 1 when it is not one (its count off, its hashes not ascending) or
+ * out of memory. */
+static int names_at(const uint8_t *p, size_t len, size_t at, struct sf_buf **out)
+{
+	if (len - 8 - at < 8)
+		return 1;
+	uint64_t u = sf_le64(p + at), prev = 0;
+	size_t rest = len - 16 - at;
+	if (u > rest / 8 || 8 * u != rest || !(*out = sf_buf_new((size_t)u * 8)))
+		return 1;
+	for (size_t i = 0; i < u; i++) {
+		uint64_t h = sf_le64(p + at + 8 + 8 * i);
+		if (i && h <= prev) {
+			sf_buf_unref(*out);
+			return 1;
+		}
+		memcpy((*out)->data + 8 * i, &h, sizeof h);
+		prev = h;
+	}
+	return 0;
+}
+
 int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
-		  struct sf_err *e)
+		  struct sf_buf **unkeyed, struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -135,18 +163,20 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 			at += s[i].wlen;
 		}
 	}
-	/* the tar's index, which must parse as one */
-	uint64_t t = ok && len - 8 - at >= 8 ? sf_le64(p + at) : UINT64_MAX;
-	struct tx_index ix = { 0 };
-	struct sf_err ignored2;
-	ok = ok && t == len - 16 - at && (*tarix = sf_buf_new((size_t)t));
+	/* the tar's index, which must parse as one, then the root names */
+	ok = ok && len - 8 - at >= 8;
+	uint64_t t = ok ? sf_le64(p + at) : 0;
+	ok = ok && t <= len - 16 - at && (*tarix = sf_buf_new((size_t)t));
 	if (ok) {
 		memcpy((*tarix)->data, p + at + 8, (size_t)t);
-		if (tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored2)) {
-			sf_buf_unref(*tarix);
-			ok = false;
-		}
+		at += 8 + (size_t)t;
+		struct tx_index ix = { 0 };
+		struct sf_err ignored2;
+		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored2) &&
+		     !names_at(p, len, at, unkeyed);
 		tx_index_free(&ix);
+		if (!ok)
+			sf_buf_unref(*tarix);
 	}
 	free(p);
 	if (ok) {
@@ -161,7 +191,8 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 }
 
 int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix, struct sf_err *e)
+		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
+		  const struct sf_buf *unkeyed, struct sf_err *e)
 {
 	uint8_t h[HEAD];
 	int rc = head_of(src, c, n, h, e);
@@ -187,6 +218,14 @@ int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx
 	sf_put_le64(t, tarix->len);
 	sf_str_add(&f, t, sizeof t);
 	sf_str_add(&f, tarix->data, tarix->len);
+	sf_put_le64(t, unkeyed->len / 8);
+	sf_str_add(&f, t, sizeof t);
+	for (size_t i = 0; i < unkeyed->len / 8; i++) {
+		uint64_t root;
+		memcpy(&root, unkeyed->data + 8 * i, sizeof root);
+		sf_put_le64(t, root);
+		sf_str_add(&f, t, sizeof t);
+	}
 	uint8_t sum[8];
 	sf_put_le64(sum, XXH64(f.p, f.len, 0));
 	sf_str_add(&f, sum, sizeof sum);

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sf_format.h"
 #include "sf_name.h"
 #include "tat.h"
 
@@ -36,8 +37,10 @@ void tat_blobrows_free(struct tat_blobrows *r)
 	for (size_t i = 0; i < r->nspan; i++)
 		free(r->span[i].at);
 	free(r->span);
-	if (r->charged)
+	if (r->charged) {
 		sf_cache_uncharge(r->cache, r->charged);
+		atomic_fetch_sub(&sf_progress.table_bytes_held, r->charged);
+	}
 	free(r);
 }
 
@@ -166,8 +169,10 @@ static int charge(struct tat_file *tf, struct sf_node *dir, struct tat_blobrows 
 	int rc = sf_cache_charge(r->cache, bytes, tf->view->path, what, e);
 	/* only a cache that holds charges is asked to give them back (a
 	 * host may read through a passing one) */
-	if (rc == 0 && r->cache->charge)
+	if (rc == 0 && r->cache->charge) {
 		r->charged += bytes;
+		atomic_fetch_add(&sf_progress.table_bytes_held, bytes);
+	}
 	return rc;
 }
 

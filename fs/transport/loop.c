@@ -41,8 +41,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "stats.h"
-
 #define WATCH_NS 10000000u   /* 10 ms */
 #define MUST_QUICK_NS 100000000u /* 100 ms */
 #define IDLE_NS 1000000000u  /* 1 s */
@@ -52,12 +50,12 @@ struct loop {
 	void *src;
 	unsigned max_threads;
 	pthread_mutex_t lock;
-	pthread_cond_t turn;   /* the lead is free, or the loop is done */
+	pthread_cond_t lead_free; /* the lead is free, or the loop is done */
 	bool leading, done;
 	bool watching;         /* a waiting thread keeps watch */
 	uint64_t last_take;    /* when the last request was taken */
 	unsigned threads, idle;
-	/* threads in a section at the source (fs/stall.h): beyond
+	/* threads in a section at the source (fs/section.h): beyond
 	 * max_threads, the pool grows by as many as the source holds, up to
 	 * ceiling, so that requests needing no source find a thread */
 	unsigned at_src, ceiling;
@@ -86,7 +84,7 @@ static void finish(struct loop *l, int err, bool by_itself)
 		return;
 	l->done = true;
 	l->error = err;
-	pthread_cond_broadcast(&l->turn);
+	pthread_cond_broadcast(&l->lead_free);
 	l->ops->wake(l->src);
 	if (by_itself && l->ops->ended)
 		l->ops->ended(l->src, err);
@@ -105,16 +103,16 @@ static struct timespec in_ns(uint64_t ns)
 }
 
 /* Waits (lock held) until the lead may be free; see the watch above. */
-static void wait_turn(struct loop *l)
+static void wait_for_lead(struct loop *l)
 {
 	l->idle++;
 	if (!l->watching && now_ns() - l->last_take < IDLE_NS) {
 		l->watching = true;
 		struct timespec t = in_ns(WATCH_NS);
-		pthread_cond_timedwait(&l->turn, &l->lock, &t);
+		pthread_cond_timedwait(&l->lead_free, &l->lock, &t);
 		l->watching = false;
 	} else {
-		pthread_cond_wait(&l->turn, &l->lock);
+		pthread_cond_wait(&l->lead_free, &l->lock);
 	}
 	l->idle--;
 }
@@ -169,7 +167,7 @@ static void *worker(void *arg)
 		/* a watcher takes over a lead left by a request that runs
 		 * long (it may be stuck at the source) */
 		while (l->leading && !l->done)
-			wait_turn(l);
+			wait_for_lead(l);
 		if (l->done)
 			break;
 		l->leading = true;
@@ -192,7 +190,7 @@ static void *worker(void *arg)
 			 * request. Without it, three readers stuck in a fstat of
 			 * a stopped source left a pool of four with nobody
 			 * leading (--threads 1, ASan, load 5: 2 of 25 runs). */
-			pthread_cond_signal(&l->turn);
+			pthread_cond_signal(&l->lead_free);
 		l->last_take = t;
 		pthread_mutex_unlock(&l->lock);
 		serving = l;
@@ -216,14 +214,14 @@ void loop_hand_off(void)
 	pthread_mutex_lock(&l->lock);
 	if (!l->leading && !l->done) {
 		if (l->idle)
-			pthread_cond_signal(&l->turn);
+			pthread_cond_signal(&l->lead_free);
 		else if (may_spawn(l))
 			spawn(l);
 	}
 	pthread_mutex_unlock(&l->lock);
 }
 
-int transport_src_enter(bool may_refuse)
+int transport_section_open(bool may_refuse)
 {
 	struct loop *l = home;
 	if (!l)
@@ -261,7 +259,7 @@ int transport_src_enter(bool may_refuse)
 	return 0;
 }
 
-void transport_src_leave(void)
+void transport_section_close(void)
 {
 	struct loop *l = home;
 	if (!l)
@@ -288,7 +286,7 @@ struct loop *loop_start(const struct loop_source *ops, void *src, unsigned threa
 	l->tids = calloc(l->ceiling, sizeof *l->tids);
 	l->must_since = calloc(l->ceiling, sizeof *l->must_since);
 	pthread_mutex_init(&l->lock, NULL);
-	pthread_cond_init(&l->turn, NULL);
+	pthread_cond_init(&l->lead_free, NULL);
 	pthread_mutex_lock(&l->lock);
 	if (l->tids && l->must_since)
 		spawn(l);
@@ -314,7 +312,7 @@ int loop_stop(struct loop *l)
 		pthread_join(l->tids[i], NULL);
 	int err = l->error;
 	pthread_mutex_destroy(&l->lock);
-	pthread_cond_destroy(&l->turn);
+	pthread_cond_destroy(&l->lead_free);
 	free(l->tids);
 	free(l->must_since);
 	free(l);
@@ -376,7 +374,7 @@ static int device_take(void *src, struct loop_slot *s)
 static void device_serve(void *src, struct loop_slot *s)
 {
 	struct device *d = src;
-	stat_add(d->taken, 1);
+	atomic_fetch_add_explicit(d->taken, 1, memory_order_relaxed);
 	fuse_session_process_buf(d->se, &s->fb);
 }
 

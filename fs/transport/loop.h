@@ -1,5 +1,5 @@
-/* The request loop: a pool of threads taking requests from one source in
- * turn (the FUSE device, or one io_uring queue of uring.c), the one
+/* The request loop: a pool of threads taking requests from one source one
+ * after another (the FUSE device, or one io_uring queue of uring.c), the one
  * waiting for the next request serving it itself unless it is slow. */
 #ifndef FS_LOOP_H
 #define FS_LOOP_H
@@ -23,7 +23,7 @@ struct loop_source {
 	 * is done, < 0 it failed. Returns 0 soon after wake. */
 	int (*take)(void *src, struct loop_slot *s);
 	void (*serve)(void *src, struct loop_slot *s);
-	/* The serving thread gave up its place for slow work (may be NULL). */
+	/* The serving thread gave up the lead for slow work (may be NULL). */
 	void (*handed_off)(void *src);
 	/* Makes a take in progress return (the loop ends). */
 	void (*wake)(void *src);

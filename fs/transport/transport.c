@@ -7,13 +7,13 @@
  * then ask for io_uring; once the kernel has the reply, register the
  * queues. Asking makes the kernel hold requests until every queue is
  * registered, so nothing that can fail comes between asking and
- * registering except the kernel's own word. A refusal that leaves io_uring
+ * registering except the kernel's own word. A failure that leaves io_uring
  * off lets requests flow on /dev/fuse (with auto); one that leaves it on
  * (the switch turned off since INIT) ends the mount rather than hanging it.
  *
  * Replies to ring requests go through their entry (uring_reply); every
  * other write goes to /dev/fuse: replies to what came there (INIT, FORGET
- * and INTERRUPT always do), and notifications, which the ring refuses. */
+ * and INTERRUPT always do), and notifications, which the ring does not carry. */
 #include "transport.h"
 
 #include <errno.h>
@@ -22,9 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "loop.h"
-#include "stats.h"
 #include "uring.h"
 #include "uring_abi.h"
 
@@ -32,14 +30,14 @@
 #define HOW_TO_ENABLE "as root, echo Y > " ENABLE_URING ", or 'options fuse enable_uring=1' in /etc/modprobe.d"
 
 /* The transport the device's reads and writes serve: the session's
- * userdata is the daemon. */
+ * userdata begins with it (transport.h). */
 static struct transport *of(void *userdata)
 {
-	return &((struct daemon *)userdata)->transport;
+	return userdata;
 }
 
 /* Why the kernel will not serve FUSE over io_uring; NULL when it may. */
-static const char *kernel_refusal(char *why, size_t n)
+static const char *kernel_says_no(char *why, size_t n)
 {
 	FILE *f = fopen(ENABLE_URING, "re");
 	int c = f ? fgetc(f) : EOF;
@@ -55,11 +53,11 @@ static const char *kernel_refusal(char *why, size_t n)
 	return why;
 }
 
-int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n)
+int transport_check(struct transport *t, bool want, bool required, char *why, size_t n)
 {
-	t->mode = mode;
-	t->hooked = mode != IO_URING_OFF && !kernel_refusal(why, n);
-	return mode == IO_URING_ON && !t->hooked ? -1 : 0;
+	t->uring_required = required;
+	t->hooked = want && !kernel_says_no(why, n);
+	return required && !t->hooked ? -1 : 0;
 }
 
 static ssize_t dev_read(int fd, void *buf, size_t len, void *userdata)
@@ -94,9 +92,9 @@ static size_t payload_size(const struct fuse_init_out *o)
 }
 
 /* io_uring will not be used: with --io-uring on the mount ends. */
-static void refused(struct transport *t, const char *why)
+static void uring_not_taken(struct transport *t, const char *why)
 {
-	if (t->mode != IO_URING_ON)
+	if (!t->uring_required)
 		return;
 	fprintf(stderr, "shardfs: --io-uring on: %s\n", why);
 	t->failed = true;
@@ -111,18 +109,18 @@ static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 	char why[256];
 	memcpy(&oh, iov[0].iov_base, sizeof oh);
 	if (oh.error || n < offsetof(struct fuse_init_out, unused) || n > sizeof out) {
-		refused(t, "libfuse's INIT reply cannot ask for it");
+		uring_not_taken(t, "libfuse's INIT reply cannot ask for it");
 		return writev(fd, iov, 2);
 	}
 	memcpy(&out, iov[1].iov_base, n);
 	if (!t->offered || !(out.flags & FUSE_INIT_EXT)) {
-		refused(t, "the kernel did not offer it at INIT");
+		uring_not_taken(t, "the kernel did not offer it at INIT");
 		return writev(fd, iov, 2);
 	}
-	struct uring *u = uring_new(t->se, fd, payload_size(&out), t->threads, t->stats, why,
+	struct uring *u = uring_new(t->se, fd, payload_size(&out), t->threads, t->host, why,
 				  sizeof why);
 	if (!u) {
-		refused(t, why);
+		uring_not_taken(t, why);
 		return writev(fd, iov, 2);
 	}
 	out.flags2 |= URING_INIT_FLAG2;
@@ -137,13 +135,13 @@ static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 	/* named first: requests may come as soon as the last queue registers */
 	unsigned nq;
 	atomic_uint_fast64_t *counts = uring_counts(u, &nq);
-	stats_set_transport(t->stats, "io_uring", counts, nq);
+	t->host->serving(t->host->arg, "io_uring", counts, nq);
 	int err = uring_start(u);
 	if (!err) {
 		t->u = u;
 		return r;
 	}
-	stats_set_transport(t->stats, "dev_fuse", NULL, 0);
+	t->host->serving(t->host->arg, "dev_fuse", NULL, 0);
 	uring_free(u);
 	if (err == -EOPNOTSUPP) {
 		/* the switch went off after INIT: the kernel still waits for the
@@ -154,7 +152,7 @@ static ssize_t init_reply(struct transport *t, int fd, struct iovec *iov)
 		fuse_session_exit(t->se);
 	} else {
 		snprintf(why, sizeof why, "the kernel refused a queue (%s)", strerror(-err));
-		refused(t, why);
+		uring_not_taken(t, why);
 	}
 	return r;
 }
@@ -177,10 +175,10 @@ static ssize_t dev_writev(int fd, struct iovec *iov, int count, void *userdata)
 }
 
 int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
-		     struct stats *stats)
+		     const struct transport_host *host)
 {
 	t->se = se;
-	t->stats = stats;
+	t->host = host;
 	t->threads = threads;
 	if (!t->hooked)
 		return 0;
@@ -190,10 +188,10 @@ int transport_attach(struct transport *t, struct fuse_session *se, unsigned thre
 
 int transport_run(struct transport *t, unsigned threads, unsigned spin_us)
 {
-	int err = loop_run(t->se, threads, spin_us, &t->stats->device_requests);
+	int err = loop_run(t->se, threads, spin_us, t->host->device_requests);
 	if (t->u) {
 		t->failed |= uring_failed(t->u);
-		stats_set_transport(t->stats, "dev_fuse", NULL, 0);
+		t->host->serving(t->host->arg, "dev_fuse", NULL, 0);
 		uring_free(t->u);
 		t->u = NULL;
 	}

@@ -15,34 +15,36 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-#include "options.h"
+#include "host.h"
 
-struct stats;
 struct uring;
 
-/* The daemon's (fs/daemon.h): the session's userdata, which libfuse hands
- * to our device reads and writes, is the daemon. */
+/* The session's userdata (what fuse_session_new was given) must begin with
+ * its struct transport: libfuse hands our device reads and writes only
+ * that userdata. */
 struct transport {
-	enum io_uring_mode mode;
+	bool uring_required;       /* io_uring not taken ends the mount */
 	bool hooked;               /* we own the device's reads and writes */
 	struct fuse_session *se;
-	struct stats *stats;       /* names the transport, logs problems */
+	const struct transport_host *host;
 	unsigned threads;
 	atomic_bool init_pending;  /* INIT read, its reply not yet written */
 	uint64_t init_unique;
 	bool offered;              /* the kernel offered io_uring at INIT */
 	struct uring *u;           /* the queues, once registered */
-	bool failed;               /* the mount ended: io_uring refused */
+	bool failed;               /* the mount ended: io_uring not taken */
 };
 
-/* Before mounting: whether io_uring will be tried. With --io-uring on a
- * refusal (the kernel's switch is off, io_uring is disabled...) is an
- * error: returns -1 with the reason in `why`. */
-int transport_check(struct transport *t, enum io_uring_mode mode, char *why, size_t n);
+/* Before mounting: whether io_uring will be tried (`want`: --io-uring on
+ * or auto). When it is `required` (on), a failure to take it (the kernel's
+ * switch is off, io_uring is disabled...) is an error: returns -1 with the reason in
+ * `why`. */
+int transport_check(struct transport *t, bool want, bool required, char *why, size_t n);
 /* Once mounted, before the session runs: takes over the device's reads and
- * writes when io_uring will be tried. Returns 0 or -1. */
+ * writes when io_uring will be tried. `host` must outlive the session.
+ * Returns 0 or -1. */
 int transport_attach(struct transport *t, struct fuse_session *se, unsigned threads,
-		     struct stats *stats);
+		     const struct transport_host *host);
 /* Serves the session until it ends (loop.c on the device, and the
  * io_uring queues once the kernel accepted them), then stops the queues.
  * Prints what failed; returns 0 or 1. */
@@ -60,16 +62,16 @@ void transport_hand_off(void);
  * waiting the same way. */
 bool transport_may_store(void);
 
-/* A request thread enters or leaves a section at the source (fs/stall.h).
+/* A request thread opens or closes a section at the source (fs/section.h).
  * A pool of `threads` lets the source hold up to twice as many, starting
  * threads beyond `threads` as needed, and always keeps two for requests
- * that need no source: entering returns -EAGAIN when `may_refuse` and only
- * those are left (fs/stall.c then refuses the request if one is stuck at
- * the source, else enters without refusal), and -EBUSY when only the last
+ * that need no source: opening returns -EAGAIN when `may_refuse` and only
+ * those are left (fs/section.c then refuses the request if one is stuck at
+ * the source, else opens it without refusal), and -EBUSY when only the last
  * is left (refused: a burst in the second before anything counts as stuck
  * must not take every thread). Does nothing outside the loop (main.c
- * hands these to fs/stall.c). */
-int transport_src_enter(bool may_refuse);
-void transport_src_leave(void);
+ * hands these to fs/section.c). */
+int transport_section_open(bool may_refuse);
+void transport_section_close(void);
 
 #endif

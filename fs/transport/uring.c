@@ -39,10 +39,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "host.h"
 #include "loop.h"
 #include "sf_err.h"
 #include "sf_read.h"
-#include "stats.h"
 #include "uring_abi.h"
 
 /* Room in front of the payload for fuse_in_header and the op header, so a
@@ -110,7 +110,7 @@ struct uring {
 	unsigned nreported;
 	int reg_error;
 	atomic_bool failed;      /* a registered queue failed */
-	struct stats *stats;     /* the problem log */
+	const struct transport_host *host; /* the problem log */
 };
 
 /* The entry whose request this thread serves, until it is answered: then
@@ -223,7 +223,7 @@ static bool gone(int err)
 	return err == -ENOTCONN || err == -ECONNABORTED || err == -ENODEV;
 }
 
-/* Registers every entry. A refusal comes back as a completion by the time
+/* Registers every entry. A failure comes back as a completion by the time
  * the submission returns; success gives none until a request comes. */
 static int enter_queue(struct queue *q)
 {
@@ -420,7 +420,7 @@ bool uring_reply(const struct iovec *iov, int count, ssize_t *res)
 			       .bytes = body };
 	struct sf_err err = { { 0 } };
 	if (sf_readv_copy(&rv, e->block + SLACK, &err)) {
-		errlog_add(e->q->u->stats, ".", err.msg);
+		e->q->u->host->log(e->q->u->host->arg, err.msg);
 		reply_error(e, EIO);
 		return true;
 	}
@@ -530,7 +530,7 @@ static void queue_fini(struct queue *q)
 }
 
 struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
-			unsigned threads, struct stats *stats, char *why, size_t n)
+			unsigned threads, const struct transport_host *host, char *why, size_t n)
 {
 	unsigned nq;
 	if (possible_cpus(&nq)) {
@@ -543,7 +543,7 @@ struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
 		return NULL;
 	}
 	u->se = se;
-	u->stats = stats;
+	u->host = host;
 	u->nq = nq;
 	u->payload = payload;
 	/* a thread serving slow work keeps its entry: one for each thread

@@ -16,8 +16,7 @@
 #define FUSE_USE_VERSION 314
 #include <fuse_lowlevel.h>
 
-struct stats;
-
+struct transport_host;
 struct uring;
 
 /* Whether this machine could run the queues (the CPUs are numbered
@@ -26,13 +25,13 @@ struct uring;
 int uring_probe(char *why, size_t n);
 /* Makes the queues of the connection on `dev_fd`, whose requests and
  * replies carry up to `payload` bytes, each queue allowed `threads`
- * threads, logging problems in `stats`; NULL with the reason in `why`.
- * Nothing is registered yet. */
+ * threads, logging problems through `host`; NULL with the reason in
+ * `why`. Nothing is registered yet. */
 struct uring *uring_new(struct fuse_session *se, int dev_fd, size_t payload,
-			unsigned threads, struct stats *stats, char *why, size_t n);
+			unsigned threads, const struct transport_host *host, char *why, size_t n);
 /* Starts every queue, which registers its entries (the INIT reply asking
  * for io_uring must have been written). Returns 0 once all are registered,
- * or the negative errno the kernel refused a queue with. */
+ * or the negative errno the kernel failed a queue with. */
 int uring_start(struct uring *u);
 /* Whether a registered queue failed (the session was ended then). */
 bool uring_failed(struct uring *u);

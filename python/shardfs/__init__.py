@@ -33,9 +33,24 @@ from collections import namedtuple
 from . import _shardfs
 from ._fold import Fold, Sample
 
-__all__ = ["open", "View", "Tree", "Entry", "Fold", "Sample", "FoldDataset"]
+__all__ = ["open", "View", "Tree", "Entry", "Fold", "Sample", "FoldDataset", "set_cache_size",
+           "cache_stats"]
 
 _KINDS = {1: "dir", 2: "file", 3: "link"}
+
+
+def set_cache_size(nbytes):
+    """Sets the budget of the process's decode cache (256 MiB at first, the
+    mount's --cache-size default): decoded parts and the working memory
+    views size by their files (a tar's index) are held within it."""
+    _shardfs.set_cache_size(nbytes)
+
+
+def cache_stats():
+    """What the process's cache holds: {"budget", "bytes_held" (decoded
+    parts), "bytes_charged" (working memory), "sheds" (times an idle View
+    gave back what it held)}."""
+    return _shardfs.cache_stats()
 
 
 class Entry(namedtuple("Entry", "name kind size target")):

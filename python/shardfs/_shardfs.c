@@ -314,12 +314,21 @@ static PyObject *Handle_stat(Handle *self, PyObject *const *args, Py_ssize_t nar
 	return end(self, &c, rc < 0 ? api_error(rc, c.p.s) : entry_tuple(&e));
 }
 
-/* The entries of a listing, gathered without the GIL (their strings are
- * the handle's, valid while the call keeps it open). */
+/* The entries of a listing, gathered without the GIL, their strings
+ * copied (shardfs_list's last only while its callback runs). */
 struct entries {
 	struct shardfs_entry *v;
 	size_t n, cap;
 };
+
+static void entries_free(struct entries *l)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		free((char *)l->v[i].name);
+		free((char *)l->v[i].target);
+	}
+	free(l->v);
+}
 
 static int collect(const struct shardfs_entry *e, void *arg)
 {
@@ -332,7 +341,15 @@ static int collect(const struct shardfs_entry *e, void *arg)
 		l->v = v;
 		l->cap = cap;
 	}
-	l->v[l->n++] = *e;
+	struct shardfs_entry c = *e;
+	c.name = strdup(e->name);
+	c.target = e->target ? strdup(e->target) : NULL;
+	if (!c.name || (e->target && !c.target)) {
+		free((char *)c.name);
+		free((char *)c.target);
+		return -ENOMEM;
+	}
+	l->v[l->n++] = c;
 	return 0;
 }
 
@@ -364,7 +381,7 @@ static PyObject *Handle_listdir(Handle *self, PyObject *const *args, Py_ssize_t 
 			PyList_SET_ITEM(r, (Py_ssize_t)i, t);
 		}
 	}
-	free(l.v);
+	entries_free(&l);
 	return end(self, &c, r);
 }
 
@@ -637,6 +654,31 @@ static int by_name(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+static PyObject *set_cache_size(PyObject *mod, PyObject *arg)
+{
+	(void)mod;
+	unsigned long long bytes = PyLong_AsUnsignedLongLong(arg);
+	if (bytes == (unsigned long long)-1 && PyErr_Occurred())
+		return NULL;
+	int rc = shardfs_set_cache_size(bytes);
+	if (rc) {
+		errno = -rc;
+		return PyErr_SetFromErrno(rc == -EINVAL ? PyExc_ValueError : PyExc_OSError);
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *cache_stats(PyObject *mod, PyObject *unused)
+{
+	(void)mod, (void)unused;
+	struct shardfs_cache_stats s;
+	shardfs_cache_stats(&s);
+	return Py_BuildValue("{sKsKsKsK}", "budget", (unsigned long long)s.budget, "bytes_held",
+			     (unsigned long long)s.bytes_held, "bytes_charged",
+			     (unsigned long long)s.bytes_charged, "sheds",
+			     (unsigned long long)s.sheds);
+}
+
 /* view_exts(dir, names): shardfs_view_ext of each name, the names sorted
  * once for all. */
 static PyObject *view_exts(PyObject *mod, PyObject *args)
@@ -683,6 +725,10 @@ static PyMethodDef module_methods[] = {
 	{ "view_exts", view_exts, METH_VARARGS,
 	  "view_exts(dir, names) -> list: for each of the names of directory dir's entries, the "
 	  "ending of the format whose view the mount places beside it, or None (shardfs_view_ext)." },
+	{ "set_cache_size", set_cache_size, METH_O,
+	  "set_cache_size(bytes): the budget of the process's decode cache (shardfs_set_cache_size)." },
+	{ "cache_stats", cache_stats, METH_NOARGS,
+	  "cache_stats() -> {budget, bytes_held, bytes_charged, sheds} (shardfs_cache_stats)." },
 	{ "line_starts", line_starts, METH_O,
 	  "line_starts(text) -> bytes: 0 and the offset after each newline of the buffer, as "
 	  "native int64 (numpy.frombuffer(..., numpy.int64)); lines[i] is text[s[i]:s[i+1]]." },

@@ -111,7 +111,7 @@ def small_fold(root, tools, members, shards, lo=1 * KiB, hi=16 * KiB, native=Tru
 
 def lone_tar(root, members, lo=16, hi=64):
     """One tar `t.tar` with no index, of `members` flat members
-    `<key>.bin` of lo..hi bytes (a tar alone, issue 27). Returns the src
+    `<key>.bin` of lo..hi bytes (an unindexed tar, issue 27). Returns the src
     dir."""
     params = dict(kind="lone", members=members, lo=lo, hi=hi, v=1)
     d = Path(root) / f"lone-{members}-{lo}-{hi}"
@@ -184,7 +184,7 @@ def big_member(root, tools, size):
 
 
 def sparse_tar(root, size):
-    """A tar alone `holes.tar` (no index) written by GNU tar --sparse with
+    """An unindexed tar `holes.tar` (no index) written by GNU tar --sparse with
     `hole.bin`, a hole of `size` bytes then 4 KiB of data, and
     `stored.bin`, `size` bytes of random data stored as they are. Returns
     the src dir."""
@@ -272,7 +272,7 @@ def many_containers(root, count):
 
 
 def many_tars(root, count):
-    """A SRC with `count` small tars and no index (a tar alone each, issue
+    """A SRC with `count` small tars and no index (an unindexed tar each, issue
     27): one member of 1 KiB in each. Returns the src dir."""
     params = dict(kind="manytars", count=count, v=1)
     d = Path(root) / f"manytars-{count}"

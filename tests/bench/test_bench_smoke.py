@@ -24,7 +24,8 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
-             for m in ("default", "no_open", "loader") for x in ("", "_cpu", "_requests")
+             for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")
+             for x in ("", "_cpu", "_requests")
              if m != "default" or not x} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
              for c in ("first_member", "kept_first_member", "random_read", "large_read")}

@@ -270,9 +270,10 @@ void fuzz_walk_view(struct sf_view *v, const struct fuzz_walk *opt)
 	walk_node(w, v->root, 0);
 	v->cache = was;
 	memo_free(&w->memo);
-	/* a view may keep a charge against the cache it was read through (a
-	 * tar alone's index) and give it back when freed, after this: the
-	 * walk's cache is freed at the next walk, when that view is gone */
+	/* a view may keep a charge against the cache it was read through (as
+	 * the index built for an unindexed tar) and give it back when freed,
+	 * after this: the walk's cache is freed at the next walk, when that
+	 * view is gone */
 	static struct walk *last;
 	free(last);
 	last = w;

@@ -282,7 +282,7 @@ def test_big_manifest_is_charged_to_the_budget(mount, tmp_path):
             assert os.path.isdir(shards(v) / f"shard-{k:04d}")
     base = vm_hwm(pid)
 
-    def refused(k):
+    def fails_over_budget(k):
         for name in ("info.json", "info.txt", "verify"):
             try:
                 (shards("big") / f"shard-{k:04d}" / ".shardfs" / name).read_bytes()
@@ -290,7 +290,7 @@ def test_big_manifest_is_charged_to_the_budget(mount, tmp_path):
                 assert e.errno == errno.EIO, e
             else:
                 raise AssertionError(f"{name} of shard {k} was read")
-    in_threads(refused, 4)
+    in_threads(fails_over_budget, 4)
     errors = (mnt / ".shardfs" / "errors").read_text()
     assert "manifest.json: parsing it needs" in errors and "--cache-size" in errors, errors
 

@@ -25,7 +25,7 @@ def index_into(out, src, fold):
 @pytest.fixture
 def dataset(tmp_path):
     """SRC/data/ holds the fold `train` (two shards written by GNU tar and
-    bsdtar) and a tar alone; its index is written under IDX/data/."""
+    bsdtar) and an unindexed tar; its index is written under IDX/data/."""
     root = tmp_path / "trees"
     root.mkdir()
     tw.write_tree(root)
@@ -45,7 +45,7 @@ def expected_fold(d, shards):
     return want
 
 
-def refused(mnt, reason):
+def fails_check(mnt, reason):
     """The fold's view holds only .shardfs/, whose verify says why, and the
     errors log has the line."""
     rep = (mnt / "data" / "train" / ".shardfs" / "verify").read_text()
@@ -84,7 +84,7 @@ def test_fold_read_through_an_index_elsewhere(mount, dataset):
 
 def test_an_index_beside_its_tars_wins(mount, dataset):
     src, idx = dataset
-    # the one apart is stale (a shard changed after it), the one beside is not
+    # the one in IDX is stale (a shard changed after it), the one beside is not
     time.sleep(0.01)
     os.utime(src / "data" / "train_0001.tar")
     subprocess.run([str(TOOLS / "shardfs-taridx"), "--quiet", str(src / "data"), "train"], check=True)
@@ -98,7 +98,7 @@ def test_refused_for_a_shard_changed_after_it(mount, dataset):
     later = (idx / "data" / "train.taridx").stat().st_mtime_ns + 5_000_000_000
     os.utime(src / "data" / "train_0001.tar", ns=(later, later))
     mnt = mount(src, "--index-dir", str(idx))
-    refused(mnt, "train_0001.tar was modified after the index was written (mtime)")
+    fails_check(mnt, "train_0001.tar was modified after the index was written (mtime)")
 
 
 def older_than_index(idx, path):
@@ -116,8 +116,8 @@ def test_refused_for_a_shard_of_another_size(mount, dataset):
                    check=True)
     older_than_index(idx, src / "data" / "train_0001.tar")
     mnt = mount(src, "--index-dir", str(idx))
-    refused(mnt, "train_0001.tar holds more than its rows after offset")
-    refused(mnt, "(size)")
+    fails_check(mnt, "train_0001.tar holds more than its rows after offset")
+    fails_check(mnt, "(size)")
 
 
 def test_refused_for_a_shard_rewritten_in_place(mount, dataset):
@@ -139,4 +139,4 @@ def test_refused_for_a_shard_rewritten_in_place(mount, dataset):
     shard.write_bytes(bytes(raw))
     older_than_index(idx, shard)
     mnt = mount(src, "--index-dir", str(idx))
-    refused(mnt, "(a sampled header)")
+    fails_check(mnt, "(a sampled header)")

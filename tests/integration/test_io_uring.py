@@ -1,6 +1,7 @@
 """FUSE over io_uring (--io-uring, fs/transport/uring.c): requests come through the
-queue of the CPU their caller runs on and are answered right; with the
-kernel's switch off `auto` serves through /dev/fuse and `on` refuses the
+queue of the CPU their caller runs on and are answered right; a mount that
+names no transport serves through /dev/fuse even with the kernel's switch
+on; with the switch off `auto` serves through /dev/fuse and `on` refuses the
 mount in one line; a decode on one CPU does not hold up that CPU's other
 requests. These tests turn the kernel's switch on and off themselves (root)
 and put it back."""
@@ -9,6 +10,7 @@ import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
+import conftest
 from conftest import SHARDFS, is_mounted, mount_stats, unmount, uring_switch
 from test_request_loop import big_zstd_tet, reads_during_decode
 
@@ -69,17 +71,26 @@ def test_each_cpus_requests_come_through_its_queue(tmp_path, mount):
     assert after["queues"]["dev_fuse"] <= 3
 
 
-def test_auto_and_off_use_dev_fuse_when_they_must(tmp_path, mount):
+def test_default_and_each_mode_pick_their_transport(tmp_path, mount, monkeypatch):
+    """/dev/fuse by default and with off, whatever the switch says; auto
+    follows the switch."""
     files = small_src(tmp_path / "src")
-    for switch, mode in ((False, "auto"), (True, "off")):
+    # the default is the daemon's, even in the run that asks every mount
+    # for io_uring (SHARDFS_IO_URING=on)
+    monkeypatch.setattr(conftest, "IO_URING", None)
+    for switch, mode, want in ((False, "auto", "dev_fuse"), (True, "off", "dev_fuse"),
+                               (True, None, "dev_fuse"), (True, "auto", "io_uring")):
         with uring_switch(switch):
-            mnt = mount(tmp_path / "src", "--io-uring", mode)
+            mnt = mount(tmp_path / "src", *(("--io-uring", mode) if mode else ()))
             for name, data in files.items():
                 assert read_plain(mnt / name) == data
             s = mount_stats(mnt)
-            assert s["transport"] == "dev_fuse", (switch, mode)
-            assert list(s["queues"]) == ["dev_fuse"]
-            assert s["queues"]["dev_fuse"] >= 2 * len(files)
+            assert s["transport"] == want, (switch, mode)
+            if want == "dev_fuse":
+                assert list(s["queues"]) == ["dev_fuse"]
+                assert s["queues"]["dev_fuse"] >= 2 * len(files)
+            else:
+                assert sum(s["queues"].values()) - s["queues"]["dev_fuse"] >= 2 * len(files)
 
 
 def refused_mount(tmp_path, *args):

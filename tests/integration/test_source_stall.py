@@ -539,7 +539,7 @@ def known_names(src, mnt, members, meta, handles):
             assert timed(lambda: os.stat("info.json", dir_fd=meta))[1] < 1.0
             with pytest.raises(FileNotFoundError):
                 timed(lambda: os.stat("nothing", dir_fd=meta))
-            # .shardfs/ opened again (settled when the view opened; its
+            # .shardfs/ opened again (complete when the view opened; its
             # READDIRPLUS may make entries that read the source) and files of
             # the view closed: neither takes a thread at the source (the
             # release's check of a gone container is skipped)

@@ -1,4 +1,4 @@
-"""A view beside every tar (issue 27, docs/tree-layout.md "A tar alone"):
+"""A view beside every tar (issue 27, docs/tree-layout.md "An unindexed tar"):
 each `<name>.tar` no fold claims shows as `<name>/`, its members at their
 paths by a fold's rules, from an index the daemon builds in memory from the
 tar's headers when the view is first used. The tars are written at test
@@ -226,7 +226,7 @@ def test_progress_and_other_views_not_held(mount, tmp_path):
 
 
 def test_index_beyond_the_budget(mount, tmp_path):
-    """The index of a tar alone is held in the --cache-size budget as its
+    """The index built for an unindexed tar is held in the --cache-size budget as its
     walk grows: one larger than the whole budget is refused, saying so, its
     walk stopped where the budget ended, and the tar is not walked again at
     each lookup; a small tar beside it is served."""
@@ -290,7 +290,7 @@ def test_hard_link_with_a_size(mount, tmp_path, fmt):
     data after it skipped when the block after its header is no header
     (where GNU tar skips ahead to the next header, and bsdtar reads it in a
     pax archive), else none; the link shows the file it names, as GNU tar
-    and tarfile extract it. Each read as a tar alone and as a fold."""
+    and tarfile extract it. Each read as an unindexed tar and as a fold."""
     src = tmp_path / "src"
     src.mkdir()
     variants = {"data": (True, False), "nodata": (False, False), "end": (False, True)}

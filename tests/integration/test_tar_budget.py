@@ -1,4 +1,4 @@
-"""A tar alone's walk in the budget (issue 39, points 2 and 3): the walk
+"""An unindexed tar's walk in the budget (issue 39, points 2 and 3): the walk
 that indexes a plain tar is charged as it grows and stopped when
 --cache-size cannot take more; the names of one file (hard links) are
 walked once; an idle view's index gives its room to other readers; and no

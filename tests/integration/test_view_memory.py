@@ -17,7 +17,7 @@ import os
 import sys
 import tarfile
 
-from conftest import WRITERS, read_through
+from conftest import WRITERS, mount_stats, read_through
 from test_cache_budget import in_threads, read_errno, rle_frame, vm_hwm, write_tiles
 
 sys.path.insert(0, str(WRITERS))
@@ -56,6 +56,10 @@ def test_million_row_blob_column_lists_in_budget(mount, tmp_path):
     assert os.listdir(d) == want
     first = vm_hwm(pid)
     assert first - base < 16 * MiB + SLACK, (base, first)
+    # stats.json says what the charge holds: the last group's table of
+    # present rows, 4 bytes a row
+    kinds = mount_stats(mnt)["cache"]["charged"]
+    assert kinds["directory_tables"] >= 4 * (ROWS - 3 * GROUP) * 6 // 7, kinds
     assert os.listdir(d) == want
     second = vm_hwm(pid)
     assert second - first < 8 * MiB, (first, second)
@@ -144,6 +148,10 @@ def test_sparse_maps_are_charged(mount, tmp_path):
     assert got == [errno.EIO] * 12, got
     assert "its sparse map needs 6291504 bytes of memory, more than --cache-size" \
         in mount.last.errors()
-    assert read_through(mnt / "small" / "s") == small
+    with open(mnt / "small" / "s", "rb") as f:
+        assert f.read() == small
+        # stats.json says what the charge holds while the file is kept
+        s = mount_stats(mnt)["cache"]
+        assert 8192 * 32 <= s["charged"]["file_extents"] <= s["bytes_charged"], s
     peak = vm_hwm(pid)
     assert peak - base < 4 * MiB + SLACK, (base, peak)

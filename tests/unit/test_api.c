@@ -314,7 +314,7 @@ static void test_errors(void)
 }
 
 /* Which files get a view by their names (shardfs_view_ext), as the mount
- * places them: a tar alone gets one, a fold's shard none. */
+ * places them: an unindexed tar gets one, a fold's shard none. */
 static void test_view_ext(void)
 {
 	const char *const names[] = { "a.tar", "f.taridx", "f_0.tar", "n.txt", "w-0.tar", "w.taridx",

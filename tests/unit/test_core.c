@@ -2,6 +2,7 @@
  * escaping, the extent model, zstd with raw dictionaries, the verify
  * report, array growth, the hash map and on-demand directory entries. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #define ZSTD_STATIC_LINKING_ONLY
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "sf_name.h"
 #include "sf_read.h"
 #include "sf_report.h"
+#include "sf_turn.h"
 #include "sf_view.h"
 
 static void test_crc(void)
@@ -859,6 +861,65 @@ static void test_queries(void)
 	sf_view_unref(v);
 }
 
+/* Turns: one at a time per turn, whichever bucket its waiters share; a
+ * waiter wakes when its own turn is given back, not before. */
+struct turn_arg {
+	struct sf_turn *t;
+	atomic_int *inside;
+	atomic_int worst;
+};
+
+static void *turn_worker(void *p)
+{
+	struct turn_arg *a = p;
+	for (int i = 0; i < 2000; i++) {
+		sf_turn_take(a->t);
+		int n = atomic_fetch_add(a->inside, 1) + 1;
+		if (n > atomic_load(&a->worst))
+			atomic_store(&a->worst, n);
+		atomic_fetch_sub(a->inside, 1);
+		sf_turn_give(a->t);
+	}
+	return NULL;
+}
+
+static void test_turn(void)
+{
+	struct sf_turn t = SF_TURN_INIT, u;
+	sf_turn_init(&u);
+	CHECK(sf_turn_try(&t) && sf_turn_held(&t));
+	CHECK(!sf_turn_try(&t));
+	CHECK(sf_turn_try(&u)); /* another turn is free, whatever its bucket */
+	sf_turn_give(&t);
+	CHECK(!sf_turn_held(&t) && sf_turn_held(&u));
+	sf_turn_give(&u);
+
+	/* 4 threads on each of 2 turns: never two inside one turn */
+	enum { TURNS = 2, PER = 4 };
+	struct sf_turn turns[TURNS];
+	atomic_int inside[TURNS];
+	struct turn_arg args[TURNS * PER];
+	pthread_t th[TURNS * PER];
+	for (int k = 0; k < TURNS; k++) {
+		sf_turn_init(&turns[k]);
+		atomic_init(&inside[k], 0);
+	}
+	for (int i = 0; i < TURNS * PER; i++) {
+		args[i] = (struct turn_arg){ &turns[i % TURNS], &inside[i % TURNS], 0 };
+		CHECK(pthread_create(&th[i], NULL, turn_worker, &args[i]) == 0);
+	}
+	for (int i = 0; i < TURNS * PER; i++) {
+		pthread_join(th[i], NULL);
+		CHECK(atomic_load(&args[i].worst) == 1);
+	}
+	for (int k = 0; k < TURNS; k++) {
+		CHECK(!sf_turn_held(&turns[k]));
+		sf_turn_fini(&turns[k]);
+	}
+	sf_turn_fini(&t);
+	sf_turn_fini(&u);
+}
+
 int main(void)
 {
 	test_crc();
@@ -880,5 +941,6 @@ int main(void)
 	test_ids_bare();
 	test_lazy();
 	test_queries();
+	test_turn();
 	CHECK_DONE();
 }

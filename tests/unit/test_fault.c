@@ -74,7 +74,7 @@ static void test_checked_run(void)
 	close(w.cut_fd);
 	w.cut_fd = -1;
 	CHECK(sf_checked_run(v, work, &w, &e) == -EIO && w.runs == 2);
-	CHECK(atomic_load(&m->changed) && sf_view_refused(v, &e) == -EIO);
+	CHECK(atomic_load(&m->changed) && sf_view_failed_by_change(v, &e) == -EIO);
 	sf_view_unref(v);
 	sf_map_unref(m);
 	unlink(path);
@@ -96,7 +96,7 @@ static void test_zeros_past_end(void)
 	CHECK(sf_file_read(f, 0, 100, &sf_nocache, &rv, &e) == -EIO);
 	sf_readv_release(&rv);
 	/* from now on the whole view refuses, without a system call */
-	CHECK(sf_view_refused(v, &e) == -EIO);
+	CHECK(sf_view_failed_by_change(v, &e) == -EIO);
 	sf_view_unref(v);
 	sf_map_unref(m);
 	unlink(path);

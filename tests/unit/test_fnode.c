@@ -131,7 +131,7 @@ static void children_by_name(void)
 
 static void forget_frees_up_the_tree(void)
 {
-	struct ftree t = { .src_enter = enter, .src_leave = leave };
+	struct ftree t = { .open_section = enter, .close_section = leave };
 	fnode_init(&t);
 	dropped = detached = entered = left = 0;
 	struct fnode *root = t.root = mk(&t, &dir_ops, NULL, "", ".");

@@ -38,6 +38,13 @@ int main(void)
 	CHECK_EQ_U(o.threads, 3);
 	CHECK_STR(o.fuse_opts, "allow_other,ro");
 	free(o.fuse_opts);
+	CHECK_EQ_U(o.push_ahead, 0); /* off unless asked */
+
+	const char *p1[] = { "shardfs", "src", "mnt", "--push-ahead", "64M" };
+	CHECK(parse(&o, 5, p1) == 0);
+	CHECK_EQ_U(o.push_ahead, 64ull << 20);
+	const char *p2[] = { "shardfs", "src", "mnt", "--push-ahead=lots" };
+	CHECK(parse(&o, 4, p2) != 0);
 
 	const char *a2[] = { "shardfs", "-d", "s", "m" };
 	CHECK(parse(&o, 4, a2) == 0 && o.debug && o.foreground);
@@ -76,11 +83,19 @@ int main(void)
 	CHECK(parse(&o, 5, a16) == 0 && o.index_dir && strcmp(o.index_dir, "/idx") == 0);
 	const char *a17[] = { "shardfs", "s", "m", "--index-dir=" };
 	CHECK(parse(&o, 4, a17) != 0);
+	/* --io-uring: /dev/fuse by default, each mode, nothing else */
+	CHECK(parse(&o, 3, a8) == 0 && o.io_uring == IO_URING_OFF);
+	const char *a18[] = { "shardfs", "s", "m", "--io-uring", "auto" };
+	CHECK(parse(&o, 5, a18) == 0 && o.io_uring == IO_URING_AUTO);
+	const char *a19[] = { "shardfs", "s", "m", "--io-uring=on" };
+	CHECK(parse(&o, 4, a19) == 0 && o.io_uring == IO_URING_ON);
+	const char *a20[] = { "shardfs", "s", "m", "--io-uring", "yes" };
+	CHECK(parse(&o, 5, a20) != 0);
 	/* --max-nodes: default, a value, the range */
 	CHECK(parse(&o, 3, a8) == 0 && o.max_nodes == 131072);
-	const char *a18[] = { "shardfs", "s", "m", "--max-nodes", "2000" };
-	CHECK(parse(&o, 5, a18) == 0 && o.max_nodes == 2000);
-	const char *a19[] = { "shardfs", "s", "m", "--max-nodes=15" };
-	CHECK(parse(&o, 4, a19) != 0);
+	const char *a21[] = { "shardfs", "s", "m", "--max-nodes", "2000" };
+	CHECK(parse(&o, 5, a21) == 0 && o.max_nodes == 2000);
+	const char *a22[] = { "shardfs", "s", "m", "--max-nodes=15" };
+	CHECK(parse(&o, 4, a22) != 0);
 	CHECK_DONE();
 }

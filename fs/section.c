@@ -1,4 +1,4 @@
-#include "stall.h"
+#include "section.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct waiter {
-	struct waits *w;
-	struct waiter *prev, *next;
+struct section {
+	struct sections *w;
+	struct section *prev, *next;
 	pthread_mutex_t lock;       /* what it waits for (op, path, since) */
 	unsigned depth;             /* nested sections */
 	uint64_t start_ns;          /* monotonic; 0 while not at the source */
@@ -19,7 +19,7 @@ struct waiter {
 /* This thread's record, made at its first section. Per thread: it is what
  * the thread is doing, reached from deep inside handlers, and read by
  * whoever lists the stuck requests. */
-static _Thread_local struct waiter *me;
+static _Thread_local struct section *me;
 
 static uint64_t mono_ns(void)
 {
@@ -28,9 +28,9 @@ static uint64_t mono_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static void unlink_waiter(void *arg)
+static void unlink_section(void *arg)
 {
-	struct waiter *r = arg;
+	struct section *r = arg;
 	pthread_mutex_lock(&r->w->lock);
 	if (r->prev)
 		r->prev->next = r->next;
@@ -43,18 +43,18 @@ static void unlink_waiter(void *arg)
 	free(r);
 }
 
-void waits_init(struct waits *w)
+void sections_init(struct sections *w)
 {
 	memset(w, 0, sizeof *w);
 	pthread_mutex_init(&w->lock, NULL);
-	pthread_key_create(&w->key, unlink_waiter);
+	pthread_key_create(&w->key, unlink_section);
 }
 
-void waits_fini(struct waits *w)
+void sections_fini(struct sections *w)
 {
 	/* threads still holding records (the main thread's) */
 	while (w->head) {
-		struct waiter *r = w->head;
+		struct section *r = w->head;
 		w->head = r->next;
 		pthread_mutex_destroy(&r->lock);
 		free(r);
@@ -64,11 +64,11 @@ void waits_fini(struct waits *w)
 	pthread_mutex_destroy(&w->lock);
 }
 
-static struct waiter *mine(struct waits *w)
+static struct section *mine(struct sections *w)
 {
 	if (me && me->w == w)
 		return me;
-	struct waiter *r = calloc(1, sizeof *r);
+	struct section *r = calloc(1, sizeof *r);
 	if (!r)
 		return NULL;
 	r->w = w;
@@ -92,12 +92,12 @@ static void copy_path(char *dst, size_t cap, const char *path)
 }
 
 /* Whether some request has been at the source STUCK_NS or more. */
-static bool any_stuck(struct waits *w)
+static bool any_stuck(struct sections *w)
 {
 	uint64_t now = mono_ns();
 	bool stuck = false;
 	pthread_mutex_lock(&w->lock);
-	for (struct waiter *r = w->head; r && !stuck; r = r->next) {
+	for (struct section *r = w->head; r && !stuck; r = r->next) {
 		pthread_mutex_lock(&r->lock);
 		stuck = r->start_ns && now - r->start_ns >= STUCK_NS;
 		pthread_mutex_unlock(&r->lock);
@@ -106,23 +106,23 @@ static bool any_stuck(struct waits *w)
 	return stuck;
 }
 
-int src_enter(struct waits *w, const char *op, const char *path, const char *name,
-	      bool may_refuse)
+int section_open(struct sections *w, const char *op, const char *path, const char *name,
+		 bool may_refuse)
 {
-	struct waiter *r = mine(w);
+	struct section *r = mine(w);
 	if (!r)
 		return 0; /* out of memory: the request runs unrecorded */
 	if (r->depth++)
 		return 0;
 	/* a full pool refuses only while the source is stuck: a burst of
-	 * quick requests (thousands of releases) just waits its turn */
-	int rc = w->enter ? w->enter(may_refuse) : 0;
+	 * quick requests (thousands of releases) just waits */
+	int rc = w->on_open ? w->on_open(may_refuse) : 0;
 	if (rc) {
 		if (rc == -EBUSY || any_stuck(w)) {
 			r->depth--;
 			return -EIO;
 		}
-		w->enter(false);
+		w->on_open(false);
 	}
 	pthread_mutex_lock(&r->lock);
 	r->op = op;
@@ -138,16 +138,16 @@ int src_enter(struct waits *w, const char *op, const char *path, const char *nam
 	return 0;
 }
 
-void src_leave(struct waits *w)
+void section_close(struct sections *w)
 {
-	struct waiter *r = me && me->w == w ? me : NULL;
+	struct section *r = me && me->w == w ? me : NULL;
 	if (!r || !r->depth || --r->depth)
 		return;
 	pthread_mutex_lock(&r->lock);
 	r->start_ns = 0;
 	pthread_mutex_unlock(&r->lock);
-	if (w->leave)
-		w->leave();
+	if (w->on_close)
+		w->on_close();
 }
 
 static int older(const void *a, const void *b)
@@ -156,7 +156,7 @@ static int older(const void *a, const void *b)
 	return x->seconds < y->seconds ? 1 : x->seconds > y->seconds ? -1 : 0;
 }
 
-size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total)
+size_t sections_stuck(struct sections *w, struct stuck *out, size_t max, size_t *total)
 {
 	size_t n = 0;
 	*total = 0;
@@ -165,7 +165,7 @@ size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total
 	clock_gettime(CLOCK_REALTIME, &wall);
 	uint64_t wall_ns = (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec;
 	pthread_mutex_lock(&w->lock);
-	for (struct waiter *r = w->head; r; r = r->next) {
+	for (struct section *r = w->head; r; r = r->next) {
 		pthread_mutex_lock(&r->lock);
 		if (r->start_ns) {
 			++*total;

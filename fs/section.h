@@ -1,13 +1,13 @@
 /* Requests at the source. Every request that may make a system call on SRC
  * (a lookup, an open, a read of mapped bytes, a listing, a decode) runs in a
- * section between src_enter and src_leave. The sections say which files
+ * section between section_open and section_close. The sections say which files
  * wait on the source and since when (stats.json's "stuck", lines of
  * .shardfs/errors), and tell the request loop how many of its threads the
  * source holds, so that requests needing no source always find a thread
  * (fs/transport/loop.h). A source that stops answering (a hard NFS mount whose server
  * is gone) then holds only the requests for its files. */
-#ifndef FS_STALL_H
-#define FS_STALL_H
+#ifndef FS_SECTION_H
+#define FS_SECTION_H
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -17,17 +17,17 @@
 /* A request waits this long before it counts as stuck. */
 #define STUCK_NS 1000000000ull
 
-struct waiter;
+struct section;
 
 /* The sections of a mount's request threads (in struct stats). */
-struct waits {
+struct sections {
 	pthread_mutex_t lock;   /* the list; each record's path has its own lock */
-	struct waiter *head;
+	struct section *head;
 	pthread_key_t key;      /* unlinks a thread's record when it ends */
 	/* the request loop's count of threads at the source (fs/transport/loop.h,
 	 * set by main; NULL: not counted) */
-	int (*enter)(bool may_refuse);
-	void (*leave)(void);
+	int (*on_open)(bool may_refuse);
+	void (*on_close)(void);
 };
 
 /* A request stuck at the source, as reported. */
@@ -38,8 +38,8 @@ struct stuck {
 	double seconds;
 };
 
-void waits_init(struct waits *w);
-void waits_fini(struct waits *w);
+void sections_init(struct sections *w);
+void sections_fini(struct sections *w);
 
 /* Opens a section of this thread for a request `op` ("read", "lookup"...)
  * on `path` (relative to the mount root; `name` is appended when not NULL,
@@ -49,14 +49,14 @@ void waits_fini(struct waits *w);
  * returns -EIO instead (and when only its last thread is left, stuck or
  * not: fs/transport/loop.h), with no section open (the request is answered
  * EIO); requests that cannot fail (FORGET, RELEASE) pass false and always
- * enter. */
-int src_enter(struct waits *w, const char *op, const char *path, const char *name,
-	      bool may_refuse);
+ * open one. */
+int section_open(struct sections *w, const char *op, const char *path, const char *name,
+		 bool may_refuse);
 /* Closes it. */
-void src_leave(struct waits *w);
+void section_close(struct sections *w);
 
 /* Up to `max` requests that have waited at least STUCK_NS, oldest first;
  * returns how many, and in *total how many are at the source now. */
-size_t waits_stuck(struct waits *w, struct stuck *out, size_t max, size_t *total);
+size_t sections_stuck(struct sections *w, struct stuck *out, size_t max, size_t *total);
 
 #endif

@@ -1,0 +1,123 @@
+"""--push-ahead: after a READDIRPLUS of a view directory the daemon pushes
+the content of the small files it listed into the page cache, so that a
+first pass over the listed files sends no READ; within the window; a
+changed container's files read their new bytes within the documented
+delay; decoded parts stay within the cache's budget (docs/options.md)."""
+import os
+import random
+import time
+from pathlib import Path
+
+from conftest import mount_stats
+from test_no_open import make, one_pass, os_read
+from test_tar_compressed import gzip_bytes, small_tar_bytes
+
+LOADER = ("--no-open", "--readdirplus", "always")
+
+
+def wait_pushed(mnt, least, timeout=30):
+    """Waits until the push thread has stored `least` bytes; returns them."""
+    deadline = time.monotonic() + timeout
+    while (got := mount_stats(mnt)["bytes_served"]["pushed_ahead"]) < least:
+        assert time.monotonic() < deadline, f"pushed {got} of {least} bytes"
+        time.sleep(0.05)
+    return got
+
+
+def test_listed_files_read_with_no_request(tmp_path, mount):
+    src = tmp_path / "src"
+    want = make(src)
+    mnt = mount(src, *LOADER, "--push-ahead", "64M")
+    off = mount(src, *LOADER)
+    for m in (mnt, off):
+        assert sorted(os.listdir(m / "f")) == sorted(Path(r).name for r in want)
+    assert wait_pushed(mnt, sum(map(len, want.values()))) == sum(map(len, want.values()))
+    cost = one_pass(mnt, want)
+    # the stats reads around the pass cost a READ or two and a LOOKUP or two
+    assert cost["read"] <= 2 and cost["lookup"] <= 2 and cost["open"] <= 1, cost
+    # without it, every file's content is a READ
+    assert mount_stats(off)["bytes_served"]["pushed_ahead"] == 0
+    assert one_pass(off, want)["read"] >= len(want)
+
+
+def test_window_bounds_a_listing(tmp_path, mount):
+    """A listing pushes at most the window, in listing order (a file counts
+    a page at least); the rest is read with a READ each."""
+    src = tmp_path / "src"
+    want = make(src, most=3000)  # each costs a page
+    window = 16 * 4096
+    mnt = mount(src, *LOADER, "--push-ahead", str(window))
+    names = os.listdir(mnt / "f")
+    first = [f"f/{n}" for n in names[:16]]
+    pushed = wait_pushed(mnt, sum(len(want[r]) for r in first))
+    time.sleep(0.3)  # nothing more comes
+    assert mount_stats(mnt)["bytes_served"]["pushed_ahead"] == pushed <= window
+    assert pushed == sum(len(want[r]) for r in first)
+    cost = one_pass(mnt, want)
+    assert len(want) - 16 <= cost["read"] <= len(want) - 16 + 2, cost
+
+
+def make_tgz(path, members):
+    path.write_bytes(gzip_bytes(small_tar_bytes(members), 1))
+
+
+def test_changed_container_reads_new_bytes_within_budget(tmp_path, mount):
+    """Pushed pages belong to the inode of the container's version they came
+    from: a replaced container shows new inodes, whose first reads give the
+    new bytes (pushed again) within the documented delay. Parts decoded to
+    push stay within --cache-size."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rnd = random.Random(43)
+    old = {f"{i:03d}.bin": rnd.randbytes(rnd.randint(1, 12000)) for i in range(80)}
+    new = {k: rnd.randbytes(rnd.randint(1, 12000)) for k in old}
+    make_tgz(src / "a.tar.gz", old)
+    budget = 8 << 20
+    mnt = mount(src, *LOADER, "--push-ahead", "64M", "--cache-size", str(budget))
+    view = mnt / "a"
+    assert sorted(os.listdir(view)) == sorted(old)
+    wait_pushed(mnt, sum(map(len, old.values())))
+    for name, data in old.items():
+        assert os_read(view / name) == data, name
+    s = mount_stats(mnt)
+    assert s["cache"]["bytes_held"] + s["cache"]["bytes_charged"] <= budget, s["cache"]
+    tmp = src / "a.tmp"
+    make_tgz(tmp, new)
+    os.rename(tmp, src / "a.tar.gz")
+    deadline = time.monotonic() + 30
+    while True:
+        names = sorted(os.listdir(view))
+        assert names == sorted(new) or names == [], names  # [] while replaced
+        got = {n: os_read(view / n) for n in names}
+        assert all(got[n] in (old[n], new[n]) for n in names)
+        if got == new:
+            break
+        assert time.monotonic() < deadline, "the replaced container never showed"
+        time.sleep(0.2)
+
+
+def test_push_stops_when_the_budget_is_short(tmp_path, mount):
+    """A window larger than the cache holds: pushing stops once the parts it
+    decoded pass half the budget, dropping what waits, rather than evicting
+    the parts it decoded before their readers come; every file still reads
+    its bytes, and the cache stays within its budget."""
+    src = tmp_path / "src"
+    src.mkdir()
+    rnd = random.Random(44)
+    # incompressible: the decoded parts are as large as the members
+    members = {f"{i:03d}.bin": rnd.randbytes(rnd.randint(60000, 100000)) for i in range(260)}
+    make_tgz(src / "b.tar.gz", members)
+    budget = 12 << 20  # what indexing it needs, and less than its 20 MB
+    mnt = mount(src, *LOADER, "--push-ahead", "64M", "--cache-size", str(budget))
+    assert sorted(os.listdir(mnt / "b")) == sorted(members)
+    deadline = time.monotonic() + 30
+    while (s := mount_stats(mnt))["push_stops"] == 0:
+        assert time.monotonic() < deadline, s["bytes_served"]
+        time.sleep(0.05)
+    time.sleep(0.3)  # nothing more comes
+    pushed = mount_stats(mnt)["bytes_served"]["pushed_ahead"]
+    assert 0 < pushed == s["bytes_served"]["pushed_ahead"] < sum(map(len, members.values())) // 2
+    for name, data in members.items():
+        assert os_read(mnt / "b" / name) == data, name
+    c = mount_stats(mnt)["cache"]
+    assert c["bytes_held"] + c["bytes_charged"] <= budget, c
