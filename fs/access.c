@@ -1,6 +1,5 @@
 #include "access.h"
 
-#include <unistd.h>
 
 #include "sf_map.h"
 
@@ -40,21 +39,24 @@ bool access_unchanged(const struct sf_view *v)
 
 void access_fill(const struct fnode *n, struct stat *st)
 {
-	mode_t m = n->st.st_mode & 0777, r = m & 0444;
-	mode_t perm;
-	st->st_uid = n->st.st_uid;
-	st->st_gid = n->st.st_gid;
-	if (S_ISLNK(st->st_mode) && n->kind != FK_VIEW)
-		perm = 0777; /* as every symlink of SRC */
-	else if (n->kind == FK_SRC_DIR || n->kind == FK_SRC_FILE || n->kind == FK_SRC_OTHER)
-		perm = m & 0555; /* no write, no set-id */
-	else if (n->kind == FK_META_FILE && n->meta == META_ERRORS) {
-		/* it names files anywhere in SRC: for the user who mounted */
-		st->st_uid = geteuid();
-		st->st_gid = getegid();
-		perm = 0400;
-	} else
-		perm = S_ISDIR(st->st_mode) ? r | r >> 2 : r;
+	const struct stat *was = fnode_st(n);
+	st->st_uid = was->st_uid;
+	st->st_gid = was->st_gid;
+	n->ops->access(n, st);
+}
+
+void access_src(const struct fnode *n, struct stat *st)
+{
+	mode_t m = fnode_st(n)->st_mode & 0777;
+	/* as every symlink of SRC; else no write, no set-id */
+	mode_t perm = S_ISLNK(st->st_mode) ? 0777 : m & 0555;
+	st->st_mode = (st->st_mode & S_IFMT) | perm;
+}
+
+void access_shown(const struct fnode *n, struct stat *st)
+{
+	mode_t r = fnode_st(n)->st_mode & 0444;
+	mode_t perm = S_ISDIR(st->st_mode) ? r | r >> 2 : r;
 	st->st_mode = (st->st_mode & S_IFMT) | perm;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "fnode.h"
+#include "sf_view.h"
 
 /* Narrows st (a container's owner, group and mode) so that no class of
  * users is given more than it has on any file view `v` maps. */
@@ -22,6 +23,12 @@ bool access_unchanged(const struct sf_view *v);
  * set) for node `n`. A view's symlink (a Shardlake alias) shows its alias
  * file's, as read bits: its target is the alias file's content. */
 void access_fill(const struct fnode *n, struct stat *st);
+/* The permission bits of `st` (owner, group and type set) by kind
+ * (fnode_ops.access): an SRC entry's own, write and set-id bits cleared
+ * (a symlink 0777); a view's or .shardfs/'s read bits of its version,
+ * directories gaining x where they have r. */
+void access_src(const struct fnode *n, struct stat *st);
+void access_shown(const struct fnode *n, struct stat *st);
 /* Whether user `uid` of group `gid` and of `groups` may read what shows
  * `st` (owner, group and mode as the mount shows them), as the kernel
  * decides for a file. The kernel checks no mode of a symlink, so READLINK

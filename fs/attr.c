@@ -12,68 +12,20 @@
 #include "access.h"
 #include "listing.h"
 #include "transport.h"
-#include "meta.h"
 #include "request.h"
 #include "src.h"
+#include "vnode.h"
 
 static void fill(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struct stat *st)
 {
 	memset(st, 0, sizeof *st);
+	const struct stat *was = fnode_st(n);
 	st->st_ino = fnode_ino(n);
-	st->st_atim = n->st.st_atim;
-	st->st_mtim = n->st.st_mtim;
-	st->st_ctim = n->st.st_ctim;
+	st->st_atim = was->st_atim;
+	st->st_mtim = was->st_mtim;
+	st->st_ctim = was->st_ctim;
 	st->st_blksize = 65536;
-	switch (n->kind) {
-	case FK_SRC_DIR:
-	case FK_META_DIR:
-		st->st_mode = S_IFDIR;
-		st->st_nlink = 2;
-		break;
-	case FK_SRC_FILE:
-		st->st_mode = S_IFREG;
-		st->st_nlink = 1;
-		st->st_size = n->st.st_size;
-		break;
-	case FK_SRC_OTHER:
-		st->st_mode = n->st.st_mode & S_IFMT;
-		st->st_nlink = 1;
-		st->st_size = n->st.st_size;
-		st->st_rdev = n->st.st_rdev;
-		break;
-	case FK_META_FILE:
-		/* live content: the caller's snapshot (attr timeout 0) */
-		st->st_mode = S_IFREG;
-		st->st_nlink = 1;
-		meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
-		st->st_ctim = st->st_mtim;
-		break;
-	case FK_VIEW: {
-		/* a root not entered yet is a directory (fs/roots.h) */
-		struct sf_node *vn = fnode_vn(n);
-		st->st_nlink = 1;
-		if (!vn || sf_node_kind(vn) == SF_DIR) {
-			st->st_mode = S_IFDIR;
-			st->st_nlink = 2;
-		} else if (sf_node_kind(vn) == SF_LINK) {
-			st->st_mode = S_IFLNK;
-			st->st_size = (off_t)strlen(sf_link_target(vn));
-		} else {
-			/* a file listed before its build shows the size its
-			 * format announced (readdirplus) */
-			struct sf_file_size fs = sf_file_size(vn);
-			st->st_mode = S_IFREG;
-			st->st_size = (off_t)fs.size;
-			/* The kernel answers a read of a 0-byte file itself, as an
-			 * empty success: a file whose content failed (broken, or
-			 * never built) claims one byte so that reads reach op_read
-			 * and fail with EIO (docs/design.md §3.4). */
-			if (st->st_size == 0 && (fs.broken || !fs.known))
-				st->st_size = 1;
-		}
-		break;
-	}
-	}
+	n->ops->attr(dm, n, tid, lookup, st);
 	access_fill(n, st);
 	st->st_blocks = (st->st_size + 511) / 512;
 }
@@ -82,11 +34,11 @@ void fill_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, struc
 {
 	/* a SRC directory's stat is updated in place as its entries change
 	 * (src_child, under the tree's lock): it is read under that lock */
-	bool dir = n->kind == FK_SRC_DIR;
-	if (dir)
+	bool in_place = n->ops->st_in_place;
+	if (in_place)
 		pthread_mutex_lock(&dm->tree.lock);
 	fill(dm, n, tid, lookup, st);
-	if (dir)
+	if (in_place)
 		pthread_mutex_unlock(&dm->tree.lock);
 }
 
@@ -96,16 +48,17 @@ int view_file_ready(struct daemon *dm, struct fnode *n)
 		return 0;
 	struct sf_err e = { { 0 } };
 	/* a build that announced its size is cheap (sf_file_set_build_sized) */
-	if (!sf_file_size(n->vn).known)
+	struct view_node *v = view_of(n);
+	if (!sf_file_size(v->vn).known)
 		transport_hand_off();
 	/* a build reads the container (nested in the request's own section) */
 	char pb[FNODE_PATH_MAX];
 	section_begin_must(dm, "build", node_path(n, pb));
-	int rc = sf_file_ready(n->vn, dm->view_cache, &e);
+	int rc = sf_file_ready(v->vn, dm->view_cache, &e);
 	section_end(dm);
 	if (rc)
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
-	listing_report_warnings(dm, n->view);
+	listing_report_warnings(dm, v->view);
 	return rc;
 }
 
@@ -125,7 +78,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		section_end(dm);
 	}
 	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
-	double t = n->kind == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
+	double t = fnode_kind(n) == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }
 
@@ -156,17 +109,17 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		struct stat st;
 		fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
 		if (caller_may_read(req, &st))
-			fuse_reply_readlink(req, sf_link_target(n->vn));
+			fuse_reply_readlink(req, sf_link_target(view_of(n)->vn));
 		else
 			fuse_reply_err(req, EACCES);
 		return;
 	}
-	if (n->kind != FK_SRC_OTHER || !S_ISLNK(n->st.st_mode)) {
+	if (fnode_kind(n) != FK_SRC_OTHER || !S_ISLNK(src_of(n)->st.st_mode)) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
 	char buf[PATH_MAX + 1];
-	if (!section_begin(req, "readlink", n->rel, NULL))
+	if (!section_begin(req, "readlink", src_of(n)->rel, NULL))
 		return;
 	int rc = src_readlink(daemon_of(req), n, buf);
 	section_end(daemon_of(req));

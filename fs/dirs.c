@@ -14,6 +14,7 @@
 #include "push.h"
 #include "request.h"
 #include "roots.h"
+#include "vnode.h"
 #include "watch.h"
 
 /* A directory handle: the names it lists, taken when opened. Neither a
@@ -60,32 +61,35 @@ static int snap_add(struct dirsnap *s, size_t *cap, const char *name, unsigned c
 	return 0;
 }
 
-static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
+static int snap_src(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
 	watch_dir(&dm->watch, dir);
 	return listing_get(dm, dir, &s->l);
 }
 
-static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s)
+static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
+	if (!fnode_view_is(dir, SF_DIR))
+		return -ENOTDIR;
 	int rc = root_enter(dm, dir);
 	if (rc)
 		return rc;
 	struct sf_err e = { { 0 } };
-	struct sf_node *vn = dir->vn;
+	struct view_node *v = view_of(dir);
+	struct sf_node *vn = v->vn;
 	bool listed = sf_dir_is_populated(vn);
 	if (!listed)
 		transport_hand_off();
 	rc = sf_dir_ready(vn, &e);
 	if (!listed && sf_dir_is_populated(vn))
 		stat_add(&dm->stats.dirs_listed, 1);
-	listing_report_warnings(dm, dir->view);
+	listing_report_warnings(dm, v->view);
 	if (rc) {
 		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));
 		return -EIO;
 	}
 	s->vdir = vn;
-	s->view = sf_view_ref(dir->view);
+	s->view = sf_view_ref(v->view);
 	return 0;
 }
 
@@ -117,11 +121,19 @@ static struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *
 
 /* The root's .shardfs/ lists its two files by name only, readdirplus too:
  * their lookup takes the snapshot that reads serve. */
-static int snap_meta(struct fnode *dir, struct dirsnap *s, size_t *cap)
+static int snap_meta(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap)
 {
 	int rc = snap_add(s, cap, "errors", DT_REG, fnode_ino(dir) + 1);
 	return rc ? rc : snap_add(s, cap, "stats.json", DT_REG, fnode_ino(dir) + 2);
 }
+
+/* A directory's snapshot by its kind (none: not a directory). */
+static int (*const snap_of[FK_KINDS])(struct daemon *dm, struct fnode *dir, struct dirsnap *s,
+				      size_t *cap) = {
+	[FK_SRC_DIR] = snap_src,
+	[FK_VIEW] = snap_view,
+	[FK_META_DIR] = snap_meta,
+};
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
@@ -138,7 +150,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * section at the source, so that it opens while the source holds every
 	 * thread the pool gives it (as a lookup of a name it holds) */
 	struct sf_node *vn = fnode_vn(n);
-	bool src = n->kind == FK_SRC_DIR ||
+	bool src = fnode_kind(n) == FK_SRC_DIR ||
 		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_complete(vn)));
 	char pb[FNODE_PATH_MAX];
 	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
@@ -146,14 +158,8 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (rc == 0) {
-		if (n->kind == FK_SRC_DIR)
-			rc = snap_src(daemon_of(req), n, s);
-		else if (fnode_view_is(n, SF_DIR))
-			rc = snap_view(daemon_of(req), n, s);
-		else if (n->kind == FK_META_DIR)
-			rc = snap_meta(n, s, &cap);
-		else
-			rc = -ENOTDIR;
+		rc = snap_of[fnode_kind(n)] ? snap_of[fnode_kind(n)](daemon_of(req), n, s, &cap)
+					    : -ENOTDIR;
 		if (src)
 			section_end(daemon_of(req));
 	}
@@ -187,11 +193,11 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 		return NULL;
 	struct fnode *n = NULL;
 	double t = VIEW_TIMEOUT;
-	if (dir->kind == FK_SRC_DIR) {
+	if (fnode_kind(dir) == FK_SRC_DIR) {
 		if (find_src(dm, dir, d->name, true, l, &n))
 			return NULL;
 		t = SRC_TIMEOUT;
-	} else if (dir->kind == FK_VIEW) {
+	} else if (fnode_kind(dir) == FK_VIEW) {
 		/* an on-demand entry's node is made (and pinned) by the lookup */
 		struct sf_err e = { { 0 } };
 		struct sf_node *vn = d->vn;
@@ -199,7 +205,7 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 			return NULL;
 		fnode_find(&dm->tree);
 		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
-			n = fnode_for_view(&dm->tree, dir, vn, NULL);
+			n = fnode_for_view(&dm->tree, dir, vn);
 		if (!d->vn)
 			sf_node_unpin(vn);
 		n = fnode_found(&dm->tree, n);
@@ -263,7 +269,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	/* queued before the reply: once it is written, the kernel may release
 	 * the handle `s` */
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
-	if (dir->kind == FK_VIEW)
+	if (fnode_kind(dir) == FK_VIEW)
 		push_listed(dm, held, nheld, &s->pushed);
 	if (fuse_reply_buf(req, buf, used) != 0)
 		for (size_t i = 0; i < nheld; i++)
@@ -279,7 +285,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
 	/* a plain listing is read from memory; readdirplus looks names up */
-	bool src = plus && dir->kind != FK_META_DIR;
+	bool src = plus && fnode_kind(dir) != FK_META_DIR;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))

@@ -1,54 +1,62 @@
 #include "fnode.h"
 #include "stats.h"
 
-#include "listing.h"
-#include "meta.h"
-#include "section.h"
-#include "sf_map.h"
-
-#include <errno.h>
 #include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
-			const char *name)
+void fnode_init(struct ftree *t)
 {
-	struct fnode *n = calloc(1, sizeof *n);
-	if (!n)
-		return NULL;
-	n->kind = kind;
-	n->name = strdup(name);
-	if (!n->name) {
-		free(n);
-		return NULL;
-	}
-	pthread_mutex_init(&n->map_lock, NULL); /* whichever job its kind gives it */
+	pthread_mutex_init(&t->lock, NULL);
+	pthread_cond_init(&t->crowded, NULL);
+}
+
+/* Takes n out of the list of all nodes (lock held). */
+static void unlink_all(struct ftree *t, struct fnode *n)
+{
+	if (n->all_prev)
+		n->all_prev->all_next = n->all_next;
+	else
+		t->all = n->all_next;
+	if (n->all_next)
+		n->all_next->all_prev = n->all_prev;
+	else
+		t->oldest = n->all_prev;
+}
+
+/* Puts n first in the list of all nodes (lock held). */
+static void link_first(struct ftree *t, struct fnode *n)
+{
+	n->all_prev = NULL;
 	n->all_next = t->all;
 	if (t->all)
 		t->all->all_prev = n;
+	else
+		t->oldest = n;
 	t->all = n;
-	t->live++;
+}
+
+struct fnode *fnode_new(struct ftree *t, const struct fnode_ops *ops, size_t size,
+			struct fnode *parent, const char *name)
+{
+	struct fnode *n = calloc(1, size);
+	if (!n)
+		return NULL;
+	n->ops = ops;
+	if (name && !(n->name = strdup(name))) {
+		free(n);
+		return NULL;
+	}
+	link_first(t, n);
+	if (++t->live > t->cap && t->cap)
+		pthread_cond_signal(&t->crowded);
 	if (parent) {
 		n->parent = parent;
 		parent->refs++;
 	}
 	return n;
-}
-
-int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e)
-{
-	pthread_mutex_init(&t->lock, NULL);
-	/* no other thread runs yet: the root is made without the lock */
-	struct fnode *root = t->root = fnode_new(t, FK_SRC_DIR, NULL, "");
-	if (!root || !(root->rel = strdup(".")))
-		return sf_fail(e, -ENOMEM, "out of memory");
-	if (stat(src, &root->st) < 0)
-		return sf_fail(e, -errno, "%s: %s", src, strerror(errno));
-	root->nlookup = 1;
-	return 0;
 }
 
 static uint64_t name_hash(const char *name)
@@ -68,12 +76,12 @@ static bool is(const void *key, const void *kid)
 
 struct fnode *fnode_child(struct fnode *dir, const char *name)
 {
-	return sf_hash_get(&dir->kids, name_hash(name), kid_named, name);
+	return sf_hash_get(dir->ops->kids(dir), name_hash(name), kid_named, name);
 }
 
 void fnode_attach(struct fnode *n)
 {
-	struct sf_hash *k = &n->parent->kids;
+	struct sf_hash *k = n->parent->ops->kids(n->parent);
 	uint64_t h = name_hash(n->name);
 	sf_hash_del(k, h, kid_named, n->name);
 	/* out of memory: the node still works, it just is not reused */
@@ -83,36 +91,10 @@ void fnode_attach(struct fnode *n)
 /* Takes a node out of the tree (the tree's lock held). */
 static void detach(struct ftree *t, struct fnode *n)
 {
-	if (n->kind == FK_SRC_DIR && atomic_load(&n->watched) && t->dir_gone)
-		t->dir_gone(t->dir_gone_arg, n);
-	if (n->all_prev)
-		n->all_prev->all_next = n->all_next;
-	else
-		t->all = n->all_next;
-	if (n->all_next)
-		n->all_next->all_prev = n->all_prev;
+	if (n->ops->detach)
+		n->ops->detach(t, n);
+	unlink_all(t, n);
 	t->live--;
-	if (n->vn && sf_node_host(n->vn) == n)
-		sf_node_set_host(n->vn, NULL);
-}
-
-/* Frees a detached node and drops what it held: a mapping or a view may
- * close a file of SRC, which can wait on a stalled source, so this runs
- * without the tree's lock. */
-static void drop(struct ftree *t, struct fnode *n)
-{
-	if (n->map)
-		atomic_fetch_sub(&t->src_maps, 1);
-	sf_view_unref(n->view);
-	sf_map_unref(n->map);
-	meta_live_free(n->live);
-	listing_unref(n->listing);
-	pthread_mutex_destroy(&n->map_lock);
-	sf_hash_free(&n->kids);
-	free(n->name);
-	free(n->rel);
-	free(n->file);
-	free(n);
 }
 
 /* Memory is given back to the system once the nodes freed since the last
@@ -129,8 +111,9 @@ static void fnode_free(struct ftree *t, struct fnode *n, struct fnode **dead)
 {
 	while (n && n != t->root && n->nlookup == 0 && n->refs == 0) {
 		struct fnode *p = n->parent;
-		if (p)
-			sf_hash_del(&p->kids, name_hash(n->name), is, n);
+		/* a node with no name of its own is never a named child */
+		if (p && p->ops->kids && n->name)
+			sf_hash_del(p->ops->kids(p), name_hash(n->name), is, n);
 		detach(t, n);
 		n->all_next = *dead;
 		*dead = n;
@@ -141,29 +124,20 @@ static void fnode_free(struct ftree *t, struct fnode *n, struct fnode **dead)
 	}
 }
 
-/* Whether dropping n may close a file of SRC: a view's reference does
- * only if it is the last (most nodes of a view share it). */
-static bool holds_src(struct fnode *n)
-{
-	if (n->view && sf_view_unref_shared(n->view))
-		n->view = NULL;
-	return n->view || n->map || n->listing;
-}
-
 static void drop_all(struct ftree *t, struct fnode *dead)
 {
 	bool src = false;
 	for (struct fnode *x = dead; x; x = x->all_next)
-		src |= holds_src(x);
-	if (src && t->sections)
-		section_open(t->sections, "forget", ".", NULL, false);
+		src |= x->ops->holds_src && x->ops->holds_src(x);
+	if (src && t->open_section)
+		t->open_section(t->section_arg);
 	while (dead) {
 		struct fnode *next = dead->all_next;
-		drop(t, dead);
+		dead->ops->drop(t, dead);
 		dead = next;
 	}
-	if (src && t->sections)
-		section_close(t->sections);
+	if (src && t->open_section)
+		t->close_section(t->section_arg);
 }
 
 void fnode_discard(struct ftree *t, struct fnode *n)
@@ -185,8 +159,14 @@ void fnode_find(struct ftree *t)
 
 struct fnode *fnode_found(struct ftree *t, struct fnode *n)
 {
-	if (n)
+	if (n) {
 		fnode_lookup_ref(n);
+		/* the list runs from the node looked up last to the one
+		 * looked up longest ago, which the kernel is asked to drop
+		 * first (fnode_oldest_leaves) */
+		unlink_all(t, n);
+		link_first(t, n);
+	}
 	pthread_mutex_unlock(&t->lock);
 	return n;
 }
@@ -196,7 +176,7 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 	pthread_mutex_lock(&t->lock);
 	if (k > n->nlookup) /* a reply that took no reference: a bug (tests look for this) */
 		fprintf(stderr, "shardfs: forget %llu of %s with %llu lookups\n",
-			(unsigned long long)k, n->name, (unsigned long long)n->nlookup);
+			(unsigned long long)k, fnode_name(n), (unsigned long long)n->nlookup);
 	n->nlookup = k > n->nlookup ? 0 : n->nlookup - k;
 	struct fnode *dead = NULL;
 	fnode_free(t, n, &dead);
@@ -210,11 +190,6 @@ void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k)
 	 * only a trim returns the emptied pages. */
 	if (trim)
 		malloc_trim(0);
-}
-
-static struct fnode *view_node(struct ftree *t, struct fnode *parent, const char *name)
-{
-	return fnode_new(t, FK_VIEW, parent, name);
 }
 
 /* Prepends `len` bytes of s before buf[*at], as far as they fit. */
@@ -237,13 +212,15 @@ const char *fnode_path(const struct fnode *n, char *buf, size_t cap)
 	bool whole = true;
 	/* names and parents never change while a node lives, and a node holds
 	 * its parent: no lock needed */
-	for (; whole && n && n->kind == FK_VIEW; n = n->parent) {
-		whole = prepend(buf, &at, n->name, strlen(n->name));
+	for (; whole && n && fnode_kind(n) == FK_VIEW; n = n->parent) {
+		const char *name = fnode_name(n);
+		whole = prepend(buf, &at, name, strlen(name));
 		const struct fnode *p = n->parent;
-		if (whole && p && (p->kind == FK_VIEW || (p->rel && strcmp(p->rel, ".") != 0)))
+		const char *prel = p && p->ops->rel ? p->ops->rel(p) : NULL;
+		if (whole && p && (fnode_kind(p) == FK_VIEW || (prel && strcmp(prel, ".") != 0)))
 			whole = prepend(buf, &at, "/", 1);
 	}
-	const char *top = !n ? NULL : n->rel ? n->rel : n->name;
+	const char *top = !n ? NULL : n->ops->rel ? n->ops->rel(n) : n->name;
 	if (whole && top && strcmp(top, ".") != 0)
 		whole = prepend(buf, &at, top, strlen(top));
 	if (!whole && cap > 4)
@@ -257,42 +234,30 @@ void fnode_errlog(struct stats *s, const struct fnode *n, const char *msg)
 	errlog_add(s, fnode_path(n, buf, sizeof buf), msg);
 }
 
-void fnode_enter(struct fnode *n, struct sf_node *vn)
+size_t fnode_oldest_leaves(struct ftree *t, struct fnode_leaf *out, size_t max)
 {
-	n->view = sf_view_ref(sf_node_view(vn));
-	n->vn = vn;
-	/* a root placed unopened may find its view's root hosted already */
-	if (!sf_node_host(vn))
-		sf_node_set_host(vn, n);
-	atomic_store_explicit(&n->entered, true, memory_order_release);
-}
-
-struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
-			     const char *name)
-{
-	struct fnode *n = sf_node_host(vn);
-	if (n)
-		return n;
-	n = view_node(t, parent, name ? name : sf_node_name(vn));
-	if (!n)
-		return NULL;
-	n->st = parent->st;
-	fnode_enter(n, vn);
-	return n;
-}
-
-struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
-			     const char *file, const struct stat *st)
-{
-	struct fnode *n = view_node(t, dir, name);
-	if (!n)
-		return NULL;
-	if (!(n->file = strdup(file))) {
-		fnode_discard(t, n);
-		return NULL;
+	size_t k = 0;
+	/* each node looked at goes first: the next call goes on from where
+	 * this one stopped, over directories still holding children and
+	 * leaves the kernel keeps (open, a cwd) */
+	for (size_t seen = 0; k < max && seen < 4 * max && t->oldest; seen++) {
+		struct fnode *n = t->oldest;
+		unlink_all(t, n);
+		link_first(t, n);
+		if (!n->parent || n->refs || n->nlookup == 0)
+			continue;
+		out[k].dir = fnode_ino(n->parent);
+		if ((out[k].name = strdup(fnode_name(n))))
+			k++;
 	}
-	n->st = *st;
-	return n;
+	return k;
+}
+
+void fnode_dir_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
+		    struct stat *st)
+{
+	st->st_mode = S_IFDIR;
+	st->st_nlink = 2;
 }
 
 void fnode_fini(struct ftree *t)
@@ -303,9 +268,10 @@ void fnode_fini(struct ftree *t)
 	while (t->all) {
 		struct fnode *n = t->all;
 		detach(t, n);
-		drop(t, n);
+		n->ops->drop(t, n);
 	}
 	t->root = NULL;
 	pthread_mutex_unlock(&t->lock);
 	pthread_mutex_destroy(&t->lock);
+	pthread_cond_destroy(&t->crowded);
 }

@@ -11,10 +11,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 
 #include "sf_hash.h"
-#include "sf_turn.h"
-#include "sf_view.h"
 
 enum fkind {
 	FK_SRC_DIR,   /* a directory of SRC (the root too) */
@@ -23,60 +22,57 @@ enum fkind {
 	FK_VIEW,      /* a node of a container's view */
 	FK_META_DIR,  /* the root's .shardfs/ */
 	FK_META_FILE, /* .shardfs/stats.json, .shardfs/errors */
+	FK_KINDS
 };
 
-enum meta_file { META_STATS, META_ERRORS };
-
+struct daemon;
 struct fnode;
-struct meta_live;
+struct ftree;
 
-struct fnode {
+/* What differs by kind, one table a kind (fs/srcnode.c, fs/vnode.c,
+ * fs/meta.c): a node's own part lives in its kind's type, which begins
+ * with the common struct fnode. */
+struct fnode_ops {
 	enum fkind kind;
+	/* the kernel may keep its entries and attributes long (a view's
+	 * node, .shardfs/) */
+	bool cached;
+	/* its stat changes in place (an SRC directory's, as its entries
+	 * change, under the tree's lock): read under that lock */
+	bool st_in_place;
+	/* the version of the file it stands for (owner, mode, times) */
+	const struct stat *(*st)(const struct fnode *n);
+	/* stat's type, links and size (attr.c fills the rest) */
+	void (*attr)(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
+		     struct stat *st);
+	/* stat's owner, group and permission bits (fs/access.h) */
+	void (*access)(const struct fnode *n, struct stat *st);
+	/* directories naming their current children: the table */
+	struct sf_hash *(*kids)(struct fnode *n);
+	/* a node whose own name it does not keep: the name */
+	const char *(*name)(const struct fnode *n);
+	/* its path under SRC (SRC nodes), NULL for others */
+	const char *(*rel)(const struct fnode *n);
+	/* leaving the tree (the tree's lock held): what must not outlive
+	 * its place in it; NULL: nothing */
+	void (*detach)(struct ftree *t, struct fnode *n);
+	/* whether dropping it may close a file of SRC, which can wait on a
+	 * stalled source; NULL: never */
+	bool (*holds_src)(struct fnode *n);
+	/* frees it and what it holds (no lock held) */
+	void (*drop)(struct ftree *t, struct fnode *n);
+};
+
+/* What every node has. */
+struct fnode {
+	const struct fnode_ops *ops;
 	/* A node is freed when both counts reach zero (the tree's lock guards them). */
 	uint64_t nlookup;             /* the kernel's references */
-	uint64_t refs;                /* children whose parent this is */
 	struct fnode *parent;         /* NULL only for the root */
-	char *name;
-	char *rel;                    /* SRC nodes: path relative to SRC ("." for root) */
-	struct stat st;               /* SRC nodes: the version this node stands for */
-	/* directories: the current version of each SRC child and view root
-	 * by name (not owned: a node leaves it when freed) */
-	struct sf_hash kids;
-
-	/* One lock a node, for its kind's one job (the same storage). */
-	union {
-		pthread_mutex_t map_lock;     /* FK_SRC_FILE: mapping it at first open */
-		pthread_mutex_t snap_lock;    /* FK_META_FILE: its snapshot */
-	};
-	/* FK_SRC_FILE: mapped at first open (--no-open: at lookup, within a
-	 * budget, else at first READ), kept; counted in the tree's src_maps */
-	struct sf_map *map;
-	/* FK_SRC_DIR: the last listing (refcounted; the daemon's listings
-	 * lock guards it), and the turn that makes the next */
-	struct listing *listing;
-	atomic_bool watched;          /* FK_SRC_DIR: inotify reports its changes */
-	int wd;                       /* FK_SRC_DIR, watched: its watch descriptor */
+	char *name;                   /* NULL: ops->name tells it */
+	struct fnode *all_prev, *all_next; /* every live node, oldest last */
+	uint32_t refs;                /* children whose parent this is */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
-	/* FK_VIEW: set once view and vn are (a root placed unopened is not
-	 * until entered): read vn through fnode_vn from request threads */
-	atomic_bool entered;
-	struct sf_turn listing_turn;  /* FK_SRC_DIR: making `listing` */
-
-	/* FK_VIEW */
-	struct sf_view *view;
-	struct sf_node *vn;
-	/* A view root placed from its listing entry, its container not opened
-	 * (fs/roots.h): the container's file name in its directory (which
-	 * names its format too), to find the entry again when the view is
-	 * entered; NULL for other view nodes. */
-	char *file;
-
-	enum meta_file meta;          /* FK_META_FILE */
-	/* FK_META_FILE: its snapshots (fs/meta.h), made at first use
-	 * (snap_lock) */
-	struct meta_live *live;
-
-	struct fnode *all_prev, *all_next; /* every live node, freed at unmount */
 };
 
 /* The daemon's inodes (fs/daemon.h). */
@@ -86,30 +82,40 @@ struct ftree {
 	 * runs under it never takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
-	struct fnode *all;        /* every live node, freed at unmount */
+	/* every live node, the one looked up last first, and its last */
+	struct fnode *all, *oldest;
 	size_t live;              /* nodes in `all` */
+	/* --max-nodes: past it the kernel is asked to drop the entries
+	 * looked up longest ago (fs/prune.h); 0: no cap. `crowded` is
+	 * signalled (the lock held) as a node is made past it. */
+	size_t cap;
+	pthread_cond_t crowded;
 	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
 	/* Called (the tree's lock held) as a watched SRC directory's node is
 	 * freed: the kernel has forgotten it, so its inotify watch can go,
 	 * and watches follow the directories the kernel holds. */
 	void (*dir_gone)(void *arg, const struct fnode *dir);
 	void *dir_gone_arg;
-	/* The sections at the source (fs/section.h) that freeing nodes which
-	 * may close SRC files runs in (NULL: none). Only those: a burst of
-	 * FORGETs of nodes holding nothing stays out of the count that grows
-	 * the request pool. */
-	struct sections *sections;
+	/* Open and close the section at the source (fs/section.h) that freeing
+	 * nodes which may close SRC files runs in (NULL: none). Only those:
+	 * a burst of FORGETs of nodes holding nothing stays out of the count
+	 * that grows the request pool. */
+	void (*open_section)(void *arg);
+	void (*close_section)(void *arg);
+	void *section_arg;
 	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 
-/* Makes the tree with its root, SRC directory `src`. */
-int fnode_init_root(struct ftree *t, const char *src, struct sf_err *e);
+/* Makes the tree's lock; its root is SRC's (src_init_root). */
+void fnode_init(struct ftree *t);
 /* Frees every node. */
 void fnode_fini(struct ftree *t);
 
-/* A new node (the tree's lock held). */
-struct fnode *fnode_new(struct ftree *t, enum fkind kind, struct fnode *parent,
-			const char *name);
+/* A new node of `size` bytes (its kind's type), zeroed but for the common
+ * part; `name` NULL for a kind whose ops->name tells it (the tree's lock
+ * held, but for the root). */
+struct fnode *fnode_new(struct ftree *t, const struct fnode_ops *ops, size_t size,
+			struct fnode *parent, const char *name);
 /* Frees `n`, just made and held by nobody (the tree's lock held). */
 void fnode_discard(struct ftree *t, struct fnode *n);
 /* Looks a current child up by name (the tree's lock held). */
@@ -127,19 +133,16 @@ void fnode_find(struct ftree *t);
 struct fnode *fnode_found(struct ftree *t, struct fnode *n);
 void fnode_forget(struct ftree *t, struct fnode *n, uint64_t k);
 
-/* The fnode for a view node, creating it on first use (the tree's lock held;
- * an on-demand node must be pinned by the caller until this returns).
- * `name` is what the node is called in `parent` (a view root's node has no
- * name of its own); NULL means vn->name. */
-struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_node *vn,
-			     const char *name);
-/* A view root named `name` in SRC directory `dir` whose container (`file`,
- * as `st` says) is not opened yet (the tree's lock held; fs/roots.h). */
-struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
-			     const char *file, const struct stat *st);
-/* Gives view node `n` (a root placed unopened) its view's root `vn`, taking
- * a reference on the view (the tree's lock held). */
-void fnode_enter(struct fnode *n, struct sf_node *vn);
+/* An entry the kernel holds, to ask it to drop: its directory's inode
+ * number and its name (allocated). */
+struct fnode_leaf {
+	uint64_t dir;
+	char *name;
+};
+/* Up to `max` of the nodes looked up longest ago that hold no children,
+ * into `out` (the tree's lock held); returns how many. */
+size_t fnode_oldest_leaves(struct ftree *t, struct fnode_leaf *out, size_t max);
+
 /* n's path under the mount, for error lines: built into buf from the
  * names up the tree, so that no node keeps its whole path (a tar's may be
  * 32,000 levels deep); a path longer than cap - 1 keeps its end, after
@@ -150,21 +153,30 @@ struct stats;
 /* Logs msg for n's path in the mount's error log. */
 void fnode_errlog(struct stats *s, const struct fnode *n, const char *msg);
 
-/* The view node FK_VIEW node `n` stands for; NULL while `n` is a view root
- * not entered yet. */
-static inline struct sf_node *fnode_vn(const struct fnode *n)
+/* ops->attr of a directory whose stat says nothing more (SRC's, .shardfs/). */
+void fnode_dir_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
+		    struct stat *st);
+
+static inline enum fkind fnode_kind(const struct fnode *n)
 {
-	return atomic_load_explicit(&n->entered, memory_order_acquire) ? n->vn : NULL;
+	return n->ops->kind;
 }
 
-/* Whether `n` is a view node of kind `k` (a root not entered yet is a
- * directory). */
-static inline bool fnode_view_is(const struct fnode *n, enum sf_kind k)
+static inline const char *fnode_name(const struct fnode *n)
 {
-	if (n->kind != FK_VIEW)
-		return false;
-	struct sf_node *vn = fnode_vn(n);
-	return (vn ? sf_node_kind(vn) : SF_DIR) == k;
+	return n->name ? n->name : n->ops->name(n);
+}
+
+/* The version of the file n stands for. */
+static inline const struct stat *fnode_st(const struct fnode *n)
+{
+	return n->ops->st(n);
+}
+
+/* Whether the kernel may cache n's entry and attributes for long. */
+static inline bool in_view(const struct fnode *n)
+{
+	return n->ops->cached;
 }
 
 static inline uint64_t fnode_ino(const struct fnode *n)

@@ -21,7 +21,7 @@
 #include "sf_map.h"
 #include "sf_open.h"
 #include "sf_report.h"
-#include "src.h"
+#include "srcnode.h"
 #include "stats.h"
 
 static void listing_free(struct listing *l)
@@ -82,9 +82,9 @@ struct lentry *listing_view(const struct listing *l, const char *name)
 
 bool listing_container_now(struct daemon *dm, const struct fnode *dir, const struct lentry *e)
 {
-	char *path = sf_path_join(dir->rel, e->file);
+	char *path = sf_path_join(src_of(dir)->rel, e->file);
 	struct stat st;
-	bool same = path && (e->in_index_dir ? indexdir_lstat(dm, dir->rel, e->file, &st) :
+	bool same = path && (e->in_index_dir ? indexdir_lstat(dm, src_of(dir)->rel, e->file, &st) :
 			     sf_lstat_beneath(dm->src_fd, path, &st)) == 0 && same_version(e->st, &st);
 	free(path);
 	return same;
@@ -665,12 +665,13 @@ static int build(struct daemon *dm, int dirfd, const char *rel, uint64_t dir, of
 static int open_dir(struct daemon *dm, struct fnode *dir, int *dirfd, struct stat *st)
 {
 	struct sf_err e = { { 0 } };
-	*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	const char *rel = src_of(dir)->rel;
+	*dirfd = sf_open_beneath(dm->src_fd, rel, SF_WANT_DIR, rel, &e);
 	if (openviews_short(*dirfd) && openviews_reclaim(&dm->views))
-		*dirfd = sf_open_beneath(dm->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+		*dirfd = sf_open_beneath(dm->src_fd, rel, SF_WANT_DIR, rel, &e);
 	if (*dirfd == -ELOOP || *dirfd == -EXDEV)
 		/* swapped for a symlink since looked up */
-		errlog_add(&dm->stats, dir->rel, e.msg);
+		errlog_add(&dm->stats, rel, e.msg);
 	if (*dirfd < 0)
 		return *dirfd;
 	if (fstat(*dirfd, st) < 0) {
@@ -740,8 +741,8 @@ static bool listed(struct listings *ls, struct fnode *dir, const struct want *w,
 		   struct listing **l)
 {
 	pthread_mutex_lock(&ls->lock);
-	bool yes = answers(dir->listing, w);
-	*l = dir->listing ? ref(dir->listing) : NULL;
+	bool yes = answers(src_dir_of(dir)->listing, w);
+	*l = src_dir_of(dir)->listing ? ref(src_dir_of(dir)->listing) : NULL;
 	pthread_mutex_unlock(&ls->lock);
 	return yes;
 }
@@ -758,11 +759,11 @@ static bool current(struct daemon *dm, struct fnode *dir, const struct want *w,
 	if (listed(ls, dir, w, l))
 		return true;
 	listing_unref(*l);
-	take_turn(&dir->listing_turn);
+	take_turn(&src_dir_of(dir)->listing_turn);
 	/* the listing made while this thread waited may answer */
 	if (!listed(ls, dir, w, l))
 		return false;
-	sf_turn_give(&dir->listing_turn);
+	sf_turn_give(&src_dir_of(dir)->listing_turn);
 	return true;
 }
 
@@ -794,11 +795,11 @@ static void install(struct daemon *dm, struct fnode *dir, struct listing *old,
 	struct listing *was = NULL;
 	pthread_mutex_lock(&ls->lock);
 	if (l) {
-		was = dir->listing;
-		dir->listing = l;
+		was = src_dir_of(dir)->listing;
+		src_dir_of(dir)->listing = l;
 	}
 	pthread_mutex_unlock(&ls->lock);
-	sf_turn_give(&dir->listing_turn);
+	sf_turn_give(&src_dir_of(dir)->listing_turn);
 	listing_unref(was);
 	listing_unref(old);
 }
@@ -817,7 +818,7 @@ static int make_whole(struct daemon *dm, struct fnode *dir, int dirfd, const str
 	l->listed_at = time(NULL);
 	l->ino = st->st_ino;
 	transport_hand_off();
-	int rc = build(dm, dirfd, dir->rel, fnode_ino(dir), st->st_size, old, l);
+	int rc = build(dm, dirfd, src_of(dir)->rel, fnode_ino(dir), st->st_size, old, l);
 	if (rc) {
 		listing_free(l);
 		return rc;
@@ -903,12 +904,13 @@ static struct listing *place_one(struct daemon *dm, struct fnode *dir, int dirfd
 				 const struct sf_format *f, struct stat *fst, int *rc)
 {
 	*rc = 0;
-	int failed = f->check ? check_container(dm, f, dirfd, *file, dir->rel, fst) : 0;
+	const char *rel = src_of(dir)->rel;
+	int failed = f->check ? check_container(dm, f, dirfd, *file, rel, fst) : 0;
 	if (failed && !shown_anyway(dirfd, *file, failed, fst))
 		return NULL;
 	struct sf_view *v = NULL;
 	if (!listing_places_unopened(f) &&
-	    !(v = open_container(dm, f, dirfd, dir->rel, *file, NULL, 0, f->check != NULL, false,
+	    !(v = open_container(dm, f, dirfd, rel, *file, NULL, 0, f->check != NULL, false,
 					 NULL)))
 		return NULL;
 	struct lentry x = {
@@ -938,9 +940,9 @@ int listing_for_name(struct daemon *dm, struct fnode *dir, const char *name,
 	char *file;
 	const struct sf_format *f = NULL;
 	struct stat fst;
-	int k = candidates(dm, dir->rel, name, &file, &f, &fst);
+	int k = candidates(dm, src_of(dir)->rel, name, &file, &f, &fst);
 	/* a fold whose index is in --index-dir: placed by the whole listing */
-	if (k == 0 && dm->index_fd >= 0 && indexdir_has_view(dm, dir->rel, name))
+	if (k == 0 && dm->index_fd >= 0 && indexdir_has_view(dm, src_of(dir)->rel, name))
 		k = 2;
 	if (k == 0)
 		return 0;
@@ -1014,7 +1016,7 @@ struct sf_view *listing_open(struct daemon *dm, struct fnode *dir, const struct 
 			names[n++] = l->e[i].name;
 		transport_hand_off(); /* an open may wait for the disk */
 		if (names)
-			v = open_container(dm, e->fmt, dirfd, dir->rel, e->file, names, n, true,
+			v = open_container(dm, e->fmt, dirfd, src_of(dir)->rel, e->file, names, n, true,
 					   e->in_index_dir, NULL);
 		free(names);
 		if (v)

@@ -18,6 +18,7 @@
 #include "listing.h"
 #include "ops.h"
 #include "options.h"
+#include "prune.h"
 #include "src.h"
 #include "stats.h"
 #include "transport.h"
@@ -31,6 +32,18 @@
 static void press_views(void *views)
 {
 	openviews_press(views);
+}
+
+/* Freeing nodes that may close files of SRC runs in a section at the
+ * source (fs/fnode.h): it always enters. */
+static void forget_open(void *sections)
+{
+	section_open(sections, "forget", ".", NULL, false);
+}
+
+static void forget_close(void *sections)
+{
+	section_close(sections);
 }
 
 static int fail(const char *fmt, const char *a, const char *b)
@@ -250,6 +263,7 @@ int main(int argc, char **argv)
 	struct fuse_session *se = NULL;
 	bool mounted = false, handlers = false;
 	struct daemon dm = { .src_fd = -1, .index_fd = -1, .view_cache = &sf_nocache };
+	struct prune prune = { 0 };
 	atomic_init(&dm.residency_visible, -1);
 	stats_init(&dm.stats);
 	dm.stats.sections.on_open = transport_section_open;
@@ -298,8 +312,11 @@ int main(int argc, char **argv)
 	}
 	dm.tree.dir_gone = watch_forget;
 	dm.tree.dir_gone_arg = &dm.watch;
-	dm.tree.sections = &dm.stats.sections;
-	if (fnode_init_root(&dm.tree, src, &e)) {
+	dm.tree.open_section = forget_open;
+	dm.tree.close_section = forget_close;
+	dm.tree.section_arg = &dm.stats.sections;
+	dm.tree.cap = o.max_nodes;
+	if (src_init_root(&dm.tree, src, &e)) {
 		fail("%s%s", e.msg, "");
 		goto out;
 	}
@@ -368,6 +385,12 @@ int main(int argc, char **argv)
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_closer);
 	}
+	if (prune_start(&prune, &dm.tree, se)) {
+		const char *no_pruner = "no thread to keep inodes under --max-nodes: they are not capped";
+		errlog_add(&dm.stats, ".", no_pruner);
+		if (o.foreground)
+			fprintf(stderr, "shardfs: %s\n", no_pruner);
+	}
 	int wrc = watch_start(&dm.watch, se, dm.src_fd);
 	if (wrc) {
 		char no_watch[160];
@@ -388,6 +411,7 @@ int main(int argc, char **argv)
 	}
 	rc = transport_run(&dm.transport, o.threads, o.spin_us);
 out:
+	prune_stop(&prune);
 	push_stop(&dm);
 	openviews_stop(&dm.views);
 	watch_stop(&dm.watch);

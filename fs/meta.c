@@ -2,7 +2,9 @@
 
 #include <pthread.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include "access.h"
 #include "stats.h"
 
 /* A snapshot a stat took for a thread, waiting for the thread's open. */
@@ -45,8 +47,9 @@ static uint64_t age(uint64_t now, uint64_t t)
 }
 
 /* The node's state, made on first use (the node's snap_lock guards it). */
-static struct meta_live *live(struct fnode *n)
+static struct meta_live *live(struct fnode *node)
 {
+	struct meta_node *n = meta_of(node);
 	pthread_mutex_lock(&n->snap_lock);
 	if (!n->live && (n->live = calloc(1, sizeof *n->live)))
 		pthread_mutex_init(&n->live->lock, NULL);
@@ -57,7 +60,7 @@ static struct meta_live *live(struct fnode *n)
 
 static struct sf_buf *content(struct daemon *dm, struct fnode *n)
 {
-	return n->meta == META_STATS
+	return meta_of(n)->which == META_STATS
 		       ? stats_json(&dm->stats, sf_dcache_bytes(dm->cache), sf_dcache_charged(dm->cache),
 				    sf_dcache_budget(dm->cache))
 		       : errlog_text(&dm->stats);
@@ -193,14 +196,15 @@ struct sf_buf *meta_read_snapshot(struct daemon *dm, struct fnode *n, pid_t tid,
 
 void meta_closed(struct fnode *n, struct meta_handle *h)
 {
-	pthread_mutex_lock(&n->live->lock);
+	struct meta_live *m = meta_of(n)->live;
+	pthread_mutex_lock(&m->lock);
 	h->closed = true;
-	pthread_mutex_unlock(&n->live->lock);
+	pthread_mutex_unlock(&m->lock);
 }
 
 void meta_release(struct fnode *n, struct meta_handle *h)
 {
-	struct meta_live *m = n->live;
+	struct meta_live *m = meta_of(n)->live;
 	pthread_mutex_lock(&m->lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -213,7 +217,7 @@ void meta_release(struct fnode *n, struct meta_handle *h)
 	free(h);
 }
 
-void meta_live_free(struct meta_live *m)
+static void meta_live_free(struct meta_live *m)
 {
 	if (!m)
 		return;
@@ -229,4 +233,75 @@ void meta_live_free(struct meta_live *m)
 	}
 	pthread_mutex_destroy(&m->lock);
 	free(m);
+}
+
+static const struct stat *meta_st(const struct fnode *n)
+{
+	return &meta_of(n)->st;
+}
+
+/* live content: the caller's snapshot (attr timeout 0) */
+static void file_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
+		      struct stat *st)
+{
+	st->st_mode = S_IFREG;
+	st->st_nlink = 1;
+	meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
+	st->st_ctim = st->st_mtim;
+}
+
+/* errors names files anywhere in SRC: for the user who mounted */
+static void file_access(const struct fnode *n, struct stat *st)
+{
+	if (meta_of(n)->which != META_ERRORS) {
+		access_shown(n, st);
+		return;
+	}
+	st->st_uid = geteuid();
+	st->st_gid = getegid();
+	st->st_mode = (st->st_mode & S_IFMT) | 0400;
+}
+
+static struct sf_hash *dir_kids(struct fnode *n)
+{
+	return &meta_of(n)->kids;
+}
+
+static void meta_drop(struct ftree *t, struct fnode *n)
+{
+	struct meta_node *m = meta_of(n);
+	meta_live_free(m->live);
+	pthread_mutex_destroy(&m->snap_lock);
+	sf_hash_free(&m->kids);
+	free(n->name);
+	free(n);
+}
+
+static const struct fnode_ops dir_ops = {
+	.kind = FK_META_DIR, .cached = true, .st = meta_st, .attr = fnode_dir_attr,
+	.access = access_shown, .kids = dir_kids, .drop = meta_drop,
+};
+
+static const struct fnode_ops file_ops = {
+	.kind = FK_META_FILE, .cached = true, .st = meta_st, .attr = file_attr,
+	.access = file_access, .drop = meta_drop,
+};
+
+struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, bool isdir,
+			enum meta_file which)
+{
+	const struct fnode_ops *ops = isdir ? &dir_ops : &file_ops;
+	fnode_find(t);
+	struct fnode *n = fnode_child(dir, name);
+	if (!n || n->ops != ops) {
+		n = fnode_new(t, ops, sizeof(struct meta_node), dir, name);
+		if (n) {
+			struct meta_node *m = meta_of(n);
+			pthread_mutex_init(&m->snap_lock, NULL);
+			m->which = which;
+			m->st = *fnode_st(dir);
+			fnode_attach(n);
+		}
+	}
+	return fnode_found(t, n);
 }

@@ -17,6 +17,7 @@
 #ifndef FS_META_H
 #define FS_META_H
 
+#include <pthread.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -25,6 +26,28 @@
 #include "sf_buf.h"
 
 struct meta_live;
+
+enum meta_file { META_STATS, META_ERRORS };
+
+/* FK_META_DIR and FK_META_FILE: few, made at first lookup. */
+struct meta_node {
+	struct fnode n;
+	struct stat st;               /* the root's at its first lookup */
+	struct sf_hash kids;          /* .shardfs/: its files by name */
+	enum meta_file which;         /* a file: which */
+	pthread_mutex_t snap_lock;    /* a file: over `live` */
+	struct meta_live *live;       /* a file: its snapshots, made at first use */
+};
+
+static inline struct meta_node *meta_of(const struct fnode *n)
+{
+	return (struct meta_node *)n;
+}
+
+/* The root's .shardfs/ (isdir) or its file `which`, found or made in `dir`,
+ * with a lookup reference taken; NULL when out of memory. */
+struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, bool isdir,
+			enum meta_file which);
 
 /* One open of a live file: its snapshot. */
 struct meta_handle {
@@ -57,7 +80,5 @@ struct sf_buf *meta_read_snapshot(struct daemon *dm, struct fnode *n, pid_t tid,
 /* The handle's thread closed it (FLUSH). */
 void meta_closed(struct fnode *n, struct meta_handle *h);
 void meta_release(struct fnode *n, struct meta_handle *h);
-/* Frees what a node of a live file holds (its handles are released first). */
-void meta_live_free(struct meta_live *m);
 
 #endif

@@ -6,10 +6,12 @@
 #include <string.h>
 
 #include "attr.h"
+#include "meta.h"
 #include "transport.h"
 #include "request.h"
 #include "roots.h"
 #include "src.h"
+#include "vnode.h"
 #include "watch.h"
 
 static void reply_entry(fuse_req_t req, struct fnode *n, double timeout)
@@ -40,24 +42,6 @@ static void reply_node(fuse_req_t req, struct fnode *n, double timeout)
 		fuse_reply_err(req, ENOMEM);
 	else
 		reply_entry(req, n, timeout);
-}
-
-/* The root's .shardfs/ and its files, made on first lookup; returns the node
- * with a lookup reference taken. */
-static struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name,
-			       enum fkind kind, enum meta_file which)
-{
-	fnode_find(t);
-	struct fnode *n = fnode_child(dir, name);
-	if (!n || n->kind != kind) {
-		n = fnode_new(t, kind, dir, name);
-		if (n) {
-			n->meta = which;
-			n->st = dir->st;
-			fnode_attach(n);
-		}
-	}
-	return fnode_found(t, n);
 }
 
 int find_src(struct daemon *dm, struct fnode *dir, const char *name, bool whole,
@@ -104,11 +88,11 @@ static void lookup_src(fuse_req_t req, struct fnode *dir, const char *name)
 	struct daemon *dm = daemon_of(req);
 	/* answered from memory, whatever the source does */
 	if (dir == dm->tree.root && strcmp(name, ".shardfs") == 0) {
-		reply_node(req, meta_node(&dm->tree, dir, name, FK_META_DIR, META_STATS),
+		reply_node(req, meta_node(&dm->tree, dir, name, true, META_STATS),
 			   VIEW_TIMEOUT);
 		return;
 	}
-	if (!section_begin(req, "lookup", dir->rel, name))
+	if (!section_begin(req, "lookup", src_of(dir)->rel, name))
 		return;
 	watch_dir(&dm->watch, dir);
 	struct listing *l = NULL;
@@ -133,7 +117,7 @@ static void answer_view(fuse_req_t req, struct daemon *dm, struct fnode *dir, st
 		return;
 	}
 	fnode_find(&dm->tree);
-	struct fnode *n = fnode_for_view(&dm->tree, dir, kid, NULL);
+	struct fnode *n = fnode_for_view(&dm->tree, dir, kid);
 	/* the fnode holds the node now (or, out of memory, nothing does) */
 	sf_node_unpin(kid);
 	reply_node(req, fnode_found(&dm->tree, n), VIEW_TIMEOUT);
@@ -147,7 +131,8 @@ static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_src_err(req, -rc);
 		return;
 	}
-	if (sf_node_kind(dir->vn) != SF_DIR) {
+	struct sf_node *vn = view_of(dir)->vn;
+	if (sf_node_kind(vn) != SF_DIR) {
 		fuse_reply_err(req, ENOTDIR);
 		return;
 	}
@@ -155,13 +140,13 @@ static void look_in_view(fuse_req_t req, struct fnode *dir, const char *name)
 	struct sf_node *kid = NULL;
 	/* a lookup hook answers quickly (but for its first call); a populate
 	 * lists the whole directory */
-	bool listed = sf_dir_is_populated(dir->vn);
-	if (!listed && !sf_dir_has_lookup(dir->vn))
+	bool listed = sf_dir_is_populated(vn);
+	if (!listed && !sf_dir_has_lookup(vn))
 		transport_hand_off();
-	rc = sf_dir_find(dir->vn, name, &kid, &e);
-	if (!listed && sf_dir_is_populated(dir->vn))
+	rc = sf_dir_find(vn, name, &kid, &e);
+	if (!listed && sf_dir_is_populated(vn))
 		stat_add(&dm->stats.dirs_listed, 1);
-	listing_report_warnings(dm, dir->view);
+	listing_report_warnings(dm, view_of(dir)->view);
 	if (rc) {
 		fnode_errlog(&dm->stats, dir, sf_err_msg(&e, rc));
 		fuse_reply_err(req, EIO);
@@ -199,26 +184,24 @@ static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	reply_node(req, meta_node(&daemon_of(req)->tree, dir, name, FK_META_FILE, which), 0);
+	reply_node(req, meta_node(&daemon_of(req)->tree, dir, name, false, which), 0);
 }
+
+/* A lookup by the kind of its directory (none: not a directory). */
+static void (*const lookup_in[FK_KINDS])(fuse_req_t req, struct fnode *dir, const char *name) = {
+	[FK_SRC_DIR] = lookup_src,
+	[FK_VIEW] = lookup_view,
+	[FK_META_DIR] = lookup_meta,
+};
 
 void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	count(req, REQ_LOOKUP);
 	struct fnode *dir = fn_of(req, parent);
-	switch (dir->kind) {
-	case FK_SRC_DIR:
-		lookup_src(req, dir, name);
-		break;
-	case FK_VIEW:
-		lookup_view(req, dir, name);
-		break;
-	case FK_META_DIR:
-		lookup_meta(req, dir, name);
-		break;
-	default:
+	if (lookup_in[fnode_kind(dir)])
+		lookup_in[fnode_kind(dir)](req, dir, name);
+	else
 		fuse_reply_err(req, ENOTDIR);
-	}
 }
 
 void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)

@@ -12,6 +12,7 @@
  * each open view maps its container: far below vm.max_map_count (65,530)
  * whatever the number of containers. */
 #define DEFAULT_MAX_OPEN 1024
+#define DEFAULT_MAX_NODES 131072
 
 void options_usage(FILE *to)
 {
@@ -72,6 +73,10 @@ void options_usage(FILE *to)
 	      "                      and opened again when entered (each costs memory and\n"
 	      "                      a mapping of its container); their descriptors stay\n"
 	      "                      within (RLIMIT_NOFILE - 192) / 2 whatever N is\n"
+	      "  --max-nodes N       inodes the kernel may make the daemon hold (default\n"
+	      "                      131072, from 16): past it the kernel is asked to drop\n"
+	      "                      the entries looked up longest ago, and looks them up\n"
+	      "                      again when used (each costs about 440 bytes)\n"
 	      "  --index-dir DIR     where folds' indexes may lie apart from their tars (a\n"
 	      "                      dataset directory its readers cannot write): the index\n"
 	      "                      of the fold F whose shards are SRC/P/F_*.tar is read\n"
@@ -199,6 +204,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	o->threads = 16;
 	o->spin_us = 200;
 	o->max_open = DEFAULT_MAX_OPEN;
+	o->max_nodes = DEFAULT_MAX_NODES;
 	o->ready_fd = -1;
 	o->io_uring = IO_URING_OFF;
 	for (int i = 1; i < argc; i++) {
@@ -236,6 +242,10 @@ int options_parse(int argc, char **argv, struct options *o)
 			if (number(val, 1, 1000000, &n))
 				return bad("--max-open needs a number from 1 to 1000000", val);
 			o->max_open = (unsigned)n;
+		} else if ((val = long_value(argc, argv, &i, "--max-nodes"))) {
+			if (number(val, 16, 1000000000, &n))
+				return bad("--max-nodes needs a number from 16 to 1000000000", val);
+			o->max_nodes = (size_t)n;
 		} else if ((val = long_value(argc, argv, &i, "--io-uring"))) {
 			if (strcmp(val, "auto") == 0)
 				o->io_uring = IO_URING_AUTO;

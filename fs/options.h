@@ -3,6 +3,7 @@
 #define FS_OPTIONS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -17,6 +18,7 @@ struct options {
 	unsigned threads;
 	unsigned spin_us;   /* --spin-us: polling before the waiting thread sleeps */
 	unsigned max_open;  /* --max-open: views kept open while unused */
+	size_t max_nodes;   /* --max-nodes: inodes the kernel may make us hold */
 	char *fuse_opts;   /* comma-joined -o options, or NULL */
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 	const char *index_dir; /* --index-dir: folds' indexes away from their tars */

@@ -10,6 +10,7 @@
 
 #include "daemon.h"
 #include "reading.h"
+#include "vnode.h"
 
 /* the kernel holds a page per file at least */
 #define PAGE_COST 4096

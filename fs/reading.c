@@ -18,6 +18,7 @@
 #include "sf_open.h"
 #include "sf_read.h"
 #include "src.h"
+#include "vnode.h"
 
 /* An open pins the version its inode stands for: a SRC file is mapped here
  * (a view holds its container's mapping already), so a handle keeps reading
@@ -40,7 +41,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	if (n->kind == FK_META_FILE) {
+	if (fnode_kind(n) == FK_META_FILE) {
 		/* one snapshot per handle, read past the page cache (fs/meta.h) */
 		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
 		if (!h) {
@@ -54,8 +55,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	int rc = 0;
-	if (n->kind == FK_SRC_FILE) {
-		if (!section_begin(req, "open", n->rel, NULL))
+	if (fnode_kind(n) == FK_SRC_FILE) {
+		if (!section_begin(req, "open", src_of(n)->rel, NULL))
 			return;
 		rc = src_map_file(daemon_of(req), n);
 		section_end(daemon_of(req));
@@ -159,7 +160,7 @@ static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off
 {
 	struct daemon *dm = daemon_of(req);
 	struct sf_readv rv = { 0 };
-	if (n->kind == FK_SRC_FILE) {
+	if (fnode_kind(n) == FK_SRC_FILE) {
 		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
 		if (rc)
 			reply_src_err(req, -rc);
@@ -178,7 +179,7 @@ static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off
 	}
 	/* the answer holds the view until the reply is written (sf_read.h) */
 	struct sf_err e = { { 0 } };
-	int rc = sf_file_read(n->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
+	int rc = sf_file_read(view_of(n)->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
 	if (rc) {
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
@@ -194,7 +195,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	count(req, REQ_READ);
 	struct fnode *n = fn_of(req, ino);
-	if (n->kind == FK_META_FILE) {
+	if (fnode_kind(n) == FK_META_FILE) {
 		/* held past the reply: its reader may release the handle as
 		 * soon as the kernel has the bytes, before writev returns */
 		struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
@@ -226,15 +227,15 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
  * the failure). */
 static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
 {
-	if (n->kind == FK_SRC_FILE)
-		return n->st.st_size > 0 && n->st.st_size <= PUSH_MAX &&
+	if (fnode_kind(n) == FK_SRC_FILE)
+		return src_of(n)->st.st_size > 0 && src_of(n)->st.st_size <= PUSH_MAX &&
 		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
 	if (!fnode_view_is(n, SF_FILE) || view_file_ready(dm, n))
 		return false;
-	uint64_t size = sf_file_size(n->vn).size;
+	uint64_t size = sf_file_size(view_of(n)->vn).size;
 	struct sf_err e = { { 0 } };
 	return size > 0 && size <= PUSH_MAX &&
-	       sf_file_read(n->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
+	       sf_file_read(view_of(n)->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
 }
 
 int push_file(struct daemon *dm, struct fnode *n, bool in_request)
@@ -295,19 +296,20 @@ static bool container_gone(struct daemon *dm, const struct sf_view *v)
  * (a client then removes the file it renamed). */
 static void let_gone_view_go(struct daemon *dm, struct fnode *n)
 {
-	if (!container_gone(dm, n->view))
+	if (!container_gone(dm, view_of(n)->view))
 		return;
 	uint64_t dirs[64];
 	char *names[64];
 	size_t k = 0;
 	pthread_mutex_lock(&dm->tree.lock);
-	for (struct fnode *x = n; x && x->kind == FK_VIEW && x->parent && k < 64; x = x->parent) {
-		if (!(names[k] = strdup(x->name)))
+	for (struct fnode *x = n; x && fnode_kind(x) == FK_VIEW && x->parent && k < 64;
+	     x = x->parent) {
+		if (!(names[k] = strdup(fnode_name(x))))
 			break;
 		dirs[k++] = fnode_ino(x->parent);
 	}
 	pthread_mutex_unlock(&dm->tree.lock);
-	openviews_gone(&dm->views, n->view, dirs, names, k);
+	openviews_gone(&dm->views, view_of(n)->view, dirs, names, k);
 }
 
 /* Only the live files ask for it (noflush elsewhere): close() waits for
@@ -322,7 +324,7 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOSYS);
 		return;
 	}
-	if (n->kind == FK_META_FILE)
+	if (fnode_kind(n) == FK_META_FILE)
 		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
@@ -333,9 +335,9 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *dm = daemon_of(req);
 	struct fnode *n = fn_of(req, ino);
 	char pb[FNODE_PATH_MAX];
-	if (n->kind == FK_META_FILE) {
+	if (fnode_kind(n) == FK_META_FILE) {
 		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
-	} else if (n->kind == FK_VIEW && n->view &&
+	} else if (fnode_kind(n) == FK_VIEW && view_of(n)->view &&
 		   section_open(&dm->stats.sections, "release", node_path(n, pb), NULL, true) == 0) {
 		/* a check, not a duty: skipped while the source holds every
 		 * thread it may (a view of a container gone meanwhile then

@@ -76,11 +76,4 @@ static inline void section_end(struct daemon *dm)
 	section_close(&dm->stats.sections);
 }
 
-/* Whether the node is one the kernel may cache for long (a view's, or
- * .shardfs/). */
-static inline bool in_view(const struct fnode *n)
-{
-	return n->kind == FK_VIEW || n->kind == FK_META_DIR || n->kind == FK_META_FILE;
-}
-
 #endif

@@ -5,22 +5,24 @@
 
 #include "access.h"
 #include "src.h"
+#include "vnode.h"
 
 /* Whether `n` is a root placed unopened for the container `le` stands
  * for: the same file (so the same format) and version. */
 static bool placed_for(const struct fnode *n, const struct lentry *le)
 {
-	return n && le && n->kind == FK_VIEW && n->file && strcmp(n->file, le->file) == 0 &&
-	       same_version(&n->st, le->st);
+	const struct view_root *r = n ? view_root_of(n) : NULL;
+	return r && le && r->file && strcmp(r->file, le->file) == 0 &&
+	       same_version(&r->st, le->st);
 }
 
 struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry *le,
 			 struct sf_view *v)
 {
 	struct fnode *n = fnode_child(dir, le->name);
-	if (v && n && n->kind == FK_VIEW && n->view == v)
+	if (v && n && fnode_kind(n) == FK_VIEW && view_of(n)->view == v)
 		return n;
-	if (placed_for(n, le) && (!v || !n->vn)) {
+	if (placed_for(n, le) && (!v || !view_of(n)->vn)) {
 		/* its inode keeps naming the view: it takes the one opened
 		 * meanwhile, if not entered yet */
 		if (v)
@@ -32,11 +34,11 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 		 * container, so access_narrow would change nothing */
 		n = fnode_for_root(t, dir, le->name, le->file, le->st);
 	} else if (!(n = sf_node_host(sf_view_root(v)))) {
-		n = fnode_for_view(t, dir, sf_view_root(v), le->name);
-		if (!n)
+		struct stat st = *le->st;
+		access_narrow(&st, v);
+		if (!(n = fnode_for_root(t, dir, le->name, NULL, &st)))
 			return NULL;
-		n->st = *le->st;
-		access_narrow(&n->st, v);
+		fnode_enter(n, sf_view_root(v));
 	}
 	if (n)
 		fnode_attach(n);
@@ -45,7 +47,7 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 
 int root_enter(struct daemon *dm, struct fnode *n)
 {
-	if (n->kind != FK_VIEW || fnode_vn(n))
+	if (fnode_kind(n) != FK_VIEW || fnode_vn(n))
 		return 0;
 	/* the entry found again as a lookup of the name finds it: the
 	 * directory's listing may have been made anew since */
@@ -63,7 +65,7 @@ int root_enter(struct daemon *dm, struct fnode *n)
 		return rc;
 	/* another thread may have entered it meanwhile (the same view) */
 	pthread_mutex_lock(&dm->tree.lock);
-	if (!n->vn)
+	if (!view_of(n)->vn)
 		fnode_enter(n, sf_view_root(v));
 	pthread_mutex_unlock(&dm->tree.lock);
 	sf_view_unref(v); /* the node holds it */

@@ -9,14 +9,13 @@
 #include <sys/stat.h>
 
 #include "fnode.h"
+#include "srcnode.h"
 #include "sf_read.h"
 
 struct daemon;
 
-/* Whether two stats describe the same version of a file: a file replaced
- * or rewritten in SRC is a new version, and so is one given another owner,
- * group or mode (what the mount shows of it, and what the kernel checks). */
-bool same_version(const struct stat *a, const struct stat *b);
+/* Makes the tree with its root, SRC directory `src`. */
+int src_init_root(struct ftree *t, const char *src, struct sf_err *e);
 /* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
  * kernel's lookup reference taken (*out); -ENOENT when SRC has no such
  * entry, another -errno on failure. With --no-open a file is mapped too,

@@ -14,6 +14,7 @@
 #include "sf_buf.h"
 #include "sf_format.h"
 #include "sf_open.h"
+#include "srcnode.h"
 
 /* IN_MODIFY: a file truncated or written in place (truncate(2) raises
  * nothing else) */
@@ -35,15 +36,16 @@ void watch_init(struct watch *w)
 	pthread_mutex_init(&w->lock, NULL);
 }
 
-void watch_dir(struct watch *w, struct fnode *dir)
+void watch_dir(struct watch *w, struct fnode *node)
 {
+	struct src_dir *dir = src_dir_of(node);
 	if (w->fd < 0 || atomic_load(&dir->watched))
 		return;
 	/* resolved beneath SRC as every path is (inotify would follow a
 	 * symlink swapped in, or cross into a mount: maybe this very one), then
 	 * watched through the directory's descriptor */
 	struct sf_err e;
-	int dfd = sf_open_beneath(w->src_fd, dir->rel, SF_WANT_DIR, dir->rel, &e);
+	int dfd = sf_open_beneath(w->src_fd, dir->s.rel, SF_WANT_DIR, dir->s.rel, &e);
 	if (dfd < 0)
 		return;
 	char path[64];
@@ -74,11 +76,11 @@ void watch_dir(struct watch *w, struct fnode *dir)
 		memset(w->dirs + had, 0, (w->ndirs - had) * sizeof *w->dirs);
 	if ((size_t)wd < w->ndirs) {
 		/* the same directory seen through a newer fnode takes it over */
-		char *rel = strdup(dir->rel);
+		char *rel = strdup(dir->s.rel);
 		if (rel) {
 			free(w->dirs[wd].rel);
 			w->dirs[wd].rel = rel;
-			w->dirs[wd].ino = fnode_ino(dir);
+			w->dirs[wd].ino = fnode_ino(node);
 			dir->wd = wd;
 			atomic_store(&dir->watched, true);
 		}
@@ -90,7 +92,7 @@ void watch_forget(void *arg, const struct fnode *dir)
 {
 	struct watch *w = arg;
 	pthread_mutex_lock(&w->lock);
-	size_t wd = (size_t)dir->wd;
+	size_t wd = (size_t)src_dir_of(dir)->wd;
 	bool owner = w->fd >= 0 && wd < w->ndirs && w->dirs[wd].rel &&
 		     w->dirs[wd].ino == fnode_ino(dir);
 	if (owner) {

@@ -70,12 +70,17 @@ def rle_frame(size, window_log):
     return struct.pack("<I", 0xFD2FB528) + bytes([0, (window_log - 10) << 3]) + b"".join(blocks)
 
 
-def vm_hwm(pid):
+def proc_status(pid, field):
+    """A size /proc/PID/status gives in kB (VmHWM, RssAnon...), in bytes."""
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
-    raise AssertionError("no VmHWM")
+    raise AssertionError("no " + field)
+
+
+def vm_hwm(pid):
+    return proc_status(pid, "VmHWM")
 
 
 def decoded(mnt):

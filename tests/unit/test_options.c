@@ -91,5 +91,11 @@ int main(void)
 	CHECK(parse(&o, 4, a19) == 0 && o.io_uring == IO_URING_ON);
 	const char *a20[] = { "shardfs", "s", "m", "--io-uring", "yes" };
 	CHECK(parse(&o, 5, a20) != 0);
+	/* --max-nodes: default, a value, the range */
+	CHECK(parse(&o, 3, a8) == 0 && o.max_nodes == 131072);
+	const char *a21[] = { "shardfs", "s", "m", "--max-nodes", "2000" };
+	CHECK(parse(&o, 5, a21) == 0 && o.max_nodes == 2000);
+	const char *a22[] = { "shardfs", "s", "m", "--max-nodes=15" };
+	CHECK(parse(&o, 4, a22) != 0);
 	CHECK_DONE();
 }
