@@ -17,10 +17,11 @@
 #include "fnode.h"
 #include "listing.h"
 #include "openviews.h"
-#include "push.h"
 #include "stats.h"
 #include "transport.h"
 #include "watch.h"
+
+struct push;
 
 struct daemon {
 	/* first: the session's userdata is also the transport's
@@ -39,7 +40,7 @@ struct daemon {
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
-	struct push push;             /* --push-ahead (fs/push.h) */
+	struct push *push;            /* --push-ahead (fs/push.h); NULL: off */
 	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
 	 * takes as "never ask again" for the whole mount (fs/reading.c) */
 	bool no_open;

@@ -19,6 +19,7 @@
 #include "ops.h"
 #include "options.h"
 #include "prune.h"
+#include "push.h"
 #include "src.h"
 #include "stats.h"
 #include "transport.h"
@@ -340,7 +341,6 @@ int main(int argc, char **argv)
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
 	dm.readdirplus_always = o.readdirplus_always;
-	dm.push.window = o.push_ahead;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
 	 * starts a background job (`shardfs -f SRC MNT &` in a script) with
@@ -400,7 +400,7 @@ int main(int argc, char **argv)
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_watch);
 	}
-	int prc = push_start(&dm);
+	int prc = push_start(&dm, o.push_ahead);
 	if (prc) {
 		char no_push[120];
 		snprintf(no_push, sizeof no_push, "no thread to push ahead (%s): --push-ahead is off",

@@ -12,6 +12,24 @@
 #include "reading.h"
 #include "vnode.h"
 
+struct push {
+	uint64_t window;          /* --push-ahead: 0 is off */
+	pthread_mutex_t lock;     /* over what follows */
+	pthread_cond_t wake;
+	/* the files to push, oldest first: each holds a lookup reference on
+	 * its node, so that a FORGET meanwhile frees nothing */
+	struct push_item {
+		struct fnode *n;
+		uint64_t cost;
+		uint64_t retry_at;    /* CLOCK_MONOTONIC ns; 0: first try */
+		unsigned tries;       /* stores refused so far (ENOENT) */
+	} *q;
+	size_t head, len, cap;
+	uint64_t queued;          /* the costs in q */
+	bool stop;
+	pthread_t thread;
+};
+
 /* the kernel holds a page per file at least */
 #define PAGE_COST 4096
 /* A store the kernel refused for an inode it has not made yet (the lister
@@ -58,8 +76,8 @@ static bool enqueue(struct push *p, struct fnode *n, uint64_t cost, uint64_t ret
 
 void push_listed(struct daemon *dm, struct fnode *const *nodes, size_t n, uint64_t *used)
 {
-	struct push *p = &dm->push;
-	if (!p->running)
+	struct push *p = dm->push;
+	if (!p)
 		return;
 	size_t added = 0;
 	pthread_mutex_lock(&dm->tree.lock);
@@ -93,7 +111,7 @@ static uint64_t now_ns(void)
  * held: a FORGET may close views). */
 static void drop_waiting(struct daemon *dm)
 {
-	struct push *p = &dm->push;
+	struct push *p = dm->push;
 	pthread_mutex_lock(&p->lock);
 	struct push_item *q = p->q;
 	size_t head = p->head, len = p->len, cap = p->cap;
@@ -123,7 +141,7 @@ static bool hurts(struct daemon *dm, uint64_t decoded)
 static void *pusher(void *arg)
 {
 	struct daemon *dm = arg;
-	struct push *p = &dm->push;
+	struct push *p = dm->push;
 	uint64_t decoded = 0; /* since the queue was last empty */
 	pthread_mutex_lock(&p->lock);
 	for (;;) {
@@ -165,24 +183,32 @@ static void *pusher(void *arg)
 	return NULL;
 }
 
-int push_start(struct daemon *dm)
+int push_start(struct daemon *dm, uint64_t window)
 {
-	struct push *p = &dm->push;
-	if (!p->window)
+	if (!window)
 		return 0;
+	struct push *p = calloc(1, sizeof *p);
+	if (!p)
+		return -ENOMEM;
+	p->window = window;
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->wake, NULL);
+	dm->push = p; /* before the thread, which reads it */
 	int rc = pthread_create(&p->thread, NULL, pusher, dm);
-	if (rc)
+	if (rc) {
+		dm->push = NULL;
+		pthread_mutex_destroy(&p->lock);
+		pthread_cond_destroy(&p->wake);
+		free(p);
 		return -rc;
-	p->running = true;
+	}
 	return 0;
 }
 
 void push_stop(struct daemon *dm)
 {
-	struct push *p = &dm->push;
-	if (!p->running)
+	struct push *p = dm->push;
+	if (!p)
 		return;
 	pthread_mutex_lock(&p->lock);
 	p->stop = true;
@@ -192,4 +218,6 @@ void push_stop(struct daemon *dm)
 	drop_waiting(dm);
 	pthread_mutex_destroy(&p->lock);
 	pthread_cond_destroy(&p->wake);
+	dm->push = NULL;
+	free(p);
 }

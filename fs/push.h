@@ -10,7 +10,6 @@
 #ifndef FS_PUSH_H
 #define FS_PUSH_H
 
-#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,27 +17,9 @@
 struct daemon;
 struct fnode;
 
-struct push {
-	uint64_t window;          /* --push-ahead: 0 is off */
-	pthread_mutex_t lock;     /* over what follows */
-	pthread_cond_t wake;
-	/* the files to push, oldest first: each holds a lookup reference on
-	 * its node, so that a FORGET meanwhile frees nothing */
-	struct push_item {
-		struct fnode *n;
-		uint64_t cost;
-		uint64_t retry_at;    /* CLOCK_MONOTONIC ns; 0: first try */
-		unsigned tries;       /* stores refused so far (ENOENT) */
-	} *q;
-	size_t head, len, cap;
-	uint64_t queued;          /* the costs in q */
-	bool running, stop;
-	pthread_t thread;
-};
-
-/* Starts the thread when the window is not 0 (after daemonizing); 0 or a
- * negative errno. */
-int push_start(struct daemon *dm);
+/* Starts the thread when `window` (--push-ahead) is not 0, after
+ * daemonizing; 0 or a negative errno. */
+int push_start(struct daemon *dm, uint64_t window);
 /* Stops it, dropping what waits (before the session ends). */
 void push_stop(struct daemon *dm);
 
