@@ -1,0 +1,367 @@
+/* The daemon's core without a mount: what a request would answer is decided
+ * below its handler (names, attributes, listings, reads, the live files,
+ * the sections at the source), so a daemon set up as main does, but with
+ * no FUSE session, answers here from a SRC written at test time. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "attr.h"
+#include "check.h"
+#include "daemon.h"
+#include "meta.h"
+#include "names.h"
+#include "roots.h"
+#include "section.h"
+#include "sf_read.h"
+#include "src.h"
+#include "vnode.h"
+
+static char src_path[] = "/tmp/test_daemon.XXXXXX";
+
+static void write_file(const char *rel, const char *text)
+{
+	char p[256];
+	snprintf(p, sizeof p, "%s/%s", src_path, rel);
+	FILE *f = fopen(p, "w");
+	CHECK(f && fputs(text, f) >= 0);
+	if (f)
+		fclose(f);
+}
+
+/* SRC: a file, a directory, a symlink, and a tar GNU tar writes (its view
+ * `t/` beside it). */
+static void make_src(void)
+{
+	CHECK(mkdtemp(src_path) != NULL);
+	write_file("a.txt", "hello\n");
+	char p[300];
+	snprintf(p, sizeof p, "%s/sub", src_path);
+	CHECK(mkdir(p, 0755) == 0);
+	write_file("sub/x.txt", "tar member\n");
+	snprintf(p, sizeof p, "%s/ln", src_path);
+	CHECK(symlink("a.txt", p) == 0);
+	char cmd[600];
+	snprintf(cmd, sizeof cmd, "tar -C '%s' -cf '%s/t.tar' sub", src_path, src_path);
+	CHECK(system(cmd) == 0);
+}
+
+static void remove_src(void)
+{
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", src_path);
+	CHECK(system(cmd) == 0);
+}
+
+static struct daemon dm;
+
+static int daemon_up(void)
+{
+	dm.src_fd = open(src_path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	dm.index_fd = -1;
+	atomic_store(&dm.residency_visible, -1);
+	dm.src_pin_max = 16;
+	fnode_init(&dm.tree);
+	stats_init(&dm.stats);
+	watch_init(&dm.watch);
+	openviews_init(&dm.views, &dm.stats);
+	listings_init(&dm.listings);
+	struct sf_err e = { { 0 } };
+	int rc = src_init_root(&dm.tree, src_path, &e);
+	CHECK_EQ_U(rc, 0);
+	dm.cache = sf_dcache_new(64 << 20, &dm.stats.cache);
+	CHECK(dm.cache != NULL);
+	dm.view_cache = sf_dcache_iface(dm.cache);
+	return rc || !dm.cache || dm.src_fd < 0 ? -1 : 0;
+}
+
+static void daemon_down(void)
+{
+	fnode_fini(&dm.tree);
+	listings_fini(&dm.listings);
+	sf_dcache_free(dm.cache);
+	stats_fini(&dm.stats);
+	close(dm.src_fd);
+}
+
+/* The bytes of a whole file `n` as a READ would answer them. */
+static char *read_src(struct fnode *n, uint64_t size)
+{
+	struct sf_readv rv = { 0 };
+	char *buf = calloc(1, size + 1);
+	int rc = src_read(&dm, n, 0, size, &rv);
+	CHECK_EQ_U(rc, 0);
+	if (rc == 0)
+		CHECK_EQ_U(sf_readv_copy(&rv, buf, NULL), 0);
+	sf_readv_release(&rv);
+	return buf;
+}
+
+static struct fnode *find(struct fnode *dir, const char *name, int want)
+{
+	struct listing *l = NULL;
+	struct fnode *n = NULL;
+	CHECK_EQ_U(find_src(&dm, dir, name, true, &l, &n), want);
+	listing_unref(l);
+	return n;
+}
+
+/* A SRC directory's listing: its SRC entries, then its views. */
+static void test_listing(void)
+{
+	struct listing *l = NULL;
+	CHECK_EQ_U(listing_get(&dm, dm.tree.root, &l), 0);
+	if (!l)
+		return;
+	CHECK_EQ_U(l->nsrc, 4);
+	const char *want[] = { "a.txt", "ln", "sub", "t.tar", "t" };
+	unsigned char types[] = { DT_REG, DT_LNK, DT_DIR, DT_REG, DT_DIR };
+	CHECK_EQ_U(l->n, 5);
+	for (size_t i = 0; i < l->n && i < 5; i++) {
+		CHECK(strcmp(l->e[i].name, want[i]) == 0);
+		CHECK_EQ_U(l->e[i].type, types[i]);
+	}
+	CHECK(listing_view(l, "t") != NULL);
+	CHECK(listing_view(l, "a.txt") == NULL);
+	listing_unref(l);
+}
+
+/* Names and attributes of SRC entries, and a SRC file's bytes. */
+static void test_src(void)
+{
+	struct fnode *a = find(dm.tree.root, "a.txt", 0);
+	CHECK(a && fnode_kind(a) == FK_SRC_FILE);
+	if (a) {
+		struct stat st;
+		fill_attr(&dm, a, 0, true, &st);
+		CHECK(S_ISREG(st.st_mode));
+		CHECK_EQ_U(st.st_size, 6);
+		CHECK_EQ_U(st.st_ino, fnode_ino(a));
+		CHECK_EQ_U(src_map_file(&dm, a), 0);
+		char *b = read_src(a, 6);
+		CHECK(strcmp(b, "hello\n") == 0);
+		free(b);
+		fnode_forget(&dm.tree, a, 1);
+	}
+	struct fnode *ln = find(dm.tree.root, "ln", 0);
+	CHECK(ln && fnode_kind(ln) == FK_SRC_OTHER);
+	if (ln) {
+		char buf[PATH_MAX + 1];
+		CHECK_EQ_U(src_readlink(&dm, ln, buf), 0);
+		CHECK(strcmp(buf, "a.txt") == 0);
+		struct stat st;
+		fill_attr(&dm, ln, 0, false, &st);
+		CHECK(S_ISLNK(st.st_mode));
+		fnode_forget(&dm.tree, ln, 1);
+	}
+	struct fnode *sub = find(dm.tree.root, "sub", 0);
+	CHECK(sub && fnode_kind(sub) == FK_SRC_DIR);
+	if (sub) {
+		struct stat st;
+		fill_attr(&dm, sub, 0, false, &st);
+		CHECK(S_ISDIR(st.st_mode));
+		struct fnode *x = find(sub, "x.txt", 0);
+		CHECK(x && x->parent == sub);
+		if (x) {
+			char pb[FNODE_PATH_MAX];
+			CHECK(strcmp(fnode_path(x, pb, sizeof pb), "sub/x.txt") == 0);
+			fnode_forget(&dm.tree, x, 1);
+		}
+		fnode_forget(&dm.tree, sub, 1);
+	}
+	CHECK(find(dm.tree.root, "missing", 0) == NULL);
+}
+
+/* A tar's view: its root is placed by the lookup, entered, and lists the
+ * tar's members with their bytes. */
+static void test_view(void)
+{
+	struct fnode *t = find(dm.tree.root, "t", 0);
+	CHECK(t && fnode_kind(t) == FK_VIEW);
+	if (!t)
+		return;
+	CHECK_EQ_U(root_enter(&dm, t), 0);
+	struct sf_node *root = fnode_vn(t);
+	CHECK(root && fnode_view_is(t, SF_DIR));
+	struct stat st;
+	fill_attr(&dm, t, 0, false, &st);
+	CHECK(S_ISDIR(st.st_mode));
+	struct sf_err e = { { 0 } };
+	struct sf_node *vsub = NULL, *vx = NULL;
+	CHECK_EQ_U(sf_dir_find(root, "sub", &vsub, &e), 0);
+	CHECK(vsub != NULL);
+	if (vsub) {
+		fnode_find(&dm.tree);
+		struct fnode *s = fnode_found(&dm.tree, fnode_for_view(&dm.tree, t, vsub));
+		CHECK_EQ_U(sf_dir_find(vsub, "x.txt", &vx, &e), 0);
+		CHECK(s && vx);
+		if (s && vx) {
+			fnode_find(&dm.tree);
+			struct fnode *x = fnode_found(&dm.tree, fnode_for_view(&dm.tree, s, vx));
+			CHECK(x && fnode_view_is(x, SF_FILE));
+			CHECK_EQ_U(view_file_ready(&dm, x), 0);
+			fill_attr(&dm, x, 0, false, &st);
+			CHECK(S_ISREG(st.st_mode));
+			CHECK_EQ_U(st.st_size, 11);
+			struct sf_readv rv = { 0 };
+			char buf[12] = { 0 };
+			CHECK_EQ_U(sf_file_read(vx, 0, 11, dm.view_cache, &rv, &e), 0);
+			CHECK_EQ_U(sf_readv_copy(&rv, buf, NULL), 0);
+			CHECK(strcmp(buf, "tar member\n") == 0);
+			sf_readv_release(&rv);
+			sf_dcache_read_done();
+			fnode_forget(&dm.tree, x, 1);
+		}
+		if (s)
+			fnode_forget(&dm.tree, s, 1);
+	}
+	fnode_forget(&dm.tree, t, 1);
+}
+
+/* The live files: stats.json and errors are snapshots taken as read. */
+static void test_meta(void)
+{
+	struct fnode *d = meta_node(&dm.tree, dm.tree.root, ".shardfs", true, META_STATS);
+	CHECK(d && fnode_kind(d) == FK_META_DIR);
+	if (!d)
+		return;
+	struct fnode *js = meta_node(&dm.tree, d, "stats.json", false, META_STATS);
+	struct fnode *er = meta_node(&dm.tree, d, "errors", false, META_ERRORS);
+	CHECK(js && er && js->ops->live && !d->ops->live);
+	errlog_add(&dm.stats, "sub/x.txt", "a problem for the test");
+	if (js) {
+		struct sf_buf *b = meta_read_snapshot(&dm, js, 1, 1 << 20);
+		CHECK(b && b->len > 2 && b->data[0] == '{');
+		sf_buf_unref(b);
+		struct meta_handle *h = meta_open(&dm, js, 1);
+		CHECK(h != NULL);
+		off_t size = 0;
+		struct timespec at;
+		meta_attr(&dm, js, 1, false, &size, &at);
+		CHECK(h && (size_t)size == h->snap->len);
+		if (h) {
+			meta_closed(js, h);
+			meta_release(js, h);
+		}
+		fnode_forget(&dm.tree, js, 1);
+	}
+	if (er) {
+		struct sf_buf *b = meta_read_snapshot(&dm, er, 1, 1 << 20);
+		CHECK(b && memmem(b->data, b->len, "a problem for the test", 22));
+		sf_buf_unref(b);
+		fnode_forget(&dm.tree, er, 1);
+	}
+	fnode_forget(&dm.tree, d, 1);
+}
+
+/* The stall rules: sections nest; with no thread left for the source a
+ * section that may be refused is, when its last thread would go (-EBUSY
+ * from the loop) or some request has been stuck there STUCK_NS; requests
+ * that cannot fail always open one. */
+static int pool; /* what the loop's count answers: 0, -EAGAIN (full), -EBUSY (last) */
+static int opened, closed;
+static int on_open(bool may_refuse)
+{
+	opened++;
+	return may_refuse ? pool : 0;
+}
+static void on_close(void)
+{
+	closed++;
+}
+
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
+static int held; /* 1: the slow request is at the source; 2: let it go */
+
+/* A request waiting on a source that does not answer. */
+static void *slow_request(void *arg)
+{
+	struct sections *w = arg;
+	CHECK_EQ_U(section_open(w, "read", "slow", "file", true), 0);
+	pthread_mutex_lock(&held_lock);
+	held = 1;
+	pthread_cond_broadcast(&held_cond);
+	while (held != 2)
+		pthread_cond_wait(&held_cond, &held_lock);
+	pthread_mutex_unlock(&held_lock);
+	section_close(w);
+	return NULL;
+}
+
+static void test_sections(void)
+{
+	struct sections *w = &dm.stats.sections;
+	w->on_open = on_open;
+	w->on_close = on_close;
+	size_t total = 9;
+	struct stuck st[4];
+	CHECK_EQ_U(sections_stuck(w, st, 4, &total), 0);
+	CHECK_EQ_U(total, 0);
+	CHECK_EQ_U(section_open(w, "read", "sub", "x.txt", true), 0);
+	CHECK_EQ_U(section_open(w, "lookup", "nested", NULL, true), 0);
+	CHECK_EQ_U(opened, 1); /* only the outermost counts */
+	CHECK_EQ_U(sections_stuck(w, st, 4, &total), 0); /* not stuck yet */
+	CHECK_EQ_U(total, 1);
+	section_close(w);
+	section_close(w);
+	CHECK_EQ_U(closed, 1);
+	/* a full pool and nothing stuck: a burst of quick requests waits */
+	pool = -EAGAIN;
+	CHECK_EQ_U(section_open(w, "read", "a.txt", NULL, true), 0);
+	section_close(w);
+	/* its last thread is never given */
+	pool = -EBUSY;
+	CHECK(section_open(w, "read", "a.txt", NULL, true) == -EIO);
+	CHECK_EQ_U(section_open(w, "release", "a.txt", NULL, false), 0);
+	section_close(w);
+	/* a request stuck at the source: a full pool refuses */
+	pool = 0;
+	pthread_t th;
+	CHECK_EQ_U(pthread_create(&th, NULL, slow_request, w), 0);
+	pthread_mutex_lock(&held_lock);
+	while (held != 1)
+		pthread_cond_wait(&held_cond, &held_lock);
+	pthread_mutex_unlock(&held_lock);
+	struct timespec wait = { .tv_sec = STUCK_NS / 1000000000, .tv_nsec = 100000000 };
+	nanosleep(&wait, NULL);
+	CHECK_EQ_U(sections_stuck(w, st, 4, &total), 1);
+	CHECK_EQ_U(total, 1);
+	CHECK(strcmp(st[0].path, "slow/file") == 0 && strcmp(st[0].op, "read") == 0);
+	CHECK(st[0].seconds >= 1.0);
+	pool = -EAGAIN;
+	CHECK(section_open(w, "read", "a.txt", NULL, true) == -EIO);
+	pthread_mutex_lock(&held_lock);
+	held = 2;
+	pthread_cond_broadcast(&held_cond);
+	pthread_mutex_unlock(&held_lock);
+	pthread_join(th, NULL);
+	CHECK_EQ_U(sections_stuck(w, st, 4, &total), 0);
+	pool = 0;
+	w->on_open = NULL;
+	w->on_close = NULL;
+}
+
+int main(void)
+{
+	make_src();
+	if (daemon_up() == 0) {
+		test_listing();
+		test_src();
+		test_view();
+		test_meta();
+		test_sections();
+		struct sf_buf *j = stats_json(&dm.stats, 0, 0, 0);
+		CHECK(j && j->len > 0);
+		sf_buf_unref(j);
+	}
+	daemon_down();
+	remove_src();
+	return check_failures ? 1 : 0;
+}
