@@ -25,19 +25,14 @@
  * 100,000 containers, costs no copy of its names. */
 struct dirsnap {
 	size_t n;
-	struct dent {
-		char *name;
-		unsigned char type;
-		ino_t ino;
-		struct sf_node *vn; /* in a view: the node listed, if made */
-	} *e;
+	struct dent *e;
 	struct listing *l;
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
 	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
 };
 
-static void snap_free(struct dirsnap *s)
+void dirsnap_free(struct dirsnap *s)
 {
 	for (size_t i = 0; i < s->n; i++)
 		free(s->e[i].name);
@@ -93,16 +88,14 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s, si
 	return 0;
 }
 
-/* Entry i of a handle (0 <= i < dent_count), its name borrowed (a view's
- * from `vd`, where a counted entry's name is written); a hidden view entry
- * has a NULL name, to be skipped. A populated directory's
- * entries never change, so they are read without the view's turn. */
-static size_t dent_count(const struct dirsnap *s)
+/* A populated directory's entries never change, so they are read without
+ * the view's turn. */
+size_t dent_count(const struct dirsnap *s)
 {
 	return s->n + (s->l ? s->l->n : 0) + (s->vdir ? sf_dir_count(s->vdir) : 0);
 }
 
-static struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd)
+struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd)
 {
 	if (i < s->n)
 		return s->e[i];
@@ -188,32 +181,49 @@ static const struct dir_kind {
 	[FK_META_DIR] = { .snap = snap_meta },
 };
 
-void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+bool dir_at_source(const struct fnode *dir)
 {
-	count(req, REQ_OPENDIR);
-	struct fnode *n = fn_of(req, ino);
+	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
+	return k->at_source && k->at_source(dir);
+}
+
+int dirsnap_take(struct daemon *dm, struct fnode *dir, struct dirsnap **out)
+{
+	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
+	*out = NULL;
+	if (!k->snap)
+		return -ENOTDIR;
 	struct dirsnap *s = calloc(1, sizeof *s);
 	size_t cap = 0;
 	int rc = s ? 0 : -ENOMEM;
 	if (rc == 0)
-		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
+		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(dir));
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
-	const struct dir_kind *k = &dir_kinds[fnode_kind(n)];
-	bool src = k->at_source && k->at_source(n);
-	char pb[FNODE_PATH_MAX];
-	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
-		snap_free(s);
-		return;
-	}
-	if (rc == 0) {
-		rc = k->snap ? k->snap(daemon_of(req), n, s, &cap) : -ENOTDIR;
-		if (src)
-			section_end(daemon_of(req));
-	}
+	if (rc == 0)
+		rc = k->snap(dm, dir, s, &cap);
 	if (rc) {
 		if (s)
-			snap_free(s);
+			dirsnap_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_OPENDIR);
+	struct fnode *n = fn_of(req, ino);
+	bool src = dir_at_source(n);
+	char pb[FNODE_PATH_MAX];
+	if (src && !section_begin(req, "opendir", node_path(n, pb), NULL))
+		return;
+	struct dirsnap *s;
+	int rc = dirsnap_take(daemon_of(req), n, &s);
+	if (src)
+		section_end(daemon_of(req));
+	if (rc) {
 		reply_src_err(req, -rc);
 		return;
 	}
@@ -234,7 +244,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * with sf_file_set_build_sized) goes that way too: listing a directory must
  * never decode. Files already built, and those whose format announced their
  * size (taridx members), get their attributes here. */
-static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
+struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
 				struct listing **l, struct fuse_entry_param *ep)
 {
 	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
@@ -352,7 +362,7 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *dm = daemon_of(req);
 	char pb[FNODE_PATH_MAX];
 	section_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
-	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	dirsnap_free((struct dirsnap *)(uintptr_t)fi->fh);
 	section_end(dm);
 	fuse_reply_err(req, 0);
 }

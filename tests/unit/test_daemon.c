@@ -15,8 +15,10 @@
 #include "attr.h"
 #include "check.h"
 #include "daemon.h"
+#include "dirs.h"
 #include "meta.h"
 #include "names.h"
+#include "reading.h"
 #include "roots.h"
 #include "section.h"
 #include "sf_read.h"
@@ -48,7 +50,9 @@ static void make_src(void)
 	snprintf(p, sizeof p, "%s/ln", src_path);
 	CHECK(symlink("a.txt", p) == 0);
 	char cmd[600];
-	snprintf(cmd, sizeof cmd, "tar -C '%s' -cf '%s/t.tar' sub", src_path, src_path);
+	snprintf(cmd, sizeof cmd,
+		 "cd '%s' && tar -cf t.tar sub && mkdir u deep && cp t.tar u.tar && cp t.tar deep/z.tar",
+		 src_path);
 	CHECK(system(cmd) == 0);
 }
 
@@ -119,16 +123,20 @@ static void test_listing(void)
 	CHECK_EQ_U(listing_get(&dm, dm.tree.root, &l), 0);
 	if (!l)
 		return;
-	CHECK_EQ_U(l->nsrc, 4);
-	const char *want[] = { "a.txt", "ln", "sub", "t.tar", "t" };
-	unsigned char types[] = { DT_REG, DT_LNK, DT_DIR, DT_REG, DT_DIR };
-	CHECK_EQ_U(l->n, 5);
-	for (size_t i = 0; i < l->n && i < 5; i++) {
+	/* a view's name taken by a SRC entry: <file name>.d */
+	const char *want[] = { "a.txt", "deep", "ln", "sub", "t.tar", "u", "u.tar",
+			       "t", "u.tar.d" };
+	unsigned char types[] = { DT_REG, DT_DIR, DT_LNK, DT_DIR, DT_REG, DT_DIR, DT_REG,
+				  DT_DIR, DT_DIR };
+	CHECK_EQ_U(l->nsrc, 7);
+	CHECK_EQ_U(l->n, 9);
+	for (size_t i = 0; i < l->n && i < 9; i++) {
 		CHECK(strcmp(l->e[i].name, want[i]) == 0);
 		CHECK_EQ_U(l->e[i].type, types[i]);
 	}
 	CHECK(listing_view(l, "t") != NULL);
 	CHECK(listing_view(l, "a.txt") == NULL);
+	CHECK(listing_view(l, "u") == NULL && listing_view(l, "u.tar.d") != NULL);
 	listing_unref(l);
 }
 
@@ -348,6 +356,153 @@ static void test_sections(void)
 	w->on_close = NULL;
 }
 
+/* A name looked up before its directory is listed: a listing that
+ * answers for it (a tar's is whole: a fold's index may cover it), and the
+ * view the lookup opens and places. */
+static void test_partial(void)
+{
+	struct fnode *deep = find(dm.tree.root, "deep", 0);
+	CHECK(deep != NULL);
+	if (!deep)
+		return;
+	struct listing *l = NULL;
+	struct fnode *z = NULL;
+	CHECK_EQ_U(find_src(&dm, deep, "z", false, &l, &z), 0);
+	CHECK(l && !l->partial);
+	listing_unref(l);
+	CHECK(z && fnode_kind(z) == FK_VIEW);
+	if (z) {
+		CHECK_EQ_U(root_enter(&dm, z), 0);
+		struct sf_node *vs = NULL;
+		struct sf_err e = { { 0 } };
+		CHECK(fnode_vn(z) && sf_dir_find(fnode_vn(z), "sub", &vs, &e) == 0 && vs);
+		fnode_forget(&dm.tree, z, 1);
+	}
+	l = NULL;
+	CHECK_EQ_U(find_src(&dm, deep, "nothing", false, &l, &z), 0);
+	CHECK(z == NULL);
+	listing_unref(l);
+	fnode_forget(&dm.tree, deep, 1);
+}
+
+/* A file replaced in SRC: its name finds a new node, and the old one
+ * keeps reading the version it pinned. */
+static void test_replaced(void)
+{
+	struct fnode *old = find(dm.tree.root, "a.txt", 0);
+	CHECK(old != NULL);
+	if (!old)
+		return;
+	CHECK_EQ_U(src_map_file(&dm, old), 0);
+	write_file("a.new", "a second version\n");
+	char from[300], to[300];
+	snprintf(from, sizeof from, "%s/a.new", src_path);
+	snprintf(to, sizeof to, "%s/a.txt", src_path);
+	CHECK(rename(from, to) == 0);
+	struct fnode *now = find(dm.tree.root, "a.txt", 0);
+	CHECK(now && now != old);
+	if (now) {
+		struct stat st;
+		fill_attr(&dm, now, 0, true, &st);
+		CHECK_EQ_U(st.st_size, 17);
+		CHECK_EQ_U(src_map_file(&dm, now), 0);
+		char *b = read_src(now, 17);
+		CHECK(strcmp(b, "a second version\n") == 0);
+		free(b);
+		fnode_forget(&dm.tree, now, 1);
+	}
+	char *b = read_src(old, 6);
+	CHECK(strcmp(b, "hello\n") == 0);
+	free(b);
+	fnode_forget(&dm.tree, old, 1);
+}
+
+/* The small-file push: once a node, whatever came of it (here no session
+ * takes it). */
+static void test_push(void)
+{
+	struct fnode *a = find(dm.tree.root, "a.txt", 0);
+	CHECK(a != NULL);
+	if (!a)
+		return;
+	CHECK_EQ_U(src_map_file(&dm, a), 0);
+	CHECK(push_file(&dm, a, false) < 0);
+	CHECK_EQ_U(atomic_load(&dm.stats.bytes_pushed_ahead), 0);
+	CHECK_EQ_U(push_file(&dm, a, false), 0); /* not again */
+	fnode_forget(&dm.tree, a, 1);
+}
+
+/* The names a directory handle lists, as READDIR answers them. */
+static size_t listed(struct fnode *dir, const char **names, size_t max)
+{
+	struct dirsnap *s = NULL;
+	CHECK_EQ_U(dirsnap_take(&dm, dir, &s), 0);
+	if (!s)
+		return 0;
+	size_t k = 0;
+	static char keep[16][64];
+	for (size_t i = 0; i < dent_count(s) && k < max; i++) {
+		struct sf_dirent vd;
+		struct dent d = dent_at(s, i, &vd);
+		if (d.name) {
+			snprintf(keep[k], sizeof keep[k], "%s", d.name);
+			names[k] = keep[k];
+			k++;
+		}
+	}
+	dirsnap_free(s);
+	return k;
+}
+
+/* Directory handles of each kind, and readdirplus entries. */
+static void test_dirs(void)
+{
+	const char *n[16];
+	CHECK(dir_at_source(dm.tree.root));
+	CHECK_EQ_U(listed(dm.tree.root, n, 16), 11);
+	CHECK(strcmp(n[0], ".") == 0 && strcmp(n[1], "..") == 0 && strcmp(n[2], "a.txt") == 0 &&
+	      strcmp(n[9], "t") == 0);
+	struct dirsnap *s = NULL;
+	struct fnode *ln = find(dm.tree.root, "ln", 0);
+	CHECK(ln && !dir_at_source(ln));
+	if (ln) {
+		CHECK(dirsnap_take(&dm, ln, &s) == -ENOTDIR && !s);
+		fnode_forget(&dm.tree, ln, 1);
+	}
+	struct fnode *d = meta_node(&dm.tree, dm.tree.root, ".shardfs", true, META_STATS);
+	if (d) {
+		CHECK(!dir_at_source(d)); /* from memory */
+		CHECK_EQ_U(listed(d, n, 16), 4);
+		CHECK(strcmp(n[2], "errors") == 0 && strcmp(n[3], "stats.json") == 0);
+		fnode_forget(&dm.tree, d, 1);
+	}
+	struct fnode *t = find(dm.tree.root, "u.tar.d", 0);
+	CHECK(t != NULL);
+	if (t) {
+		CHECK(dir_at_source(t)); /* not entered yet */
+		CHECK_EQ_U(listed(t, n, 16), 3);
+		CHECK(strcmp(n[2], "sub") == 0);
+		CHECK(!dir_at_source(t)); /* held complete */
+		/* readdirplus: a SRC entry, a view's, and a name only */
+		struct listing *l = NULL;
+		struct fuse_entry_param ep = { 0 };
+		struct dent a = { .name = "a.txt" }, sub = { .name = "sub" }, dot = { .name = "." };
+		struct fnode *x = plus_entry(&dm, dm.tree.root, &a, &l, &ep);
+		CHECK(x && ep.ino == fnode_ino(x) && S_ISREG(ep.attr.st_mode));
+		CHECK_EQ_U(ep.attr.st_size, 17);
+		CHECK(ep.entry_timeout < 2);
+		if (x)
+			fnode_forget(&dm.tree, x, 1);
+		listing_unref(l);
+		x = plus_entry(&dm, t, &sub, NULL, &ep);
+		CHECK(x && x->parent == t && S_ISDIR(ep.attr.st_mode) && ep.entry_timeout > 2);
+		if (x)
+			fnode_forget(&dm.tree, x, 1);
+		CHECK(plus_entry(&dm, t, &dot, NULL, &ep) == NULL);
+		fnode_forget(&dm.tree, t, 1);
+	}
+}
+
 int main(void)
 {
 	make_src();
@@ -355,6 +510,10 @@ int main(void)
 		test_listing();
 		test_src();
 		test_view();
+		test_partial();
+		test_replaced();
+		test_push();
+		test_dirs();
 		test_meta();
 		test_sections();
 		struct sf_buf *j = stats_json(&dm.stats, 0, 0, 0);
