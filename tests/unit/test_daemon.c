@@ -18,6 +18,7 @@
 #include "dirs.h"
 #include "meta.h"
 #include "names.h"
+#include "push.h"
 #include "reading.h"
 #include "roots.h"
 #include "section.h"
@@ -224,6 +225,14 @@ static void test_view(void)
 			CHECK(strcmp(buf, "tar member\n") == 0);
 			sf_readv_release(&rv);
 			sf_dcache_read_done();
+			/* --push-ahead: a listing queues its small files (a page
+			 * each at least) while within the window */
+			CHECK_EQ_U(push_start(&dm, 4096 + 4000), 0);
+			struct fnode *listed_x[] = { x, x };
+			uint64_t used = 0;
+			push_listed(&dm, listed_x, 2, &used);
+			CHECK_EQ_U(used, 4096);
+			push_stop(&dm);
 			fnode_forget(&dm.tree, x, 1);
 		}
 		if (s)
