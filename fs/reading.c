@@ -370,19 +370,25 @@ int push_file(struct daemon *dm, struct fnode *n, bool in_request)
 	return rc;
 }
 
+/* --no-open: OPEN and FLUSH are answered ENOSYS, which stops them for the
+ * whole mount. The kernel then opens every file by itself, keeping its page
+ * cache, and sends no RELEASE (and there is no noflush to ask for); a SRC
+ * file is mapped at its lookup instead, or past the budget at its first
+ * READ (fs/src.c). */
+static bool without_handles(fuse_req_t req)
+{
+	bool no = daemon_of(req)->no_open; /* req is gone once answered */
+	if (no)
+		fuse_reply_err(req, ENOSYS);
+	return no;
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPEN);
 	struct fnode *n = fn_of(req, ino);
-	if (daemon_of(req)->no_open) {
-		/* --no-open: the kernel then opens every file of the mount by
-		 * itself, keeping its page cache, and sends no RELEASE; a SRC
-		 * file is mapped at its lookup instead, or past the budget at
-		 * its first READ (fs/src.c) */
-		fuse_reply_err(req, ENOSYS);
-		return;
-	}
-	(file_kind(n)->open ? file_kind(n)->open : open_content)(req, n, fi);
+	if (!without_handles(req))
+		(file_kind(n)->open ? file_kind(n)->open : open_content)(req, n, fi);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -400,12 +406,8 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_FLUSH);
 	struct fnode *n = fn_of(req, ino);
-	if (daemon_of(req)->no_open) {
-		/* no handle, and no noflush to ask for: ENOSYS stops FLUSH for
-		 * the whole mount */
-		fuse_reply_err(req, ENOSYS);
+	if (without_handles(req))
 		return;
-	}
 	if (file_kind(n)->flush)
 		file_kind(n)->flush(daemon_of(req), n, fi);
 	fuse_reply_err(req, 0);

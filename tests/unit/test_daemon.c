@@ -141,14 +141,22 @@ static void test_listing(void)
 	listing_unref(l);
 }
 
+/* dir's entry `name`, CHECKed to be of kind `k`, and its attributes. */
+static struct fnode *found(struct fnode *dir, const char *name, enum fkind k, struct stat *st)
+{
+	struct fnode *n = find(dir, name, 0);
+	CHECK(n && fnode_kind(n) == k);
+	if (n)
+		fill_attr(&dm, n, 0, false, st);
+	return n;
+}
+
 /* Names and attributes of SRC entries, and a SRC file's bytes. */
 static void test_src(void)
 {
-	struct fnode *a = find(dm.tree.root, "a.txt", 0);
-	CHECK(a && fnode_kind(a) == FK_SRC_FILE);
+	struct stat st;
+	struct fnode *a = found(dm.tree.root, "a.txt", FK_SRC_FILE, &st);
 	if (a) {
-		struct stat st;
-		fill_attr(&dm, a, 0, true, &st);
 		CHECK(S_ISREG(st.st_mode));
 		CHECK_EQ_U(st.st_size, 6);
 		CHECK_EQ_U(st.st_ino, fnode_ino(a));
@@ -158,22 +166,16 @@ static void test_src(void)
 		free(b);
 		fnode_forget(&dm.tree, a, 1);
 	}
-	struct fnode *ln = find(dm.tree.root, "ln", 0);
-	CHECK(ln && fnode_kind(ln) == FK_SRC_OTHER);
+	struct fnode *ln = found(dm.tree.root, "ln", FK_SRC_OTHER, &st);
 	if (ln) {
+		CHECK(S_ISLNK(st.st_mode));
 		char buf[PATH_MAX + 1];
 		CHECK_EQ_U(src_readlink(&dm, ln, buf), 0);
 		CHECK(strcmp(buf, "a.txt") == 0);
-		struct stat st;
-		fill_attr(&dm, ln, 0, false, &st);
-		CHECK(S_ISLNK(st.st_mode));
 		fnode_forget(&dm.tree, ln, 1);
 	}
-	struct fnode *sub = find(dm.tree.root, "sub", 0);
-	CHECK(sub && fnode_kind(sub) == FK_SRC_DIR);
+	struct fnode *sub = found(dm.tree.root, "sub", FK_SRC_DIR, &st);
 	if (sub) {
-		struct stat st;
-		fill_attr(&dm, sub, 0, false, &st);
 		CHECK(S_ISDIR(st.st_mode));
 		struct fnode *x = find(sub, "x.txt", 0);
 		CHECK(x && x->parent == sub);
@@ -394,15 +396,23 @@ static void test_partial(void)
 	fnode_forget(&dm.tree, deep, 1);
 }
 
+/* SRC's a.txt, found and mapped as an OPEN maps it. */
+static struct fnode *opened_a(void)
+{
+	struct fnode *a = find(dm.tree.root, "a.txt", 0);
+	CHECK(a != NULL);
+	if (a)
+		CHECK_EQ_U(src_map_file(&dm, a), 0);
+	return a;
+}
+
 /* A file replaced in SRC: its name finds a new node, and the old one
  * keeps reading the version it pinned. */
 static void test_replaced(void)
 {
-	struct fnode *old = find(dm.tree.root, "a.txt", 0);
-	CHECK(old != NULL);
+	struct fnode *old = opened_a();
 	if (!old)
 		return;
-	CHECK_EQ_U(src_map_file(&dm, old), 0);
 	write_file("a.new", "a second version\n");
 	char from[300], to[300];
 	snprintf(from, sizeof from, "%s/a.new", src_path);
@@ -430,11 +440,9 @@ static void test_replaced(void)
  * takes it). */
 static void test_push(void)
 {
-	struct fnode *a = find(dm.tree.root, "a.txt", 0);
-	CHECK(a != NULL);
+	struct fnode *a = opened_a();
 	if (!a)
 		return;
-	CHECK_EQ_U(src_map_file(&dm, a), 0);
 	CHECK(push_file(&dm, a, false) < 0);
 	CHECK_EQ_U(atomic_load(&dm.stats.bytes_pushed_ahead), 0);
 	CHECK_EQ_U(push_file(&dm, a, false), 0); /* not again */
