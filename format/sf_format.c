@@ -25,8 +25,6 @@ static const struct sf_format *all[] = {
 #undef SF_FORMAT
 };
 
-struct sf_progress sf_progress;
-
 const struct sf_format *sf_format_for(const char *dirpath, const char *name)
 {
 	size_t n = strlen(name);
@@ -125,6 +123,8 @@ int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 	struct sf_view *v = sf_view_new(f, a->path);
 	if (!v)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	/* the open's long work counts as the host's */
+	v->host.progress = a->host ? a->host->progress : NULL;
 	/* a link view reads nothing of the file once made: it holds no mapping */
 	if (!f->link && sf_view_hold_map(v, a->map)) {
 		sf_view_unref(v);
@@ -165,6 +165,8 @@ int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 	if (rc) {
 		sf_view_unref(*out);
 		*out = NULL;
+	} else {
+		sf_view_use_host(*out, a->host);
 	}
 	return rc;
 }
@@ -220,7 +222,8 @@ static int mount_top(char *real, const char **rel)
 	return fd;
 }
 
-int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
+int sf_open_path(const char *path, const struct sf_host *host, struct sf_view **out,
+		 struct sf_err *e)
 {
 	char *copy = strdup(path);
 	if (!copy)
@@ -256,7 +259,7 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 	struct sf_open_args a = {
 		.topfd = topfd, .dirrel = dirrel, .dirpath = dirpath,
 		.name = name, .path = path, .map = map,
-		.siblings = (const char *const *)names, .nsiblings = nnames,
+		.siblings = (const char *const *)names, .nsiblings = nnames, .host = host,
 	};
 	rc = sf_format_open(f, &a, out, e);
 out:

@@ -29,6 +29,8 @@
 #include "sf_buf.h"
 #include "sf_err.h"
 #include "sf_hash.h"
+#include "sf_host.h"
+#include "sf_recent.h"
 #include "sf_turn.h"
 
 struct sf_format;
@@ -146,6 +148,12 @@ typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 struct sf_stored {
 	struct sf_map *map;
 	uint64_t off, size;
+	/* Set by the caller of sf_view_locate: a read of the file's first
+	 * `along` bytes waits on the locate (0: none), so a hook may copy the
+	 * payload along with the header it checks, one pread for both, into
+	 * `pre` (the caller's to sf_recent_free; sf_recent.h). */
+	size_t along;
+	struct sf_recent pre;
 };
 /* Where the bytes of the file `name` of a directory not yet populated lie
  * (optional; the taridx flat-name lookup without a node): 0 and *out; 1
@@ -235,8 +243,9 @@ struct sf_view {
 	pthread_mutex_t names_lock;
 	struct sf_node *root;     /* a directory, or a symlink (alias views) */
 	const struct sf_format *format;
-	/* The cache the host reads this view through (sf_nocache until the host
-	 * sets it): for lazy work that is handed none, like populating. */
+	/* The cache the host reads this view through (sf_nocache until the
+	 * view is open, then sf_host.cache): for lazy work that is handed
+	 * none, like populating. */
 	struct sf_cache *cache;
 	char *path;               /* the container's path, for messages */
 	struct sf_map **maps;     /* mappings the extents point into, by address */
@@ -259,31 +268,18 @@ struct sf_view {
 	/* sf_map_changes() when no mapping of the view had changed
 	 * (sf_view_failed_by_change looks again only when it has moved on) */
 	_Atomic uint64_t intact_at;
-	/* Lookups of stored members between drops of the mappings' pages from
-	 * the page tables (sf_map_drop_pages; a fold's listing and lookups
-	 * touch a header apiece): SF_DROP_EVERY keeps the daemon's resident
-	 * memory low; a host reading members itself drops less often, as each
-	 * drop costs the next reads their page faults (sf_view_set_drop_every). */
-	uint32_t drop_every;
-	/* Files a format renders from the whole container (a fold's
-	 * samples.jsonl) are kept whole once their size is counted, instead of
-	 * rendered again for each read: for a host that reads them whole once
-	 * (the Python module's Fold); the daemon's readers read pieces, and its
-	 * memory is budgeted (sf_view_set_keep_generated). */
-	bool keep_generated;
-	/* Indexes a lookup reads are copied whole on first use and kept
-	 * (a fold's rows, 32 bytes a member, charged to the view's cache), so that a lookup makes no system
-	 * call to read them: for a host that reads members at random itself
-	 * (the Python module); the daemon copies rows as it reads them, its
-	 * memory bounded per member (sf_view_set_keep_copies). */
-	bool keep_copies;
+	/* What the host wants (sf_open_args.host): its counts from the
+	 * start of the open, the rest once the view is open (the open reads
+	 * through no cache, with the defaults). */
+	struct sf_host host;
 };
-
-#define SF_DROP_EVERY 4096
 
 /* Creates a view whose root is an empty directory. `path` names the
  * container in messages. */
 struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path);
+/* Gives an opened view what its host wants (NULL: the defaults): the
+ * open's last step (sf_format_open), or a view made whole at once. */
+void sf_view_use_host(struct sf_view *v, const struct sf_host *h);
 /* Makes the root of a new view (with no entries yet) a symlink to `target`. */
 int sf_view_set_link(struct sf_view *v, const char *target);
 struct sf_view *sf_view_ref(struct sf_view *v);
@@ -462,12 +458,6 @@ size_t sf_view_nmaps(const struct sf_view *v);
 struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
 /* The container's own mapping when the view holds it, else NULL. */
 struct sf_map *sf_view_source(const struct sf_view *v);
-void sf_view_set_keep_generated(struct sf_view *v, bool keep);
-void sf_view_set_keep_copies(struct sf_view *v, bool keep);
-/* How many member lookups pass between page drops (drop_every; not 0). */
-void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups);
-/* The cache lazy work of the view reads through from now on. */
-void sf_view_set_cache(struct sf_view *v, struct sf_cache *c);
 /* Calls fn(arg, v's path, warning) for each warning raised since the last
  * call (sf_view_warn), so that a host reports each once. */
 void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *path,
@@ -501,7 +491,8 @@ int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
  * when the root's locate hook can tell so for a name at the root before
  * the root is listed; 1 when it cannot, and the caller
  * walks to the file (the walk is the authority, and says why a name
- * fails); or a negative errno, e set. */
+ * fails); or a negative errno, e set. The caller sets out->along; what
+ * out->pre then holds is the caller's, whatever the answer. */
 int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
 		   struct sf_err *e);
 

@@ -130,18 +130,18 @@ int shardfs_open(const char *path, struct shardfs **out)
 	struct shardfs *h = cache ? calloc(1, sizeof *h) : NULL;
 	if (!h)
 		return fail(sf_fail(&e, -ENOMEM, "out of memory"), &e);
-	int rc = sf_open_path(path, &h->view, &e);
+	/* the API's host: every handle of the process reads through its one
+	 * cache, as the module reads (DROP_EVERY) */
+	const struct sf_host host = { .cache = sf_dcache_iface(cache), .drop_every = DROP_EVERY,
+				      .keep_generated = true, .keep_copies = true };
+	int rc = sf_open_path(path, &host, &h->view, &e);
 	if (rc) {
 		free(h);
 		return fail(rc, &e);
 	}
 	for (size_t i = 0; i < sf_view_nmaps(h->view); i++)
 		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
-	sf_view_set_drop_every(h->view, DROP_EVERY);
-	sf_view_set_keep_generated(h->view, true);
-	sf_view_set_keep_copies(h->view, true);
-	h->cache = sf_dcache_iface(cache);
-	sf_view_set_cache(h->view, h->cache);
+	h->cache = host.cache;
 	pthread_rwlock_init(&h->use, NULL);
 	atomic_init(&h->used_ms, now_ms());
 	pthread_mutex_lock(&handles_lock);
@@ -312,15 +312,14 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *f;
-	struct sf_stored st;
-	/* a read from the start of a small file: its lookup may copy it along
-	 * with the header it checks, one pread for both (sf_recent.h) */
-	sf_recent_want(off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0);
+	/* a read from the start of a small file: its locate may copy it along
+	 * with the header it checks, one pread for both (sf_stored.along) */
+	struct sf_stored st = { .along = off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0 };
 	/* a member found without a node where the view can (most reads of a
 	 * fold by name), else the walk, which also says why a name fails */
 	bool stored = sf_view_locate(h->view, path, &st, &e) == 0;
+	rv->pre = st.pre;
 	int rc = stored ? 0 : walk(h, path, &f);
-	rv->pre = sf_recent_take();
 	if (rc)
 		return rc;
 	if (stored) {

@@ -259,7 +259,7 @@ static void put_header(uint8_t *p, uint32_t version, uint32_t dims, uint32_t c, 
 static int open_err(const char *path, struct sf_err *e)
 {
 	struct sf_view *v = NULL;
-	int rc = sf_open_path(path, &v, e);
+	int rc = sf_open_path(path, NULL, &v, e);
 	sf_view_unref(v);
 	return rc;
 }

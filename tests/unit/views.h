@@ -14,7 +14,7 @@ static inline struct sf_view *open_ok(const char *path)
 {
 	struct sf_view *v = NULL;
 	struct sf_err e = { { 0 } };
-	int rc = sf_open_path(path, &v, &e);
+	int rc = sf_open_path(path, NULL, &v, &e);
 	if (rc)
 		fprintf(stderr, "open %s: %s\n", path, e.msg);
 	CHECK_EQ_U(rc, 0);
