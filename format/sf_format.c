@@ -11,7 +11,7 @@
 #include "sf_buf.h"
 #include "sf_map.h"
 #include "sf_open.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* Each format defines its descriptors in its own folder; one left out of
  * the build (-Dformats) is a null weak reference, skipped. */
@@ -169,6 +169,11 @@ int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 		sf_view_use_host(*out, a->host);
 	}
 	return rc;
+}
+
+bool sf_view_shed(struct sf_view *v)
+{
+	return v->format && v->format->shed && v->format->shed(v->state);
 }
 
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,

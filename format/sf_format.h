@@ -170,6 +170,9 @@ const struct sf_format *sf_format_nth(size_t i);
  * change in place while it was read (sf_map_check). */
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e);
+/* Gives back what the view holds that it can make again (sf_format.shed):
+ * true when it gave something. Only while no thread uses the view. */
+bool sf_view_shed(struct sf_view *v);
 /* The same steps unchecked: for a map that has no file
  * behind it (the fuzz harness). */
 int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "sf_err.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 void sf_report_add(struct sf_report *r, bool error, const char *fmt, ...)
 {

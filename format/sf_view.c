@@ -1,6 +1,6 @@
 /* The view tree: nodes, directories and their name index, file contents,
  * views and their lazy work. */
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -1104,6 +1104,21 @@ struct sf_map *sf_view_map(const struct sf_view *v, size_t i)
 struct sf_map *sf_view_source(const struct sf_view *v)
 {
 	return v->source;
+}
+
+const char *sf_view_path(const struct sf_view *v)
+{
+	return v->path;
+}
+
+const struct sf_format *sf_view_format(const struct sf_view *v)
+{
+	return v->format;
+}
+
+bool sf_node_hidden(const struct sf_node *n)
+{
+	return n->hidden;
 }
 
 void sf_view_use_host(struct sf_view *v, const struct sf_host *h)

@@ -16,6 +16,7 @@
 #include "sf_recent.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
 {

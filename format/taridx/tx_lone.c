@@ -12,6 +12,7 @@
 #include "sf_map.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 /* The listing's check: a first block that is a tar header, or the zero
  * block of an empty archive. */

@@ -8,6 +8,7 @@
 #include "sf_bytes.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 bool tx_payload_at(const struct tx_fold *f, const struct tx_row *row, uint64_t *off)
 {

@@ -26,6 +26,7 @@
 #include "sf_json.h"
 #include "sf_name.h"
 #include "tx.h"
+#include "sf_view_impl.h"
 
 #define STEP 4096u
 #define CURSORS 8

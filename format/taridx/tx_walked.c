@@ -13,6 +13,7 @@
 #include "sf_map.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 struct tx_walked {
 	dev_t dev;

@@ -14,6 +14,7 @@
 #include "sf_format.h"
 #include "sf_name.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* Entries [entry, entry + n) are rows from `row` on: rows row.. when `at`
  * is NULL (no nulls), else row + at[k]. The first's blob ordinal is `ord`. */

@@ -11,6 +11,7 @@
 
 #include "sf_map.h"
 #include "sf_read.h"
+#include "sf_view_impl.h"
 
 /* ---- the private directory ------------------------------------------- */
 

@@ -26,6 +26,7 @@
 #include "tar_header.h"
 #include "sf_name.h"
 #include "taridx/tx.h"
+#include "sf_view_impl.h"
 
 #define MAX_MEMBERS 200
 #define MAX_LOOKUPS (MAX_MEMBERS + 8)

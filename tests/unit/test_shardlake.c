@@ -12,6 +12,7 @@
 #include "sf_bytes.h"
 #include "shardlake/sl.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 

@@ -19,6 +19,7 @@
 #include "taridx/tx.h"
 #include "sf_read.h"
 #include "sf_recent.h"
+#include "sf_view_impl.h"
 
 /* The whole content of a view file, or NULL when a read fails (*rc). */
 static struct sf_buf *read_all(struct sf_node *f, int *rc)

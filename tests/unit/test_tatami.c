@@ -10,6 +10,7 @@
 
 #include "sf_bytes.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 static int hexval(char c)
 {

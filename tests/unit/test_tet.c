@@ -12,7 +12,7 @@
 #include "sf_bytes.h"
 #include "sf_format.h"
 #include "sf_read.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* ---- reading views ---------------------------------------------------- */
 

@@ -13,6 +13,7 @@
 #include "sf_crc32c.h"
 #include "sf_read.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 static char tmpdir[64];
 

@@ -7,7 +7,7 @@
 #include "check.h"
 #include "sf_format.h"
 #include "sf_read.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* Opens the container at `path`, CHECKing that it opens; NULL if not. */
 static inline struct sf_view *open_ok(const char *path)
