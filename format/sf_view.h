@@ -176,9 +176,6 @@ struct sf_view;
 /* Creates a view whose root is an empty directory. `path` names the
  * container in messages. */
 struct sf_view *sf_view_new(const struct sf_format *fmt, const char *path);
-/* Gives an opened view what its host wants (NULL: the defaults): the
- * open's last step (sf_format_open), or a view made whole at once. */
-void sf_view_use_host(struct sf_view *v, const struct sf_host *h);
 /* Makes the root of a new view (with no entries yet) a symlink to `target`. */
 int sf_view_set_link(struct sf_view *v, const char *target);
 struct sf_view *sf_view_ref(struct sf_view *v);

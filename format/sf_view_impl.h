@@ -113,4 +113,9 @@ struct sf_view {
 	struct sf_host host;
 };
 
+/* Gives an opened view what its host wants (NULL: the defaults): the
+ * open's last step (sf_format_open), or a view made whole at once
+ * (sf_view_failed). Hosts give theirs at open (sf_open_args.host). */
+void sf_view_use_host(struct sf_view *v, const struct sf_host *h);
+
 #endif
