@@ -185,9 +185,16 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * rendering, a part of unknown size, any build that is not declared cheap
  * with sf_file_set_build_sized) goes that way too: listing a directory must
  * never decode. Files already built, and those whose format announced their
- * size (taridx members), get their attributes here. */
+ * size (taridx members), get their attributes here.
+ *
+ * In a view, only making an on-demand entry's node may read the source (a
+ * format's `make`): the first such entry of a reply opens its section
+ * (*at_src). A listing of nodes already made (.shardfs/) needs none, so it
+ * answers while the source holds every thread it may (it was refused when
+ * a late RELEASE's check and a stuck OPENDIR held an io_uring queue's two).
+ * Refused, the entry goes by name only. */
 static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
-				struct listing **l, struct fuse_entry_param *ep)
+				struct listing **l, bool *at_src, struct fuse_entry_param *ep)
 {
 	if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
 		return NULL;
@@ -198,9 +205,14 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 			return NULL;
 		t = SRC_TIMEOUT;
 	} else if (fnode_kind(dir) == FK_VIEW) {
-		/* an on-demand entry's node is made (and pinned) by the lookup */
 		struct sf_err e = { { 0 } };
 		struct sf_node *vn = d->vn;
+		char pb[FNODE_PATH_MAX];
+		if (!vn && !*at_src &&
+		    section_open(&dm->stats.sections, "readdir", node_path(dir, pb), NULL, true))
+			return NULL;
+		*at_src |= !vn;
+		/* an on-demand entry's node is made (and pinned) by the lookup */
 		if (!vn && (sf_dir_find(fnode_vn(dir), d->name, &vn, &e) || !vn))
 			return NULL;
 		fnode_find(&dm->tree);
@@ -222,7 +234,7 @@ static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const stru
 
 /* The entries of a handle from `off` that fit in `size`, as one reply. */
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
-		     bool plus)
+		     bool plus, bool *at_src)
 {
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
@@ -253,7 +265,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 			struct fuse_entry_param ep = { 0 };
 			ep.attr.st_ino = d->ino;
 			ep.attr.st_mode = (mode_t)d->type << 12;
-			struct fnode *n = plus_entry(daemon_of(req), dir, d, &l, &ep);
+			struct fnode *n = plus_entry(daemon_of(req), dir, d, &l, at_src, &ep);
 			if (n)
 				held[nheld++] = n;
 			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
@@ -284,14 +296,17 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
-	/* a plain listing is read from memory; readdirplus looks names up */
-	bool src = plus && fnode_kind(dir) != FK_META_DIR;
+	/* a plain listing is read from memory; readdirplus looks a SRC
+	 * directory's names up, and a view's opens its section when it must
+	 * (plus_entry) */
+	bool src = plus && fnode_kind(dir) == FK_SRC_DIR;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
 		return;
-	list_dir(req, s, dir, size, off, plus);
-	if (src)
+	bool at_src = src;
+	list_dir(req, s, dir, size, off, plus, &at_src);
+	if (at_src)
 		section_end(dm);
 }
 
