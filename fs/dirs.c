@@ -147,11 +147,23 @@ static struct fnode *plus_view(struct daemon *dm, struct fnode *dir, const struc
 			       struct listing **l, double *t)
 {
 	*t = VIEW_TIMEOUT;
-	/* an on-demand entry's node is made (and pinned) by the lookup */
 	struct sf_err e = { { 0 } };
 	struct sf_node *vn = d->vn;
-	if (!vn && (sf_dir_find(fnode_vn(dir), d->name, &vn, &e) || !vn))
-		return NULL;
+	if (!vn) {
+		/* an on-demand entry's node is made (and pinned) by the lookup,
+		 * and a format's make may read the source: only that runs in a
+		 * section, so that a listing of nodes already made (.shardfs/)
+		 * answers while the source holds every thread it may (it was
+		 * refused when a late RELEASE's check and a stuck OPENDIR held
+		 * an io_uring queue's two). Refused, the entry goes by name. */
+		char pb[FNODE_PATH_MAX];
+		if (section_open(&dm->stats.sections, "readdir", node_path(dir, pb), NULL, true))
+			return NULL;
+		int rc = sf_dir_find(fnode_vn(dir), d->name, &vn, &e);
+		section_end(dm);
+		if (rc || !vn)
+			return NULL;
+	}
 	fnode_find(&dm->tree);
 	struct fnode *n = NULL;
 	if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
@@ -172,10 +184,14 @@ static const struct dir_kind {
 	 * timeout (NULL: names only) */
 	struct fnode *(*plus)(struct daemon *dm, struct fnode *dir, const struct dent *d,
 			      struct listing **l, double *t);
+	/* readdirplus looks every name up at the source: the whole reply is
+	 * a section (else plus opens one where it must) */
+	bool plus_at_source;
 	/* its listed files are pushed ahead (fs/push.h) */
 	bool push;
 } dir_kinds[FK_KINDS] = {
-	[FK_SRC_DIR] = { .snap = snap_src, .at_source = src_at_source, .plus = plus_src },
+	[FK_SRC_DIR] = { .snap = snap_src, .at_source = src_at_source, .plus = plus_src,
+			 .plus_at_source = true },
 	[FK_VIEW] = { .snap = snap_view, .at_source = view_at_source, .plus = plus_view,
 		      .push = true },
 	[FK_META_DIR] = { .snap = snap_meta },
@@ -326,8 +342,8 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
-	/* a plain listing is read from memory; readdirplus looks names up */
-	bool src = plus && dir_kinds[fnode_kind(dir)].plus;
+	/* a plain listing is read from memory */
+	bool src = plus && dir_kinds[fnode_kind(dir)].plus_at_source;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))

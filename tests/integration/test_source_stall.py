@@ -488,8 +488,8 @@ def test_known_names_answer_while_the_source_holds_the_pool(source, mount):
     source are refused (EIO); a lookup of a name a view already holds, or
     knows absent, reads nothing and answers (it took a place at the source
     too, and was refused whenever a release or a forget was in flight
-    beside a stuck request), and so do an OPENDIR of a view's directory
-    listed before (it was refused) and the RELEASE of a view's file (whose
+    beside a stuck request), and so do an OPENDIR and a READDIRPLUS of a
+    view's directory listed before (both were refused) and the RELEASE of a view's file (whose
     check of a gone container took the last threads). Over /dev/fuse in both passes: one pool, so
     all four readers are surely in the lookup's (io_uring has a pool per CPU;
     test_stall_holding_a_view covers it)."""
@@ -539,11 +539,13 @@ def known_names(src, mnt, members, meta, handles):
             assert timed(lambda: os.stat("info.json", dir_fd=meta))[1] < 1.0
             with pytest.raises(FileNotFoundError):
                 timed(lambda: os.stat("nothing", dir_fd=meta))
-            # .shardfs/ opened again (complete when the view opened; its
-            # READDIRPLUS may make entries that read the source) and files of
-            # the view closed: neither takes a thread at the source (the
-            # release's check of a gone container is skipped)
-            os.close(timed(lambda: os.open(".", os.O_RDONLY | os.O_DIRECTORY, dir_fd=meta))[0])
+            # .shardfs/ opened again and listed, first here (complete when
+            # the view opened, and its entries' nodes made: its READDIRPLUS
+            # makes none; later listings are the kernel's), and files of the
+            # view closed: none takes a thread at the source (the release's
+            # check of a gone container is skipped)
+            listed = timed(lambda: read_dir_fresh(meta))[0]
+            assert {"info.json", "info.txt", "rows"} <= set(listed), listed
             assert timed(lambda: read_closed(meta, "info.json"))[0] == info
     finally:
         src.cont()
