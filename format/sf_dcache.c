@@ -19,6 +19,8 @@ struct entry {
 	struct sf_buf *buf;      /* NULL while loading */
 	bool loading;
 	int waiters;
+	/* the part its decode ahead named, asked for once a reader gets it */
+	struct sf_part *then;
 	struct entry *prev, *next; /* LRU list, most recent first */
 };
 
@@ -35,6 +37,15 @@ struct sf_dcache {
 	void *short_arg;
 	uint64_t charged;         /* the part of `reserved` that charges hold */
 	struct sf_dcache_counts *counts;
+	/* decode ahead (sf_cache_ahead): its thread, started at the first
+	 * request, and the one part it is asked to decode, with its
+	 * placeholder entry, reservation and a reference to its view */
+	pthread_t ahead;
+	bool ahead_started, ahead_failed, ahead_busy, stop;
+	pthread_cond_t work;
+	struct sf_part *job;
+	struct sf_view *job_view;
+	struct entry *job_entry;
 };
 
 void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void))
@@ -164,6 +175,9 @@ static _Thread_local unsigned depth;
  * for room could then mean waiting for itself (the earlier parts of the
  * same read fill the budget), so it does not wait. */
 static _Thread_local bool holding;
+/* Set in the thread that decodes ahead: the part its produce names next. */
+static _Thread_local bool ahead_thread;
+static _Thread_local struct sf_part *ahead_then;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 /* Long enough for other readers' decodes to finish on a loaded machine (a
@@ -222,6 +236,134 @@ static void drop_source_pages(const struct sf_view *v)
 		sf_map_drop_pages(sf_view_map(v, i));
 }
 
+/* Ends the decode of e (lock held): it holds buf when rc is 0 and the part
+ * fits, else it is abandoned (buf dropped). Returns rc, or too_big's. */
+static int settle(struct sf_dcache *c, struct entry *e, struct sf_part *part, uint64_t claim,
+		  int rc, struct sf_buf *buf, struct sf_err *err)
+{
+	e->loading = false;
+	c->reserved -= claim;
+	if (rc == 0) {
+		count(&c->counts->parts_decoded, 1);
+		count(&c->counts->bytes_decoded, buf->len);
+	}
+	if (rc == 0 && buf->len > c->budget) {
+		/* only a part of unknown size gets here: known from now on, it is
+		 * failed before decoding */
+		uint64_t unknown = SF_SIZE_UNKNOWN;
+		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
+		rc = too_big(c, part, buf->len, err);
+		sf_buf_unref(buf);
+	}
+	if (rc == 0) {
+		e->buf = sf_buf_ref(buf);
+		c->bytes += buf->len;
+		make_room(c, 0);
+	} else {
+		abandon(c, e);
+	}
+	pthread_cond_broadcast(&c->loaded);
+	return rc;
+}
+
+static void *ahead_main(void *arg);
+static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
+		     struct sf_err *err);
+
+/* Hands p to the thread that decodes ahead (lock held), when it is free,
+ * p is not cached or decoding, and its size fits now. Its placeholder
+ * goes in at once: a reader that gets there first waits for this decode
+ * instead of making a second. */
+static void launch(struct sf_dcache *c, struct sf_part *p)
+{
+	uint64_t size = atomic_load(&p->size);
+	if (c->job || c->ahead_busy || c->stop || c->ahead_failed || !p->view ||
+	    size == SF_SIZE_UNKNOWN || find(c, p->id) || !make_room(c, size))
+		return;
+	if (!c->ahead_started) {
+		if (pthread_create(&c->ahead, NULL, ahead_main, c)) {
+			c->ahead_failed = true;
+			return;
+		}
+		c->ahead_started = true;
+	}
+	struct entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return;
+	e->id = p->id;
+	e->loading = true;
+	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
+		free(e);
+		return;
+	}
+	lru_front(c, e);
+	c->reserved += size;
+	c->job = p;
+	c->job_view = sf_view_ref(p->view);
+	c->job_entry = e;
+	pthread_cond_signal(&c->work);
+}
+
+void sf_cache_ahead(struct sf_cache *iface, struct sf_part *next)
+{
+	if (iface->get != cache_get)
+		return;
+	if (ahead_thread) {
+		ahead_then = next;
+		return;
+	}
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	launch(c, next);
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* The thread that decodes ahead: one part at a time, no lock held while
+ * it decodes; at the cache's end, a part not begun is given up. */
+static void *ahead_main(void *arg)
+{
+	struct sf_dcache *c = arg;
+	ahead_thread = true;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->job && !c->stop)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (!c->job)
+			break;
+		struct sf_part *p = c->job;
+		struct sf_view *v = c->job_view;
+		struct entry *e = c->job_entry;
+		uint64_t claim = atomic_load(&p->size);
+		c->job = NULL;
+		struct sf_buf *buf = NULL;
+		struct sf_err err;
+		int rc = -ECANCELED;
+		if (!c->stop) {
+			c->ahead_busy = true;
+			pthread_mutex_unlock(&c->lock);
+			ahead_then = NULL;
+			depth++;
+			rc = sf_part_produce(p, &c->iface, &buf, &err);
+			depth--;
+			if (rc == 0)
+				drop_source_pages(v);
+			pthread_mutex_lock(&c->lock);
+			c->ahead_busy = false;
+		}
+		if (settle(c, e, p, claim, rc, buf, &err) == 0) {
+			count(&c->counts->parts_ahead, 1);
+			e->then = ahead_then;
+			sf_buf_unref(buf);
+		}
+		/* the view's last reference may go here: its end takes the lock */
+		pthread_mutex_unlock(&c->lock);
+		sf_view_unref(v);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err)
 {
@@ -252,6 +394,13 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
+		/* decoded ahead and got at last: the next one goes ahead (the
+		 * reader holds the view, so the part named is alive) */
+		if (e->then) {
+			struct sf_part *then = e->then;
+			e->then = NULL;
+			launch(c, then);
+		}
 		holding = !depth || holding;
 		pthread_mutex_unlock(&c->lock);
 		return 0;
@@ -290,30 +439,11 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		drop_source_pages(part->view);
 
 	pthread_mutex_lock(&c->lock);
-	e->loading = false;
-	c->reserved -= claim;
+	rc = settle(c, e, part, claim, rc, buf, err);
 	if (rc == 0) {
-		count(&c->counts->parts_decoded, 1);
-		count(&c->counts->bytes_decoded, buf->len);
-	}
-	if (rc == 0 && buf->len > c->budget) {
-		/* only a part of unknown size gets here: known from now on, it is
-		 * failed before decoding */
-		uint64_t unknown = SF_SIZE_UNKNOWN;
-		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
-		rc = too_big(c, part, buf->len, err);
-		sf_buf_unref(buf);
-	}
-	if (rc == 0) {
-		e->buf = sf_buf_ref(buf);
-		c->bytes += buf->len;
-		make_room(c, 0);
 		*out = buf;
 		holding = !depth || holding;
-	} else {
-		abandon(c, e);
 	}
-	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -390,6 +520,7 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->counts = counts;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
+	pthread_cond_init(&c->work, NULL);
 	return c;
 }
 
@@ -397,11 +528,18 @@ void sf_dcache_free(struct sf_dcache *c)
 {
 	if (!c)
 		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_signal(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	if (c->ahead_started)
+		pthread_join(c->ahead, NULL);
 	while (c->head)
 		drop(c, c->head);
 	sf_hash_free(&c->entries);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->loaded);
+	pthread_cond_destroy(&c->work);
 	free(c);
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_dcache.h"
 #include "tx.h"
 
 /* a gzip member gets a start point at the first block boundary this far
@@ -75,6 +76,7 @@ struct tx_z {
 	struct zcur *cur;      /* left where the last piece it made ends */
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
+	size_t made;           /* the last piece produced, + 1 (0: none) */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
@@ -231,11 +233,14 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 /* A piece's bytes: from the cursor left where the last piece ended when
  * this one follows it, else from its start point, skipping what lies
  * before it. The cursor is taken out under the lock and put back after:
- * no lock is held while decoding. */
+ * no lock is held while decoding. A piece made right after the one before
+ * it (a member or a walk read in order) names the next to the cache
+ * (sf_cache_ahead), once the cursor is back for it to go on from: it is
+ * decoded on a second thread while the reader copies out this one. A
+ * piece read out of turn names none, so random reads decode no more. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
-	(void)cache;
 	struct tx_z *z = part->arg;
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
@@ -267,9 +272,13 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	pthread_mutex_lock(&z->lock);
 	struct zcur *old = z->cur;
 	z->cur = c;
+	bool in_order = part->aux && z->made == part->aux;
+	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, old);
 	*out = b;
+	if (in_order && part->aux + 1 < z->npc)
+		sf_cache_ahead(cache, z->pc[part->aux + 1].part);
 	return 0;
 }
 
