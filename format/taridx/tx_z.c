@@ -193,12 +193,11 @@ static int stuck(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
 		       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)));
 }
 
-/* Decodes the next n bytes at c into dst (NULL: skips them). 1 when the
- * stream ended first (having decoded *got bytes), 0, or a negative errno. */
+/* Decodes the next n bytes at c into dst. 1 when the stream ended first
+ * (having decoded *got bytes), 0, or a negative errno. */
 static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, uint64_t *got,
 		    struct sf_err *e)
 {
-	uint8_t scratch[16384];
 	uint64_t done = 0;
 	int rc = 0;
 	while (done < n) {
@@ -206,10 +205,9 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 			rc = rc > 0 ? truncated(z, c, e) : rc;
 			break;
 		}
-		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
-						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
+		size_t il = c->len - c->pos, ol = (size_t)(n - done);
 		const char *why = NULL;
-		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
+		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst + done, &ol, false, &why);
 		c->pos += il;
 		done += ol;
 		c->out += ol;
@@ -256,9 +254,15 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	uint64_t got = 0;
 	if (!rc && !b)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	if (!rc && c->out < p->out && (rc = cur_read(z, c, NULL, p->out - c->out, &got, e)) > 0)
-		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
-			     z->src->path, (unsigned long long)p->out);
+	/* what lies before the piece is decoded into its buffer, in turns
+	 * as large as it: a small scratch costs the decoder a copy and a call
+	 * per few kB, when a single-frame archive's member may lie 100 MB in */
+	while (!rc && c->out < p->out) {
+		uint64_t k = p->out - c->out < len ? p->out - c->out : len;
+		if ((rc = cur_read(z, c, b->data, k, &got, e)) > 0)
+			rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+				     z->src->path, (unsigned long long)p->out);
+	}
 	if (!rc && (rc = cur_read(z, c, b->data, len, &got, e)) > 0 && got < len)
 		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
 			     z->src->path, (unsigned long long)(p->out + got));
