@@ -14,6 +14,11 @@ static void count(atomic_uint_fast64_t *c, uint64_t n)
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
+/* Parts decoded ahead at once, and not yet got, at most: one decodes
+ * while a reader copies out the one before, and where a format's parts
+ * are independent (sf_cache_ahead), two decode on two CPUs. */
+#define AHEAD 2
+
 struct entry {
 	uint64_t id;
 	struct sf_buf *buf;      /* NULL while loading */
@@ -21,6 +26,7 @@ struct entry {
 	int waiters;
 	/* the part its decode ahead named, asked for once a reader gets it */
 	struct sf_part *then;
+	bool unread;             /* decoded ahead, no reader has got it yet */
 	struct entry *prev, *next; /* LRU list, most recent first */
 };
 
@@ -37,15 +43,19 @@ struct sf_dcache {
 	void *short_arg;
 	uint64_t charged;         /* the part of `reserved` that charges hold */
 	struct sf_dcache_counts *counts;
-	/* decode ahead (sf_cache_ahead): its thread, started at the first
-	 * request, and the one part it is asked to decode, with its
-	 * placeholder entry, reservation and a reference to its view */
-	pthread_t ahead;
-	bool ahead_started, ahead_failed, ahead_busy, stop;
+	/* decode ahead (sf_cache_ahead): its threads, started as needed, and
+	 * the parts they are asked to decode, each with its placeholder
+	 * entry, reservation and a reference to its view */
+	pthread_t ahead[AHEAD];
+	unsigned nthreads, busy, njobs;
+	unsigned unread;          /* entries decoded (or decoding) ahead, not got yet */
+	bool ahead_failed, stop;
 	pthread_cond_t work;
-	struct sf_part *job;
-	struct sf_view *job_view;
-	struct entry *job_entry;
+	struct job {
+		struct sf_part *part;
+		struct sf_view *view;
+		struct entry *e;
+	} jobs[AHEAD];
 };
 
 void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void))
@@ -125,6 +135,7 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 
 static void drop(struct sf_dcache *c, struct entry *e)
 {
+	c->unread -= e->unread;
 	atomic_fetch_add(&c->iface.freed, 1);
 	hash_remove(c, e);
 	lru_unlink(c, e);
@@ -140,6 +151,8 @@ static void drop(struct sf_dcache *c, struct entry *e)
  * wake, so the last of them frees it. */
 static void abandon(struct sf_dcache *c, struct entry *e)
 {
+	c->unread -= e->unread;
+	e->unread = false;
 	hash_remove(c, e);
 	lru_unlink(c, e);
 	if (!e->waiters)
@@ -175,7 +188,8 @@ static _Thread_local unsigned depth;
  * for room could then mean waiting for itself (the earlier parts of the
  * same read fill the budget), so it does not wait. */
 static _Thread_local bool holding;
-/* Set in the thread that decodes ahead: the part its produce names next. */
+/* Set in the threads that decode ahead: the part its produce named that
+ * could not go ahead at once. */
 static _Thread_local bool ahead_thread;
 static _Thread_local struct sf_part *ahead_then;
 
@@ -270,94 +284,93 @@ static void *ahead_main(void *arg);
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err);
 
-/* Hands p to the thread that decodes ahead (lock held), when it is free,
- * p is not cached or decoding, and its size fits now. Its placeholder
- * goes in at once: a reader that gets there first waits for this decode
- * instead of making a second. */
-static void launch(struct sf_dcache *c, struct sf_part *p)
+/* Hands p to a thread that decodes ahead (lock held), when fewer than
+ * AHEAD parts are ahead, p is neither cached nor decoding, and its size
+ * fits now. Its placeholder goes in at once: a reader that gets there
+ * first waits for this decode instead of making a second. True when p is
+ * handed over or there already. */
+static bool launch(struct sf_dcache *c, struct sf_part *p)
 {
 	uint64_t size = atomic_load(&p->size);
-	if (c->job || c->ahead_busy || c->stop || c->ahead_failed || !p->view ||
-	    size == SF_SIZE_UNKNOWN || find(c, p->id) || !make_room(c, size))
-		return;
-	if (!c->ahead_started) {
-		if (pthread_create(&c->ahead, NULL, ahead_main, c)) {
+	if (find(c, p->id))
+		return true;
+	if (c->unread >= AHEAD || c->stop || c->ahead_failed || !p->view ||
+	    size == SF_SIZE_UNKNOWN || !make_room(c, size))
+		return false;
+	if (c->busy + c->njobs == c->nthreads) {
+		if (pthread_create(&c->ahead[c->nthreads], NULL, ahead_main, c)) {
 			c->ahead_failed = true;
-			return;
+			return false;
 		}
-		c->ahead_started = true;
+		c->nthreads++;
 	}
 	struct entry *e = calloc(1, sizeof *e);
 	if (!e)
-		return;
+		return false;
 	e->id = p->id;
 	e->loading = true;
 	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
 		free(e);
-		return;
+		return false;
 	}
 	lru_front(c, e);
+	e->unread = true;
+	c->unread++;
 	c->reserved += size;
-	c->job = p;
-	c->job_view = sf_view_ref(p->view);
-	c->job_entry = e;
+	c->jobs[c->njobs++] = (struct job){ p, sf_view_ref(p->view), e };
 	pthread_cond_signal(&c->work);
+	return true;
 }
 
 void sf_cache_ahead(struct sf_cache *iface, struct sf_part *next)
 {
 	if (iface->get != cache_get)
 		return;
-	if (ahead_thread) {
-		ahead_then = next;
-		return;
-	}
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
-	launch(c, next);
+	if (!launch(c, next) && ahead_thread)
+		ahead_then = next;
 	pthread_mutex_unlock(&c->lock);
 }
 
-/* The thread that decodes ahead: one part at a time, no lock held while
- * it decodes; at the cache's end, a part not begun is given up. */
+/* A thread that decodes ahead: one part at a time, no lock held while it
+ * decodes; at the cache's end, parts not begun are given up. */
 static void *ahead_main(void *arg)
 {
 	struct sf_dcache *c = arg;
 	ahead_thread = true;
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
-		while (!c->job && !c->stop)
+		while (!c->njobs && !c->stop)
 			pthread_cond_wait(&c->work, &c->lock);
-		if (!c->job)
+		if (!c->njobs)
 			break;
-		struct sf_part *p = c->job;
-		struct sf_view *v = c->job_view;
-		struct entry *e = c->job_entry;
-		uint64_t claim = atomic_load(&p->size);
-		c->job = NULL;
+		struct job j = c->jobs[0];
+		memmove(c->jobs, c->jobs + 1, --c->njobs * sizeof *c->jobs);
+		uint64_t claim = atomic_load(&j.part->size);
 		struct sf_buf *buf = NULL;
 		struct sf_err err;
 		int rc = -ECANCELED;
 		if (!c->stop) {
-			c->ahead_busy = true;
+			c->busy++;
 			pthread_mutex_unlock(&c->lock);
 			ahead_then = NULL;
 			depth++;
-			rc = sf_part_produce(p, &c->iface, &buf, &err);
+			rc = sf_part_produce(j.part, &c->iface, &buf, &err);
 			depth--;
 			if (rc == 0)
-				drop_source_pages(v);
+				drop_source_pages(j.view);
 			pthread_mutex_lock(&c->lock);
-			c->ahead_busy = false;
+			c->busy--;
 		}
-		if (settle(c, e, p, claim, rc, buf, &err) == 0) {
+		if (settle(c, j.e, j.part, claim, rc, buf, &err) == 0) {
 			count(&c->counts->parts_ahead, 1);
-			e->then = ahead_then;
+			j.e->then = ahead_then;
 			sf_buf_unref(buf);
 		}
 		/* the view's last reference may go here: its end takes the lock */
 		pthread_mutex_unlock(&c->lock);
-		sf_view_unref(v);
+		sf_view_unref(j.view);
 		pthread_mutex_lock(&c->lock);
 	}
 	pthread_mutex_unlock(&c->lock);
@@ -396,6 +409,8 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		*out = sf_buf_ref(e->buf);
 		/* decoded ahead and got at last: the next one goes ahead (the
 		 * reader holds the view, so the part named is alive) */
+		c->unread -= e->unread;
+		e->unread = false;
 		if (e->then) {
 			struct sf_part *then = e->then;
 			e->then = NULL;
@@ -530,10 +545,10 @@ void sf_dcache_free(struct sf_dcache *c)
 		return;
 	pthread_mutex_lock(&c->lock);
 	c->stop = true;
-	pthread_cond_signal(&c->work);
+	pthread_cond_broadcast(&c->work);
 	pthread_mutex_unlock(&c->lock);
-	if (c->ahead_started)
-		pthread_join(c->ahead, NULL);
+	for (unsigned i = 0; i < c->nthreads; i++)
+		pthread_join(c->ahead[i], NULL);
 	while (c->head)
 		drop(c, c->head);
 	sf_hash_free(&c->entries);

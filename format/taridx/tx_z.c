@@ -76,7 +76,7 @@ struct tx_z {
 	struct zcur *cur;      /* left where the last piece it made ends */
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
-	size_t made;           /* the last piece produced, + 1 (0: none) */
+	size_t made;           /* the last piece begun, + 1 (0: none) */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
@@ -231,24 +231,33 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 /* A piece's bytes: from the cursor left where the last piece ended when
  * this one follows it, else from its start point, skipping what lies
  * before it. The cursor is taken out under the lock and put back after:
- * no lock is held while decoding. A piece made right after the one before
- * it (a member or a walk read in order) names the next to the cache
- * (sf_cache_ahead), once the cursor is back for it to go on from: it is
- * decoded on a second thread while the reader copies out this one. A
- * piece read out of turn names none, so random reads decode no more. */
+ * no lock is held while decoding. A piece begun right after the one
+ * before it (a member or a walk read in order) names the next to the
+ * cache (sf_cache_ahead), which decodes it on another thread while the
+ * reader copies out this one: at once when it begins a start point (so
+ * that the two decode on two CPUs), else once the cursor is back for it
+ * to go on from. A piece read out of turn names none, so random reads
+ * decode no more. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
 	struct tx_z *z = part->arg;
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
+	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
+	bool alone = next && p[1].out == z->st[p[1].start].out;
 	pthread_mutex_lock(&z->lock);
 	struct zcur *c = z->cur;
 	if (c && c->start == p->start && c->out == p->out)
 		z->cur = NULL;
 	else
 		c = NULL;
+	if (!part->aux || z->made != part->aux)
+		next = NULL;
+	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
+	if (next && alone)
+		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
 	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
 	uint64_t got = 0;
@@ -276,13 +285,11 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	pthread_mutex_lock(&z->lock);
 	struct zcur *old = z->cur;
 	z->cur = c;
-	bool in_order = part->aux && z->made == part->aux;
-	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, old);
 	*out = b;
-	if (in_order && part->aux + 1 < z->npc)
-		sf_cache_ahead(cache, z->pc[part->aux + 1].part);
+	if (next && !alone)
+		sf_cache_ahead(cache, next);
 	return 0;
 }
 
