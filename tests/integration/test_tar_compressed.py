@@ -357,7 +357,7 @@ def test_bomb_stays_in_the_budget(mount, tmp_path):
 
 def test_sequential_read_decodes_ahead(mount, tmp_path):
     """A member of 24 MiB (six pieces) read in order: from its third piece
-    on, each next one is decoded ahead on the cache's second thread
+    on, each next one is decoded ahead on the cache's own threads
     (stats.json's cache.parts_ahead) while the one before is read, each
     piece once, and every byte is the member's: in a zstd frame (one start
     point) and a gzip member (start points every few MiB). A member read
