@@ -8,6 +8,7 @@
 
 #include "sf_hash.h"
 #include "sf_map.h"
+#include "sf_view_impl.h"
 
 static void count(atomic_uint_fast64_t *c, uint64_t n)
 {

@@ -11,7 +11,7 @@
 #include "sf_buf.h"
 #include "sf_map.h"
 #include "sf_open.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* Each format defines its descriptors in its own folder; one left out of
  * the build (-Dformats) is a null weak reference, skipped. */
@@ -24,8 +24,6 @@ static const struct sf_format *all[] = {
 #include "formats.h"
 #undef SF_FORMAT
 };
-
-struct sf_progress sf_progress;
 
 const struct sf_format *sf_format_for(const char *dirpath, const char *name)
 {
@@ -125,6 +123,8 @@ int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 	struct sf_view *v = sf_view_new(f, a->path);
 	if (!v)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", a->path);
+	/* the open's long work counts as the host's */
+	v->host.progress = a->host ? a->host->progress : NULL;
 	/* a link view reads nothing of the file once made: it holds no mapping */
 	if (!f->link && sf_view_hold_map(v, a->map)) {
 		sf_view_unref(v);
@@ -165,8 +165,15 @@ int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 	if (rc) {
 		sf_view_unref(*out);
 		*out = NULL;
+	} else {
+		sf_view_use_host(*out, a->host);
 	}
 	return rc;
+}
+
+bool sf_view_shed(struct sf_view *v)
+{
+	return v->format && v->format->shed && v->format->shed(v->state);
 }
 
 int sf_map_beside(const struct sf_open_args *a, const char *rel, struct sf_map **out,
@@ -220,7 +227,8 @@ static int mount_top(char *real, const char **rel)
 	return fd;
 }
 
-int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
+int sf_open_path(const char *path, const struct sf_host *host, struct sf_view **out,
+		 struct sf_err *e)
 {
 	char *copy = strdup(path);
 	if (!copy)
@@ -256,7 +264,7 @@ int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e)
 	struct sf_open_args a = {
 		.topfd = topfd, .dirrel = dirrel, .dirpath = dirpath,
 		.name = name, .path = path, .map = map,
-		.siblings = (const char *const *)names, .nsiblings = nnames,
+		.siblings = (const char *const *)names, .nsiblings = nnames, .host = host,
 	};
 	rc = sf_format_open(f, &a, out, e);
 out:

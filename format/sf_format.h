@@ -42,6 +42,9 @@ struct sf_open_args {
 	 * when has_keepdir; valid during the open only. */
 	bool has_keepdir;
 	int keepdir;
+	/* What the host wants of the view (sf_host.h; NULL: no cache, no
+	 * counts, the defaults); copied into the view. */
+	const struct sf_host *host;
 };
 
 /* Maps `rel`, named relative to the container's directory ("x_0000.tar",
@@ -133,20 +136,6 @@ struct sf_format {
 	const char *(*link)(const void *state);
 };
 
-/* Long work under way in views now, for the mount's stats.json: tars
- * whose headers are being walked to index them (a tar with no index), with
- * their bytes, the bytes and headers walked so far, and the walks done;
- * and what the charges that last hold, by kind. */
-struct sf_progress {
-	atomic_uint_fast64_t walking, bytes_to_walk, bytes_walked, headers_walked;
-	atomic_uint_fast64_t walks_done;
-	atomic_uint_fast64_t indexes_held, index_bytes_held; /* tx_walked.c */
-	/* files' extents (sparse maps) and kept texts (sf_view.c); counted
-	 * directories' tables (tatami blobs/, tat_blobdir.c) */
-	atomic_uint_fast64_t file_bytes_held, table_bytes_held;
-};
-extern struct sf_progress sf_progress;
-
 /* Runs a check on a mapped file's probe, read with pread (sf_map_read): a
  * full open starts with the same check the listing made. */
 struct sf_map;
@@ -181,6 +170,9 @@ const struct sf_format *sf_format_nth(size_t i);
  * change in place while it was read (sf_map_check). */
 int sf_format_open(const struct sf_format *f, const struct sf_open_args *a,
 		   struct sf_view **out, struct sf_err *e);
+/* Gives back what the view holds that it can make again (sf_format.shed):
+ * true when it gave something. Only while no thread uses the view. */
+bool sf_view_shed(struct sf_view *v);
 /* The same steps unchecked: for a map that has no file
  * behind it (the fuzz harness). */
 int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
@@ -188,7 +180,8 @@ int sf_format_view(const struct sf_format *f, const struct sf_open_args *a,
 /* Opens `path` (a file outside any mount, for the tools): maps it, lists its
  * directory for siblings and opens the view. The file is taken as named;
  * the files beside it are opened beneath "/" with no symlink followed, as
- * the daemon opens them beneath SRC. */
-int sf_open_path(const char *path, struct sf_view **out, struct sf_err *e);
+ * the daemon opens them beneath SRC. `host` as sf_open_args.host. */
+int sf_open_path(const char *path, const struct sf_host *host, struct sf_view **out,
+		 struct sf_err *e);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "sf_map.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* Views of a few mappings: each is checked (a fstat apiece). A fold of a
  * thousand tars: its index only; what it serves of the tars is served

@@ -12,7 +12,7 @@
 #include "sf_bytes.h"
 #include "sf_mapcheck.h"
 #include "sf_map.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 struct produce_call {
 	const struct sf_part *part;

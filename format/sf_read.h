@@ -33,7 +33,7 @@ struct sf_readv {
 	 * pieces, whatever lets go of the view meanwhile (a FORGET, a view
 	 * closed past --max-open). An answer gathers from one file. */
 	struct sf_view *view;
-	/* What the lookup of this read copied along (sf_recent_take): pieces
+	/* What the locate of this read copied along (sf_stored.pre): pieces
 	 * it holds are copied from it rather than read again. */
 	struct sf_recent pre;
 	uint64_t bytes;

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "sf_err.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 void sf_report_add(struct sf_report *r, bool error, const char *fmt, ...)
 {
@@ -71,11 +71,13 @@ static int failed_info(const struct sf_part *p, struct sf_cache *c, struct sf_bu
 	return 0;
 }
 
-struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why)
+struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why,
+			       const struct sf_host *host)
 {
 	struct sf_view *v = sf_view_new(fmt, path);
 	if (!v)
 		return NULL;
+	sf_view_use_host(v, host);
 	v->free_state = free;
 	if (!(v->state = strdup(why)) || !sf_view_add_meta(v, failed_info, NULL, failed_verify, NULL)) {
 		sf_view_unref(v);

@@ -32,9 +32,11 @@ struct sf_buf *sf_report_take(struct sf_report *r);
 
 /* The view of a container that passed the listing's check but failed to
  * open (docs/design.md §3.1): only .shardfs/, whose verify and info.txt
- * say why. */
+ * say why, read as `host` wants. */
 struct sf_format;
+struct sf_host;
 struct sf_view;
-struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why);
+struct sf_view *sf_view_failed(const struct sf_format *fmt, const char *path, const char *why,
+			       const struct sf_host *host);
 
 #endif

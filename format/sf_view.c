@@ -1,6 +1,6 @@
 /* The view tree: nodes, directories and their name index, file contents,
  * views and their lazy work. */
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -38,7 +38,7 @@ static void file_clear(struct sf_node *f)
 		fl->start = NULL;
 		fl->cap = 0;
 		sf_cache_uncharge(f->view->cache, fl->charged);
-		atomic_fetch_sub(&sf_progress.file_bytes_held, fl->charged);
+		SF_PROGRESS_ADD(f->view->host.progress, file_bytes_held, -fl->charged);
 		fl->charged = 0;
 	}
 }
@@ -614,7 +614,7 @@ int sf_file_reserve(struct sf_node *f, size_t more, const char *what, struct sf_
 	fl->start = st;
 	fl->cap = want;
 	if (c->charge) {
-		atomic_fetch_add(&sf_progress.file_bytes_held, bytes - fl->charged);
+		SF_PROGRESS_ADD(f->view->host.progress, file_bytes_held, bytes - fl->charged);
 		fl->charged = bytes;
 	}
 	return 0;
@@ -628,7 +628,7 @@ int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct s
 	int rc = sf_cache_charge(c, bytes, f->view->path, what, e);
 	if (!rc) {
 		f->u.file.charged += bytes;
-		atomic_fetch_add(&sf_progress.file_bytes_held, bytes);
+		SF_PROGRESS_ADD(f->view->host.progress, file_bytes_held, bytes);
 	}
 	return rc;
 }
@@ -738,7 +738,7 @@ static struct sf_view *view_alloc(const struct sf_format *fmt, const char *path)
 	pthread_mutex_init(&v->names_lock, NULL);
 	v->format = fmt;
 	v->cache = &sf_nocache;
-	v->drop_every = SF_DROP_EVERY;
+	v->host.drop_every = SF_DROP_EVERY;
 	v->path = strdup(path);
 	if (!v->path) {
 		free(v);
@@ -1106,24 +1106,28 @@ struct sf_map *sf_view_source(const struct sf_view *v)
 	return v->source;
 }
 
-void sf_view_set_keep_generated(struct sf_view *v, bool keep)
+const char *sf_view_path(const struct sf_view *v)
 {
-	v->keep_generated = keep;
+	return v->path;
 }
 
-void sf_view_set_keep_copies(struct sf_view *v, bool keep)
+const struct sf_format *sf_view_format(const struct sf_view *v)
 {
-	v->keep_copies = keep;
+	return v->format;
 }
 
-void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups)
+bool sf_node_hidden(const struct sf_node *n)
 {
-	v->drop_every = lookups ? lookups : 1;
+	return n->hidden;
 }
 
-void sf_view_set_cache(struct sf_view *v, struct sf_cache *c)
+void sf_view_use_host(struct sf_view *v, const struct sf_host *h)
 {
-	v->cache = c;
+	if (h)
+		v->host = *h;
+	if (!v->host.drop_every)
+		v->host.drop_every = SF_DROP_EVERY;
+	v->cache = v->host.cache ? v->host.cache : &sf_nocache;
 }
 
 void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *path,
@@ -1200,6 +1204,7 @@ int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
 		   struct sf_err *e)
 {
 	struct sf_node *root = v->root;
+	out->pre = (struct sf_recent){ 0 };
 	while (*path == '/')
 		path++;
 	if (root->kind != SF_DIR || !root->u.dir.locate || !*path || strchr(path, '/') ||

@@ -29,6 +29,8 @@
 #include "sf_buf.h"
 #include "sf_err.h"
 #include "sf_hash.h"
+#include "sf_host.h"
+#include "sf_recent.h"
 #include "sf_turn.h"
 
 struct sf_format;
@@ -146,6 +148,12 @@ typedef int (*sf_lookup_fn)(struct sf_node *dir, const char *name,
 struct sf_stored {
 	struct sf_map *map;
 	uint64_t off, size;
+	/* Set by the caller of sf_view_locate: a read of the file's first
+	 * `along` bytes waits on the locate (0: none), so a hook may copy the
+	 * payload along with the header it checks, one pread for both, into
+	 * `pre` (the caller's to sf_recent_free; sf_recent.h). */
+	size_t along;
+	struct sf_recent pre;
 };
 /* Where the bytes of the file `name` of a directory not yet populated lie
  * (optional; the taridx flat-name lookup without a node): 0 and *out; 1
@@ -161,125 +169,9 @@ typedef int (*sf_build_fn)(struct sf_node *f, struct sf_cache *c, struct sf_err 
  * has its kind, name, key and aux set (called in the view's turn). */
 typedef int (*sf_make_fn)(struct sf_node *n, struct sf_err *e);
 
-struct sf_lazy;
-
-struct sf_dir {
-	struct sf_node **kids;
-	size_t n, cap;
-	/* name -> kid, built once a directory grows (empty: search kids) */
-	struct sf_hash index;
-	sf_populate_fn populate;
-	sf_lookup_fn lookup;
-	sf_locate_fn locate;
-	atomic_bool populated;
-	/* populated, and found so with no lazy work running: nothing adds to
-	 * it any more (a directory made by lazy work may be filled by it
-	 * after being made, and a populate may set `populated` first) */
-	atomic_bool complete;
-	/* entries whose nodes are made on demand (sf_dir_set_lazy) */
-	struct sf_lazy *lazy;
-};
-
-struct sf_file {
-	uint64_t size;
-	struct sf_ext *ext;
-	uint64_t *start; /* start[i] = file offset of ext[i]; for binary search */
-	size_t n, cap;
-	sf_build_fn build;
-	atomic_bool built;
-	/* Set when the content is exactly one part of unknown size: the size is
-	 * learned by producing the part. */
-	struct sf_part *whole;
-	/* Content whose source failed a check at build time: reads fail EIO. */
-	char *broken;
-	/* Set when the format knows the size before building (the build only
-	 * places extents): a listing may show it without building. */
-	bool size_known;
-	uint64_t known_size;
-	/* what the extents hold in the view's cache (sf_file_reserve) */
-	uint64_t charged;
-};
-
-struct sf_node {
-	enum sf_kind kind;
-	bool hidden;           /* resolvable but never listed (".shardfs") */
-	/* Made on demand for an entry of its parent's lazy table: freed once
-	 * no host holds it and nobody has it pinned (names lock). */
-	bool lazy;
-	uint32_t pins;
-	uint32_t key;          /* lazy: the entry's key (the format's) */
-	char *name;            /* escaped, as shown */
-	struct sf_node *parent;
-	struct sf_view *view;
-	void *arg;             /* the format's, for populate/build/lookup */
-	uint64_t aux;
-	_Atomic(void *) host;  /* the daemon's slot (its inode for this node) */
-	union {
-		struct sf_dir dir;
-		struct sf_file file;
-		char *target;  /* SF_LINK */
-	} u;
-};
-
-/* ---- views ------------------------------------------------------------ */
-
-struct sf_view {
-	atomic_uint refs;
-	/* The turn for lazy work (populating, building, making on-demand
-	 * nodes, adding parts): hooks run in it, and it is not recursive. No
-	 * lock is held while hooks read the container. */
-	struct sf_turn turn;
-	/* Short, never held across a hook: writes of directories'
-	 * entries (kids, on-demand entries), on-demand nodes' table, pins and
-	 * hosts, the warnings. */
-	pthread_mutex_t names_lock;
-	struct sf_node *root;     /* a directory, or a symlink (alias views) */
-	const struct sf_format *format;
-	/* The cache the host reads this view through (sf_nocache until the host
-	 * sets it): for lazy work that is handed none, like populating. */
-	struct sf_cache *cache;
-	char *path;               /* the container's path, for messages */
-	struct sf_map **maps;     /* mappings the extents point into, by address */
-	size_t nmaps, capmaps;
-	/* The container's own mapping when the view holds it (set by
-	 * sf_format_open): what lazy work is checked against in a view of
-	 * many mappings (sf_mapcheck.c). */
-	struct sf_map *source;
-	void *state;              /* the format's parsed container */
-	void (*free_state)(void *state);
-	struct sf_part **parts;   /* owned */
-	size_t nparts, capparts;
-	/* Problems that did not prevent the view (e.g. tet footer JSON
-	 * damaged), found while opening or later while populating or
-	 * building: the daemon reports each once (names lock). */
-	char **warnings;
-	size_t capwarnings;
-	atomic_size_t nwarnings;
-	atomic_size_t nreported;  /* the host's: warnings it has passed on */
-	/* sf_map_changes() when no mapping of the view had changed
-	 * (sf_view_failed_by_change looks again only when it has moved on) */
-	_Atomic uint64_t intact_at;
-	/* Lookups of stored members between drops of the mappings' pages from
-	 * the page tables (sf_map_drop_pages; a fold's listing and lookups
-	 * touch a header apiece): SF_DROP_EVERY keeps the daemon's resident
-	 * memory low; a host reading members itself drops less often, as each
-	 * drop costs the next reads their page faults (sf_view_set_drop_every). */
-	uint32_t drop_every;
-	/* Files a format renders from the whole container (a fold's
-	 * samples.jsonl) are kept whole once their size is counted, instead of
-	 * rendered again for each read: for a host that reads them whole once
-	 * (the Python module's Fold); the daemon's readers read pieces, and its
-	 * memory is budgeted (sf_view_set_keep_generated). */
-	bool keep_generated;
-	/* Indexes a lookup reads are copied whole on first use and kept
-	 * (a fold's rows, 32 bytes a member, charged to the view's cache), so that a lookup makes no system
-	 * call to read them: for a host that reads members at random itself
-	 * (the Python module); the daemon copies rows as it reads them, its
-	 * memory bounded per member (sf_view_set_keep_copies). */
-	bool keep_copies;
-};
-
-#define SF_DROP_EVERY 4096
+/* A view and its nodes are opaque to hosts: they ask the functions below
+ * ("asking about trees"). Their insides are format/'s (sf_view_impl.h). */
+struct sf_view;
 
 /* Creates a view whose root is an empty directory. `path` names the
  * container in messages. */
@@ -450,6 +342,8 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 
 enum sf_kind sf_node_kind(const struct sf_node *n);
 const char *sf_node_name(const struct sf_node *n);
+/* Resolvable but never listed (".shardfs"). */
+bool sf_node_hidden(const struct sf_node *n);
 struct sf_view *sf_node_view(const struct sf_node *n);
 /* The host's slot (sf_node_set_host); NULL when none. */
 void *sf_node_host(const struct sf_node *n);
@@ -457,17 +351,15 @@ void *sf_node_host(const struct sf_node *n);
 const char *sf_link_target(const struct sf_node *n);
 /* A view's root: a directory, or a symlink (alias views). */
 struct sf_node *sf_view_root(const struct sf_view *v);
+/* The container's path, as messages name it. */
+const char *sf_view_path(const struct sf_view *v);
+/* The format the view was opened with (NULL for a view made bare). */
+const struct sf_format *sf_view_format(const struct sf_view *v);
 /* The mappings the view holds (sf_view_hold_map), i < sf_view_nmaps. */
 size_t sf_view_nmaps(const struct sf_view *v);
 struct sf_map *sf_view_map(const struct sf_view *v, size_t i);
 /* The container's own mapping when the view holds it, else NULL. */
 struct sf_map *sf_view_source(const struct sf_view *v);
-void sf_view_set_keep_generated(struct sf_view *v, bool keep);
-void sf_view_set_keep_copies(struct sf_view *v, bool keep);
-/* How many member lookups pass between page drops (drop_every; not 0). */
-void sf_view_set_drop_every(struct sf_view *v, uint32_t lookups);
-/* The cache lazy work of the view reads through from now on. */
-void sf_view_set_cache(struct sf_view *v, struct sf_cache *c);
 /* Calls fn(arg, v's path, warning) for each warning raised since the last
  * call (sf_view_warn), so that a host reports each once. */
 void sf_view_take_warnings(struct sf_view *v, void (*fn)(void *arg, const char *path,
@@ -501,7 +393,8 @@ int sf_view_walk(struct sf_node *from, const char *path, struct sf_node **out,
  * when the root's locate hook can tell so for a name at the root before
  * the root is listed; 1 when it cannot, and the caller
  * walks to the file (the walk is the authority, and says why a name
- * fails); or a negative errno, e set. */
+ * fails); or a negative errno, e set. The caller sets out->along; what
+ * out->pre then holds is the caller's, whatever the answer. */
 int sf_view_locate(struct sf_view *v, const char *path, struct sf_stored *out,
 		   struct sf_err *e);
 

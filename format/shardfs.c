@@ -66,11 +66,10 @@ static void shed_idle(void *arg)
 	uint64_t now = now_ms();
 	pthread_mutex_lock(&handles_lock);
 	for (struct shardfs *h = handles; h; h = h->next) {
-		bool (*shed)(void *) = h->view->format->shed;
-		if (!shed || now - atomic_load(&h->used_ms) < IDLE_MS ||
+		if (!sf_view_format(h->view)->shed || now - atomic_load(&h->used_ms) < IDLE_MS ||
 		    pthread_rwlock_trywrlock(&h->use))
 			continue;
-		if (shed(h->view->state))
+		if (sf_view_shed(h->view))
 			atomic_fetch_add(&sheds, 1);
 		pthread_rwlock_unlock(&h->use);
 	}
@@ -130,18 +129,18 @@ int shardfs_open(const char *path, struct shardfs **out)
 	struct shardfs *h = cache ? calloc(1, sizeof *h) : NULL;
 	if (!h)
 		return fail(sf_fail(&e, -ENOMEM, "out of memory"), &e);
-	int rc = sf_open_path(path, &h->view, &e);
+	/* the API's host: every handle of the process reads through its one
+	 * cache, as the module reads (DROP_EVERY) */
+	const struct sf_host host = { .cache = sf_dcache_iface(cache), .drop_every = DROP_EVERY,
+				      .keep_generated = true, .keep_copies = true };
+	int rc = sf_open_path(path, &host, &h->view, &e);
 	if (rc) {
 		free(h);
 		return fail(rc, &e);
 	}
 	for (size_t i = 0; i < sf_view_nmaps(h->view); i++)
 		sf_map_set_recheck(sf_view_map(h->view, i), RECHECK_NS);
-	sf_view_set_drop_every(h->view, DROP_EVERY);
-	sf_view_set_keep_generated(h->view, true);
-	sf_view_set_keep_copies(h->view, true);
-	h->cache = sf_dcache_iface(cache);
-	sf_view_set_cache(h->view, h->cache);
+	h->cache = host.cache;
 	pthread_rwlock_init(&h->use, NULL);
 	atomic_init(&h->used_ms, now_ms());
 	pthread_mutex_lock(&handles_lock);
@@ -211,7 +210,7 @@ void shardfs_cache_stats(struct shardfs_cache_stats *out)
 
 const char *shardfs_format(const struct shardfs *h)
 {
-	return h->view->format->name;
+	return sf_view_format(h->view)->name;
 }
 
 const char *shardfs_view_ext(const char *dir, const char *name, const char *const *names,
@@ -229,14 +228,14 @@ const char *shardfs_last_error(void)
 static void describe(struct shardfs *h, struct sf_node *n, struct shardfs_entry *out)
 {
 	struct sf_err e = { { 0 } };
-	*out = (struct shardfs_entry){ .name = n->name };
-	switch (n->kind) {
+	*out = (struct shardfs_entry){ .name = sf_node_name(n) };
+	switch (sf_node_kind(n)) {
 	case SF_DIR:
 		out->kind = SHARDFS_DIR;
 		break;
 	case SF_LINK:
 		out->kind = SHARDFS_LINK;
-		out->target = n->u.target;
+		out->target = sf_link_target(n);
 		break;
 	case SF_FILE:
 		out->kind = SHARDFS_FILE;
@@ -245,7 +244,7 @@ static void describe(struct shardfs *h, struct sf_node *n, struct shardfs_entry 
 		if (out->error)
 			fail(out->error, &e);
 		else
-			out->size = n->u.file.size;
+			out->size = sf_file_size(n).size;
 		break;
 	}
 }
@@ -253,7 +252,7 @@ static void describe(struct shardfs *h, struct sf_node *n, struct shardfs_entry 
 static int walk(struct shardfs *h, const char *path, struct sf_node **n)
 {
 	struct sf_err e = { { 0 } };
-	int rc = sf_view_walk(h->view->root, path, n, &e);
+	int rc = sf_view_walk(sf_view_root(h->view), path, n, &e);
 	return rc ? fail(rc, &e) : 0;
 }
 
@@ -275,8 +274,9 @@ static int list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *ar
 	int rc = walk(h, dir, &d);
 	if (rc)
 		return rc;
-	if (d->kind != SF_DIR)
-		return fail(sf_fail(&e, -ENOTDIR, "%s: %s is not a directory", h->view->path, dir), &e);
+	if (sf_node_kind(d) != SF_DIR)
+		return fail(sf_fail(&e, -ENOTDIR, "%s: %s is not a directory", sf_view_path(h->view),
+				    dir), &e);
 	if ((rc = sf_dir_ready(d, &e)))
 		return fail(rc, &e);
 	for (size_t i = 0; i < sf_dir_count(d); i++) {
@@ -286,7 +286,7 @@ static int list(struct shardfs *h, const char *dir, shardfs_list_fn fn, void *ar
 		/* a node made for an on-demand entry goes again once described:
 		 * a listing of millions keeps none of them (about 400 bytes each) */
 		struct shardfs_entry ent;
-		if (!k->hidden) {
+		if (!sf_node_hidden(k)) {
 			describe(h, k, &ent);
 			rc = fn(&ent, arg);
 		}
@@ -312,27 +312,26 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 {
 	struct sf_err e = { { 0 } };
 	struct sf_node *f;
-	struct sf_stored st;
-	/* a read from the start of a small file: its lookup may copy it along
-	 * with the header it checks, one pread for both (sf_recent.h) */
-	sf_recent_want(off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0);
+	/* a read from the start of a small file: its locate may copy it along
+	 * with the header it checks, one pread for both (sf_stored.along) */
+	struct sf_stored st = { .along = off == 0 ? (len < READ_ALONG_MAX ? len : READ_ALONG_MAX) : 0 };
 	/* a member found without a node where the view can (most reads of a
 	 * fold by name), else the walk, which also says why a name fails */
 	bool stored = sf_view_locate(h->view, path, &st, &e) == 0;
+	rv->pre = st.pre;
 	int rc = stored ? 0 : walk(h, path, &f);
-	rv->pre = sf_recent_take();
 	if (rc)
 		return rc;
 	if (stored) {
 		rc = sf_stored_read(h->view, &st, off, len, rv, &e);
 		return rc ? fail(rc, &e) : 0;
 	}
-	if (f->kind != SF_FILE)
-		return fail(sf_fail(&e, f->kind == SF_DIR ? -EISDIR : -EINVAL,
-				    "%s: %s is not a file", h->view->path, path), &e);
+	if (sf_node_kind(f) != SF_FILE)
+		return fail(sf_fail(&e, sf_node_kind(f) == SF_DIR ? -EISDIR : -EINVAL,
+				    "%s: %s is not a file", sf_view_path(h->view), path), &e);
 	if ((rc = sf_file_ready(f, h->cache, &e)))
 		return fail(rc, &e);
-	if (off >= f->u.file.size)
+	if (off >= sf_file_size(f).size)
 		return 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;
@@ -368,7 +367,7 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 	struct sf_err e = { { 0 } };
 	struct shardfs_hold *hd = calloc(1, sizeof *hd);
 	if (!hd)
-		return fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path, path), &e);
+		return fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", sf_view_path(h->view), path), &e);
 	enter(h);
 	int rc = gather(h, path, off, len, &hd->rv);
 	leave(h);
@@ -382,7 +381,7 @@ ssize_t shardfs_hold(struct shardfs *h, const char *path, uint64_t off, size_t l
 		/* zero bytes, or pieces of a synthesized file: one copy */
 		hd->copy = malloc(rv->bytes ? rv->bytes : 1);
 		if (!hd->copy)
-			rc = fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", h->view->path,
+			rc = fail(sf_fail(&e, -ENOMEM, "%s: %s: out of memory", sf_view_path(h->view),
 					  path), &e);
 		else if (rv->bytes && (rc = sf_readv_copy(rv, hd->copy, &e)))
 			fail(rc, &e);

@@ -78,7 +78,7 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		section_end(dm);
 	}
 	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
-	double t = fnode_kind(n) == FK_META_FILE ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
+	double t = n->ops->live ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);
 }
 
@@ -100,21 +100,24 @@ static bool caller_may_read(fuse_req_t req, const struct stat *st)
 	return yes;
 }
 
-void op_readlink(fuse_req_t req, fuse_ino_t ino)
+static void readlink_view(fuse_req_t req, struct fnode *n)
 {
-	count(req, REQ_READLINK);
-	struct fnode *n = fn_of(req, ino);
-	if (fnode_view_is(n, SF_LINK)) {
-		/* its target is the alias file's content: for its readers */
-		struct stat st;
-		fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
-		if (caller_may_read(req, &st))
-			fuse_reply_readlink(req, sf_link_target(view_of(n)->vn));
-		else
-			fuse_reply_err(req, EACCES);
+	if (!fnode_view_is(n, SF_LINK)) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	if (fnode_kind(n) != FK_SRC_OTHER || !S_ISLNK(src_of(n)->st.st_mode)) {
+	/* its target is the alias file's content: for its readers */
+	struct stat st;
+	fill_attr(daemon_of(req), n, fuse_req_ctx(req)->pid, false, &st);
+	if (caller_may_read(req, &st))
+		fuse_reply_readlink(req, sf_link_target(view_of(n)->vn));
+	else
+		fuse_reply_err(req, EACCES);
+}
+
+static void readlink_src(fuse_req_t req, struct fnode *n)
+{
+	if (!S_ISLNK(src_of(n)->st.st_mode)) {
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
@@ -127,6 +130,22 @@ void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		reply_src_err(req, -rc);
 	else
 		fuse_reply_readlink(req, buf);
+}
+
+/* The kinds that may be symbolic links (others: EINVAL). */
+static void (*const readlink_of[FK_KINDS])(fuse_req_t req, struct fnode *n) = {
+	[FK_SRC_OTHER] = readlink_src,
+	[FK_VIEW] = readlink_view,
+};
+
+void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	count(req, REQ_READLINK);
+	struct fnode *n = fn_of(req, ino);
+	if (readlink_of[fnode_kind(n)])
+		readlink_of[fnode_kind(n)](req, n);
+	else
+		fuse_reply_err(req, EINVAL);
 }
 
 void op_statfs(fuse_req_t req, fuse_ino_t ino)

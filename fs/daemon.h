@@ -38,6 +38,7 @@ struct daemon {
 	struct stats stats;           /* counters and the problem log */
 	struct sf_dcache *cache;         /* decoded parts */
 	struct sf_cache *view_cache;  /* what views read through (the cache) */
+	struct sf_host host;          /* what views are opened with (that cache) */
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
 	struct push *push;            /* --push-ahead (fs/push.h); NULL: off */

@@ -25,19 +25,14 @@
  * 100,000 containers, costs no copy of its names. */
 struct dirsnap {
 	size_t n;
-	struct dent {
-		char *name;
-		unsigned char type;
-		ino_t ino;
-		struct sf_node *vn; /* in a view: the node listed, if made */
-	} *e;
+	struct dent *e;
 	struct listing *l;
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
 	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
 };
 
-static void snap_free(struct dirsnap *s)
+void dirsnap_free(struct dirsnap *s)
 {
 	for (size_t i = 0; i < s->n; i++)
 		free(s->e[i].name);
@@ -93,16 +88,14 @@ static int snap_view(struct daemon *dm, struct fnode *dir, struct dirsnap *s, si
 	return 0;
 }
 
-/* Entry i of a handle (0 <= i < dent_count), its name borrowed (a view's
- * from `vd`, where a counted entry's name is written); a hidden view entry
- * has a NULL name, to be skipped. A populated directory's
- * entries never change, so they are read without the view's turn. */
-static size_t dent_count(const struct dirsnap *s)
+/* A populated directory's entries never change, so they are read without
+ * the view's turn. */
+size_t dent_count(const struct dirsnap *s)
 {
 	return s->n + (s->l ? s->l->n : 0) + (s->vdir ? sf_dir_count(s->vdir) : 0);
 }
 
-static struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd)
+struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd)
 {
 	if (i < s->n)
 		return s->e[i];
@@ -127,45 +120,110 @@ static int snap_meta(struct daemon *dm, struct fnode *dir, struct dirsnap *s, si
 	return rc ? rc : snap_add(s, cap, "stats.json", DT_REG, fnode_ino(dir) + 2);
 }
 
-/* A directory's snapshot by its kind (none: not a directory). */
-static int (*const snap_of[FK_KINDS])(struct daemon *dm, struct fnode *dir, struct dirsnap *s,
-				      size_t *cap) = {
-	[FK_SRC_DIR] = snap_src,
-	[FK_VIEW] = snap_view,
-	[FK_META_DIR] = snap_meta,
+/* a SRC directory is listed from SRC */
+static bool src_at_source(const struct fnode *dir)
+{
+	return true;
+}
+
+/* a view's directory it holds complete is snapshot from memory: no section
+ * at the source, so that it opens while the source holds every thread the
+ * pool gives it (as a lookup of a name it holds) */
+static bool view_at_source(const struct fnode *dir)
+{
+	struct sf_node *vn = fnode_vn(dir);
+	return fnode_view_is(dir, SF_DIR) && !(vn && sf_dir_is_complete(vn));
+}
+
+static struct fnode *plus_src(struct daemon *dm, struct fnode *dir, const struct dent *d,
+			      struct listing **l, double *t)
+{
+	struct fnode *n = NULL;
+	*t = SRC_TIMEOUT;
+	return find_src(dm, dir, d->name, true, l, &n) ? NULL : n;
+}
+
+static struct fnode *plus_view(struct daemon *dm, struct fnode *dir, const struct dent *d,
+			       struct listing **l, double *t)
+{
+	*t = VIEW_TIMEOUT;
+	/* an on-demand entry's node is made (and pinned) by the lookup */
+	struct sf_err e = { { 0 } };
+	struct sf_node *vn = d->vn;
+	if (!vn && (sf_dir_find(fnode_vn(dir), d->name, &vn, &e) || !vn))
+		return NULL;
+	fnode_find(&dm->tree);
+	struct fnode *n = NULL;
+	if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
+		n = fnode_for_view(&dm->tree, dir, vn);
+	if (!d->vn)
+		sf_node_unpin(vn);
+	return fnode_found(&dm->tree, n);
+}
+
+/* What a directory's requests do, by its node's kind (no snap: not a
+ * directory). */
+static const struct dir_kind {
+	/* the names a handle lists */
+	int (*snap)(struct daemon *dm, struct fnode *dir, struct dirsnap *s, size_t *cap);
+	/* whether snap makes system calls on SRC (NULL: never) */
+	bool (*at_source)(const struct fnode *dir);
+	/* readdirplus: an entry's node, looked up at the source, and its
+	 * timeout (NULL: names only) */
+	struct fnode *(*plus)(struct daemon *dm, struct fnode *dir, const struct dent *d,
+			      struct listing **l, double *t);
+	/* its listed files are pushed ahead (fs/push.h) */
+	bool push;
+} dir_kinds[FK_KINDS] = {
+	[FK_SRC_DIR] = { .snap = snap_src, .at_source = src_at_source, .plus = plus_src },
+	[FK_VIEW] = { .snap = snap_view, .at_source = view_at_source, .plus = plus_view,
+		      .push = true },
+	[FK_META_DIR] = { .snap = snap_meta },
 };
+
+bool dir_at_source(const struct fnode *dir)
+{
+	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
+	return k->at_source && k->at_source(dir);
+}
+
+int dirsnap_take(struct daemon *dm, struct fnode *dir, struct dirsnap **out)
+{
+	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
+	*out = NULL;
+	if (!k->snap)
+		return -ENOTDIR;
+	struct dirsnap *s = calloc(1, sizeof *s);
+	size_t cap = 0;
+	int rc = s ? 0 : -ENOMEM;
+	if (rc == 0)
+		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(dir));
+	if (rc == 0)
+		rc = snap_add(s, &cap, "..", DT_DIR, 1);
+	if (rc == 0)
+		rc = k->snap(dm, dir, s, &cap);
+	if (rc) {
+		if (s)
+			dirsnap_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPENDIR);
 	struct fnode *n = fn_of(req, ino);
-	struct dirsnap *s = calloc(1, sizeof *s);
-	size_t cap = 0;
-	int rc = s ? 0 : -ENOMEM;
-	if (rc == 0)
-		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(n));
-	if (rc == 0)
-		rc = snap_add(s, &cap, "..", DT_DIR, 1);
-	/* a view's directory it holds complete is snapshot from memory: no
-	 * section at the source, so that it opens while the source holds every
-	 * thread the pool gives it (as a lookup of a name it holds) */
-	struct sf_node *vn = fnode_vn(n);
-	bool src = fnode_kind(n) == FK_SRC_DIR ||
-		   (fnode_view_is(n, SF_DIR) && !(vn && sf_dir_is_complete(vn)));
+	bool src = dir_at_source(n);
 	char pb[FNODE_PATH_MAX];
-	if (rc == 0 && src && !section_begin(req, "opendir", node_path(n, pb), NULL)) {
-		snap_free(s);
+	if (src && !section_begin(req, "opendir", node_path(n, pb), NULL))
 		return;
-	}
-	if (rc == 0) {
-		rc = snap_of[fnode_kind(n)] ? snap_of[fnode_kind(n)](daemon_of(req), n, s, &cap)
-					    : -ENOTDIR;
-		if (src)
-			section_end(daemon_of(req));
-	}
+	struct dirsnap *s;
+	int rc = dirsnap_take(daemon_of(req), n, &s);
+	if (src)
+		section_end(daemon_of(req));
 	if (rc) {
-		if (s)
-			snap_free(s);
 		reply_src_err(req, -rc);
 		return;
 	}
@@ -186,30 +244,14 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
  * with sf_file_set_build_sized) goes that way too: listing a directory must
  * never decode. Files already built, and those whose format announced their
  * size (taridx members), get their attributes here. */
-static struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
+struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
 				struct listing **l, struct fuse_entry_param *ep)
 {
-	if (strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
+	const struct dir_kind *k = &dir_kinds[fnode_kind(dir)];
+	if (!k->plus || strcmp(d->name, ".") == 0 || strcmp(d->name, "..") == 0)
 		return NULL;
-	struct fnode *n = NULL;
-	double t = VIEW_TIMEOUT;
-	if (fnode_kind(dir) == FK_SRC_DIR) {
-		if (find_src(dm, dir, d->name, true, l, &n))
-			return NULL;
-		t = SRC_TIMEOUT;
-	} else if (fnode_kind(dir) == FK_VIEW) {
-		/* an on-demand entry's node is made (and pinned) by the lookup */
-		struct sf_err e = { { 0 } };
-		struct sf_node *vn = d->vn;
-		if (!vn && (sf_dir_find(fnode_vn(dir), d->name, &vn, &e) || !vn))
-			return NULL;
-		fnode_find(&dm->tree);
-		if (sf_node_kind(vn) != SF_FILE || sf_file_size(vn).known)
-			n = fnode_for_view(&dm->tree, dir, vn);
-		if (!d->vn)
-			sf_node_unpin(vn);
-		n = fnode_found(&dm->tree, n);
-	}
+	double t;
+	struct fnode *n = k->plus(dm, dir, d, l, &t);
 	if (!n)
 		return NULL;
 	ep->ino = fnode_ino(n);
@@ -269,7 +311,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	/* queued before the reply: once it is written, the kernel may release
 	 * the handle `s` */
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
-	if (fnode_kind(dir) == FK_VIEW)
+	if (dir_kinds[fnode_kind(dir)].push)
 		push_listed(dm, held, nheld, &s->pushed);
 	if (fuse_reply_buf(req, buf, used) != 0)
 		for (size_t i = 0; i < nheld; i++)
@@ -285,7 +327,7 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
 	/* a plain listing is read from memory; readdirplus looks names up */
-	bool src = plus && fnode_kind(dir) != FK_META_DIR;
+	bool src = plus && dir_kinds[fnode_kind(dir)].plus;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
@@ -320,7 +362,7 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *dm = daemon_of(req);
 	char pb[FNODE_PATH_MAX];
 	section_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
-	snap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	dirsnap_free((struct dirsnap *)(uintptr_t)fi->fh);
 	section_end(dm);
 	fuse_reply_err(req, 0);
 }

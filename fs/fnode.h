@@ -37,6 +37,9 @@ struct fnode_ops {
 	/* the kernel may keep its entries and attributes long (a view's
 	 * node, .shardfs/) */
 	bool cached;
+	/* its content and size change as it is read (.shardfs/'s files): the
+	 * kernel keeps its attributes no time */
+	bool live;
 	/* its stat changes in place (an SRC directory's, as its entries
 	 * change, under the tree's lock): read under that lock */
 	bool st_in_place;

@@ -219,6 +219,7 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 			.other_dir = in_index_dir, .has_keepdir = keep >= 0, .keepdir = keep,
+			.host = &dm->host,
 		};
 		rc = sf_format_open(f, &a, v, e);
 		sf_map_unref(map);
@@ -256,12 +257,9 @@ static struct sf_view *open_container(struct daemon *dm, const struct sf_format 
 		stat_add(&dm->stats.containers_failed, 1);
 		errlog_add(&dm->stats, path, sf_err_msg(&e, rc));
 		v = checked || shown_anyway(dirfd, name, rc, &st) ?
-		    sf_view_failed(f, path, sf_err_msg(&e, rc)) : NULL;
-		if (v)
-			sf_view_set_cache(v, dm->view_cache);
+		    sf_view_failed(f, path, sf_err_msg(&e, rc), &dm->host) : NULL;
 	} else {
 		stat_add(&dm->stats.containers_opened, 1);
-		sf_view_set_cache(v, dm->view_cache);
 		listing_report_warnings(dm, v);
 	}
 	free(path);

@@ -329,6 +329,7 @@ int main(int argc, char **argv)
 	sf_dcache_on_slow(dm.cache, transport_hand_off);
 	sf_dcache_on_short(dm.cache, press_views, &dm.views);
 	dm.view_cache = sf_dcache_iface(dm.cache);
+	dm.host = (struct sf_host){ .cache = dm.view_cache, .progress = &dm.stats.progress };
 	se = fuse_session_new(&args, &shardfs_ops, sizeof shardfs_ops, &dm);
 	if (!se) {
 		fail("cannot start a FUSE session (bad -o option?)%s%s", "", "");

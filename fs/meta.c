@@ -283,7 +283,7 @@ static const struct fnode_ops dir_ops = {
 };
 
 static const struct fnode_ops file_ops = {
-	.kind = FK_META_FILE, .cached = true, .st = meta_st, .attr = file_attr,
+	.kind = FK_META_FILE, .cached = true, .live = true, .st = meta_st, .attr = file_attr,
 	.access = file_access, .drop = meta_drop,
 };
 

@@ -27,48 +27,42 @@
  * name up again and retry the open once, which then finds the new version.
  * Content never changes under an inode, so the kernel keeps its page cache
  * across opens; content files keep no per-open state. The live .shardfs/
- * files are the exception: a handle holds its snapshot (fs/meta.h). Answering costs one round trip per open (docs/performance.md),
- * which --no-open spares. */
-void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+ * files are the exception: a handle holds its snapshot (fs/meta.h).
+ * Answering costs one round trip per open (docs/performance.md), which
+ * --no-open spares. Each kind's requests are its entry of file_kinds. */
+static void open_live(fuse_req_t req, struct fnode *n, struct fuse_file_info *fi)
 {
-	count(req, REQ_OPEN);
-	struct fnode *n = fn_of(req, ino);
-	if (daemon_of(req)->no_open) {
-		/* --no-open: the kernel then opens every file of the mount by
-		 * itself, keeping its page cache, and sends no RELEASE; a SRC
-		 * file is mapped at its lookup instead, or past the budget at
-		 * its first READ (fs/src.c) */
-		fuse_reply_err(req, ENOSYS);
+	/* one snapshot per handle, read past the page cache (fs/meta.h) */
+	struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
+	if (!h) {
+		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (fnode_kind(n) == FK_META_FILE) {
-		/* one snapshot per handle, read past the page cache (fs/meta.h) */
-		struct meta_handle *h = meta_open(daemon_of(req), n, fuse_req_ctx(req)->pid);
-		if (!h) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		fi->fh = (uint64_t)(uintptr_t)h;
-		fi->direct_io = 1;
-		if (fuse_reply_open(req, fi) != 0)
-			meta_release(n, h);
-		return;
-	}
-	int rc = 0;
-	if (fnode_kind(n) == FK_SRC_FILE) {
-		if (!section_begin(req, "open", src_of(n)->rel, NULL))
-			return;
-		rc = src_map_file(daemon_of(req), n);
-		section_end(daemon_of(req));
-	}
-	if (rc) {
-		reply_src_err(req, -rc);
-		return;
-	}
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->direct_io = 1;
+	if (fuse_reply_open(req, fi) != 0)
+		meta_release(n, h);
+}
+
+static void open_content(fuse_req_t req, struct fnode *n, struct fuse_file_info *fi)
+{
 	fi->keep_cache = 1;
 	fi->noflush = 1; /* only the live files need to hear of a close */
 	fuse_reply_open(req, fi);
 }
+
+static void open_src(fuse_req_t req, struct fnode *n, struct fuse_file_info *fi)
+{
+	if (!section_begin(req, "open", src_of(n)->rel, NULL))
+		return;
+	int rc = src_map_file(daemon_of(req), n);
+	section_end(daemon_of(req));
+	if (rc)
+		reply_src_err(req, -rc);
+	else
+		open_content(req, n, fi);
+}
+
 
 /* Copying mapped bytes that are not in memory waits for the disk: before
  * that, the request loop hands the wait for requests to another thread
@@ -155,20 +149,20 @@ static void reply_readv(fuse_req_t req, struct sf_readv *rv, const struct fnode 
 		fnode_errlog(&dm->stats, n, "the answer could not be written to /dev/fuse");
 }
 
-/* Reads a SRC file or a view file (in a section at the source). */
-static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off)
+static void read_src(fuse_req_t req, struct fnode *n, size_t size, off_t off)
+{
+	struct sf_readv rv = { 0 };
+	int rc = src_read(daemon_of(req), n, (uint64_t)off, size, &rv);
+	if (rc)
+		reply_src_err(req, -rc);
+	else
+		reply_readv(req, &rv, n);
+	sf_readv_release(&rv);
+}
+
+static void read_view(fuse_req_t req, struct fnode *n, size_t size, off_t off)
 {
 	struct daemon *dm = daemon_of(req);
-	struct sf_readv rv = { 0 };
-	if (fnode_kind(n) == FK_SRC_FILE) {
-		int rc = src_read(dm, n, (uint64_t)off, size, &rv);
-		if (rc)
-			reply_src_err(req, -rc);
-		else
-			reply_readv(req, &rv, n);
-		sf_readv_release(&rv);
-		return;
-	}
 	if (!fnode_view_is(n, SF_FILE)) {
 		fuse_reply_err(req, EISDIR);
 		return;
@@ -178,6 +172,7 @@ static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off
 		return;
 	}
 	/* the answer holds the view until the reply is written (sf_read.h) */
+	struct sf_readv rv = { 0 };
 	struct sf_err e = { { 0 } };
 	int rc = sf_file_read(view_of(n)->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
 	if (rc) {
@@ -190,91 +185,68 @@ static void read_content(fuse_req_t req, struct fnode *n, size_t size, off_t off
 	sf_dcache_read_done();
 }
 
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
+/* Reads n's content with `read`, in a section at the source. */
+static void read_at_source(fuse_req_t req, struct fnode *n, size_t size, off_t off,
+			   void (*read)(fuse_req_t req, struct fnode *n, size_t size, off_t off))
 {
-	count(req, REQ_READ);
-	struct fnode *n = fn_of(req, ino);
-	if (fnode_kind(n) == FK_META_FILE) {
-		/* held past the reply: its reader may release the handle as
-		 * soon as the kernel has the bytes, before writev returns */
-		struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
-				 : meta_read_snapshot(daemon_of(req), n, fuse_req_ctx(req)->pid,
-						      (uint64_t)off + size);
-		if (!b) {
-			fuse_reply_err(req, ENOMEM);
-			return;
-		}
-		uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
-		if (len > size)
-			len = size;
-		fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
-		sf_buf_unref(b);
-		return;
-	}
 	/* the kernel gets its pages now: pushing them would copy them again */
 	atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (!section_begin(req, "read", node_path(n, pb), NULL))
 		return;
-	read_content(req, n, size, off);
+	read(req, n, size, off);
 	section_end(dm);
+}
+
+static void read_src_file(fuse_req_t req, struct fnode *n, size_t size, off_t off,
+			  struct fuse_file_info *fi)
+{
+	read_at_source(req, n, size, off, read_src);
+}
+
+static void read_view_file(fuse_req_t req, struct fnode *n, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	read_at_source(req, n, size, off, read_view);
+}
+
+static void read_live(fuse_req_t req, struct fnode *n, size_t size, off_t off,
+		      struct fuse_file_info *fi)
+{
+	/* held past the reply: its reader may release the handle as soon as
+	 * the kernel has the bytes, before writev returns */
+	struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
+			 : meta_read_snapshot(daemon_of(req), n, fuse_req_ctx(req)->pid,
+					      (uint64_t)off + size);
+	if (!b) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
+	if (len > size)
+		len = size;
+	fuse_reply_buf(req, len ? (const char *)b->data + off : NULL, len);
+	sf_buf_unref(b);
 }
 
 /* The whole content of a small file as pieces; false when the file is not
  * a small regular file or its content fails (the read that follows reports
  * the failure). */
-static bool small_content(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
+static bool small_src(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
 {
-	if (fnode_kind(n) == FK_SRC_FILE)
-		return src_of(n)->st.st_size > 0 && src_of(n)->st.st_size <= PUSH_MAX &&
-		       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
+	return src_of(n)->st.st_size > 0 && src_of(n)->st.st_size <= PUSH_MAX &&
+	       src_read(dm, n, 0, PUSH_MAX, rv) == 0 && rv->n > 0;
+}
+
+static bool small_view(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
+{
 	if (!fnode_view_is(n, SF_FILE) || view_file_ready(dm, n))
 		return false;
 	uint64_t size = sf_file_size(view_of(n)->vn).size;
 	struct sf_err e = { { 0 } };
 	return size > 0 && size <= PUSH_MAX &&
 	       sf_file_read(view_of(n)->vn, 0, size, dm->view_cache, rv, &e) == 0 && rv->n > 0;
-}
-
-int push_file(struct daemon *dm, struct fnode *n, bool in_request)
-{
-	if (atomic_exchange(&n->pushed, true))
-		return 0;
-	char pb[FNODE_PATH_MAX];
-	section_begin_must(dm, "read", node_path(n, pb));
-	struct sf_readv rv = { 0 };
-	struct sf_err e;
-	uint8_t *copy = NULL;
-	int rc = -EIO;
-	if (small_content(dm, n, &rv))
-		copy = malloc(rv.bytes);
-	if (copy && in_request)
-		hand_off_unless_resident(dm, &rv);
-	/* libfuse copies the pieces in user space (a store is never spliced):
-	 * copied here instead, through the kernel, so that a failing source
-	 * page fails the push (the read that follows reports it), not the
-	 * daemon */
-	if (copy && sf_readv_copy(&rv, copy, &e) == 0) {
-		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
-		bv.buf[0].mem = copy;
-		rc = fuse_lowlevel_notify_store(dm->se, fnode_ino(n), 0, &bv, 0);
-		if (rc == 0) {
-			account(&dm->stats, &rv);
-			stat_add(in_request ? &dm->stats.bytes_pushed
-					    : &dm->stats.bytes_pushed_ahead,
-				 rv.bytes);
-		} else if (rc == -ENOENT) {
-			/* not known to the kernel (yet): a later push may */
-			atomic_store(&n->pushed, false);
-		}
-	}
-	free(copy);
-	sf_readv_release(&rv);
-	sf_dcache_read_done();
-	section_end(dm);
-	return rc;
 }
 
 /* Whether view `v`'s container is no longer the file its path names in
@@ -312,39 +284,141 @@ static void let_gone_view_go(struct daemon *dm, struct fnode *n)
 	openviews_gone(&dm->views, view_of(n)->view, dirs, names, k);
 }
 
-/* Only the live files ask for it (noflush elsewhere): close() waits for
+/* Only the live files ask for FLUSH (noflush elsewhere): close() waits for
  * it, so a stat that follows in the same thread knows the handle is done. */
-void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void flush_live(struct daemon *dm, struct fnode *n, struct fuse_file_info *fi)
 {
-	count(req, REQ_FLUSH);
-	struct fnode *n = fn_of(req, ino);
-	if (daemon_of(req)->no_open) {
-		/* no handle, and no noflush to ask for: ENOSYS stops FLUSH for
-		 * the whole mount */
-		fuse_reply_err(req, ENOSYS);
-		return;
-	}
-	if (fnode_kind(n) == FK_META_FILE)
-		meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
-	fuse_reply_err(req, 0);
+	meta_closed(n, (struct meta_handle *)(uintptr_t)fi->fh);
 }
 
-void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void release_live(struct daemon *dm, struct fnode *n, struct fuse_file_info *fi)
 {
-	count(req, REQ_RELEASE);
-	struct daemon *dm = daemon_of(req);
-	struct fnode *n = fn_of(req, ino);
+	meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
+}
+
+static void release_view(struct daemon *dm, struct fnode *n, struct fuse_file_info *fi)
+{
 	char pb[FNODE_PATH_MAX];
-	if (fnode_kind(n) == FK_META_FILE) {
-		meta_release(n, (struct meta_handle *)(uintptr_t)fi->fh);
-	} else if (fnode_kind(n) == FK_VIEW && view_of(n)->view &&
-		   section_open(&dm->stats.sections, "release", node_path(n, pb), NULL, true) == 0) {
+	if (view_of(n)->view &&
+	    section_open(&dm->stats.sections, "release", node_path(n, pb), NULL, true) == 0) {
 		/* a check, not a duty: skipped while the source holds every
 		 * thread it may (a view of a container gone meanwhile then
 		 * waits for a later release of one of its files) */
 		let_gone_view_go(dm, n);
 		section_end(dm);
 	}
+}
+
+/* What a file's requests do, by its node's kind; NULL: nothing to do
+ * (open: a plain open of content that never changes; read: EISDIR, the
+ * kernel sends no READ for what is not a file; small: not pushed). */
+static const struct file_kind {
+	void (*open)(fuse_req_t req, struct fnode *n, struct fuse_file_info *fi);
+	void (*read)(fuse_req_t req, struct fnode *n, size_t size, off_t off,
+		     struct fuse_file_info *fi);
+	bool (*small)(struct daemon *dm, struct fnode *n, struct sf_readv *rv);
+	void (*flush)(struct daemon *dm, struct fnode *n, struct fuse_file_info *fi);
+	void (*release)(struct daemon *dm, struct fnode *n, struct fuse_file_info *fi);
+} file_kinds[FK_KINDS] = {
+	[FK_SRC_FILE] = { .open = open_src, .read = read_src_file, .small = small_src },
+	[FK_VIEW] = { .read = read_view_file, .small = small_view, .release = release_view },
+	[FK_META_FILE] = { .open = open_live, .read = read_live, .flush = flush_live,
+			   .release = release_live },
+};
+
+static const struct file_kind *file_kind(const struct fnode *n)
+{
+	return &file_kinds[fnode_kind(n)];
+}
+
+int push_file(struct daemon *dm, struct fnode *n, bool in_request)
+{
+	if (atomic_exchange(&n->pushed, true))
+		return 0;
+	char pb[FNODE_PATH_MAX];
+	section_begin_must(dm, "read", node_path(n, pb));
+	struct sf_readv rv = { 0 };
+	struct sf_err e;
+	uint8_t *copy = NULL;
+	int rc = -EIO;
+	if (file_kind(n)->small && file_kind(n)->small(dm, n, &rv))
+		copy = malloc(rv.bytes);
+	if (copy && in_request)
+		hand_off_unless_resident(dm, &rv);
+	/* libfuse copies the pieces in user space (a store is never spliced):
+	 * copied here instead, through the kernel, so that a failing source
+	 * page fails the push (the read that follows reports it), not the
+	 * daemon */
+	if (copy && sf_readv_copy(&rv, copy, &e) == 0) {
+		struct fuse_bufvec bv = FUSE_BUFVEC_INIT(rv.bytes);
+		bv.buf[0].mem = copy;
+		rc = fuse_lowlevel_notify_store(dm->se, fnode_ino(n), 0, &bv, 0);
+		if (rc == 0) {
+			account(&dm->stats, &rv);
+			stat_add(in_request ? &dm->stats.bytes_pushed
+					    : &dm->stats.bytes_pushed_ahead,
+				 rv.bytes);
+		} else if (rc == -ENOENT) {
+			/* not known to the kernel (yet): a later push may */
+			atomic_store(&n->pushed, false);
+		}
+	}
+	free(copy);
+	sf_readv_release(&rv);
+	sf_dcache_read_done();
+	section_end(dm);
+	return rc;
+}
+
+/* --no-open: OPEN and FLUSH are answered ENOSYS, which stops them for the
+ * whole mount. The kernel then opens every file by itself, keeping its page
+ * cache, and sends no RELEASE (and there is no noflush to ask for); a SRC
+ * file is mapped at its lookup instead, or past the budget at its first
+ * READ (fs/src.c). */
+static bool without_handles(fuse_req_t req)
+{
+	bool no = daemon_of(req)->no_open; /* req is gone once answered */
+	if (no)
+		fuse_reply_err(req, ENOSYS);
+	return no;
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_OPEN);
+	struct fnode *n = fn_of(req, ino);
+	if (!without_handles(req))
+		(file_kind(n)->open ? file_kind(n)->open : open_content)(req, n, fi);
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+	     struct fuse_file_info *fi)
+{
+	count(req, REQ_READ);
+	struct fnode *n = fn_of(req, ino);
+	if (file_kind(n)->read)
+		file_kind(n)->read(req, n, size, off, fi);
+	else
+		fuse_reply_err(req, EISDIR);
+}
+
+void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_FLUSH);
+	struct fnode *n = fn_of(req, ino);
+	if (without_handles(req))
+		return;
+	if (file_kind(n)->flush)
+		file_kind(n)->flush(daemon_of(req), n, fi);
+	fuse_reply_err(req, 0);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	count(req, REQ_RELEASE);
+	struct fnode *n = fn_of(req, ino);
+	if (file_kind(n)->release)
+		file_kind(n)->release(daemon_of(req), n, fi);
 	fuse_reply_err(req, 0);
 }
 

@@ -20,7 +20,7 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 			 struct sf_view *v)
 {
 	struct fnode *n = fnode_child(dir, le->name);
-	if (v && n && fnode_kind(n) == FK_VIEW && view_of(n)->view == v)
+	if (v && n && fnode_view(n) == v)
 		return n;
 	if (placed_for(n, le) && (!v || !view_of(n)->vn)) {
 		/* its inode keeps naming the view: it takes the one opened
@@ -47,8 +47,8 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 
 int root_enter(struct daemon *dm, struct fnode *n)
 {
-	if (fnode_kind(n) != FK_VIEW || fnode_vn(n))
-		return 0;
+	if (!view_root_of(n) || fnode_vn(n))
+		return 0; /* no view root, or one entered already */
 	/* the entry found again as a lookup of the name finds it: the
 	 * directory's listing may have been made anew since */
 	struct fnode *dir = n->parent;

@@ -208,9 +208,9 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	/* what the charges hold, by kind; "working": the rest (walks running,
 	 * lookups' tables, decoders, a fold's kept rows) */
 	json_t *kinds = json_object();
-	uint64_t idx = atomic_load(&sf_progress.index_bytes_held);
-	uint64_t files = atomic_load(&sf_progress.file_bytes_held);
-	uint64_t tables = atomic_load(&sf_progress.table_bytes_held);
+	uint64_t idx = atomic_load(&s->progress.index_bytes_held);
+	uint64_t files = atomic_load(&s->progress.file_bytes_held);
+	uint64_t tables = atomic_load(&s->progress.table_bytes_held);
 	uint64_t known = idx + files + tables;
 	json_object_set_new(kinds, "tar_indexes", json_integer((json_int_t)idx));
 	json_object_set_new(kinds, "file_extents", json_integer((json_int_t)files));
@@ -247,15 +247,15 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	/* tars with no index whose headers are being walked now (their
 	 * views' first use), and what every walk so far has read */
 	json_t *walk = json_object();
-	json_object_set_new(walk, "tars_now", num(&sf_progress.walking));
-	json_object_set_new(walk, "bytes_of_tars_now", num(&sf_progress.bytes_to_walk));
-	json_object_set_new(walk, "bytes_walked", num(&sf_progress.bytes_walked));
-	json_object_set_new(walk, "headers_walked", num(&sf_progress.headers_walked));
-	json_object_set_new(walk, "tars_indexed", num(&sf_progress.walks_done));
+	json_object_set_new(walk, "tars_now", num(&s->progress.walking));
+	json_object_set_new(walk, "bytes_of_tars_now", num(&s->progress.bytes_to_walk));
+	json_object_set_new(walk, "bytes_walked", num(&s->progress.bytes_walked));
+	json_object_set_new(walk, "headers_walked", num(&s->progress.headers_walked));
+	json_object_set_new(walk, "tars_indexed", num(&s->progress.walks_done));
 	/* the indexes held now (one per tar file, shared by its views), and
 	 * their bytes in the budget: closed with their last view */
-	json_object_set_new(walk, "indexes_held", num(&sf_progress.indexes_held));
-	json_object_set_new(walk, "index_bytes_held", num(&sf_progress.index_bytes_held));
+	json_object_set_new(walk, "indexes_held", num(&s->progress.indexes_held));
+	json_object_set_new(walk, "index_bytes_held", num(&s->progress.index_bytes_held));
 	json_object_set_new(root, "tar_indexing", walk);
 	/* requests waiting on the source now, and those waiting a second or
 	 * more, oldest first: which files are stuck, and since when */

@@ -10,6 +10,7 @@
 #include "sf_buf.h"
 #include "sf_dcache.h"
 #include "sf_hash.h"
+#include "sf_host.h"
 #include "section.h"
 
 /* What .shardfs/errors keeps (docs/tree-layout.md): the latest lines only,
@@ -36,6 +37,7 @@ struct stats {
 	atomic_uint_fast64_t bytes_pushed_ahead; /* and after listings (fs/push.h) */
 	atomic_uint_fast64_t push_stops; /* times what waited to be pushed was dropped */
 	struct sf_dcache_counts cache; /* the decode cache's (sf_dcache.h) */
+	struct sf_progress progress;   /* the views' long work (sf_host.h) */
 	atomic_uint_fast64_t errors;
 	atomic_uint_fast64_t containers_opened, containers_failed;
 	/* views listings hold open now, at most so far, and closed as unused

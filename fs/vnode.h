@@ -51,6 +51,13 @@ static inline struct view_root *view_root_of(const struct fnode *n)
 	return (const struct fnode *)r == n ? r : NULL;
 }
 
+/* The view `n` is a node of; NULL when `n` is no view node (or a root
+ * placed unopened). */
+static inline struct sf_view *fnode_view(const struct fnode *n)
+{
+	return fnode_kind(n) == FK_VIEW ? view_of(n)->view : NULL;
+}
+
 /* The view node `n` stands for; NULL when `n` is no view node, or a view
  * root not entered yet. */
 static inline struct sf_node *fnode_vn(const struct fnode *n)

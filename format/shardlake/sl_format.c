@@ -15,6 +15,7 @@
 #include "sl_codebook.h"
 #include "sl_manifest.h"
 #include "sl.h"
+#include "sf_view_impl.h"
 
 /* Maps a file of the index directory (above the shard's), recording why
  * when it cannot: beneath the top only, so a shard lying directly in SRC

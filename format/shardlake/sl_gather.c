@@ -12,6 +12,7 @@
 #include "sf_read.h"
 #include "sl_codebook.h"
 #include "sl.h"
+#include "sf_view_impl.h"
 
 /* Copies bytes [off, off + len) of the array made of the `width` bytes at
  * `skip` in every record. The daemon keeps the range inside N * width, and

@@ -9,6 +9,7 @@
 #include "sf_json.h"
 #include "sl_manifest.h"
 #include "sl.h"
+#include "sf_view_impl.h"
 
 int sl_mf_load(const struct sl_sidx *s, struct sf_cache *cache, struct sl_mf *m,
 	       struct sf_err *e)

@@ -12,6 +12,7 @@
 #include "sl_codebook.h"
 #include "sl_manifest.h"
 #include "sl.h"
+#include "sf_view_impl.h"
 
 /* Each manifest number the shard must agree with (absent keys are not
  * checked: older manifests lack some). */

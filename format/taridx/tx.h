@@ -161,6 +161,9 @@ struct tx_window {
 	size_t cap;
 	uint8_t *buf;
 	size_t ahead;               /* a refill's length; 0 for TX_WINDOW_SMALL */
+	/* a read waits on this lookup for up to `along` bytes of the found
+	 * member's payload (sf_stored.along; 0: none) */
+	size_t along;
 	struct tx_rows rows;        /* the index rows a check reads */
 };
 void tx_window_free(struct tx_window *w);
@@ -233,7 +236,7 @@ struct tx_index {
 	 * (samples), and maximal runs of consecutive rows with one pair */
 	uint64_t groups, runs;
 	/* An index file's rows copied whole when its lookup is built for a
-	 * host that keeps copies (sf_view.keep_copies: the Python module),
+	 * host that keeps copies (sf_host.keep_copies: the Python module),
 	 * 32 bytes a row; rows are then read from it, with no system call. */
 	_Atomic(uint8_t *) kept;
 };

@@ -16,6 +16,7 @@
 #include "sf_recent.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 static bool bit_get(const uint8_t *bits, uint64_t i)
 {
@@ -37,10 +38,10 @@ static void bit_clear(uint8_t *bits, uint64_t i)
  * members would hold its every tar page and its whole index. The page
  * cache keeps them, so a later read faults them back cheaply. Called once
  * per row read (in the view's turn), it drops them every
- * view->drop_every rows. */
+ * view->host.drop_every rows. */
 static void read_rows(struct tx_fold *f)
 {
-	if (++f->rows_read % f->view->drop_every)
+	if (++f->rows_read % f->view->host.drop_every)
 		return;
 	for (size_t i = 0; i < f->view->nmaps; i++)
 		sf_map_drop_pages(f->view->maps[i]);
@@ -241,7 +242,7 @@ static bool keep_rows(struct tx_fold *f)
 	struct sf_cache *c = f->view->cache;
 	uint64_t bytes = f->ix.n_rows * TX_ROW_SIZE;
 	struct sf_err ignored = { { 0 } };
-	if (!f->view->keep_copies || !f->ix.map || f->charged ||
+	if (!f->view->host.keep_copies || !f->ix.map || f->charged ||
 	    sf_cache_charge(c, bytes, f->view->path, "keeping its index rows", &ignored))
 		return false;
 	f->charged_to = c;
@@ -257,7 +258,7 @@ static void keep_names(struct tx_fold *f)
 	struct sf_cache *c = f->view->cache;
 	uint64_t bytes = f->ix.n_rows * sizeof *f->named;
 	struct sf_err ignored = { { 0 } };
-	if (!f->view->keep_copies || f->named || !f->ix.n_rows ||
+	if (!f->view->host.keep_copies || f->named || !f->ix.n_rows ||
 	    getrandom(&f->named_seed, sizeof f->named_seed, 0) != sizeof f->named_seed ||
 	    sf_cache_charge(c, bytes, f->view->path, "keeping the names it looked up", &ignored))
 		return;
@@ -480,10 +481,10 @@ static bool made_up(const char *name)
  * shows `name` (a file or a symlink), or -1 (none, or one only the listing
  * can tell); 1 when the name is no flat key path; or a negative errno. The
  * caller frees p->w. */
-static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
+static int flat_find(struct tx_fold *f, const char *name, size_t along, struct flat_probe *p,
 		     struct sf_err *e)
 {
-	*p = (struct flat_probe){ .f = f, .best = -1, .e = e };
+	*p = (struct flat_probe){ .f = f, .best = -1, .e = e, .w.along = along };
 	int rc = tx_fold_ready(f, e);
 	if (rc)
 		return rc;
@@ -528,13 +529,14 @@ static int flat_find(struct tx_fold *f, const char *name, struct flat_probe *p,
 }
 
 /* Hands the copy the check of the found member made to the read waiting
- * on this lookup, when the member's payload is in it (sf_recent.h). */
-static void keep_along(const struct tx_fold *f, struct flat_probe *p)
+ * on this locate (*pre), when the member's payload is in it. */
+static void keep_along(const struct tx_fold *f, struct flat_probe *p, struct sf_recent *pre)
 {
-	if (p->best >= 0 && sf_recent_wanted() && p->w.len &&
+	if (p->best >= 0 && p->w.along && p->w.len &&
 	    p->w.map == f->shards[p->m.row.fid].map && p->m.en.data >= p->w.off &&
 	    p->m.en.size <= p->w.len && p->m.en.data - p->w.off <= p->w.len - p->m.en.size) {
-		sf_recent_keep(p->w.map, p->w.off, p->w.buf, (size_t)p->w.len);
+		sf_recent_free(pre);
+		*pre = (struct sf_recent){ p->w.map, p->w.off, (size_t)p->w.len, p->w.buf };
 		p->w.buf = NULL;
 		p->w.len = p->w.cap = 0;
 	}
@@ -549,9 +551,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 	struct tx_fold *f = root->view->state;
 	*out = NULL;
 	struct flat_probe p;
-	int rc = flat_find(f, name, &p, e);
-	if (rc == 0)
-		keep_along(f, &p);
+	int rc = flat_find(f, name, 0, &p, e);
 	tx_window_free(&p.w);
 	if (rc < 0)
 		return rc;
@@ -579,13 +579,16 @@ static int root_locate(struct sf_node *root, const char *name, struct sf_stored 
 	/* a compressed tar's bytes are decoded, never stored as-is */
 	if (f->nshards && f->shards[0].map && f->shards[0].map->read)
 		return SF_LOOKUP_LIST;
-	int rc = flat_find(f, name, &p, e);
+	int rc = flat_find(f, name, out->along, &p, e);
 	if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && p.known) {
-		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.row.off + TX_BLOCK,
-					   p.m.row.size };
+		out->map = f->shards[p.m.row.fid].map;
+		out->off = p.m.row.off + TX_BLOCK;
+		out->size = p.m.row.size;
 	} else if (rc == 0 && p.best >= 0 && p.m.kind == TX_FILE && !p.m.en.sparse) {
-		keep_along(f, &p);
-		*out = (struct sf_stored){ f->shards[p.m.row.fid].map, p.m.en.data, p.m.en.size };
+		keep_along(f, &p, &out->pre);
+		out->map = f->shards[p.m.row.fid].map;
+		out->off = p.m.en.data;
+		out->size = p.m.en.size;
 	} else if (rc == 0) {
 		rc = SF_LOOKUP_LIST;
 	}

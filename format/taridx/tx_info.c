@@ -8,6 +8,7 @@
 #include "sf_json.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 static int count_rows(struct tx_fold *f, bool samples, struct tx_counts *c, struct sf_err *e)
 {

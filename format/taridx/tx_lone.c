@@ -12,6 +12,7 @@
 #include "sf_map.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 /* The listing's check: a first block that is a tar header, or the zero
  * block of an empty archive. */
@@ -193,16 +194,17 @@ int tx_fold_ready(struct tx_fold *f, struct sf_err *e)
 		 * place fails it */
 		struct sf_map *tar = f->shards[0].map;
 		uint64_t size = tar->size;
-		atomic_fetch_add(&sf_progress.walking, 1);
-		atomic_fetch_add(&sf_progress.bytes_to_walk, size);
+		struct sf_progress *pr = f->view->host.progress;
+		SF_PROGRESS_ADD(pr, walking, 1);
+		SF_PROGRESS_ADD(pr, bytes_to_walk, size);
 		rc = sf_map_check(tar, e);
 		if (!rc)
 			rc = build_index(f, e);
 		if (!rc)
 			rc = sf_map_check(tar, e);
-		atomic_fetch_sub(&sf_progress.walking, 1);
-		atomic_fetch_sub(&sf_progress.bytes_to_walk, size);
-		atomic_fetch_add(&sf_progress.walks_done, !rc);
+		SF_PROGRESS_ADD(pr, walking, -1);
+		SF_PROGRESS_ADD(pr, bytes_to_walk, -size);
+		SF_PROGRESS_ADD(pr, walks_done, !rc);
 		if (!rc) {
 			atomic_store(&f->ready, true);
 		} else {

@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "sf_bytes.h"
-#include "sf_recent.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 bool tx_payload_at(const struct tx_fold *f, const struct tx_row *row, uint64_t *off)
 {
@@ -138,8 +138,8 @@ static int first_copy(const struct tx_fold *f, uint64_t r, const struct tx_row *
 	}
 	size_t hdrs = (size_t)(row->off + TX_BLOCK - from), along = 0;
 	/* a read waits on this lookup: the payload too, in the same pread
-	 * (the lookup hands the copy to the read, sf_recent.h) */
-	if (lone && row->size && row->size <= sf_recent_wanted() &&
+	 * (the lookup hands the copy to the read, sf_stored.pre) */
+	if (lone && row->size && row->size <= w->along &&
 	    sf_range_ok(map->size, row->off + TX_BLOCK, row->size))
 		along = (size_t)row->size;
 	if (lone)

@@ -26,6 +26,7 @@
 #include "sf_json.h"
 #include "sf_name.h"
 #include "tx.h"
+#include "sf_view_impl.h"
 
 #define STEP 4096u
 #define CURSORS 8
@@ -570,7 +571,7 @@ static int build(struct sf_node *n, struct sf_cache *c, struct sf_err *e)
 		return sf_fail(e, -ENOMEM, "%s: out of memory counting samples.jsonl", f->view->path);
 	/* a host that reads the file whole keeps what the count rendered */
 	struct sf_str text = { 0 };
-	bool keep = f->view->keep_generated;
+	bool keep = f->view->host.keep_generated;
 	rc = count_all(sm, s, keep ? &text : NULL);
 	if (rc)
 		rc = failed(s, rc, "counting samples.jsonl", e);

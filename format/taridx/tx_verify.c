@@ -5,6 +5,7 @@
 #include "sf_report.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 /* Errors are listed up to this many; the rest are counted. */
 #define MAX_FINDINGS 200

@@ -13,6 +13,7 @@
 #include "sf_map.h"
 #include "tx.h"
 #include "tx_z.h"
+#include "sf_view_impl.h"
 
 struct tx_walked {
 	dev_t dev;
@@ -20,6 +21,7 @@ struct tx_walked {
 	off_t size;
 	struct timespec mtime;
 	struct sf_cache *cache;
+	struct sf_progress *progress; /* the host's that `cache` is */
 	unsigned refs;          /* under `lock` */
 	struct sf_turn turn;    /* the walk, and what follows */
 	struct sf_buf *built;   /* the index, once walked */
@@ -45,6 +47,7 @@ static uint64_t key_hash(const struct stat *st)
 struct key {
 	const struct stat *st;
 	const struct sf_cache *cache;
+	const struct sf_progress *progress;
 };
 
 static bool same_file(const void *key, const void *val)
@@ -53,7 +56,8 @@ static bool same_file(const void *key, const void *val)
 	const struct tx_walked *w = val;
 	return w->dev == k->st->st_dev && w->ino == k->st->st_ino && w->size == k->st->st_size &&
 	       w->mtime.tv_sec == k->st->st_mtim.tv_sec &&
-	       w->mtime.tv_nsec == k->st->st_mtim.tv_nsec && w->cache == k->cache;
+	       w->mtime.tv_nsec == k->st->st_mtim.tv_nsec && w->cache == k->cache &&
+	       w->progress == k->progress;
 }
 
 static bool same_entry(const void *key, const void *val)
@@ -63,16 +67,17 @@ static bool same_entry(const void *key, const void *val)
 
 /* The shared record of the file, a reference taken; NULL when out of
  * memory. */
-static struct tx_walked *get(const struct sf_map *tar, struct sf_cache *c)
+static struct tx_walked *get(const struct sf_map *tar, struct sf_cache *c,
+			     struct sf_progress *pr)
 {
-	struct key k = { &tar->st, c };
+	struct key k = { &tar->st, c, pr };
 	uint64_t h = key_hash(&tar->st);
 	pthread_mutex_lock(&lock);
 	struct tx_walked *w = sf_hash_get(&walked, h, same_file, &k);
 	if (!w && (w = calloc(1, sizeof *w))) {
 		*w = (struct tx_walked){ .dev = tar->st.st_dev, .ino = tar->st.st_ino,
 					 .size = tar->st.st_size, .mtime = tar->st.st_mtim,
-					 .cache = c };
+					 .cache = c, .progress = pr };
 		sf_turn_init(&w->turn);
 		if (sf_hash_put(&walked, h, w)) {
 			sf_turn_fini(&w->turn);
@@ -100,8 +105,8 @@ void tx_walked_put(struct tx_walked *w)
 	if (!last)
 		return;
 	if (w->built) {
-		atomic_fetch_sub(&sf_progress.indexes_held, 1);
-		atomic_fetch_sub(&sf_progress.index_bytes_held, w->charged);
+		SF_PROGRESS_ADD(w->progress, indexes_held, -1);
+		SF_PROGRESS_ADD(w->progress, index_bytes_held, -w->charged);
 	}
 	if (w->charged)
 		sf_cache_uncharge(w->cache, w->charged);
@@ -125,7 +130,7 @@ static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c
 {
 	struct sf_buf *kept, *unkeyed;
 	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed))
-		return tx_index_tar(tar, name, &sf_progress, c, &w->charged, &w->built, &w->unkeyed, e);
+		return tx_index_tar(tar, name, w->progress, c, &w->charged, &w->built, &w->unkeyed, e);
 	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len;
 	int rc = 0;
 	if (limit && cost > limit)
@@ -149,7 +154,7 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 {
 	struct sf_cache *c = v->cache;
 	const char *name = v->path;
-	struct tx_walked *w = *held ? *held : get(tar, c);
+	struct tx_walked *w = *held ? *held : get(tar, c, v->host.progress);
 	if (!w)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", name);
 	*held = w;
@@ -160,12 +165,12 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 	} else {
 		/* a compressed tar's seek index first (this view's pieces of
 		 * it): it gives the tar's size */
-		rc = tx_z_index(tar, v, &sf_progress, &w->seek, e);
+		rc = tx_z_index(tar, v, w->progress, &w->seek, e);
 		if (!rc && !w->built) {
 			rc = kept_or_walk(tar, name, c, w, e);
 			if (!rc) {
-				atomic_fetch_add(&sf_progress.indexes_held, 1);
-				atomic_fetch_add(&sf_progress.index_bytes_held, w->charged);
+				SF_PROGRESS_ADD(w->progress, indexes_held, 1);
+				SF_PROGRESS_ADD(w->progress, index_bytes_held, w->charged);
 			}
 		}
 		if (!rc) {

@@ -13,6 +13,7 @@
 
 #include "sf_dcache.h"
 #include "tx.h"
+#include "sf_view_impl.h"
 
 /* a gzip member gets a start point at the first block boundary this far
  * past the last one, so that a stretch is mostly one piece */

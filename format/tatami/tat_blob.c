@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* The decoded dictionary `idx` (1-based). Dictionaries are small (upstream
  * caps them at 64 KiB) and every run of a column needs one, so each is

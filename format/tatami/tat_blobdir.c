@@ -14,6 +14,7 @@
 #include "sf_format.h"
 #include "sf_name.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* Entries [entry, entry + n) are rows from `row` on: rows row.. when `at`
  * is NULL (no nulls), else row + at[k]. The first's blob ordinal is `ord`. */
@@ -28,6 +29,7 @@ struct tat_blobrows {
 	uint64_t entries;
 	uint64_t charged;
 	struct sf_cache *cache; /* what `charged` is held in, when it is not 0 */
+	struct sf_progress *progress; /* and where it is counted */
 };
 
 void tat_blobrows_free(struct tat_blobrows *r)
@@ -39,7 +41,7 @@ void tat_blobrows_free(struct tat_blobrows *r)
 	free(r->span);
 	if (r->charged) {
 		sf_cache_uncharge(r->cache, r->charged);
-		atomic_fetch_sub(&sf_progress.table_bytes_held, r->charged);
+		SF_PROGRESS_ADD(r->progress, table_bytes_held, -r->charged);
 	}
 	free(r);
 }
@@ -171,7 +173,7 @@ static int charge(struct tat_file *tf, struct sf_node *dir, struct tat_blobrows 
 	 * host may read through a passing one) */
 	if (rc == 0 && r->cache->charge) {
 		r->charged += bytes;
-		atomic_fetch_add(&sf_progress.table_bytes_held, bytes);
+		SF_PROGRESS_ADD(r->progress, table_bytes_held, bytes);
 	}
 	return rc;
 }
@@ -256,6 +258,7 @@ int tat_blobdir_populate(struct sf_node *dir, struct sf_err *e)
 	if (!r)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", tf->view->path);
 	r->cache = tf->view->cache;
+	r->progress = tf->view->host.progress;
 	int rc = number_rows(dir, r, e);
 	/* in place before the entries show: they are named from it */
 	fd->rows = r;

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* Far above upstream's 65536 rows per page, low enough that a hostile page
  * header cannot make a few bytes decode into gigabytes. */

@@ -10,6 +10,7 @@
 #include "sf_format.h"
 #include "sf_hash.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 enum { SEC_SCHEMA = 1, SEC_GROUPS, SEC_BLOB, SEC_DICT, SEC_INDEX, SEC_KV, SEC_STATS, SEC_INVERT, SEC_N };
 

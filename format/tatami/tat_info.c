@@ -6,6 +6,7 @@
 
 #include "sf_json.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* Go's %-Ns pads by runes, not bytes. */
 static void add_padded(struct sf_str *s, const uint8_t *p, size_t len, size_t width)

@@ -12,6 +12,7 @@
 
 #include "sf_json.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 void tat_json_string(struct sf_str *s, const uint8_t *p, size_t len)
 {

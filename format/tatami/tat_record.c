@@ -12,6 +12,7 @@
 #include "sf_crc32c.h"
 #include "sf_map.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 int tat_rec_read(const struct tat_file *tf, uint64_t off, struct tat_rec *r,
 		 const char *what, struct sf_err *e)

@@ -11,6 +11,7 @@
 #include "sf_codec.h"
 #include "sf_report.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* A term dictionary block decodes to at most this (upstream's are ~KiB). */
 #define MAX_BLOCK (64u << 20)

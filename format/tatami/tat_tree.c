@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "tat.h"
+#include "sf_view_impl.h"
 
 enum view_kind { V_VALID, V_VALUES, V_NPY, V_OFFSETS, V_DATA, V_JSONL, V_CHUNK };
 

@@ -5,6 +5,7 @@
 
 #include "sf_report.h"
 #include "tat.h"
+#include "sf_view_impl.h"
 
 /* Checks one chunk: every page decodes (CRC, codec, encoding, counts). */
 static void verify_chunk(struct tat_file *tf, struct tat_group *gr, size_t col, struct sf_report *r)

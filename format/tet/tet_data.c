@@ -13,6 +13,7 @@
 #include "sf_map.h"
 #include "sf_name.h"
 #include "tet.h"
+#include "sf_view_impl.h"
 
 static const struct tet_entry *cell_entry(const struct tet_dataset *ds, uint64_t cell)
 {

@@ -10,6 +10,7 @@
 #include "sf_map.h"
 #include "sf_name.h"
 #include "tet.h"
+#include "sf_view_impl.h"
 
 /* Writes the chunk coordinates "i0.i1..." of a grid cell. */
 static void cell_name(const struct tet_dataset *ds, uint64_t cell, char *out, size_t n)

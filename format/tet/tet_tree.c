@@ -9,7 +9,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "sf_view.h"
+#include "sf_view_impl.h"
 #include "tet.h"
 
 /* Deeper names stay escaped: this bounds the prefix checks per name. */

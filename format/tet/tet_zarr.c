@@ -9,6 +9,7 @@
 
 #include "sf_json.h"
 #include "tet.h"
+#include "sf_view_impl.h"
 
 static json_t *zgroup_json(void)
 {

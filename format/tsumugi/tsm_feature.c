@@ -11,6 +11,7 @@
 #include "sf_json.h"
 #include "sf_report.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 #define NPY_HEADER 128
 

@@ -7,6 +7,7 @@
 #include "sf_format.h"
 #include "sf_map.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 static int parse(const struct sf_open_args *a, struct sf_view *v, void **state,
 		 struct sf_err *e)

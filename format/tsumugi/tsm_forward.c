@@ -13,6 +13,7 @@
 #include "sf_json.h"
 #include "sf_report.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 #define FWD_BLOCK 16384
 #define FWD_BLOCKED 3

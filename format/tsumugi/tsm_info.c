@@ -8,6 +8,7 @@
 
 #include "sf_json.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 /* Go's %g: shortest round-trip digits, exponent form when the decimal
  * exponent is < -4 or >= 6 (at least two exponent digits). */

@@ -11,6 +11,7 @@
 #include "sf_crc32c.h"
 #include "sf_map.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 struct tsm_region *tsm_first(struct tsm_shard *s, uint8_t kind)
 {

@@ -10,6 +10,7 @@
 #include "sf_crc32c.h"
 #include "sf_report.h"
 #include "tsm.h"
+#include "sf_view_impl.h"
 
 /* Inner headers whose CRC covers a fixed prefix (spec A10). */
 static void verify_inner_crc(const struct tsm_region *r, const uint8_t *p, struct sf_report *o,

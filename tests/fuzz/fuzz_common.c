@@ -11,6 +11,7 @@
 
 #include "sf_map.h"
 #include "sf_read.h"
+#include "sf_view_impl.h"
 
 /* ---- the private directory ------------------------------------------- */
 
@@ -285,7 +286,7 @@ int fuzz_open_walk(const char *rel, const struct fuzz_walk *w)
 	snprintf(path, sizeof path, "%s/%s", fuzz_dir(), rel);
 	struct sf_view *v = NULL;
 	struct sf_err e;
-	int rc = sf_open_path(path, &v, &e);
+	int rc = sf_open_path(path, NULL, &v, &e);
 	if (rc == 0) {
 		fuzz_walk_view(v, w);
 		sf_view_unref(v);

@@ -26,6 +26,7 @@
 #include "tar_header.h"
 #include "sf_name.h"
 #include "taridx/tx.h"
+#include "sf_view_impl.h"
 
 #define MAX_MEMBERS 200
 #define MAX_LOOKUPS (MAX_MEMBERS + 8)
@@ -202,7 +203,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		snprintf(path, sizeof path, "%s/f.taridx", fuzz_dir());
 		struct sf_view *v = NULL;
 		struct sf_err e;
-		if (sf_open_path(path, &v, &e) == 0) {
+		if (sf_open_path(path, NULL, &v, &e) == 0) {
 			if (v->root->kind == SF_DIR)
 				check_root(v, names, nnames);
 			fuzz_walk_view(v, NULL);

@@ -6,6 +6,7 @@
 #include "access.h"
 #include "check.h"
 #include "sf_map.h"
+#include "sf_view_impl.h"
 
 /* The mode a view of a container (uid 1, gid 10, `mode`) shows when it also
  * maps a file of owner `uid`, group `gid` and mode `fmode`. */

@@ -20,7 +20,7 @@
 #include "sf_read.h"
 #include "sf_report.h"
 #include "sf_turn.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 static void test_crc(void)
 {

@@ -18,7 +18,7 @@
 #include "sf_map.h"
 #include "sf_mapcheck.h"
 #include "sf_read.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 static size_t page;
 

@@ -12,6 +12,7 @@
 #include "sf_bytes.h"
 #include "shardlake/sl.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 /* ---- helpers ------------------------------------------------------------ */
 
@@ -259,7 +260,7 @@ static void put_header(uint8_t *p, uint32_t version, uint32_t dims, uint32_t c, 
 static int open_err(const char *path, struct sf_err *e)
 {
 	struct sf_view *v = NULL;
-	int rc = sf_open_path(path, &v, e);
+	int rc = sf_open_path(path, NULL, &v, e);
 	sf_view_unref(v);
 	return rc;
 }

@@ -19,6 +19,7 @@
 #include "taridx/tx.h"
 #include "sf_read.h"
 #include "sf_recent.h"
+#include "sf_view_impl.h"
 
 /* The whole content of a view file, or NULL when a read fails (*rc). */
 static struct sf_buf *read_all(struct sf_node *f, int *rc)
@@ -82,7 +83,7 @@ static void check_fold(const char *casedir, const char *fold, json_t *fj)
 	snprintf(path, sizeof path, "%s/%s", casedir, json_string_value(json_object_get(fj, "taridx")));
 	struct sf_view *v = NULL;
 	struct sf_err e;
-	CHECK(sf_open_path(path, &v, &e) == 0);
+	CHECK(sf_open_path(path, NULL, &v, &e) == 0);
 	if (!v)
 		return;
 	struct tx_fold *f = v->state;
@@ -195,7 +196,7 @@ static void test_links_and_verify(void)
 	snprintf(path, sizeof path, "%s/taridx/edge/edge.taridx", fixtures_dir());
 	struct sf_view *v = NULL;
 	struct sf_err e;
-	CHECK(sf_open_path(path, &v, &e) == 0);
+	CHECK(sf_open_path(path, NULL, &v, &e) == 0);
 	if (v) {
 		struct sf_node *l = walk(v, "d1/link.jpg");
 		CHECK(l && l->kind == SF_LINK && strcmp(l->u.target, "a.jpg") == 0);
@@ -214,7 +215,7 @@ static void test_links_and_verify(void)
 					     "crash/wr", "crash/pt", "noncontig/mix", "emptyshard/es" };
 	for (size_t i = 0; i < sizeof folds / sizeof folds[0]; i++) {
 		snprintf(path, sizeof path, "%s/taridx/%s.taridx", fixtures_dir(), folds[i]);
-		CHECK(sf_open_path(path, &v, &e) == 0);
+		CHECK(sf_open_path(path, NULL, &v, &e) == 0);
 		struct sf_node *n = v ? walk(v, ".shardfs/verify") : NULL;
 		int rc;
 		struct sf_buf *b = n ? read_all(n, &rc) : NULL;
@@ -239,7 +240,7 @@ static void test_builder(void)
 		snprintf(path, sizeof path, "%s/%s.taridx", dir, folds[i][1]);
 		struct sf_view *v = NULL;
 		struct sf_err e;
-		CHECK(sf_open_path(path, &v, &e) == 0);
+		CHECK(sf_open_path(path, NULL, &v, &e) == 0);
 		if (!v)
 			continue;
 		struct tx_fold *f = v->state;
@@ -338,14 +339,23 @@ static struct sf_buf *make_hostile(const char *dir)
 	return write_fold(dir, "h", &t);
 }
 
-static int open_in(const char *dir, const char *name, struct sf_view **v)
+static int open_as(const char *dir, const char *name, const struct sf_host *host,
+		   struct sf_view **v)
 {
 	char path[8192];
 	struct sf_err e;
 	snprintf(path, sizeof path, "%s/%s", dir, name);
 	*v = NULL;
-	return sf_open_path(path, v, &e);
+	return sf_open_path(path, host, v, &e);
 }
+
+static int open_in(const char *dir, const char *name, struct sf_view **v)
+{
+	return open_as(dir, name, NULL, v);
+}
+
+/* A host that keeps copies, as the C API is. */
+static const struct sf_host copying = { .keep_copies = true };
 
 static void expect_content(struct sf_view *v, const char *path, const char *want)
 {
@@ -1003,10 +1013,10 @@ static void test_rows_cut(const char *dir)
 	sf_buf_unref(mem);
 }
 
-/* A lookup a read waits on copies the member's payload along with its
- * header (sf_recent.h), and the read copies from that: the bytes are
+/* A locate a read waits on copies the member's payload along with its
+ * header (sf_stored.along), and the read copies from that: the bytes are
  * right when the tar is cut after the read was gathered (nothing is read
- * again). A member larger than the read asks for, or a lookup no read
+ * again). A member larger than the read asks for, or a locate no read
  * waits on, copies nothing along. */
 static void test_read_along(const char *dir)
 {
@@ -1026,23 +1036,17 @@ static void test_read_along(const char *dir)
 	if (!v)
 		return;
 	/* no read waits: nothing copied along */
-	CHECK(walk(v, "a.bin") != NULL);
-	struct sf_recent r = sf_recent_take();
-	CHECK(!r.buf);
+	struct sf_stored st = { 0 };
+	CHECK(sf_view_locate(v, "a.bin", &st, &e) == 0 && !st.pre.buf);
 	/* larger than the read asks for: nothing copied along */
-	sf_recent_want(100);
-	CHECK(walk(v, "b.bin") != NULL);
-	r = sf_recent_take();
-	CHECK(!r.buf && !sf_recent_wanted());
-	sf_recent_want(1 << 16);
-	struct sf_node *n = walk(v, "c.bin");
-	r = sf_recent_take();
-	CHECK(n && r.buf && r.len >= 512 + 5);
+	st = (struct sf_stored){ .along = 100 };
+	CHECK(sf_view_locate(v, "b.bin", &st, &e) == 0 && !st.pre.buf);
+	st = (struct sf_stored){ .along = 1 << 16 };
+	CHECK(sf_view_locate(v, "c.bin", &st, &e) == 0 && st.pre.buf && st.pre.len >= 512 + 5);
 	struct sf_readv rv = { 0 };
-	CHECK(n && sf_file_ready(n, &sf_nocache, &e) == 0 &&
-	      sf_file_read(n, 0, 5, &sf_nocache, &rv, &e) == 0 && rv.bytes == 5);
-	rv.pre = r;
-	/* the tar cut: the read copies from the lookup's copy */
+	CHECK(sf_stored_read(v, &st, 0, 5, &rv, &e) == 0 && rv.bytes == 5);
+	rv.pre = st.pre;
+	/* the tar cut: the read copies from the locate's copy */
 	CHECK(truncate(tar, 1024) == 0);
 	uint8_t out[5] = { 0 };
 	CHECK(sf_readv_copy(&rv, out, &e) == 0 && memcmp(out, "gamma", 5) == 0);
@@ -1103,10 +1107,9 @@ static void test_located(const char *dir)
 	struct sf_view *v = NULL, *fresh = NULL;
 	struct sf_stored st;
 	struct sf_err e;
-	CHECK(open_in(dir, "lo.taridx", &v) == 0 && v);
+	CHECK(open_as(dir, "lo.taridx", &copying, &v) == 0 && v);
 	if (!v)
 		return;
-	sf_view_set_keep_copies(v, true);
 	CHECK(located_as(v, "a.bin", "alpha"));
 	CHECK(located_as(v, "d.bin", "two!"));
 	CHECK(located_as(v, "/c.bin", "gamma"));
@@ -1131,9 +1134,8 @@ static void test_located(const char *dir)
 	struct timespec times[2] = { before.st_atim, before.st_mtim };
 	CHECK(utimensat(AT_FDCWD, tar, times, 0) == 0);
 	CHECK(located_as(v, "a.bin", "alpha"));
-	CHECK(open_in(dir, "lo.taridx", &fresh) == 0 && fresh);
+	CHECK(open_as(dir, "lo.taridx", &copying, &fresh) == 0 && fresh);
 	if (fresh) {
-		sf_view_set_keep_copies(fresh, true);
 		CHECK(sf_view_locate(fresh, "a.bin", &st, &e) == SF_LOOKUP_LIST && !walk(fresh, "a.bin"));
 		sf_view_unref(fresh);
 	}
@@ -1146,10 +1148,9 @@ static void test_located(const char *dir)
 	/* the tar cut: a read of what was located fails, it serves no stale
 	 * bytes */
 	sf_view_unref(v);
-	CHECK(open_in(dir, "lo.taridx", &v) == 0 && v);
+	CHECK(open_as(dir, "lo.taridx", &copying, &v) == 0 && v);
 	if (!v)
 		return;
-	sf_view_set_keep_copies(v, true);
 	CHECK(sf_view_locate(v, "c.bin", &st, &e) == 0);
 	CHECK(truncate(tar, 1024) == 0);
 	CHECK(read_located(v, &st) == NULL);

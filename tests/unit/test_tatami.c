@@ -10,6 +10,7 @@
 
 #include "sf_bytes.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 static int hexval(char c)
 {
@@ -88,7 +89,7 @@ static void check_fixture(const char *file)
 	CHECK(t != NULL);
 	struct sf_view *v = NULL;
 	struct sf_err e = { { 0 } };
-	CHECK(sf_open_path(path, &v, &e) == 0);
+	CHECK(sf_open_path(path, NULL, &v, &e) == 0);
 	if (!t || !v) {
 		fprintf(stderr, "%s: %s\n", file, e.msg);
 		json_decref(t);
@@ -180,17 +181,17 @@ static void test_damage(void)
 
 	/* g06 (spec §22): footer at 114, page payload at 96, header CRC at 60 */
 	damaged("g06_tiny.tatami", p, 120, 1, -1);
-	CHECK(sf_open_path(p, &v, &e) < 0 && strstr(e.msg, "footer checksum mismatch"));
+	CHECK(sf_open_path(p, NULL, &v, &e) < 0 && strstr(e.msg, "footer checksum mismatch"));
 	damaged("g06_tiny.tatami", p, 20, 1, -1);
-	CHECK(sf_open_path(p, &v, &e) < 0 && strstr(e.msg, "header checksum mismatch"));
+	CHECK(sf_open_path(p, NULL, &v, &e) < 0 && strstr(e.msg, "header checksum mismatch"));
 	damaged("g06_tiny.tatami", p, -1, 0, 189);
-	CHECK(sf_open_path(p, &v, &e) < 0 && strstr(e.msg, "bad end magic"));
+	CHECK(sf_open_path(p, NULL, &v, &e) < 0 && strstr(e.msg, "bad end magic"));
 	damaged("g06_tiny.tatami", p, -1, 0, 40);
-	CHECK(sf_open_path(p, &v, &e) < 0 && strstr(e.msg, "too small"));
+	CHECK(sf_open_path(p, NULL, &v, &e) < 0 && strstr(e.msg, "too small"));
 
 	/* a bad page CRC: the view opens, the files stat, reads fail EIO */
 	damaged("g06_tiny.tatami", p, 100, 0x40, -1);
-	CHECK(sf_open_path(p, &v, &e) == 0);
+	CHECK(sf_open_path(p, NULL, &v, &e) == 0);
 	if (v) {
 		struct sf_node *n = NULL;
 		CHECK(sf_view_walk(v->root, "columns/n/values.bin", &n, &e) == 0);
@@ -212,7 +213,7 @@ static void test_damage(void)
 	char orig[1024];
 	snprintf(orig, sizeof orig, "%s/tatami/g02_blob.tatami", fixtures_dir());
 	long run = -1;
-	if (sf_open_path(orig, &v, &e) == 0) {
+	if (sf_open_path(orig, NULL, &v, &e) == 0) {
 		CHECK(read_view(v, ".shardfs/info.json", &buf, &len) == 0);
 		json_error_t je;
 		json_t *j = json_loads((char *)buf, 0, &je);
@@ -224,7 +225,7 @@ static void test_damage(void)
 	}
 	CHECK(run > 0);
 	damaged("g02_blob.tatami", p, run + 40, 0x10, -1);
-	CHECK(sf_open_path(p, &v, &e) == 0);
+	CHECK(sf_open_path(p, NULL, &v, &e) == 0);
 	if (v) {
 		CHECK(read_view(v, "columns/id/values.bin", &buf, &len) == 0);
 		free(buf);

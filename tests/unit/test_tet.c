@@ -12,7 +12,7 @@
 #include "sf_bytes.h"
 #include "sf_format.h"
 #include "sf_read.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* ---- reading views ---------------------------------------------------- */
 
@@ -68,7 +68,7 @@ static int open_bytes(const char *name, const uint8_t *p, size_t n, struct sf_vi
 		return -EIO;
 	}
 	fclose(f);
-	return sf_open_path(path, v, e);
+	return sf_open_path(path, NULL, v, e);
 }
 
 /* ---- the upstream fixtures -------------------------------------------- */
@@ -85,7 +85,7 @@ static void test_fixture(json_t *fx)
 	snprintf(path, sizeof path, "%s/tet/%s", fixtures_dir(), file);
 	struct sf_view *v = NULL;
 	struct sf_err e;
-	int rc = sf_open_path(path, &v, &e);
+	int rc = sf_open_path(path, NULL, &v, &e);
 	CHECK(rc == 0);
 	if (rc) {
 		fprintf(stderr, "%s: %s\n", file, e.msg);

@@ -13,6 +13,7 @@
 #include "sf_crc32c.h"
 #include "sf_read.h"
 #include "views.h"
+#include "sf_view_impl.h"
 
 static char tmpdir[64];
 
@@ -282,7 +283,7 @@ static void expect_refused(const uint8_t *p, size_t len, const char *code)
 	spit(path, p, len);
 	struct sf_view *v = NULL;
 	struct sf_err e = { { 0 } };
-	int rc = sf_open_path(path, &v, &e);
+	int rc = sf_open_path(path, NULL, &v, &e);
 	CHECK(rc < 0 && v == NULL);
 	if (code && !strstr(e.msg, code))
 		fprintf(stderr, "expected %s for a %zu-byte file, got: %s\n", code, len, e.msg);

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "access.h"
 #include "vnode.h"
+#include "sf_view_impl.h"
 
 /* SRC's directory the view lies in: a node of a test kind with a name table. */
 struct tdir {

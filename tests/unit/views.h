@@ -7,14 +7,14 @@
 #include "check.h"
 #include "sf_format.h"
 #include "sf_read.h"
-#include "sf_view.h"
+#include "sf_view_impl.h"
 
 /* Opens the container at `path`, CHECKing that it opens; NULL if not. */
 static inline struct sf_view *open_ok(const char *path)
 {
 	struct sf_view *v = NULL;
 	struct sf_err e = { { 0 } };
-	int rc = sf_open_path(path, &v, &e);
+	int rc = sf_open_path(path, NULL, &v, &e);
 	if (rc)
 		fprintf(stderr, "open %s: %s\n", path, e.msg);
 	CHECK_EQ_U(rc, 0);
