@@ -15,11 +15,19 @@ static void count(atomic_uint_fast64_t *c, uint64_t n)
 	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
 }
 
+/* Parts decoded ahead at once, and not yet got, at most: one decodes
+ * while a reader copies out the one before, and where a format's parts
+ * are independent (sf_cache_ahead), two decode on two CPUs. */
+#define AHEAD 2
+
 struct entry {
 	uint64_t id;
 	struct sf_buf *buf;      /* NULL while loading */
 	bool loading;
 	int waiters;
+	/* the part its decode ahead named, asked for once a reader gets it */
+	struct sf_part *then;
+	bool unread;             /* decoded ahead, no reader has got it yet */
 	struct entry *prev, *next; /* LRU list, most recent first */
 };
 
@@ -36,6 +44,19 @@ struct sf_dcache {
 	void *short_arg;
 	uint64_t charged;         /* the part of `reserved` that charges hold */
 	struct sf_dcache_counts *counts;
+	/* decode ahead (sf_cache_ahead): its threads, started as needed, and
+	 * the parts they are asked to decode, each with its placeholder
+	 * entry, reservation and a reference to its view */
+	pthread_t ahead[AHEAD];
+	unsigned nthreads, busy, njobs;
+	unsigned unread;          /* entries decoded (or decoding) ahead, not got yet */
+	bool ahead_failed, stop;
+	pthread_cond_t work;
+	struct job {
+		struct sf_part *part;
+		struct sf_view *view;
+		struct entry *e;
+	} jobs[AHEAD];
 };
 
 void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void))
@@ -115,6 +136,7 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 
 static void drop(struct sf_dcache *c, struct entry *e)
 {
+	c->unread -= e->unread;
 	atomic_fetch_add(&c->iface.freed, 1);
 	hash_remove(c, e);
 	lru_unlink(c, e);
@@ -130,6 +152,8 @@ static void drop(struct sf_dcache *c, struct entry *e)
  * wake, so the last of them frees it. */
 static void abandon(struct sf_dcache *c, struct entry *e)
 {
+	c->unread -= e->unread;
+	e->unread = false;
 	hash_remove(c, e);
 	lru_unlink(c, e);
 	if (!e->waiters)
@@ -165,6 +189,10 @@ static _Thread_local unsigned depth;
  * for room could then mean waiting for itself (the earlier parts of the
  * same read fill the budget), so it does not wait. */
 static _Thread_local bool holding;
+/* Set in the threads that decode ahead: the part its produce named that
+ * could not go ahead at once. */
+static _Thread_local bool ahead_thread;
+static _Thread_local struct sf_part *ahead_then;
 
 #define ROOM_POLL_NS 5000000u     /* 5 ms: readers dropping parts are not signalled */
 /* Long enough for other readers' decodes to finish on a loaded machine (a
@@ -223,6 +251,133 @@ static void drop_source_pages(const struct sf_view *v)
 		sf_map_drop_pages(sf_view_map(v, i));
 }
 
+/* Ends the decode of e (lock held): it holds buf when rc is 0 and the part
+ * fits, else it is abandoned (buf dropped). Returns rc, or too_big's. */
+static int settle(struct sf_dcache *c, struct entry *e, struct sf_part *part, uint64_t claim,
+		  int rc, struct sf_buf *buf, struct sf_err *err)
+{
+	e->loading = false;
+	c->reserved -= claim;
+	if (rc == 0) {
+		count(&c->counts->parts_decoded, 1);
+		count(&c->counts->bytes_decoded, buf->len);
+	}
+	if (rc == 0 && buf->len > c->budget) {
+		/* only a part of unknown size gets here: known from now on, it is
+		 * failed before decoding */
+		uint64_t unknown = SF_SIZE_UNKNOWN;
+		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
+		rc = too_big(c, part, buf->len, err);
+		sf_buf_unref(buf);
+	}
+	if (rc == 0) {
+		e->buf = sf_buf_ref(buf);
+		c->bytes += buf->len;
+		make_room(c, 0);
+	} else {
+		abandon(c, e);
+	}
+	pthread_cond_broadcast(&c->loaded);
+	return rc;
+}
+
+static void *ahead_main(void *arg);
+static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
+		     struct sf_err *err);
+
+/* Hands p to a thread that decodes ahead (lock held), when fewer than
+ * AHEAD parts are ahead, p is neither cached nor decoding, and its size
+ * fits now. Its placeholder goes in at once: a reader that gets there
+ * first waits for this decode instead of making a second. True when p is
+ * handed over or there already. */
+static bool launch(struct sf_dcache *c, struct sf_part *p)
+{
+	uint64_t size = atomic_load(&p->size);
+	if (find(c, p->id))
+		return true;
+	if (c->unread >= AHEAD || c->stop || c->ahead_failed || !p->view ||
+	    size == SF_SIZE_UNKNOWN || !make_room(c, size))
+		return false;
+	if (c->busy + c->njobs == c->nthreads) {
+		if (pthread_create(&c->ahead[c->nthreads], NULL, ahead_main, c)) {
+			c->ahead_failed = true;
+			return false;
+		}
+		c->nthreads++;
+	}
+	struct entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return false;
+	e->id = p->id;
+	e->loading = true;
+	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
+		free(e);
+		return false;
+	}
+	lru_front(c, e);
+	e->unread = true;
+	c->unread++;
+	c->reserved += size;
+	c->jobs[c->njobs++] = (struct job){ p, sf_view_ref(p->view), e };
+	pthread_cond_signal(&c->work);
+	return true;
+}
+
+void sf_cache_ahead(struct sf_cache *iface, struct sf_part *next)
+{
+	if (iface->get != cache_get)
+		return;
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	if (!launch(c, next) && ahead_thread)
+		ahead_then = next;
+	pthread_mutex_unlock(&c->lock);
+}
+
+/* A thread that decodes ahead: one part at a time, no lock held while it
+ * decodes; at the cache's end, parts not begun are given up. */
+static void *ahead_main(void *arg)
+{
+	struct sf_dcache *c = arg;
+	ahead_thread = true;
+	pthread_mutex_lock(&c->lock);
+	for (;;) {
+		while (!c->njobs && !c->stop)
+			pthread_cond_wait(&c->work, &c->lock);
+		if (!c->njobs)
+			break;
+		struct job j = c->jobs[0];
+		memmove(c->jobs, c->jobs + 1, --c->njobs * sizeof *c->jobs);
+		uint64_t claim = atomic_load(&j.part->size);
+		struct sf_buf *buf = NULL;
+		struct sf_err err;
+		int rc = -ECANCELED;
+		if (!c->stop) {
+			c->busy++;
+			pthread_mutex_unlock(&c->lock);
+			ahead_then = NULL;
+			depth++;
+			rc = sf_part_produce(j.part, &c->iface, &buf, &err);
+			depth--;
+			if (rc == 0)
+				drop_source_pages(j.view);
+			pthread_mutex_lock(&c->lock);
+			c->busy--;
+		}
+		if (settle(c, j.e, j.part, claim, rc, buf, &err) == 0) {
+			count(&c->counts->parts_ahead, 1);
+			j.e->then = ahead_then;
+			sf_buf_unref(buf);
+		}
+		/* the view's last reference may go here: its end takes the lock */
+		pthread_mutex_unlock(&c->lock);
+		sf_view_unref(j.view);
+		pthread_mutex_lock(&c->lock);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err)
 {
@@ -253,6 +408,15 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		lru_unlink(c, e);
 		lru_front(c, e);
 		*out = sf_buf_ref(e->buf);
+		/* decoded ahead and got at last: the next one goes ahead (the
+		 * reader holds the view, so the part named is alive) */
+		c->unread -= e->unread;
+		e->unread = false;
+		if (e->then) {
+			struct sf_part *then = e->then;
+			e->then = NULL;
+			launch(c, then);
+		}
 		holding = !depth || holding;
 		pthread_mutex_unlock(&c->lock);
 		return 0;
@@ -291,30 +455,11 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		drop_source_pages(part->view);
 
 	pthread_mutex_lock(&c->lock);
-	e->loading = false;
-	c->reserved -= claim;
+	rc = settle(c, e, part, claim, rc, buf, err);
 	if (rc == 0) {
-		count(&c->counts->parts_decoded, 1);
-		count(&c->counts->bytes_decoded, buf->len);
-	}
-	if (rc == 0 && buf->len > c->budget) {
-		/* only a part of unknown size gets here: known from now on, it is
-		 * failed before decoding */
-		uint64_t unknown = SF_SIZE_UNKNOWN;
-		atomic_compare_exchange_strong(&part->size, &unknown, buf->len);
-		rc = too_big(c, part, buf->len, err);
-		sf_buf_unref(buf);
-	}
-	if (rc == 0) {
-		e->buf = sf_buf_ref(buf);
-		c->bytes += buf->len;
-		make_room(c, 0);
 		*out = buf;
 		holding = !depth || holding;
-	} else {
-		abandon(c, e);
 	}
-	pthread_cond_broadcast(&c->loaded);
 	pthread_mutex_unlock(&c->lock);
 	return rc;
 }
@@ -391,6 +536,7 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->counts = counts;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
+	pthread_cond_init(&c->work, NULL);
 	return c;
 }
 
@@ -398,11 +544,18 @@ void sf_dcache_free(struct sf_dcache *c)
 {
 	if (!c)
 		return;
+	pthread_mutex_lock(&c->lock);
+	c->stop = true;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	for (unsigned i = 0; i < c->nthreads; i++)
+		pthread_join(c->ahead[i], NULL);
 	while (c->head)
 		drop(c, c->head);
 	sf_hash_free(&c->entries);
 	pthread_mutex_destroy(&c->lock);
 	pthread_cond_destroy(&c->loaded);
+	pthread_cond_destroy(&c->work);
 	free(c);
 }
 

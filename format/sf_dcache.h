@@ -18,11 +18,14 @@ struct sf_dcache;
 struct sf_dcache_counts {
 	atomic_uint_fast64_t hits, misses, evictions;
 	atomic_uint_fast64_t bytes_decoded, parts_decoded;
+	atomic_uint_fast64_t parts_ahead;   /* of parts_decoded: decoded ahead */
 };
 
 /* `counts`: where its counters go. The daemon makes one for its mount
  * (--cache-size), the C API one for its process (shardfs.c). */
 struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts);
+/* Stops the thread that decodes ahead (waiting for its decode to end),
+ * then frees the cache. */
 void sf_dcache_free(struct sf_dcache *c);
 /* The sf_cache interface the views read through. */
 struct sf_cache *sf_dcache_iface(struct sf_dcache *c);
@@ -46,5 +49,17 @@ void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void));
  * closes idle views then (fs/openviews.h, openviews_press), the C API
  * sheds what its idle handles hold (shardfs.c). */
 void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg);
+
+/* Decode ahead: a part's produce names the part of the same view a reader
+ * reading in order asks for next (the next piece of a decoded stream). The
+ * cache decodes it on a thread of its own while the reader uses this one:
+ * at once when a reader's decode names it, or, when the naming part was
+ * itself decoded ahead, once a reader first gets that part, so that the
+ * thread stays one part ahead and stops when the reader goes elsewhere.
+ * One part at a time per cache, its declared size reserved like any
+ * decode's, and nothing when it does not fit at once (the cache is short),
+ * its size is unknown, or `c` is no sf_dcache. The decode holds a reference
+ * to the part's view: a view closed meanwhile is freed when it ends. */
+void sf_cache_ahead(struct sf_cache *c, struct sf_part *next);
 
 #endif

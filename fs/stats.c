@@ -201,6 +201,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(cache, "evictions", num(&s->cache.evictions));
 	json_object_set_new(cache, "bytes_decoded", num(&s->cache.bytes_decoded));
 	json_object_set_new(cache, "parts_decoded", num(&s->cache.parts_decoded));
+	json_object_set_new(cache, "parts_ahead", num(&s->cache.parts_ahead));
 	json_object_set_new(cache, "bytes_held", json_integer((json_int_t)cache_bytes));
 	/* working memory charged beside the parts (indexes, walks, listings) */
 	json_object_set_new(cache, "bytes_charged", json_integer((json_int_t)cache_charged));

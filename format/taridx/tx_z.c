@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sf_dcache.h"
 #include "tx.h"
 #include "sf_view_impl.h"
 
@@ -76,6 +77,7 @@ struct tx_z {
 	struct zcur *cur;      /* left where the last piece it made ends */
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
+	size_t made;           /* the last piece begun, + 1 (0: none) */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
@@ -192,12 +194,11 @@ static int stuck(const struct tx_z *z, const struct zcur *c, struct sf_err *e)
 		       tx_z_name(z->codec), (unsigned long long)(c->in - (c->len - c->pos)));
 }
 
-/* Decodes the next n bytes at c into dst (NULL: skips them). 1 when the
- * stream ended first (having decoded *got bytes), 0, or a negative errno. */
+/* Decodes the next n bytes at c into dst. 1 when the stream ended first
+ * (having decoded *got bytes), 0, or a negative errno. */
 static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, uint64_t *got,
 		    struct sf_err *e)
 {
-	uint8_t scratch[16384];
 	uint64_t done = 0;
 	int rc = 0;
 	while (done < n) {
@@ -205,10 +206,9 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 			rc = rc > 0 ? truncated(z, c, e) : rc;
 			break;
 		}
-		size_t il = c->len - c->pos, ol = dst ? (size_t)(n - done < SIZE_MAX ? n - done : SIZE_MAX) :
-						  (n - done < sizeof scratch ? (size_t)(n - done) : sizeof scratch);
+		size_t il = c->len - c->pos, ol = (size_t)(n - done);
 		const char *why = NULL;
-		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst ? dst + done : scratch, &ol, false, &why);
+		rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, dst + done, &ol, false, &why);
 		c->pos += il;
 		done += ol;
 		c->out += ol;
@@ -232,29 +232,47 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 /* A piece's bytes: from the cursor left where the last piece ended when
  * this one follows it, else from its start point, skipping what lies
  * before it. The cursor is taken out under the lock and put back after:
- * no lock is held while decoding. */
+ * no lock is held while decoding. A piece begun right after the one
+ * before it (a member or a walk read in order) names the next to the
+ * cache (sf_cache_ahead), which decodes it on another thread while the
+ * reader copies out this one: at once when it begins a start point (so
+ * that the two decode on two CPUs), else once the cursor is back for it
+ * to go on from. A piece read out of turn names none, so random reads
+ * decode no more. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
-	(void)cache;
 	struct tx_z *z = part->arg;
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
+	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
+	bool alone = next && p[1].out == z->st[p[1].start].out;
 	pthread_mutex_lock(&z->lock);
 	struct zcur *c = z->cur;
 	if (c && c->start == p->start && c->out == p->out)
 		z->cur = NULL;
 	else
 		c = NULL;
+	if (!part->aux || z->made != part->aux)
+		next = NULL;
+	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
+	if (next && alone)
+		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
 	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
 	uint64_t got = 0;
 	if (!rc && !b)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	if (!rc && c->out < p->out && (rc = cur_read(z, c, NULL, p->out - c->out, &got, e)) > 0)
-		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
-			     z->src->path, (unsigned long long)p->out);
+	/* what lies before the piece is decoded into its buffer, in turns
+	 * as large as it: a small scratch costs the decoder a copy and a call
+	 * per few kB, when a single-frame archive's member may lie 100 MB in */
+	while (!rc && c->out < p->out) {
+		uint64_t k = p->out - c->out < len ? p->out - c->out : len;
+		if ((rc = cur_read(z, c, b->data, k, &got, e)) > 0)
+			rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
+				     z->src->path, (unsigned long long)p->out);
+	}
 	if (!rc && (rc = cur_read(z, c, b->data, len, &got, e)) > 0 && got < len)
 		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
 			     z->src->path, (unsigned long long)(p->out + got));
@@ -271,6 +289,8 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, old);
 	*out = b;
+	if (next && !alone)
+		sf_cache_ahead(cache, next);
 	return 0;
 }
 

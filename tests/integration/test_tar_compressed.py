@@ -323,7 +323,8 @@ def test_members_before_a_bad_gzip_member_read_exactly(mount, tmp_path):
 def test_bomb_stays_in_the_budget(mount, tmp_path):
     """A member of 400 MB of zeros that gzip makes 400 KB: the view is
     built in one pass, reads of it and of the member after it are exact,
-    and the daemon's memory stays far below the decoded size."""
+    and the daemon's memory stays far below the decoded size, also while
+    a stretch of it read in order is decoded ahead."""
     size = 400 << 20
     hdr = tarfile.TarInfo("zeros.bin")
     hdr.size = size
@@ -342,9 +343,53 @@ def test_bomb_stays_in_the_budget(mount, tmp_path):
         assert os.fstat(f.fileno()).st_size == size
         assert os.pread(f.fileno(), 1 << 20, size - (1 << 20)) == bytes(1 << 20)
         assert os.pread(f.fileno(), 1 << 20, size // 2) == bytes(1 << 20)
+        before = mount_stats(mnt)["cache"]
+        f.seek(size // 4)
+        for _ in range(48):
+            assert f.read(1 << 20) == bytes(1 << 20)
+    cache = mount_stats(mnt)["cache"]
+    assert cache["parts_ahead"] - before["parts_ahead"] >= 4, (before, cache)
+    assert cache["bytes_held"] + cache["bytes_charged"] <= 32 << 20, cache
     pid = mount.last.proc.pid
     rss = int(next(l for l in open(f"/proc/{pid}/status") if l.startswith("VmHWM")).split()[1]) << 10
     assert rss < 300 << 20, rss
+
+
+def test_sequential_read_decodes_ahead(mount, tmp_path):
+    """A member of 24 MiB (six pieces) read in order: from its third piece
+    on, each next one is decoded ahead on the cache's own threads
+    (stats.json's cache.parts_ahead) while the one before is read, each
+    piece once, and every byte is the member's: in a zstd frame (one start
+    point) and a gzip member (start points every few MiB). A member read
+    out of order decodes nothing ahead."""
+    rng = random.Random(7)
+    big = b"".join(b"%08x line of the big member\n" % rng.getrandbits(32) for _ in range(24 << 20 >> 5))
+    assert len(big) == 24 << 20
+    raw = small_tar_bytes({"a.txt": b"before\n", "big.bin": big, "z.txt": b"after\n"})
+    zst = subprocess.run(["zstd", "-1", "-c"], input=raw, check=True, capture_output=True).stdout
+    (tmp_path / "seqz.tar.zst").write_bytes(zst)
+    (tmp_path / "seqg.tar.gz").write_bytes(gzip_bytes(raw, level=1))
+    (tmp_path / "back.tar.zst").write_bytes(zst)
+    mnt = mount(tmp_path, "--cache-size", "64M")
+    for view in ("seqz", "seqg"):
+        assert (mnt / view / "z.txt").read_bytes() == b"after\n"
+        before = mount_stats(mnt)["cache"]
+        with open(mnt / view / "big.bin", "rb", buffering=0) as f:
+            got = b"".join(iter(lambda: f.read(1 << 20), b""))
+        assert got == big, view
+        cache = mount_stats(mnt)["cache"]
+        assert cache["parts_ahead"] - before["parts_ahead"] >= 3, (view, before, cache)
+        # each piece once, at most
+        pieces = json.loads((mnt / view / ".shardfs" / "info.json").read_text())
+        assert cache["parts_decoded"] - before["parts_decoded"] <= pieces["compression"]["pieces"]
+    # out of order: a MiB of each 4 MiB, from the end backwards
+    assert (mnt / "back" / "a.txt").read_bytes() == b"before\n"
+    before = mount_stats(mnt)["cache"]
+    with open(mnt / "back" / "big.bin", "rb", buffering=0) as f:
+        for at in range(len(big) - (1 << 20), 0, -(4 << 20)):
+            assert os.pread(f.fileno(), 1 << 20, at) == big[at:at + (1 << 20)], at
+    cache = mount_stats(mnt)["cache"]
+    assert cache["parts_ahead"] == before["parts_ahead"], (before, cache)
 
 
 def test_tools_and_python_read_compressed(tmp_path):
