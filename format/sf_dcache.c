@@ -295,8 +295,11 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	uint64_t size = atomic_load(&p->size);
 	if (find(c, p->id))
 		return true;
+	/* what cannot be evicted (charges, decodes running) stays under half
+	 * the budget with it: the rest is for readers' decodes and charges,
+	 * which would otherwise wait for parts no reader asked for yet */
 	if (c->unread >= AHEAD || c->stop || c->ahead_failed || !p->view ||
-	    size == SF_SIZE_UNKNOWN || !make_room(c, size))
+	    size == SF_SIZE_UNKNOWN || c->reserved + size > c->budget / 2 || !make_room(c, size))
 		return false;
 	if (c->busy + c->njobs == c->nthreads) {
 		if (pthread_create(&c->ahead[c->nthreads], NULL, ahead_main, c)) {
