@@ -26,7 +26,8 @@
 #include "src.h"
 #include "vnode.h"
 
-static char src_path[] = "/tmp/test_daemon.XXXXXX";
+/* made by make_src, under $TMPDIR as the other unit tests make theirs */
+static char src_path[64];
 
 static void write_file(const char *rel, const char *text)
 {
@@ -42,6 +43,7 @@ static void write_file(const char *rel, const char *text)
  * `t/` beside it). */
 static void make_src(void)
 {
+	check_tmp(src_path, sizeof src_path, "test_daemon");
 	CHECK(mkdtemp(src_path) != NULL);
 	write_file("a.txt", "hello\n");
 	char p[300];
