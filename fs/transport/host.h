@@ -14,7 +14,7 @@ struct transport_host {
 	/* a problem for .shardfs/errors */
 	void (*log)(void *arg, const char *msg);
 	/* counts the requests taken from /dev/fuse, and the waits for one
-	 * that slept without polling as no CPU was spare (--spin-us) */
+	 * that slept without polling as another task held the CPU (--spin-us) */
 	atomic_uint_fast64_t *device_requests, *polls_skipped;
 };
 

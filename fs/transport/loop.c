@@ -37,7 +37,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,7 +44,12 @@
 #define WATCH_NS 10000000u   /* 10 ms */
 #define MUST_QUICK_NS 100000000u /* 100 ms */
 #define IDLE_NS 1000000000u  /* 1 s */
-#define LOAD_EVERY_NS 1000000u /* 1 ms: how often the leader counts runnable tasks */
+/* A yield longer than this gave the CPU to a task that is no reader (a
+ * reader's turn between two requests takes microseconds; a CPU-bound task's
+ * time slice, a millisecond or more), and the leader then polls for none
+ * for CALM_NS, see device_take. */
+#define YIELD_LOST_NS 500000u  /* 0.5 ms */
+#define CALM_NS 1000000000u    /* 1 s */
 
 struct loop {
 	const struct loop_source *ops;
@@ -330,44 +334,9 @@ struct device {
 	/* how long the leader polls: adapted between spin_max_ns / 16 and
 	 * spin_max_ns (--spin-us), see device_take */
 	uint64_t spin_ns, spin_max_ns;
-	/* the leader polls only while a CPU is spare, see spare_cpu */
-	int load_fd;           /* /proc/loadavg, or -1 */
-	unsigned cpus;         /* online */
-	uint64_t load_at;      /* when the tasks were last counted */
-	bool spare;            /* as counted then */
+	uint64_t calm_until;   /* no poll before then, see device_take */
 	sem_t finished;        /* posted once the loop ended by itself */
 };
-
-/* Whether a CPU is spare, so that polling takes it from nobody: the tasks
- * runnable on the machine (this thread among them) are no more than the
- * CPUs online. When they are more, a thread that polls is runnable but not
- * waiting, so the scheduler gives it no wake-up preemption when a request
- * comes: the request waits for another task's slice (with two CPU hogs on
- * 2 vCPUs: 25-30 ms at the 99th percentile against ~5 ms sleeping). A reader
- * on this thread's CPU counts as one of the two tasks that fit, so polling
- * still lets it run (sched_yield). Counted through /proc/loadavg's
- * "running/total" at most every LOAD_EVERY_NS, so requests that come
- * faster pay no system call for it; without /proc the leader always polls.
- * Only the leader calls this. */
-static bool spare_cpu(struct device *d, uint64_t now)
-{
-	if (d->load_fd < 0 || now - d->load_at < LOAD_EVERY_NS)
-		return d->spare;
-	d->load_at = now;
-	char b[128];
-	ssize_t n = pread(d->load_fd, b, sizeof b - 1, 0);
-	if (n <= 0)
-		return d->spare;
-	b[n] = '\0';
-	const char *p = b;
-	for (int i = 0; i < 3 && p; i++) {
-		p = strchr(p, ' ');
-		p = p ? p + 1 : NULL;
-	}
-	if (p)
-		d->spare = strtoul(p, NULL, 10) <= d->cpus;
-	return d->spare;
-}
 
 /* The poll doubles (up to --spin-us) each time a request came while
  * polling and halves each time none did, so a slow trickle of requests
@@ -386,7 +355,7 @@ static int device_take(void *src, struct loop_slot *s)
 {
 	struct device *d = src;
 	uint64_t now = now_ns();
-	bool spin = d->spin_max_ns && spare_cpu(d, now);
+	bool spin = d->spin_max_ns && now >= d->calm_until;
 	uint64_t until = spin ? now + d->spin_ns : 0;
 	bool slept = false;
 	for (;;) {
@@ -399,9 +368,24 @@ static int device_take(void *src, struct loop_slot *s)
 		}
 		if (fuse_session_exited(d->se))
 			return 0;
-		if (now_ns() < until) {
+		uint64_t t = now_ns();
+		if (t < until) {
 			/* a reader of this CPU may run meanwhile */
 			sched_yield();
+			/* Someone else held the CPU: a task competing for it.
+			 * A thread that polls is runnable, not waiting, so a
+			 * request gets it no wake-up preemption and waits out
+			 * that task's time slice, a yield after a yield pushing
+			 * the poller further back (two CPU hogs on 2 vCPUs: 25-30
+			 * ms at the 99th percentile against ~5 ms sleeping). So
+			 * sleep at once for a while. The cost is one clock read
+			 * per yield, no system call. */
+			uint64_t back = now_ns();
+			if (back - t > YIELD_LOST_NS) {
+				d->calm_until = back + CALM_NS;
+				spin = false;
+				until = 0;
+			}
 			continue;
 		}
 		if (!spin && !slept && d->spin_max_ns)
@@ -452,7 +436,6 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
 		.fd = fuse_session_fd(se),
 		.spin_ns = (uint64_t)spin_us * 1000u,
 		.spin_max_ns = (uint64_t)spin_us * 1000u,
-		.spare = true,
 	};
 	int fl = fcntl(d.fd, F_GETFL);
 	if (fl < 0 || fcntl(d.fd, F_SETFL, fl | O_NONBLOCK) < 0)
@@ -465,10 +448,6 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
 		close(d.stop_fd);
 		return err;
 	}
-	d.load_fd = spin_us ? open("/proc/loadavg", O_RDONLY | O_CLOEXEC) : -1;
-	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-	d.cpus = cpus > 0 ? (unsigned)cpus : 1;
-	d.load_at = now_ns() - LOAD_EVERY_NS; /* counted at the first wait */
 	struct loop *l = loop_start(&device_ops, &d, threads);
 	/* libfuse's signal handlers end the session from this thread; the
 	 * timeout covers a signal that lands between the check and the wait */
@@ -479,8 +458,6 @@ int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
 	}
 	int err = l ? loop_stop(l) : -EAGAIN;
 	close(d.stop_fd);
-	if (d.load_fd >= 0)
-		close(d.load_fd);
 	sem_destroy(&d.finished);
 	return err;
 }

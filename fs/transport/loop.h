@@ -42,9 +42,9 @@ int loop_stop(struct loop *l);
 
 /* Serves `se` from the FUSE device until it exits (unmount, or a signal
  * through libfuse's handlers) with at most `threads` request threads; the
- * waiting thread polls for `spin_us` microseconds before it sleeps, while a
- * CPU is spare; each request taken is counted in `taken`, each wait that
- * slept without polling as no CPU was spare in `skipped`. Returns 0, or a
+ * waiting thread polls for `spin_us` microseconds before it sleeps, unless
+ * another task held its CPU lately; each request taken is counted in
+ * `taken`, each wait that slept without polling so in `skipped`. Returns 0, or a
  * negative errno when the device failed. */
 int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
 	     atomic_uint_fast64_t *taken, atomic_uint_fast64_t *skipped);

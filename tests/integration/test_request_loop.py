@@ -122,11 +122,11 @@ def test_spin_off_and_one_thread_serve_the_same_bytes(tmp_path, mount):
 
 
 def test_no_polling_while_no_cpu_is_spare(tmp_path, mount):
-    """With a CPU-bound process per CPU, the waiting thread sleeps at once
-    instead of polling /dev/fuse: a thread that polls while others wait for
-    a CPU is not woken ahead of them, so a request would wait out another
-    process's time slice. stats.json counts those waits; the bytes read
-    meanwhile are the files'."""
+    """With a CPU-bound process per CPU, the waiting thread stops polling
+    /dev/fuse and sleeps at once: a thread that polls is not woken ahead of
+    the process holding its CPU, so a request would wait out that process's
+    time slice. stats.json counts those waits; the bytes read meanwhile are
+    the files'."""
     src = tmp_path / "src"
     src.mkdir()
     data = {f"f{i}": os.urandom(i * 100 + 1) for i in range(20)}
@@ -137,7 +137,7 @@ def test_no_polling_while_no_cpu_is_spare(tmp_path, mount):
     hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count())]
     try:
         for name, b in data.items():
-            time.sleep(0.003)  # the daemon counts runnable tasks at most once a millisecond
+            time.sleep(0.003)  # each read waits anew
             assert read_through(mnt / name) == b, name
     finally:
         for h in hogs:
