@@ -71,7 +71,7 @@ struct sf_probe {
  * sf_format_open takes to make a view of one. The steps every format shares
  * (making the view, holding the container's mapping, placing .shardfs/,
  * cleaning up after a failure) are sf_format_open's; a format fills in only
- * what is its own. Adding a format: docs/architecture.md. */
+ * what is its own. Adding a format: docs/adding-a-format.md. */
 struct sf_format {
 	/* ---- recognising ---- */
 	const char *name;  /* "tsumugi" */
