@@ -202,12 +202,12 @@ def large_folio_share(path, samples=4096):
             m[i * PAGE]  # maps the page
             entry = int.from_bytes(os.pread(pm.fileno(), 8, (base // PAGE + i) * 8), "little")
             pfn = entry & ((1 << 55) - 1)
-            if not entry >> 63 or not pfn:
-                continue  # not present, or no PFN shown (not root)
+            if not pfn:
+                raise RuntimeError(f"{path}: /proc/self/pagemap shows no page frame (not root?)")
             flags = int.from_bytes(os.pread(kf.fileno(), 8, pfn * 8), "little")
             seen += 1
             large += bool(flags & (KPF_COMPOUND_HEAD | KPF_COMPOUND_TAIL))
-    return large / seen if seen else 0.0
+    return large / seen
 
 
 def large_payload(ctx):
