@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../fuzz/zpack.h"
@@ -215,6 +216,8 @@ static void test_keep(const uint8_t *plain, size_t n)
 	struct sf_view *v;
 	CHECK(index_file("k.tar.gz", &m, &v, &e) == 0);
 	CHECK(sf_map_open(path, &src, &e) == 0);
+	char path_k[256];
+	memcpy(path_k, path, sizeof path_k);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	struct tx_zinfo zi;
 	tx_z_info(m, &zi);
@@ -242,13 +245,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 	size_t ngot = 0;
 	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
+	size_t ix_len = tarix->len;
 	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
 	CHECK(tx_unkeyed_has(gotunk, 1ull << 40) && tx_unkeyed_has(gotunk, UINT64_MAX) &&
 	      !tx_unkeyed_has(gotunk, 6));
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
-	sf_buf_unref(tarix);
-	sf_buf_unref(unk);
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
 	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
 	for (size_t i = 0; got && i < ngot; i++)
@@ -257,7 +259,20 @@ static void test_keep(const uint8_t *plain, size_t n)
 	/* another codec, a bound too small, a byte changed, cut short */
 	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	/* another name of the archive (a hard link) finds it by its key,
+	 * and is linked to it */
+	struct stat ks, ns;
+	CHECK(tx_zkeep_load(dfd, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
+	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
+	      ks.st_ino == ns.st_ino);
+	sf_buf_unref(gotix);
+	sf_buf_unref(gotunk);
+	for (size_t i = 0; i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	/* k.zidx, other.zidx and the key */
+	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 3);
 	char kp[300];
 	snprintf(kp, sizeof kp, "%s/k.zidx", dir);
 	FILE *f = fopen(kp, "r+b");
@@ -266,6 +281,17 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
 	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	/* kept anew for the archive changed since (its mtime): the old
+	 * file's key goes, the other name alone keeps its bytes */
+	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
+	struct sf_map *changed;
+	CHECK(utimensat(AT_FDCWD, path_k, ts, 0) == 0 && sf_map_open(path_k, &changed, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 1);
+	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && ks.st_nlink == 2);
+	sf_map_unref(changed);
+	sf_buf_unref(tarix);
+	sf_buf_unref(unk);
 	close(dfd);
 	sf_map_unref(src);
 	release(m, v);
