@@ -18,12 +18,13 @@
  * Version 1 kept no root names, so its first lookup read every header
  * again: it is made anew.
  *
- * Every name of one archive (hard links) finds the file: beside
- * `<name>.zidx` it is linked as `.archive-<K>.zidx`, K the XXH64 of the
- * header's bytes 8 to 48 (codec, size, mtime, sampled bytes), which any
- * name of the same archive computes alike; a name that has no file of its
- * own, or one that does not match, reads that one and is linked to it.
- * Names are only where to look: whatever is found is checked as above.
+ * Every name of one archive (hard links) finds the file: besides
+ * `<name>.zidx` it is linked as `.archive-<K>.zidx` in the same directory
+ * and at --index-dir's top (for names in other directories), K the XXH64
+ * of the header's bytes 8 to 48 (codec, size, mtime, sampled bytes), which
+ * any name of the same archive computes alike; a name that has no file of
+ * its own, or one that does not match, reads that one and is linked to
+ * it. Names are only where to look: whatever is found is checked as above.
  *
  * It is read as untrusted: bounded, checked whole, and every record
  * checked against the archive before it is used. */
@@ -63,25 +64,25 @@ static void tmp_name(char *out, size_t cap, const char *name)
 	snprintf(out, cap, ".%.200s.%ld.%u.tmp", name, (long)getpid(), atomic_fetch_add(&seq, 1));
 }
 
-/* Makes `to` in dirfd name the file `from` names, unless it does already:
- * a hard link under a temporary name, renamed over `to`. true when `to`
- * names it; false where hard links cannot be made (a read-only
- * --index-dir, a file system without them), which only leaves `to` to be
- * made by the next pass. */
-static bool link_as(int dirfd, const char *from, const char *to)
+/* Makes `to` in directory tofd name the file `from` in fromfd names,
+ * unless it does already: a hard link under a temporary name, renamed
+ * over `to`. true when `to` names it; false where hard links cannot be
+ * made (a read-only --index-dir, a file system without them), which only
+ * leaves `to` to be made by the next pass. */
+static bool link_as(int fromfd, const char *from, int tofd, const char *to)
 {
 	struct stat a, b;
-	if (fstatat(dirfd, from, &a, AT_SYMLINK_NOFOLLOW))
+	if (fstatat(fromfd, from, &a, AT_SYMLINK_NOFOLLOW))
 		return false;
-	if (!fstatat(dirfd, to, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+	if (!fstatat(tofd, to, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
 		return true;
 	char tmp[300];
 	tmp_name(tmp, sizeof tmp, to);
-	if (linkat(dirfd, from, dirfd, tmp, 0))
+	if (linkat(fromfd, from, tofd, tmp, 0))
 		return false;
-	if (!renameat(dirfd, tmp, dirfd, to))
+	if (!renameat(tofd, tmp, tofd, to))
 		return true;
-	unlinkat(dirfd, tmp, 0);
+	unlinkat(tofd, tmp, 0);
 	return false;
 }
 
@@ -104,10 +105,11 @@ static int put_file(int dirfd, const char *name, const void *p, size_t len)
 	return rc;
 }
 
-/* Before `name` is replaced by a file of key `key`: the link the file it
- * names now has by another key (the archive changed since) is removed, so
- * that its bytes do not stay on disk under that name alone. */
-static void drop_old_key(int dirfd, const char *name, const char *key)
+/* Before `name` in dirfd is replaced by a file of key `key`: the links
+ * the file it names now has by another key (in dirfd and topfd: the
+ * archive changed since) are removed, so that its bytes do not stay on
+ * disk under those names alone. */
+static void drop_old_key(int dirfd, int topfd, const char *name, const char *key)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	uint8_t h[HEAD];
@@ -117,9 +119,12 @@ static void drop_old_key(int dirfd, const char *name, const char *key)
 		return;
 	if (pread(fd, h, HEAD, 0) == HEAD && !fstat(fd, &a)) {
 		key_name(h, old);
-		if (strcmp(old, key) && !fstatat(dirfd, old, &b, AT_SYMLINK_NOFOLLOW) &&
-		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
-			unlinkat(dirfd, old, 0);
+		for (int i = 0; i < 2 && strcmp(old, key); i++) {
+			int at = i ? topfd : dirfd;
+			if (at >= 0 && !fstatat(at, old, &b, AT_SYMLINK_NOFOLLOW) &&
+			    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+				unlinkat(at, old, 0);
+		}
 	}
 	close(fd);
 }
@@ -274,7 +279,7 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 	return rc;
 }
 
-int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
 		  struct sf_buf **unkeyed, struct sf_err *e)
 {
@@ -284,19 +289,28 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 	if (head_of(src, c, 0, want, &ignored))
 		return 1;
 	key_name(want, key);
-	int rc = load_one(dirfd, name, want, src, c, max, out, nout, tarix, unkeyed, e);
-	/* kept for another name of the archive (or by an older build, with
-	 * no key yet): linked so that this name, or the other, finds it */
-	if (!rc)
-		link_as(dirfd, name, key);
-	else if (rc == 1 && !(rc = load_one(dirfd, key, want, src, c, max, out, nout, tarix, unkeyed, e))) {
-		drop_old_key(dirfd, name, key);
-		link_as(dirfd, key, name);
-	}
-	return rc;
+	/* its own name, then what another name of the archive kept: beside
+	 * it, or in another directory (found at the top) */
+	const int at[3] = { dirfd, dirfd, topfd };
+	const char *as[3] = { name, key, key };
+	int rc = 1, i;
+	for (i = 0; i < 3; i++)
+		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, tarix,
+						  unkeyed, e)) != 1)
+			break;
+	if (rc)
+		return rc;
+	/* linked where it was not found (kept for another name, or by an
+	 * older build, with no key yet), so that each name finds it */
+	if (i)
+		drop_old_key(dirfd, topfd, name, key);
+	for (int j = 0; j < 3; j++)
+		if (j != i && at[j] >= 0)
+			link_as(at[i], as[i], at[j], as[j]);
+	return 0;
 }
 
-int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
 		  const struct sf_buf *unkeyed, struct sf_err *e)
 {
@@ -341,11 +355,14 @@ int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx
 	}
 	char key[KEYNAME];
 	key_name(h, key);
-	drop_old_key(dirfd, name, key);
+	drop_old_key(dirfd, topfd, name, key);
 	rc = put_file(dirfd, name, f.p, f.len);
-	/* where no hard link can be made, the key gets a copy */
-	if (!rc && !link_as(dirfd, name, key))
-		put_file(dirfd, key, f.p, f.len);
+	/* where no hard link can be made, a key gets a copy */
+	for (int i = 0; !rc && i < 2; i++) {
+		int at = i ? topfd : dirfd;
+		if (at >= 0 && !link_as(dirfd, name, at, key))
+			put_file(at, key, f.p, f.len);
+	}
 	sf_str_free(&f);
 	return rc ? sf_fail(e, rc, "%s: cannot keep its seek index in --index-dir: %s", src->path,
 			    strerror(-rc)) : 0;

@@ -240,10 +240,10 @@ static void test_keep(const uint8_t *plain, size_t n)
 	uint64_t names[3] = { 5, 1ull << 40, UINT64_MAX };
 	CHECK((unk = sf_buf_new(sizeof names)) != NULL);
 	memcpy(unk->data, names, sizeof names);
-	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
 	size_t ix_len = tarix->len;
 	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
@@ -257,12 +257,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 		free(got[i].win);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	/* another name of the archive (a hard link) finds it by its key,
 	 * and is linked to it */
 	struct stat ks, ns;
-	CHECK(tx_zkeep_load(dfd, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
 	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
 	      ks.st_ino == ns.st_ino);
@@ -278,17 +278,31 @@ static void test_keep(const uint8_t *plain, size_t n)
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	/* kept anew for the archive changed since (its mtime): the old
 	 * file's key goes, the other name alone keeps its bytes */
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
 	struct sf_map *changed;
 	CHECK(utimensat(AT_FDCWD, path_k, ts, 0) == 0 && sf_map_open(path_k, &changed, &e) == 0);
-	CHECK(tx_zkeep_save(dfd, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
 	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 1);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && ks.st_nlink == 2);
+	/* a name in another directory finds it by its key at the top */
+	char far[300];
+	snprintf(far, sizeof far, "%s/far", dir);
+	int ffd = mkdir(far, 0755) == 0 ? open(far, O_RDONLY | O_DIRECTORY) : -1;
+	CHECK(ffd >= 0);
+	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
+	sf_buf_unref(gotix);
+	sf_buf_unref(gotunk);
+	for (size_t i = 0; i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	close(ffd);
 	sf_map_unref(changed);
 	sf_buf_unref(tarix);
 	sf_buf_unref(unk);
