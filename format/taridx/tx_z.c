@@ -79,6 +79,7 @@ struct tx_z {
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
+	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
 	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
@@ -620,6 +621,8 @@ static void z_free(void *arg)
 	sf_buf_unref(z->unkeyed);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
+	if (z->keeptop >= 0)
+		close(z->keeptop);
 	free(z->keepname);
 	sf_map_unref(z->src);
 	free(z);
@@ -643,7 +646,7 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	z->src = sf_map_ref(src);
 	z->codec = c;
 	z->cache = &sf_nocache;
-	z->keepfd = -1;
+	z->keepfd = z->keeptop = -1;
 	atomic_init(&m->refs, 1);
 	m->st = src->st;
 	m->path = path;
@@ -683,7 +686,7 @@ static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct s
 	return 0;
 }
 
-int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
+int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name)
 {
 	struct tx_z *z = m->src;
 	if (asprintf(&z->keepname, "%s.zidx", name) < 0) {
@@ -691,6 +694,10 @@ int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
 		return -ENOMEM;
 	}
 	z->keepfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	if (z->keepfd >= 0 && topfd >= 0 && (z->keeptop = fcntl(topfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		close(z->keepfd);
+		z->keepfd = -1;
+	}
 	return z->keepfd < 0 ? -errno : 0;
 }
 
@@ -702,7 +709,7 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
-		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
+		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
 				 &z->unkeyed, e);
 	if (rc)
 		return rc;
@@ -875,7 +882,7 @@ bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **
 static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
 		    struct sf_err *e)
 {
-	int rc = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
+	int rc = tx_zkeep_save(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
 			       unkeyed, e);
 	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
 	if (z->seek)
@@ -912,7 +919,7 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	struct sf_view *v = NULL;
 	struct sf_buf *tarix = NULL, *unkeyed = NULL;
 	int rc = tx_z_open(src, &m, e);
-	if (!rc && (rc = tx_z_keep_in(m, dirfd, name)))
+	if (!rc && (rc = tx_z_keep_in(m, dirfd, -1, name)))
 		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
 	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);

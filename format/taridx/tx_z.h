@@ -53,15 +53,19 @@ struct tx_zstart {
  * malloc'd), *tarix (the tar's index, which parses) and *unkeyed (its
  * unkeyed root names, sorted, each once) when it is there, whole, and made
  * for src as it is now (its size, mtime and sampled bytes); 1 when there
- * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`. */
-int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+ * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`.
+ * When `name` has none that matches, the one kept for another name of the
+ * archive is read: by its key in dirfd, or in topfd (--index-dir's top;
+ * -1: none), and linked as `name` and in both (tx_zkeep.c). */
+int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
 		  struct sf_buf **unkeyed, struct sf_err *e);
 /* Writes the seek index (n start points, the end included), the tar's
  * index and its unkeyed root names as `name` in dirfd, whole or not at all
- * (a temporary file renamed): 0, or a negative errno with e set (a
+ * (a temporary file renamed), linked by its key in dirfd and topfd (if not
+ * -1) for the archive's other names: 0, or a negative errno with e set (a
  * read-only --index-dir: the next mount builds them again). */
-int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
 		  const struct sf_buf *unkeyed, struct sf_err *e);
 
@@ -94,10 +98,11 @@ void tx_zdec_end(struct tx_zdec *d);
  * tx_z_index: -ENOMEM or 0. */
 int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e);
 /* Keeps m's seek index as "<name>.zidx" in directory dirfd (the
- * daemon's --index-dir beside the archive; dup'ed): tx_z_index reads it
- * from there when it matches the archive, else writes it there after its
- * pass. 0 or a negative errno. */
-int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
+ * daemon's --index-dir beside the archive), found by other names of the
+ * archive there and in topfd (--index-dir's top, or -1; both dup'ed):
+ * tx_z_index reads it from there when it matches the archive, else writes
+ * it there after its pass. 0 or a negative errno. */
+int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name);
 /* The tar's index and its unkeyed root names (tx_index_tar) kept with the
  * seek index tx_z_index read from --index-dir (handed over, references in
  * *out and *unkeyed): true; false when the tar's headers must be walked (a

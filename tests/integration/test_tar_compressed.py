@@ -561,6 +561,60 @@ def test_hard_links_share_one_seek_index(mount, tmp_path):
     assert infos[0]["starts"] >= 3 and infos[0] == infos[1] == infos[2], infos
 
 
+@pytest.mark.parametrize("kept_by,a_dir,b_dir", [("mount", ".", "."), ("mount", "p", "q"),
+                                                  ("tool", ".", ".")])
+def test_kept_index_found_by_every_name(mount, tmp_path, kept_by, a_dir, b_dir):
+    """A .tar.gz of GNU tar hard-linked as a.tar.gz and b.tgz (beside it,
+    or in another directory, found through --index-dir's top), its indexes kept in --index-dir for
+    a.tar.gz alone (by a mount that used only that name, then unmounted,
+    or by shardfs-taridx --zidx): the next mount's first use of b reads
+    them too (no pass over the archive, no walk of its headers, one span
+    decoded for its first lookup), and every member of both names equals
+    what tarfile extracts."""
+    tree, src, idx = tmp_path / "tree", tmp_path / "src", tmp_path / "idx"
+    tree.mkdir()
+    for d in (a_dir, b_dir):
+        (src / d).mkdir(parents=True, exist_ok=True)
+    idx.mkdir()
+    bulk = {f"m{i:02d}.txt": os.urandom(512 << 10).hex().encode() for i in range(24)}
+    for n, data in {**bulk, "z.txt": b"the last\n"}.items():
+        (tree / n).write_bytes(data)
+    archive = src / a_dir / "a.tar.gz"
+    tw.run("tar", "--format=gnu", "-czf", str(archive), *sorted(bulk), "z.txt", cwd=tree)
+    os.link(archive, src / b_dir / "b.tgz")
+    if kept_by == "mount":
+        mnt = mount(src, "--index-dir", str(idx))
+        assert (mnt / a_dir / "a" / "m03.txt").read_bytes() == bulk["m03.txt"]
+        assert mount.last.stop() == 0
+    else:
+        r = subprocess.run([str(TOOLS / "shardfs-taridx"), "--zidx", "--out", str(idx / a_dir),
+                            str(archive)],
+                           capture_output=True)
+        assert r.returncode == 0 and b"a.tar.gz.zidx written" in r.stderr, r
+    kept = idx / a_dir / "a.tar.gz.zidx"
+    assert kept.stat().st_size > 100
+    assert not (idx / b_dir / "b.tgz.zidx").exists()
+    mnt = mount(src, "--index-dir", str(idx))
+    b = mnt / b_dir / "b"
+    assert (b / "z.txt").read_bytes() == b"the last\n"
+    stats = mount_stats(mnt)
+    # the archive decodes to 24 MiB: one start point's span is under 9
+    assert stats["cache"]["bytes_decoded"] <= 9 << 20, stats["cache"]
+    walk = stats["tar_indexing"]
+    assert walk["bytes_walked"] == 0 and walk["headers_walked"] == 0, walk
+    info = json.loads((b / ".shardfs" / "info.json").read_text())["compression"]
+    assert info["kept"] == "read from --index-dir" and info["starts"] >= 5, info
+    # b has a file of its own now, the same one
+    assert (idx / b_dir / "b.tgz.zidx").stat().st_ino == kept.stat().st_ino
+    with tarfile.open(archive) as t:
+        want = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    assert sorted(want) == sorted([*bulk, "z.txt"])
+    for view in (b, mnt / a_dir / "a"):
+        for n, data in want.items():
+            assert (view / n).read_bytes() == data, (view, n)
+    assert mount_stats(mnt)["tar_indexing"]["bytes_walked"] == 0
+
+
 def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
     """A mount that reads the kept seek index of a multi-block xz archive
     (xz -T2, blocks of two pieces) and whose first lookups lie in later
