@@ -3,7 +3,9 @@
 #include "sf_view_impl.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +23,8 @@ static _Atomic uint64_t next_part_id = 1;
 
 static void lazy_free(struct sf_lazy *z);
 
-/* Drops a file's extents (a failed build leaves none behind for the next
- * attempt to add to), and gives back what they were charged. */
-static void file_clear(struct sf_node *f)
+/* Drops a file's extents and gives back what they were charged. */
+static void file_free_ext(struct sf_node *f)
 {
 	struct sf_file *fl = &f->u.file;
 	for (size_t i = 0; i < fl->n; i++)
@@ -41,6 +42,42 @@ static void file_clear(struct sf_node *f)
 		SF_PROGRESS_ADD(f->view->host.progress, file_bytes_held, -fl->charged);
 		fl->charged = 0;
 	}
+}
+
+/* Drops a file's extents (a failed build leaves none behind for the next
+ * attempt to add to, a freed node none at all), out of the idle list
+ * first, so that no drop of them runs meanwhile. */
+static void file_clear(struct sf_node *f)
+{
+	if (f->u.file.idle.drop)
+		sf_cache_idle(f->view->cache, &f->u.file.idle, false);
+	file_free_ext(f);
+}
+
+/* The cache's drop of a built file's idle extents (sf_idle): only while no
+ * read uses them, as a read holds no lock; its next read builds them
+ * again (sf_file_read). sf_file_size shows the known size meanwhile. */
+static bool file_drop(struct sf_idle *i)
+{
+	struct sf_node *f = (struct sf_node *)((char *)i - offsetof(struct sf_node, u.file.idle));
+	struct sf_file *fl = &f->u.file;
+	unsigned none = 0;
+	if (!atomic_compare_exchange_strong(&fl->users, &none, SF_FILE_DROPPING))
+		return false;
+	bool built = atomic_load(&fl->built);
+	if (built) {
+		atomic_store(&fl->built, false);
+		file_free_ext(f);
+		SF_PROGRESS_ADD(f->view->host.progress, files_dropped, 1);
+	}
+	atomic_store(&fl->users, 0);
+	return built;
+}
+
+void sf_file_wait_drop(struct sf_node *f)
+{
+	while (atomic_load(&f->u.file.users) == SF_FILE_DROPPING)
+		sched_yield();
 }
 
 /* Frees what one node holds, its directory's nodes already freed. */
@@ -715,6 +752,8 @@ void sf_file_set_build_sized(struct sf_node *f, sf_build_fn fn, void *arg, uint6
 	sf_file_set_build(f, fn, arg);
 	f->u.file.size_known = true;
 	f->u.file.known_size = size;
+	/* its extents, when charged, can be made again: droppable */
+	f->u.file.idle.drop = file_drop;
 }
 
 int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why)
@@ -1042,6 +1081,8 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	}
 	sf_turn_take(&f->view->turn);
 	if (!fl->built) {
+		/* a drop of its extents may be ending */
+		sf_file_wait_drop(f);
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
@@ -1052,6 +1093,8 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 				     (unsigned long long)fl->known_size);
 		if (rc == 0) {
 			fl->built = true;
+			if (fl->idle.drop && fl->charged)
+				sf_cache_idle(f->view->cache, &fl->idle, true);
 		} else {
 			file_clear(f);
 			sf_err_prefix(e, "%s", f->name);
@@ -1163,7 +1206,9 @@ struct sf_file_size sf_file_size(const struct sf_node *f)
 	/* `built` is read once: another thread may be building the file */
 	bool built = atomic_load(&((struct sf_file *)fl)->built);
 	return (struct sf_file_size){
-		.size = !built && fl->size_known ? fl->known_size : fl->size,
+		/* a built file's size is the known one (sf_file_ready checks),
+		 * and stays so while its extents are dropped (file_drop) */
+		.size = fl->size_known ? fl->known_size : fl->size,
 		.known = built || fl->size_known,
 		.broken = fl->broken != NULL,
 	};

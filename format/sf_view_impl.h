@@ -5,6 +5,8 @@
 #ifndef SF_VIEW_IMPL_H
 #define SF_VIEW_IMPL_H
 
+#include <limits.h>
+
 #include "sf_view.h"
 #include "sf_view_impl.h"
 
@@ -45,7 +47,16 @@ struct sf_file {
 	uint64_t known_size;
 	/* what the extents hold in the view's cache (sf_file_reserve) */
 	uint64_t charged;
+	/* A built file whose extents are charged and whose build makes them
+	 * again (sized, from the container): kept in the cache's idle list,
+	 * dropped while no read uses them (sf_file_read counts its readers in
+	 * `users`; a drop holds SF_FILE_DROPPING there). */
+	struct sf_idle idle;
+	atomic_uint users;
 };
+#define SF_FILE_DROPPING UINT_MAX
+/* Waits for a drop of f's extents running (file_drop: a few frees). */
+void sf_file_wait_drop(struct sf_node *f);
 
 struct sf_node {
 	enum sf_kind kind;
