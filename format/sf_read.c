@@ -225,32 +225,33 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 	return 0;
 }
 
-/* Counted in `users` while it reads the extents, so that the cache drops
- * them only when no read uses them (sf_view.c file_drop); built again
- * first when they were dropped. */
+/* Counted in `users` while it reads the extents of a file the cache may
+ * drop them from (sf_view.c file_drop), and built again first when they
+ * were dropped. A file with no idle entry was never kept there: its host
+ * built it (sf_file_ready), and nothing drops its extents. */
 int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
 {
-	struct sf_file *fl = &f->u.file;
+	struct sf_file_idle *k = atomic_load(&f->u.file.idle);
+	if (!k)
+		return read_built(f, off, len, c, rv, e);
 	for (;;) {
-		unsigned u = atomic_load(&fl->users);
+		unsigned u = atomic_load(&k->users);
 		if (u == SF_FILE_DROPPING) {
-			sf_file_wait_drop(f);
+			sf_file_wait_drop(k);
 			continue;
 		}
-		if (!atomic_compare_exchange_weak(&fl->users, &u, u + 1))
+		if (!atomic_compare_exchange_weak(&k->users, &u, u + 1))
 			continue;
-		/* only a file whose extents can be dropped is built here: the
-		 * others were by the host (sf_file_ready) */
-		if (atomic_load(&fl->built) || !fl->idle.drop)
+		if (atomic_load(&f->u.file.built))
 			break;
-		atomic_fetch_sub(&fl->users, 1);
+		atomic_fetch_sub(&k->users, 1);
 		int rc = sf_file_ready(f, c, e);
 		if (rc)
 			return rc;
 	}
 	int rc = read_built(f, off, len, c, rv, e);
-	atomic_fetch_sub(&fl->users, 1);
+	atomic_fetch_sub(&k->users, 1);
 	return rc;
 }
 

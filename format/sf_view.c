@@ -49,8 +49,9 @@ static void file_free_ext(struct sf_node *f)
  * first, so that no drop of them runs meanwhile. */
 static void file_clear(struct sf_node *f)
 {
-	if (f->u.file.idle.drop)
-		sf_cache_idle(f->view->cache, &f->u.file.idle, false);
+	struct sf_file_idle *k = atomic_load(&f->u.file.idle);
+	if (k)
+		sf_cache_idle(f->view->cache, &k->idle, false);
 	file_free_ext(f);
 }
 
@@ -59,24 +60,43 @@ static void file_clear(struct sf_node *f)
  * again (sf_file_read). sf_file_size shows the known size meanwhile. */
 static bool file_drop(struct sf_idle *i)
 {
-	struct sf_node *f = (struct sf_node *)((char *)i - offsetof(struct sf_node, u.file.idle));
-	struct sf_file *fl = &f->u.file;
+	struct sf_file_idle *k = (struct sf_file_idle *)i;
+	struct sf_file *fl = &k->f->u.file;
 	unsigned none = 0;
-	if (!atomic_compare_exchange_strong(&fl->users, &none, SF_FILE_DROPPING))
+	if (!atomic_compare_exchange_strong(&k->users, &none, SF_FILE_DROPPING))
 		return false;
 	bool built = atomic_load(&fl->built);
 	if (built) {
 		atomic_store(&fl->built, false);
-		file_free_ext(f);
-		SF_PROGRESS_ADD(f->view->host.progress, files_dropped, 1);
+		file_free_ext(k->f);
+		SF_PROGRESS_ADD(k->f->view->host.progress, files_dropped, 1);
 	}
-	atomic_store(&fl->users, 0);
+	atomic_store(&k->users, 0);
 	return built;
 }
 
-void sf_file_wait_drop(struct sf_node *f)
+/* Keeps a file just built in the cache's idle list when its charged
+ * extents can be made again; a file that cannot be kept (out of memory
+ * for its entry) keeps them, as before there was a list. */
+static void file_keep(struct sf_node *f)
 {
-	while (atomic_load(&f->u.file.users) == SF_FILE_DROPPING)
+	struct sf_file *fl = &f->u.file;
+	if (!fl->charged || !fl->size_known || !fl->build)
+		return;
+	struct sf_file_idle *k = atomic_load(&fl->idle);
+	if (!k) {
+		if (!(k = calloc(1, sizeof *k)))
+			return;
+		k->idle.drop = file_drop;
+		k->f = f;
+		atomic_store(&fl->idle, k);
+	}
+	sf_cache_idle(f->view->cache, &k->idle, true);
+}
+
+void sf_file_wait_drop(struct sf_file_idle *k)
+{
+	while (k && atomic_load(&k->users) == SF_FILE_DROPPING)
 		sched_yield();
 }
 
@@ -94,6 +114,7 @@ static void node_release(struct sf_node *n)
 		free(n->u.file.ext);
 		free(n->u.file.start);
 		free(n->u.file.broken);
+		free(atomic_load(&n->u.file.idle));
 		break;
 	case SF_LINK:
 		free(n->u.target);
@@ -752,8 +773,6 @@ void sf_file_set_build_sized(struct sf_node *f, sf_build_fn fn, void *arg, uint6
 	sf_file_set_build(f, fn, arg);
 	f->u.file.size_known = true;
 	f->u.file.known_size = size;
-	/* its extents, when charged, can be made again: droppable */
-	f->u.file.idle.drop = file_drop;
 }
 
 int sf_file_set_broken(struct sf_node *f, uint64_t size, const char *why)
@@ -1082,7 +1101,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	sf_turn_take(&f->view->turn);
 	if (!fl->built) {
 		/* a drop of its extents may be ending */
-		sf_file_wait_drop(f);
+		sf_file_wait_drop(atomic_load(&fl->idle));
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
@@ -1093,8 +1112,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 				     (unsigned long long)fl->known_size);
 		if (rc == 0) {
 			fl->built = true;
-			if (fl->idle.drop && fl->charged)
-				sf_cache_idle(f->view->cache, &fl->idle, true);
+			file_keep(f);
 		} else {
 			file_clear(f);
 			sf_err_prefix(e, "%s", f->name);
