@@ -12,7 +12,6 @@ stays under --cache-size + SLACK, the constant docs/options.md states.
 - Sparse tar members of 65,536 pieces: their extents are charged to the
   budget (they were held outside it, as long as the kernel kept the file)."""
 import errno
-import io
 import os
 import sys
 import tarfile
@@ -22,6 +21,7 @@ from test_cache_budget import in_threads, proc_status, read_errno, rle_frame, vm
 
 sys.path.insert(0, str(WRITERS))
 import tatami_writer as tatw  # noqa: E402
+from sparse_tar import PIECES, add_sparse  # noqa: E402
 
 MiB = 1 << 20
 SLACK = 48 * MiB
@@ -101,28 +101,6 @@ def test_verify_window_is_bounded_by_the_tile(mount, tmp_path):
     assert read_through(mnt / "fine" / "a" / "0") == b"x" * MiB
     peak = vm_hwm(pid)
     assert peak - base < SLACK, (base, peak)
-
-
-PIECES = 65536  # TX_SPARSE_MAX: the most pieces a member may have
-
-
-def add_sparse(t, name, seed, pieces=PIECES):
-    """Adds to tar `t` a GNU 1.0 (pax) sparse member, written as GNU tar
-    writes that format (docs/formats/taridx.md): `pieces` data bytes, each
-    followed by a three-byte hole, so each costs the view a mapped and a
-    zero extent (more than 128 KiB in all: not a file pushed at open).
-    Returns the member's bytes."""
-    text = b"%d\n" % pieces + b"".join(b"%d\n1\n" % (4 * k) for k in range(pieces))
-    text += bytes(-len(text) % 512)
-    data = bytes((seed + k) % 251 + 1 for k in range(pieces))
-    ti = tarfile.TarInfo(f"GNUSparseFile.0/{name}")
-    ti.size = len(text) + len(data)
-    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
-                      "GNU.sparse.name": name, "GNU.sparse.realsize": str(4 * pieces)}
-    t.addfile(ti, io.BytesIO(text + data))
-    out = bytearray(4 * pieces)
-    out[0::4] = data
-    return bytes(out)
 
 
 def sparse_tar(path, seed, pieces=PIECES):
