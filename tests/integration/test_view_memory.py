@@ -161,9 +161,10 @@ def test_idle_sparse_maps_are_dropped(mount, tmp_path):
     budget and every later read failed with EIO. The extents of a file no
     read is using are dropped when the budget is short, before a reader
     waits, and made again at the file's next read: every read returns its
-    bytes, the charges stay within the budget and resident memory within
-    --cache-size + SLACK. (Reads are 4 KiB: a whole member of 65,536 holes
-    reads slowly, a matter of its own.)"""
+    bytes, also with four readers at once, the charges stay within the
+    budget and resident memory within --cache-size + SLACK. (Reads are
+    4 KiB: a whole member of 65,536 holes reads slowly, a matter of its
+    own.)"""
     src = tmp_path / "src"
     src.mkdir()
     with tarfile.open(src / "many.tar", "w", format=tarfile.PAX_FORMAT) as t:
@@ -178,10 +179,15 @@ def test_idle_sparse_maps_are_dropped(mount, tmp_path):
     for k in range(MEMBERS):
         for off in (0, end):
             assert pread_direct(d / f"m{k}", 4096, off) == want[k][off:off + 4096], (k, off)
-    # made again on demand, read past the page cache
-    for k in range(MEMBERS):
-        mid = 2 * PIECES
-        assert pread_direct(d / f"m{k}", 4096, mid) == want[k][mid:mid + 4096], k
+    # made again on demand, read past the page cache by four readers at
+    # once, each in its own order: a drop never frees what a read uses
+    mid = 2 * PIECES
+
+    def reader(r):
+        for k in range(MEMBERS):
+            m = (k * (2 * r + 1) + r) % MEMBERS
+            assert pread_direct(d / f"m{m}", 4096, mid) == want[m][mid:mid + 4096], (r, m)
+    in_threads(reader, 4)
     s = mount_stats(mnt)["cache"]
     assert 0 < s["charged"]["file_extents"] <= s["bytes_charged"] <= 16 * MiB, s
     assert s["file_extents_dropped"] >= 2 * MEMBERS - 4, s
