@@ -246,7 +246,7 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		if (atomic_load(&f->u.file.built))
 			break;
 		atomic_fetch_sub(&k->users, 1);
-		int rc = sf_file_ready(f, c, e);
+		int rc = sf_file_build(f, c, e);
 		if (rc)
 			return rc;
 	}

@@ -1078,6 +1078,16 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	if (f->kind != SF_FILE)
 		return sf_fail(e, -EISDIR, "%s: not a file", f->view->path);
+	/* a file kept in the idle list was built: its size is known, and its
+	 * extents, if dropped, are made again by the read that needs them
+	 * (a lookup or a stat does not charge them again) */
+	if (atomic_load(&f->u.file.idle))
+		return 0;
+	return sf_file_build(f, c, e);
+}
+
+int sf_file_build(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
 	struct sf_file *fl = &f->u.file;
 	if (fl->built)
 		return 0;

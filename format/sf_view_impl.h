@@ -62,6 +62,9 @@ struct sf_file {
 	/* set once, before the first `built` it is kept with */
 	struct sf_file_idle *_Atomic idle;
 };
+/* Builds a file's extents unless built (sf_file_ready, which a file
+ * whose extents may be dropped leaves to sf_file_read). */
+int sf_file_build(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
 /* Waits for a drop of extents running (file_drop: a few frees). */
 void sf_file_wait_drop(struct sf_file_idle *k);
 
