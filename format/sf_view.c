@@ -5,7 +5,6 @@
 #include <errno.h>
 #include <sched.h>
 #include <stdarg.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
