@@ -1,7 +1,7 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\2"
+ *   0  "SFZIDX\0\3"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
@@ -16,7 +16,8 @@
  *      u64 XXH64 of every byte before it
  *
  * Version 1 kept no root names, so its first lookup read every header
- * again: it is made anew.
+ * again; version 2 no start points inside a zstd or lz4 frame (its reads
+ * decoded from the frame's start): both are made anew.
  *
  * It is read as untrusted: bounded, checked whole, and every record
  * checked against the archive before it is used. */
@@ -37,7 +38,7 @@
 #define HEAD 56
 #define REC 40
 #define SAMPLE 4096u
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 2 };
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 3 };
 
 /* XXH64 of the archive's first, middle and last SAMPLE bytes. */
 static int sample_hash(const struct sf_map *src, uint64_t *h, struct sf_err *e)
@@ -78,9 +79,14 @@ static int head_of(const struct sf_map *src, enum tx_zcodec c, uint64_t n, uint8
 static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, size_t i, size_t n,
 		      const struct sf_map *src, enum tx_zcodec c)
 {
+	/* a window: gzip's inside a member, zstd's at a block of a frame;
+	 * blocks of xz streams and zstd and lz4 frames */
+	bool zblock = c == TX_Z_ZSTD && r->block;
 	if (r->in > src->size || r->bits > 7 || r->mem > (1ull << 32) ||
-	    r->wlen > ZSTD_compressBound(TX_Z_WINDOW) || (r->wlen && c != TX_Z_GZIP) ||
-	    (r->block && c != TX_Z_XZ) || (r->bits && !r->wlen))
+	    r->wlen > ZSTD_compressBound(zblock ? TX_Z_ZSTD_WINDOW_MAX : TX_Z_WINDOW) ||
+	    (r->wlen && c != TX_Z_GZIP && !zblock) || (zblock && !r->wlen) ||
+	    (r->block && c != TX_Z_XZ && c != TX_Z_ZSTD && c != TX_Z_LZ4) ||
+	    (r->bits && (!r->wlen || c != TX_Z_GZIP)))
 		return false;
 	if (!prev)
 		return r->in == 0 && r->out == 0 && !r->wlen && !r->block;
