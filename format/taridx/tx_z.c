@@ -614,36 +614,42 @@ static void frame_begin(struct pass *ps)
 
 /* At the block whose header is at `at`, the decoder having given all it
  * decoded before it: a start point is made here when the last is far
- * enough back, the one before it holding (its checking decoder gave every
- * byte up to here), with a decoder started here to check it (ver). A
- * point the budget or the decoder refuses is not made. */
+ * enough back, with a decoder started here to check it (ver); the point
+ * before it then holds (its checking decoder gave every byte up to here).
+ * A point the budget or the decoder refuses is not made, and the one
+ * before goes on being checked. */
 static void at_block(struct pass *ps, uint64_t at)
 {
 	struct tx_z *z = ps->z;
-	struct zcur *c = ps->c;
+	struct zcur *c = ps->c, *ver = NULL;
 	uint64_t every = z->codec == TX_Z_ZSTD && ZSTD_EVERY * ps->walk.window > GZ_EVERY ?
 			 ZSTD_EVERY * ps->walk.window : GZ_EVERY;
 	struct sf_err ignored;
 	size_t had = z->nst;
 	if (ps->wfill && c->out - ps->last >= every && c->out >= ps->retry) {
-		cur_free(z, ps->ver);
-		ps->ver = NULL;
 		size_t wn = z->codec == TX_Z_ZSTD ? ring_window(ps) : 0;
-		if (add_start(ps, at, c->out, wn ? ps->ring + ps->walk.window : NULL, wn, 0, 0, &ignored)) {
-			/* made but refused by the budget (not charged), or not made */
-			if (z->nst > had) {
-				free(z->st[--z->nst].win);
-				ps->last = z->st[z->nst - 1].out;
-			}
-			ps->retry = c->out + RETRY;
-		} else {
+		int rc = add_start(ps, at, c->out, wn ? ps->ring + ps->walk.window : NULL, wn, 0, 0,
+				   &ignored);
+		if (!rc) {
 			struct tx_zstart *s = &z->st[z->nst - 1];
 			s->block = true;
 			s->byte = ps->walk.bd;
 			s->check = ps->walk.flg;
 			s->mem = tx_zdec_mem(&c->d) + wn;
-			if (cur_new(z, (uint32_t)(z->nst - 1), &ps->ver, &ignored))
-				block_drop(ps);
+			rc = cur_new(z, (uint32_t)(z->nst - 1), &ver, &ignored);
+			if (rc)
+				start_forget(z, z->nst - 1);
+		}
+		if (rc && z->nst > had) {
+			/* made, but refused (its charge given back, or never taken) */
+			free(z->st[--z->nst].win);
+			ps->last = z->st[z->nst - 1].out;
+		}
+		if (rc) {
+			ps->retry = c->out + RETRY;
+		} else {
+			cur_free(z, ps->ver);
+			ps->ver = ver;
 		}
 	}
 	tx_zwalk_step(&ps->walk, z->src, z->codec);
