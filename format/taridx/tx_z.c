@@ -32,6 +32,11 @@
 #define ZSTD_EVERY 8u
 /* a block that turned out no start point: the next tried this far on */
 #define RETRY (1u << 20)
+/* and an archive's zstd windows, raw, stay within an eighth of the cache
+ * budget (this much with none): the points are spread over the archive's
+ * compressed bytes when it is large */
+#define ZSTD_WINDOWS_SHARE 8u
+#define ZSTD_WINDOWS_NOLIMIT (32u << 20)
 
 
 struct zpiece {
@@ -623,10 +628,16 @@ static void at_block(struct pass *ps, uint64_t at)
 	struct tx_z *z = ps->z;
 	struct zcur *c = ps->c, *ver = NULL;
 	uint64_t every = z->codec == TX_Z_ZSTD && ZSTD_EVERY * ps->walk.window > GZ_EVERY ?
-			 ZSTD_EVERY * ps->walk.window : GZ_EVERY;
+			 ZSTD_EVERY * ps->walk.window : GZ_EVERY, in_every = 0;
+	if (z->codec == TX_Z_ZSTD) {
+		uint64_t held = z->cache->limit ? z->cache->limit / ZSTD_WINDOWS_SHARE : ZSTD_WINDOWS_NOLIMIT,
+			 k = held / ps->walk.window;
+		in_every = k ? z->src->size / k : UINT64_MAX;
+	}
 	struct sf_err ignored;
 	size_t had = z->nst;
-	if (ps->wfill && c->out - ps->last >= every && c->out >= ps->retry) {
+	if (ps->wfill && c->out - ps->last >= every && c->out >= ps->retry &&
+	    at - z->st[z->nst - 1].in >= in_every) {
 		size_t wn = z->codec == TX_Z_ZSTD ? ring_window(ps) : 0;
 		int rc = add_start(ps, at, c->out, wn ? ps->ring + ps->walk.window : NULL, wn, 0, 0,
 				   &ignored);
