@@ -320,9 +320,15 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 		cur_free(z, c);
 		return rc;
 	}
+	/* of two cursors (a piece decoded ahead beside its reader's), the
+	 * one further on is kept: a reader in order comes there next */
 	pthread_mutex_lock(&z->lock);
 	struct zcur *old = z->cur;
-	z->cur = c;
+	if (old && old->out > c->out) {
+		old = c;
+	} else {
+		z->cur = c;
+	}
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, old);
 	*out = b;
