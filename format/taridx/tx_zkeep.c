@@ -1,7 +1,7 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\2"
+ *   0  "SFZIDX\0\3"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
@@ -16,7 +16,8 @@
  *      u64 XXH64 of every byte before it
  *
  * Version 1 kept no root names, so its first lookup read every header
- * again: it is made anew.
+ * again; version 2 no start points inside a zstd or lz4 frame (its reads
+ * decoded from the frame's start): both are made anew.
  *
  * Every name of one archive (hard links) finds the file: besides
  * `<name>.zidx` it is linked as `.archive-<K>.zidx` in the same directory
@@ -48,7 +49,7 @@
 #define SAMPLE 4096u
 /* ".archive-" 16 hex digits ".zidx" */
 #define KEYNAME 32
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 2 };
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 3 };
 
 /* The name every name of the archive whose header is h finds it by. */
 static void key_name(const uint8_t *h, char *out)
@@ -168,9 +169,14 @@ static int head_of(const struct sf_map *src, enum tx_zcodec c, uint64_t n, uint8
 static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, size_t i, size_t n,
 		      const struct sf_map *src, enum tx_zcodec c)
 {
+	/* a window: gzip's inside a member, zstd's at a block of a frame;
+	 * blocks of xz streams and zstd and lz4 frames */
+	bool zblock = c == TX_Z_ZSTD && r->block;
 	if (r->in > src->size || r->bits > 7 || r->mem > (1ull << 32) ||
-	    r->wlen > ZSTD_compressBound(TX_Z_WINDOW) || (r->wlen && c != TX_Z_GZIP) ||
-	    (r->block && c != TX_Z_XZ) || (r->bits && !r->wlen))
+	    r->wlen > ZSTD_compressBound(zblock ? TX_Z_ZSTD_WINDOW_MAX : TX_Z_WINDOW) ||
+	    (r->wlen && c != TX_Z_GZIP && !zblock) || (zblock && !r->wlen) ||
+	    (r->block && c != TX_Z_XZ && c != TX_Z_ZSTD && c != TX_Z_LZ4) ||
+	    (r->bits && (!r->wlen || c != TX_Z_GZIP)))
 		return false;
 	if (!prev)
 		return r->in == 0 && r->out == 0 && !r->wlen && !r->block;
