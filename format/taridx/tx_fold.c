@@ -2,6 +2,7 @@
  * index, the lazy listing built from the tar headers, and .shardfs/rows/
  * (samples.jsonl is tx_samples.c's; opening F.taridx is tx_format.c's). */
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -402,31 +403,67 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
 	return !memchr(hdr, '/', tx_field_len(hdr, 100));
 }
 
-/* Finds, once, the raw names of root entries the probe cannot find: the
- * root's directories and the flat members that are not keyed (renamed by
- * a pax path or GNU long name, hard links, names with no stem). Kept by
- * hash alone: a hash that matches by chance only costs a listing. Pax
- * records that rename nothing (WebDataset's float mtimes) add nothing, so
- * such a fold answers misses as cheaply as one without them. Only rows
- * that are not plainly keyed get the full check: for most folds the pass
- * reads a few bytes of each header. */
-static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
+/* A fold of at least this many rows has its pass over the headers split
+ * in two halves, one on a thread of its own, where there is a second CPU:
+ * the pass is mostly the kernel copying tar stretches, which a second
+ * thread nearly halves; below, a thread costs more than it saves. */
+#define UNKEYED_PARALLEL_MIN 4096
+
+/* One half of find_unkeyed's pass: rows [from, to), and the root names
+ * found there, each once (`seen` maps a hash to its place in `hash`). */
+struct unkeyed_part {
+	struct tx_fold *f;
+	uint32_t from, to;
+	bool drops; /* the thread that drops pages read (read_rows) */
+	struct sf_ids seen;
+	uint64_t *hash;
+	size_t n, cap;
+	int rc;
+	struct sf_err e;
+};
+
+static int part_note(struct unkeyed_part *p, uint64_t h)
 {
-	if (f->unkeyed_done || f->noted)
+	if (sf_ids_find(&p->seen, h, NULL, NULL))
 		return 0;
-	struct walk *k = walk_new(f, e);
-	if (!k)
-		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? 2 * p->cap : 64;
+		uint64_t *b = realloc(p->hash, cap * sizeof *b);
+		if (!b)
+			return -ENOMEM;
+		p->hash = b;
+		p->cap = cap;
+	}
+	if (p->n >= UINT32_MAX || sf_ids_put(&p->seen, h, (uint32_t)p->n))
+		return -ENOMEM;
+	p->hash[p->n++] = h;
+	return 0;
+}
+
+/* Scans the rows of part p. Only rows that are not plainly keyed get the
+ * full check: for most folds the pass reads a few bytes of each header.
+ * The row before the part is read for whether the part's first row comes
+ * after a record. */
+static void *part_scan(void *arg)
+{
+	struct unkeyed_part *p = arg;
+	struct tx_fold *f = p->f;
+	struct walk *k = walk_new(f, &p->e);
+	if (!k) {
+		p->rc = sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+		return NULL;
+	}
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
 	struct tx_window w = { 0 };
-	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
-		read_rows(f);
+	for (uint32_t r = p->from ? p->from - 1 : 0; !rc && r < p->to; r++) {
+		if (p->drops)
+			read_rows(f);
 		const uint8_t *hdr;
-		if ((rc = row_header(f, &w, r, &hdr, e)))
+		if ((rc = row_header(f, &w, r, &hdr, &p->e)))
 			break;
 		if (!hdr) {
 			after_record = false;
@@ -434,17 +471,62 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 		}
 		bool plain = plainly_keyed(hdr, after_record);
 		after_record = tx_is_record(hdr[156]);
-		if (plain || !member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen)) {
+		if (r < p->from || plain || !member_at(k, r, &m, &plen, &link) ||
+		    keyed(f, &m, k->path, plen)) {
 			rc = k->rc;
 			continue;
 		}
 		const uint8_t *slash = memchr(k->path, '/', plen);
-		uint64_t h = XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0);
-		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
-			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+		if (part_note(p, XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0)))
+			rc = sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	}
 	tx_window_free(&w);
 	walk_free(k);
+	p->rc = rc;
+	return NULL;
+}
+
+static void part_free(struct unkeyed_part *p)
+{
+	sf_ids_free(&p->seen);
+	free(p->hash);
+}
+
+/* Finds, once, the raw names of root entries the probe cannot find: the
+ * root's directories and the flat members that are not keyed (renamed by
+ * a pax path or GNU long name, hard links, names with no stem). Kept by
+ * hash alone: a hash that matches by chance only costs a listing. Pax
+ * records that rename nothing (WebDataset's float mtimes) add nothing, so
+ * such a fold answers misses as cheaply as one without them. The index
+ * cannot spare a header: a member's row is keyed by its base name alone,
+ * so any row may be one under a directory (`N/x`), and a record that
+ * renames the member after it is a row keyed by whatever its name field
+ * says. So every header is read, a large fold's in two halves at once. */
+static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
+{
+	if (f->unkeyed_done || f->noted)
+		return 0;
+	uint32_t n = (uint32_t)f->ix.n_rows, half = n / 2;
+	struct unkeyed_part part[2] = { { .f = f, .from = 0, .to = half, .drops = true },
+					{ .f = f, .from = half, .to = n } };
+	pthread_t t;
+	bool two = n >= UNKEYED_PARALLEL_MIN && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
+		   pthread_create(&t, NULL, part_scan, &part[1]) == 0;
+	if (!two)
+		part[0].to = n;
+	part_scan(&part[0]);
+	if (two)
+		pthread_join(t, NULL);
+	int rc = part[0].rc ? part[0].rc : part[1].rc;
+	if (rc)
+		*e = part[0].rc ? part[0].e : part[1].e;
+	for (int i = 0; i < 2 && !rc; i++)
+		for (size_t j = 0; j < part[i].n && !rc; j++)
+			if (!sf_ids_find(&f->unkeyed, part[i].hash[j], NULL, NULL) &&
+			    sf_ids_put(&f->unkeyed, part[i].hash[j], (uint32_t)j))
+				rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	part_free(&part[0]);
+	part_free(&part[1]);
 	if (rc)
 		sf_ids_free(&f->unkeyed);
 	else
