@@ -386,6 +386,11 @@ static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
 		return 0;
 	if ((rc = tx_window_plan(f, w, r, e)))
 		return rc;
+	/* where the next headers lie far apart (large members), the header
+	 * alone: the check needs no more, and 16 KiB a header was most of the
+	 * pass over a fold of 100 KiB members */
+	if (!w->ahead)
+		w->ahead = TX_BLOCK;
 	return tx_window_get(w, map, row.off, TX_BLOCK, hdr, e);
 }
 
