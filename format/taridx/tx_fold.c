@@ -408,18 +408,19 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
 	return !memchr(hdr, '/', tx_field_len(hdr, 100));
 }
 
-/* A fold of at least this many rows has its pass over the headers split
- * in two halves, one on a thread of its own, where there is a second CPU:
- * the pass is mostly the kernel copying tar stretches, which a second
- * thread nearly halves; below, a thread costs more than it saves. */
-#define UNKEYED_PARALLEL_MIN 4096
+/* find_unkeyed's pass takes rows in chunks of this many, from a counter
+ * both its threads share (a second where there is a second CPU and two
+ * chunks at least): the pass is mostly the kernel copying tar stretches,
+ * which a second thread nearly halves, and chunks keep both busy to the
+ * end whatever else one of them does first (tx_fold_lookup). */
+#define UNKEYED_CHUNK 4096
 
-/* One half of find_unkeyed's pass: rows [from, to), and the root names
- * found there, each once (`seen` maps a hash to its place in `hash`). */
+/* What one thread of find_unkeyed's pass found: the root names, each once
+ * (`seen` maps a hash to its place in `hash`). */
 struct unkeyed_part {
 	struct tx_fold *f;
-	uint32_t from, to;
-	bool drops; /* the thread that drops pages read (read_rows) */
+	_Atomic uint32_t *next; /* the first row no thread has taken */
+	bool drops;             /* the thread that drops pages read (read_rows) */
 	struct sf_ids seen;
 	uint64_t *hash;
 	size_t n, cap;
@@ -445,30 +446,24 @@ static int part_note(struct unkeyed_part *p, uint64_t h)
 	return 0;
 }
 
-/* Scans the rows of part p. Only rows that are not plainly keyed get the
- * full check: for most folds the pass reads a few bytes of each header.
- * The row before the part is read for whether the part's first row comes
- * after a record. */
-static void *part_scan(void *arg)
+/* Scans rows [from, to) for part p through k and w. Only rows that are not
+ * plainly keyed get the full check: for most folds the pass reads a few
+ * bytes of each header. The row before `from` is read too, for whether the
+ * first row comes after a record. */
+static int part_rows(struct unkeyed_part *p, struct walk *k, struct tx_window *w, uint32_t from,
+		     uint32_t to)
 {
-	struct unkeyed_part *p = arg;
 	struct tx_fold *f = p->f;
-	struct walk *k = walk_new(f, &p->e);
-	if (!k) {
-		p->rc = sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
-		return NULL;
-	}
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
-	struct tx_window w = { 0 };
-	for (uint32_t r = p->from ? p->from - 1 : 0; !rc && r < p->to; r++) {
+	for (uint32_t r = from ? from - 1 : 0; !rc && r < to; r++) {
 		if (p->drops)
 			read_rows(f);
 		const uint8_t *hdr;
-		if ((rc = row_header(f, &w, r, &hdr, &p->e)))
+		if ((rc = row_header(f, w, r, &hdr, &p->e)))
 			break;
 		if (!hdr) {
 			after_record = false;
@@ -476,7 +471,7 @@ static void *part_scan(void *arg)
 		}
 		bool plain = plainly_keyed(hdr, after_record);
 		after_record = tx_is_record(hdr[156]);
-		if (r < p->from || plain || !member_at(k, r, &m, &plen, &link) ||
+		if (r < from || plain || !member_at(k, r, &m, &plen, &link) ||
 		    keyed(f, &m, k->path, plen)) {
 			rc = k->rc;
 			continue;
@@ -485,8 +480,30 @@ static void *part_scan(void *arg)
 		if (part_note(p, XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0)))
 			rc = sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	}
+	return rc;
+}
+
+/* One thread of the pass: chunks of rows until none is left. */
+static void *part_scan(void *arg)
+{
+	struct unkeyed_part *p = arg;
+	struct tx_fold *f = p->f;
+	uint32_t n = (uint32_t)f->ix.n_rows;
+	struct walk *k = walk_new(f, &p->e);
+	struct tx_window w = { 0 };
+	int rc = k ? 0 : sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	while (!rc) {
+		uint32_t from = atomic_fetch_add(p->next, UNKEYED_CHUNK);
+		if (from >= n)
+			break;
+		rc = part_rows(p, k, &w, from, n - from < UNKEYED_CHUNK ? n : from + UNKEYED_CHUNK);
+	}
+	/* a failure ends the other thread's pass too */
+	if (rc)
+		atomic_store(p->next, n);
 	tx_window_free(&w);
-	walk_free(k);
+	if (k)
+		walk_free(k);
 	p->rc = rc;
 	return NULL;
 }
@@ -506,25 +523,30 @@ static void part_free(struct unkeyed_part *p)
  * cannot spare a header: a member's row is keyed by its base name alone,
  * so any row may be one under a directory (`N/x`), and a record that
  * renames the member after it is a row keyed by whatever its name field
- * says. So every header is read, a large fold's in two halves at once. */
-static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
+ * says. So every header is read, on two threads where there are two CPUs;
+ * `first` (when not NULL: the lookup's build) runs on this one while the
+ * other starts on the rows. */
+static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct sf_err *),
+			struct sf_err *e)
 {
 	if (f->unkeyed_done || f->noted)
-		return 0;
-	uint32_t n = (uint32_t)f->ix.n_rows, half = n / 2;
-	struct unkeyed_part part[2] = { { .f = f, .from = 0, .to = half, .drops = true },
-					{ .f = f, .from = half, .to = n } };
+		return first ? first(f, e) : 0;
+	_Atomic uint32_t next = 0;
+	struct unkeyed_part part[2] = { { .f = f, .next = &next, .drops = true },
+					{ .f = f, .next = &next } };
 	pthread_t t;
-	bool two = n >= UNKEYED_PARALLEL_MIN && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
+	bool two = f->ix.n_rows >= 2 * UNKEYED_CHUNK && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
 		   pthread_create(&t, NULL, part_scan, &part[1]) == 0;
-	if (!two)
-		part[0].to = n;
-	part_scan(&part[0]);
+	int rc = first ? first(f, e) : 0;
+	if (rc)
+		atomic_store(&next, (uint32_t)f->ix.n_rows);
+	else
+		part_scan(&part[0]);
 	if (two)
 		pthread_join(t, NULL);
-	int rc = part[0].rc ? part[0].rc : part[1].rc;
-	if (rc)
-		*e = part[0].rc ? part[0].e : part[1].e;
+	for (int i = 0; i < 2 && !rc; i++)
+		if ((rc = part[i].rc))
+			*e = part[i].e;
 	for (int i = 0; i < 2 && !rc; i++)
 		for (size_t j = 0; j < part[i].n && !rc; j++)
 			if (!sf_ids_find(&f->unkeyed, part[i].hash[j], NULL, NULL) &&
@@ -582,7 +604,9 @@ static int flat_find(struct tx_fold *f, const char *name, size_t along, struct f
 	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
 	if (n > 100 || memchr(raw, '/', n) || k.cut || !k.stem_len || extid < 0)
 		return 1;
-	if ((rc = tx_fold_lookup(f, e)))
+	/* the lookup's build and the pass over the headers (needed below for
+	 * a hit, and by root_lookup for a miss) at once */
+	if ((rc = find_unkeyed(f, tx_fold_lookup, e)))
 		return rc;
 	size_t len = strlen(name);
 	if (f->named)
@@ -603,8 +627,6 @@ static int flat_find(struct tx_fold *f, const char *name, size_t along, struct f
 	 * name, a hard link, a directory) may show the name instead, later in
 	 * the tar: only the listing weighs them all. Known once per fold, so a
 	 * name's answer never depends on what was looked up or listed before. */
-	if ((rc = find_unkeyed(f, e)))
-		return rc;
 	if (unkeyed(f, XXH64(raw, n, 0))) {
 		p->best = -1;
 		return 0;
@@ -646,7 +668,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
 					(uint32_t)p.best, (uint32_t)p.best, out, e);
 	if (!made_up(name)) {
-		if ((rc = find_unkeyed(f, e)))
+		if ((rc = find_unkeyed(f, NULL, e)))
 			return rc;
 		if (!unkeyed(f, XXH64(p.raw, p.len, 0)))
 			return 0;

@@ -378,7 +378,7 @@ def rss_kib(pid):
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
 
-# ---- the first lookup's pass over every header, in two halves ------------------
+# ---- the first lookup's pass over every header, in chunks on two threads ------------------
 
 def header_rows(tar):
     """The rows an indexer makes of a tar: one per header block, records
@@ -418,11 +418,11 @@ def fillers(first, count):
     return out
 
 
-def test_first_lookup_equals_listing_across_the_split(mount, tmp_path):
-    """A fold of over 4096 rows has the first lookup's pass over its headers
-    split in two halves (tx_fold.c, find_unkeyed): the second half's first
-    row is the member a pax record in the first half renames to `a.txt`,
-    an earlier member's name. Shards by GNU tar (long name, directory with
+def test_first_lookup_equals_listing_across_chunks(mount, tmp_path):
+    """The first lookup's pass over a fold's headers takes rows in chunks of
+    4096 on two threads (tx_fold.c, find_unkeyed): row 4096, the second
+    chunk's first, is the member a pax record at row 4095 renames to
+    `a.txt`, an earlier member's name. Shards by GNU tar (long name, directory with
     a key's name, empty directory, symlink, hard link, empty file), tarfile
     (that renamed member; a non-ASCII name, `?` in its name field) and
     bsdtar (pax long name, hard link, a file replacing an empty one),
@@ -447,8 +447,8 @@ def test_first_lookup_equals_listing_across_the_split(mount, tmp_path):
     tar_with("bsdtar", s2, w2, ["c.txt", "empty.txt", long2, "dd.bin", "h2.txt"])
     a, c = header_rows(s0), header_rows(s2)
     # tarfile's shard: the non-ASCII member (2 rows), f1 fillers, the
-    # renamed member (2 rows), f2 fillers; so that rows // 2 is the
-    # renamed member's header and there are at least 4096 rows
+    # renamed member (2 rows), f2 fillers; so that row 4096 is the renamed
+    # member's header and there are more than two chunks
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
         ti = tarfile.TarInfo("\u00e9.txt")
@@ -456,21 +456,21 @@ def test_first_lookup_equals_listing_across_the_split(mount, tmp_path):
         t.addfile(ti, io.BytesIO(b"accent"))
     head = buf.getvalue()[:-1024].rstrip(b"\0")
     head += b"\0" * (-len(head) % 512)
-    f1 = max(2045 - a, c - a - 2, 0) + 7
-    f2 = a + f1 + 2 - c
+    f1 = 4093 - a
+    f2 = 8300 - (a + 2 + f1 + 2 + c)
     renamed_at = len(head) + 512 * 2 * f1
     s1.write_bytes(head + fillers(0, f1) + pax_renamed("a.txt", "b.txt", b"NEW\n") +
                    fillers(f1, f2) + tarfile.NUL * 1024)
     n = a + 2 + f1 + 2 + f2 + c
-    assert n >= 4096 and header_rows(s1) == 2 + f1 + 2 + f2
+    assert n > 8192 and header_rows(s1) == 2 + f1 + 2 + f2
     for fold in ("fa", "fb"):
         for i, s in enumerate((s0, s1, s2)):
             shutil.copy(s, src / f"{fold}_{i}.tar")
         index(src, fold)
-    # the index's row n // 2 is the renamed member's header
+    # the index's row 4096 is the renamed member's header
     ix = (src / "fa.taridx").read_bytes()
     assert int.from_bytes(ix[24:32], "little") == n
-    row = int.from_bytes(ix[48:56], "little") + 32 * (n // 2)
+    row = int.from_bytes(ix[48:56], "little") + 32 * 4096
     assert ix[row:row + 2] == b"\1\0"
     assert int.from_bytes(ix[row + 2:row + 10], "little") == renamed_at + 1024
     want = expected([s0, s1, s2])
