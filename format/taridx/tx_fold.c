@@ -3,6 +3,7 @@
  * (samples.jsonl is tx_samples.c's; opening F.taridx is tx_format.c's). */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,33 +416,57 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
  * end whatever else one of them does first (tx_fold_lookup). */
 #define UNKEYED_CHUNK 4096
 
-/* What one thread of find_unkeyed's pass found: the root names, each once
- * (`seen` maps a hash to its place in `hash`). */
+static const char UNKEYED_WHAT[] = "the root names its index cannot key";
+
+/* What one thread of find_unkeyed's pass found: hashes of root names in
+ * `hash`, sorted and each kept once whenever it fills (so it holds at most
+ * about twice the names it found), charged to the view's cache as it
+ * grows. */
 struct unkeyed_part {
 	struct tx_fold *f;
-	_Atomic uint32_t *next; /* the first row no thread has taken */
-	bool drops;             /* the thread that drops pages read (read_rows) */
-	struct sf_ids seen;
+	/* the first row no thread has taken: 64 bits, since each thread adds
+	 * a chunk past the last row before it stops */
+	_Atomic uint64_t *next;
+	bool drops; /* the thread that drops pages read (read_rows) */
 	uint64_t *hash;
 	size_t n, cap;
+	uint64_t charged;
 	int rc;
 	struct sf_err e;
 };
 
+/* Doubles p's room, the old array counted beside the new while it is
+ * copied. 0, or as sf_cache_charge, or -ENOMEM; p->e says why. */
+static int part_grow(struct unkeyed_part *p)
+{
+	struct sf_view *v = p->f->view;
+	size_t cap = p->cap ? 2 * p->cap : 512;
+	int rc = sf_cache_charge(v->cache, 8 * (uint64_t)cap, v->path, UNKEYED_WHAT, &p->e);
+	if (rc)
+		return rc;
+	uint64_t *b = realloc(p->hash, cap * sizeof *b);
+	if (!b) {
+		sf_cache_uncharge(v->cache, 8 * (uint64_t)cap);
+		return sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", v->path);
+	}
+	sf_cache_uncharge(v->cache, p->charged);
+	p->hash = b;
+	p->cap = cap;
+	p->charged = 8 * (uint64_t)cap;
+	return 0;
+}
+
 static int part_note(struct unkeyed_part *p, uint64_t h)
 {
-	if (sf_ids_find(&p->seen, h, NULL, NULL))
+	/* the members of one directory follow each other */
+	if (p->n && p->hash[p->n - 1] == h)
 		return 0;
 	if (p->n == p->cap) {
-		size_t cap = p->cap ? 2 * p->cap : 64;
-		uint64_t *b = realloc(p->hash, cap * sizeof *b);
-		if (!b)
-			return -ENOMEM;
-		p->hash = b;
-		p->cap = cap;
+		p->n = tx_unkeyed_sort(p->hash, p->n);
+		int rc = p->n >= p->cap / 2 ? part_grow(p) : 0;
+		if (rc)
+			return rc;
 	}
-	if (p->n >= UINT32_MAX || sf_ids_put(&p->seen, h, (uint32_t)p->n))
-		return -ENOMEM;
 	p->hash[p->n++] = h;
 	return 0;
 }
@@ -477,13 +502,13 @@ static int part_rows(struct unkeyed_part *p, struct walk *k, struct tx_window *w
 			continue;
 		}
 		const uint8_t *slash = memchr(k->path, '/', plen);
-		if (part_note(p, XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0)))
-			rc = sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+		rc = part_note(p, XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0));
 	}
 	return rc;
 }
 
-/* One thread of the pass: chunks of rows until none is left. */
+/* One thread of the pass: chunks of rows until none is left. A failure
+ * ends the other thread's pass too, at its next chunk. */
 static void *part_scan(void *arg)
 {
 	struct unkeyed_part *p = arg;
@@ -493,12 +518,12 @@ static void *part_scan(void *arg)
 	struct tx_window w = { 0 };
 	int rc = k ? 0 : sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
 	while (!rc) {
-		uint32_t from = atomic_fetch_add(p->next, UNKEYED_CHUNK);
+		uint64_t from = atomic_fetch_add(p->next, UNKEYED_CHUNK);
 		if (from >= n)
 			break;
-		rc = part_rows(p, k, &w, from, n - from < UNKEYED_CHUNK ? n : from + UNKEYED_CHUNK);
+		rc = part_rows(p, k, &w, (uint32_t)from,
+			       n - from < UNKEYED_CHUNK ? n : (uint32_t)from + UNKEYED_CHUNK);
 	}
-	/* a failure ends the other thread's pass too */
 	if (rc)
 		atomic_store(p->next, n);
 	tx_window_free(&w);
@@ -510,8 +535,56 @@ static void *part_scan(void *arg)
 
 static void part_free(struct unkeyed_part *p)
 {
-	sf_ids_free(&p->seen);
 	free(p->hash);
+	sf_cache_uncharge(p->f->view->cache, p->charged);
+}
+
+/* Starts the pass's second thread with every signal blocked, as the
+ * daemon's own threads are: signals go to the threads that expect them
+ * (a host of the C API or the module has its own). */
+static bool start_part(pthread_t *t, struct unkeyed_part *p)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	bool ok = pthread_create(t, NULL, part_scan, p) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ok;
+}
+
+/* Keeps the names both threads found as f->unkeyed, sorted, each once,
+ * charged while the fold lives. */
+static int keep_unkeyed(struct tx_fold *f, const struct unkeyed_part *part, struct sf_err *e)
+{
+	struct sf_cache *c = f->view->cache;
+	size_t n = part[0].n + part[1].n;
+	uint64_t bytes = 8 * (uint64_t)(n ? n : 1);
+	int rc = sf_cache_charge(c, bytes, f->view->path, UNKEYED_WHAT, e);
+	if (rc)
+		return rc;
+	uint64_t *h = malloc(bytes);
+	struct sf_buf *b = h ? sf_buf_wrap((uint8_t *)h, 0) : NULL;
+	if (!b) {
+		free(h);
+		sf_cache_uncharge(c, bytes);
+		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	}
+	for (size_t i = 0, at = 0; i < 2; at += part[i++].n)
+		if (part[i].n)
+			memcpy(h + at, part[i].hash, part[i].n * sizeof *h);
+	b->len = 8 * tx_unkeyed_sort(h, n);
+	/* names found by both threads, or by one in several chunks, go */
+	uint64_t kept = b->len ? b->len : 8;
+	uint8_t *less = kept < bytes ? realloc(b->data, kept) : NULL;
+	if (less) {
+		b->data = less;
+		sf_cache_uncharge(c, bytes - kept);
+		bytes = kept;
+	}
+	f->unkeyed = b;
+	f->unkeyed_charged = bytes;
+	f->unkeyed_charged_to = c;
+	return 0;
 }
 
 /* Finds, once, the raw names of root entries the probe cannot find: the
@@ -525,21 +598,24 @@ static void part_free(struct unkeyed_part *p)
  * renames the member after it is a row keyed by whatever its name field
  * says. So every header is read, on two threads where there are two CPUs;
  * `first` (when not NULL: the lookup's build) runs on this one while the
- * other starts on the rows. */
+ * other starts on the rows. The set found is the same whichever thread
+ * takes which chunk: each chunk reads the row before it, and the names
+ * are sorted when both threads end. */
 static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct sf_err *),
 			struct sf_err *e)
 {
-	if (f->unkeyed_done || f->noted)
+	if (f->unkeyed || f->noted)
 		return first ? first(f, e) : 0;
-	_Atomic uint32_t next = 0;
+	uint32_t n = (uint32_t)f->ix.n_rows;
+	_Atomic uint64_t next = 0;
 	struct unkeyed_part part[2] = { { .f = f, .next = &next, .drops = true },
 					{ .f = f, .next = &next } };
 	pthread_t t;
-	bool two = f->ix.n_rows >= 2 * UNKEYED_CHUNK && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
-		   pthread_create(&t, NULL, part_scan, &part[1]) == 0;
+	bool two = n >= 2 * UNKEYED_CHUNK && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
+		   start_part(&t, &part[1]);
 	int rc = first ? first(f, e) : 0;
 	if (rc)
-		atomic_store(&next, (uint32_t)f->ix.n_rows);
+		atomic_store(&next, n);
 	else
 		part_scan(&part[0]);
 	if (two)
@@ -547,24 +623,17 @@ static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct
 	for (int i = 0; i < 2 && !rc; i++)
 		if ((rc = part[i].rc))
 			*e = part[i].e;
-	for (int i = 0; i < 2 && !rc; i++)
-		for (size_t j = 0; j < part[i].n && !rc; j++)
-			if (!sf_ids_find(&f->unkeyed, part[i].hash[j], NULL, NULL) &&
-			    sf_ids_put(&f->unkeyed, part[i].hash[j], (uint32_t)j))
-				rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	if (!rc)
+		rc = keep_unkeyed(f, part, e);
 	part_free(&part[0]);
 	part_free(&part[1]);
-	if (rc)
-		sf_ids_free(&f->unkeyed);
-	else
-		f->unkeyed_done = true;
 	return rc;
 }
 
 /* Whether the root name of hash h is one find_unkeyed found. */
 static bool unkeyed(struct tx_fold *f, uint64_t h)
 {
-	return f->noted ? tx_unkeyed_has(f->noted, h) : sf_ids_find(&f->unkeyed, h, NULL, NULL) != NULL;
+	return tx_unkeyed_has(f->noted ? f->noted : f->unkeyed, h);
 }
 
 /* Whether a shown name may be one the listing made up: "#<n>" added to

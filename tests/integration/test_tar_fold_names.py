@@ -479,7 +479,7 @@ def test_first_lookup_equals_listing_across_chunks(mount, tmp_path):
     mnt = mount(src)
     first = mnt / "fa"
     # names the index keys, hits and misses, answer without a listing; then
-    # a.txt, which the renamed member takes (found by the second half)
+    # a.txt, which the renamed member takes (found in the second chunk)
     keyed = ["c.txt", "empty.txt", "?.txt", "sym.txt", "k00000.bin", f"k{f1 + f2 - 1:05d}.bin",
              "b.txt", "nope.txt"]
     before = listed(mnt)
@@ -501,3 +501,30 @@ def test_first_lookup_equals_listing_across_chunks(mount, tmp_path):
     assert seen(mnt / "fb") == want == seen(first)
     for view in (first, mnt / "fb"):
         assert {os.path.relpath(r, view) for r, _, _ in os.walk(view)} - {"."} == dirs
+
+
+def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
+    """The root names the index cannot key, which the first lookup's pass
+    keeps for the fold's life (8 bytes each, each once), are charged to the
+    budget: 9,000 members each in a directory of its own (two chunks and
+    more, so both threads find some) add exactly 72,000 bytes to what the
+    cache says is charged, and the names still answer."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n = 9000
+    with tarfile.open(src / "f_0.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(n):
+            data = b"%d\n" % i
+            ti = tarfile.TarInfo(f"d{i:05d}/x.bin")
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    assert (view / ".shardfs").is_dir()
+    before = mount_stats(mnt)["cache"]["bytes_charged"]
+    assert not os.path.lexists(view / "nope.bin")
+    assert mount_stats(mnt)["cache"]["bytes_charged"] - before == 8 * n
+    assert listed(mnt) == 0
+    assert read_through(view / "d00000" / "x.bin") == b"0\n"
+    assert read_through(view / f"d{n - 1:05d}" / "x.bin") == b"%d\n" % (n - 1)
