@@ -336,6 +336,11 @@ struct tx_fold {
 	struct sf_buf *unkeyed;
 	uint64_t unkeyed_charged;
 	struct sf_cache *unkeyed_charged_to;
+	/* Why the budget refused them, remembered until the cache frees
+	 * something (sf_cache.freed at unkeyed_why_at): the pass is not made
+	 * again for each lookup meanwhile. */
+	char *unkeyed_why;
+	uint64_t unkeyed_why_at;
 	struct sf_buf *noted;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;

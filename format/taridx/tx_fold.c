@@ -431,6 +431,7 @@ struct unkeyed_part {
 	uint64_t *hash;
 	size_t n, cap;
 	uint64_t charged;
+	bool refused; /* by the budget */
 	int rc;
 	struct sf_err e;
 };
@@ -442,14 +443,17 @@ static int part_grow(struct unkeyed_part *p)
 	struct sf_view *v = p->f->view;
 	size_t cap = p->cap ? 2 * p->cap : 512;
 	int rc = sf_cache_charge(v->cache, 8 * (uint64_t)cap, v->path, UNKEYED_WHAT, &p->e);
-	if (rc)
+	if (rc) {
+		p->refused = true;
 		return rc;
+	}
 	uint64_t *b = realloc(p->hash, cap * sizeof *b);
 	if (!b) {
 		sf_cache_uncharge(v->cache, 8 * (uint64_t)cap);
 		return sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", v->path);
 	}
-	sf_cache_uncharge(v->cache, p->charged);
+	if (p->charged)
+		sf_cache_uncharge(v->cache, p->charged);
 	p->hash = b;
 	p->cap = cap;
 	p->charged = 8 * (uint64_t)cap;
@@ -536,7 +540,8 @@ static void *part_scan(void *arg)
 static void part_free(struct unkeyed_part *p)
 {
 	free(p->hash);
-	sf_cache_uncharge(p->f->view->cache, p->charged);
+	if (p->charged)
+		sf_cache_uncharge(p->f->view->cache, p->charged);
 }
 
 /* Starts the pass's second thread with every signal blocked, as the
@@ -553,14 +558,15 @@ static bool start_part(pthread_t *t, struct unkeyed_part *p)
 }
 
 /* Keeps the names both threads found as f->unkeyed, sorted, each once,
- * charged while the fold lives. */
-static int keep_unkeyed(struct tx_fold *f, const struct unkeyed_part *part, struct sf_err *e)
+ * charged while the fold lives. *refused when the budget refuses them. */
+static int keep_unkeyed(struct tx_fold *f, const struct unkeyed_part *part, bool *refused,
+			struct sf_err *e)
 {
 	struct sf_cache *c = f->view->cache;
 	size_t n = part[0].n + part[1].n;
 	uint64_t bytes = 8 * (uint64_t)(n ? n : 1);
 	int rc = sf_cache_charge(c, bytes, f->view->path, UNKEYED_WHAT, e);
-	if (rc)
+	if ((*refused = rc != 0))
 		return rc;
 	uint64_t *h = malloc(bytes);
 	struct sf_buf *b = h ? sf_buf_wrap((uint8_t *)h, 0) : NULL;
@@ -606,6 +612,9 @@ static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct
 {
 	if (f->unkeyed || f->noted)
 		return first ? first(f, e) : 0;
+	struct sf_cache *c = f->view->cache;
+	if (f->unkeyed_why && f->unkeyed_why_at == atomic_load(&c->freed))
+		return sf_fail(e, -EIO, "%s", f->unkeyed_why);
 	uint32_t n = (uint32_t)f->ix.n_rows;
 	_Atomic uint64_t next = 0;
 	struct unkeyed_part part[2] = { { .f = f, .next = &next, .drops = true },
@@ -620,13 +629,22 @@ static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct
 		part_scan(&part[0]);
 	if (two)
 		pthread_join(t, NULL);
+	bool refused = false;
 	for (int i = 0; i < 2 && !rc; i++)
-		if ((rc = part[i].rc))
+		if ((rc = part[i].rc)) {
 			*e = part[i].e;
+			refused = part[i].refused;
+		}
 	if (!rc)
-		rc = keep_unkeyed(f, part, e);
+		rc = keep_unkeyed(f, part, &refused, e);
 	part_free(&part[0]);
 	part_free(&part[1]);
+	/* counted after the parts' own charges went */
+	if (refused) {
+		free(f->unkeyed_why);
+		f->unkeyed_why = strdup(e->msg);
+		f->unkeyed_why_at = atomic_load(&c->freed);
+	}
 	return rc;
 }
 

@@ -31,6 +31,7 @@ void tx_fold_free(void *state)
 	free(f->hooked_member);
 	free((void *)f->plain);
 	sf_buf_unref(f->unkeyed);
+	free(f->unkeyed_why);
 	if (f->unkeyed_charged)
 		sf_cache_uncharge(f->unkeyed_charged_to, f->unkeyed_charged);
 	sf_buf_unref(f->noted);

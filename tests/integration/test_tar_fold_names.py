@@ -5,6 +5,7 @@ with .shardfs, '.', '..', each other or a directory; files stored twice
 names and pax records; misses answered without listing the fold; a path of
 32,700 levels. Expected bytes come from tarfile (extractfile resolves a
 hard link to the member stored before it), never from the view."""
+import errno
 import io
 import os
 import shutil
@@ -503,15 +504,12 @@ def test_first_lookup_equals_listing_across_chunks(mount, tmp_path):
         assert {os.path.relpath(r, view) for r, _, _ in os.walk(view)} - {"."} == dirs
 
 
-def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
-    """The root names the index cannot key, which the first lookup's pass
-    keeps for the fold's life (8 bytes each, each once), are charged to the
-    budget: 9,000 members each in a directory of its own (two chunks and
-    more, so both threads find some) add exactly 72,000 bytes to what the
-    cache says is charged, and the names still answer."""
+def fold_of_dirs(tmp_path, n):
+    """A fold `f` of one tar whose n members d<i>/x.bin, each holding its
+    number and a newline, are each in a directory of its own: n root names
+    the index cannot key."""
     src = tmp_path / "src"
     src.mkdir()
-    n = 9000
     with tarfile.open(src / "f_0.tar", "w", format=tarfile.USTAR_FORMAT) as t:
         for i in range(n):
             data = b"%d\n" % i
@@ -519,6 +517,17 @@ def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
             ti.size = len(data)
             t.addfile(ti, io.BytesIO(data))
     index(src, "f")
+    return src
+
+
+def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
+    """The root names the index cannot key, which the first lookup's pass
+    keeps for the fold's life (8 bytes each, each once), are charged to the
+    budget: 9,000 members each in a directory of its own (two chunks and
+    more, so both threads find some) add exactly 72,000 bytes to what the
+    cache says is charged, and the names still answer."""
+    n = 9000
+    src = fold_of_dirs(tmp_path, n)
     mnt = mount(src)
     view = mnt / "f"
     assert (view / ".shardfs").is_dir()
@@ -528,3 +537,33 @@ def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
     assert listed(mnt) == 0
     assert read_through(view / "d00000" / "x.bin") == b"0\n"
     assert read_through(view / f"d{n - 1:05d}" / "x.bin") == b"%d\n" % (n - 1)
+
+
+def rchar(pid):
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def test_refused_pass_is_remembered(mount, tmp_path):
+    """When the budget cannot hold the root names the first lookup's pass
+    finds, the lookup fails with the reason, and later lookups fail with it
+    without reading the tars again until the cache frees something: the
+    daemon's bytes read (rchar) grow by the tar's size at the first, by
+    next to nothing at the second."""
+    src = fold_of_dirs(tmp_path, 9000)
+    size = (src / "f_0.tar").stat().st_size
+    mnt = mount(src, "--cache-size", "100K")
+    pid = mount.last.proc.pid
+    view = mnt / "f"
+    # an open file keeps the view open between the lookups
+    with open(view / ".shardfs" / "info.txt", "rb"):
+        got = []
+        for _ in range(2):
+            before = rchar(pid)
+            with pytest.raises(OSError) as e:
+                os.stat(view / "nope.bin")
+            assert e.value.errno == errno.EIO
+            got.append(rchar(pid) - before)
+        errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "the root names its index cannot key" in errors, errors
+    assert got[0] >= size // 2 and got[1] < size // 20, (got, size)
