@@ -8,7 +8,8 @@ tar and offset (a dict built with tarfile) and calls os.pread once per
 member, and from the same files extracted (open, read, close). Then the time
 to open a fold of 1,000,000 members ready for fold[i]. And an epoch of a
 2-worker PyTorch DataLoader decoding JPEGs with a random crop, over the
-module's FoldDataset and over the same files extracted."""
+module's FoldDataset, over the same files extracted, and over the fold
+mounted (default options, and the loader's) read by path."""
 import io
 import os
 import random
@@ -19,7 +20,8 @@ import time
 import numpy as np
 
 import data
-from cases import median, row
+import mounts
+from cases import LOADER, PUSH, median, row
 
 
 def _module(ctx):
@@ -133,12 +135,15 @@ def decode_sample(s):
     return decode(s["jpg"], s["cls"], s.index)
 
 
-class NativeJPEGs:
-    """The same samples as files: <key>.jpg and <key>.cls in `root`, sample
-    i being keys[i] (samples.jsonl's order: the keys sorted)."""
+class JPEGFiles:
+    """The samples as files <key>.jpg and <key>.cls in `root` (the extracted
+    files, or the fold's directory in a mount), as a Dataset that takes
+    paths: the keys from a listing of `root` (made before the workers
+    start), sample i being the i-th key sorted, as in samples.jsonl."""
 
-    def __init__(self, root, keys):
-        self.root, self.keys = root, keys
+    def __init__(self, root):
+        self.root = root
+        self.keys = sorted(n[:-4] for n in os.listdir(root) if n.endswith(".jpg"))
 
     def __len__(self):
         return len(self.keys)
@@ -169,27 +174,53 @@ def _epoch(ds, seed):
     return rate
 
 
+def _files_epoch(root, keys, seed):
+    """One epoch over a JPEGFiles of `root`, its listing checked."""
+    ds = JPEGFiles(str(root))
+    if ds.keys != keys:
+        raise RuntimeError(f"{root} lists {len(ds.keys)} samples, not the {len(keys)} keys")
+    return _epoch(ds, seed)
+
+
 def dataloader_jpeg(ctx):
     """Medians of --runs rounds (3 at least), each side's files warm right
-    before its epoch. The side that goes first alternates by round: single
-    epochs swing by more than the 3 % compared, and the first epoch of the
-    process pays the loader's own start."""
+    before its epoch: the module's FoldDataset (one view for every round,
+    as a loader's epochs), the extracted files, and a Dataset of paths over
+    the fold mounted with the default options and with the loader's (a
+    fresh mount each epoch: its first pass, the Dataset's listing first).
+    The sides run in the opposite order every other round: single epochs
+    swing by more than the 3 % compared, and the first epoch of the process
+    pays the loader's own start."""
     shardfs = _module(ctx)
     n = ctx.size(10_000, 256)
     src, native, keys = data.jpeg_fold(ctx.work, ctx.tools, n, 4)
     mod_ds = shardfs.FoldDataset(src / "j.taridx", transform=decode_sample)
-    nat_ds = NativeJPEGs(str(native), keys)
     if len(mod_ds) != n or mod_ds.fold[n - 1].key != keys[-1]:
         raise RuntimeError("the fold's samples are not the keys in order")
-    mod, nat = [], []
-    sides = [(src, mod_ds, mod), (native, nat_ds, nat)]
+    tars = sorted(src.iterdir())
+
+    def mounted(*args):
+        def epoch(seed):
+            with mounts.shardfs(ctx.shardfs, src, *args) as (mnt, _, _):
+                return _files_epoch(mnt / "j", keys, seed)
+        return epoch
+
+    sides = {"module": (tars, lambda seed: _epoch(mod_ds, seed)),
+             "native": (sorted(native.iterdir()), lambda seed: _files_epoch(native, keys, seed)),
+             "mount": (tars, mounted()),
+             "loader": (tars, mounted(*LOADER, *PUSH))}
+    rates = {s: [] for s in sides}
     for r in range(max(3, ctx.runs)):
-        for files, ds, rates in sides[r % 2:] + sides[:r % 2]:
-            data.warm(sorted(files.iterdir()))
-            rates.append(_epoch(ds, r))
+        for s in list(sides) if r % 2 == 0 else reversed(sides):
+            files, epoch = sides[s]
+            data.warm(files)
+            rates[s].append(epoch(r))
     mod_ds.fold.view.close()
-    return [row("python_dataloader_jpeg", median(mod), "images/s", "native files", median(nat),
-                0.97)]
+    nat = median(rates["native"])
+    u = "images/s"
+    return [row("python_dataloader_jpeg", median(rates["module"]), u, "native files", nat, 0.97),
+            row("mount_dataloader_jpeg", median(rates["mount"]), u, "native files", nat, 0.97),
+            row("loader_dataloader_jpeg", median(rates["loader"]), u, "native files", nat, 0.97)]
 
 
 def python_group(ctx):
