@@ -24,7 +24,9 @@ that goes first swapped every round, each build with its own data
 directory under --workdir (its own indexer writes the indexes), and prints
 every comparison's ratio per side: the median over the rounds, its spread
 (lowest and highest round) and B's median over A's. A difference smaller
-than the spread of either side is noise.
+than the spread of either side is noise. A round whose JSON summary is
+already in --workdir is read, not run again: an interrupted A/B resumes
+(and --rounds 2 after an interrupted third round reports the first two).
 """
 import argparse
 import json
@@ -128,6 +130,9 @@ def rounds(args):
         order = ("A", "B") if rnd % 2 == 0 else ("B", "A")
         for name in order:
             out = work / f"round{rnd}-{name}.json"
+            if out.exists():
+                got[name].append(json.loads(out.read_text())["results"])
+                continue
             switch = uring_switch()
             subprocess.run([sys.executable, str(HERE / "run.py"), "--only", args.groups,
                             "--runs", str(args.runs), "--build", str(sides[name]),
