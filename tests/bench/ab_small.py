@@ -133,15 +133,16 @@ def rounds(args):
             if out.exists():
                 got[name].append(json.loads(out.read_text())["results"])
                 continue
+            # a build whose default is --io-uring auto serves its mounts
+            # over io_uring while the switch is on: said for every round
             switch = uring_switch()
             subprocess.run([sys.executable, str(HERE / "run.py"), "--only", args.groups,
                             "--runs", str(args.runs), "--build", str(sides[name]),
                             "--workdir", str(work / f"data-{name}"), "--json", str(out)],
                            check=True, stdout=subprocess.DEVNULL)
-            if uring_switch() != switch:
-                print(f"round {rnd} {name}: the kernel's io_uring switch changed during the run")
             got[name].append(json.loads(out.read_text())["results"])
-            print(f"round {rnd} {name} done, load average "
+            print(f"round {rnd} {name} done, the kernel's io_uring switch {switch} at its start "
+                  f"and {uring_switch()} at its end, load average "
                   f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}", flush=True)
     # each comparison by its case and reference, in the order run.py gave them
     keys = [(r["case"], r["reference"]) for r in got["A"][0]]
