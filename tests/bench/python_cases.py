@@ -16,6 +16,7 @@ import random
 import sys
 import tarfile
 import time
+import zlib
 
 import numpy as np
 
@@ -120,14 +121,15 @@ CROP = 128
 
 def decode(jpg, cls, seed):
     """What a training loader does with a sample: the JPEG decoded, a random
-    CROP x CROP piece of it as a CHW uint8 tensor, and its class."""
+    CROP x CROP piece of it as a CHW uint8 tensor, and its class. Also the
+    CRC-32 of the sample's bytes, by which an epoch shows what it read."""
     import torch
     from PIL import Image
     img = Image.open(io.BytesIO(jpg))
     rng = random.Random(seed)
     x, y = rng.randrange(img.width - CROP + 1), rng.randrange(img.height - CROP + 1)
     a = np.asarray(img.crop((x, y, x + CROP, y + CROP)).convert("RGB"))
-    return torch.from_numpy(a.copy()).permute(2, 0, 1), int(cls)
+    return torch.from_numpy(a.copy()).permute(2, 0, 1), int(cls), zlib.crc32(cls, zlib.crc32(jpg))
 
 
 def decode_sample(s):
@@ -159,19 +161,21 @@ class JPEGFiles:
 
 def _epoch(ds, seed):
     """Images per second of one shuffled epoch through a 2-worker
-    DataLoader (workers started by fork, Linux's default)."""
+    DataLoader (workers started by fork, Linux's default), and the sum of
+    the samples' CRCs: every side of every round must read the same bytes."""
     import torch
     from torch.utils.data import DataLoader
     loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2,
                         generator=torch.Generator().manual_seed(seed))
     t = time.perf_counter()
-    n = 0
-    for x, y in loader:
+    n = crcs = 0
+    for x, y, crc in loader:
         n += len(y)
+        crcs += int(crc.sum())
     rate = n / (time.perf_counter() - t)
     if n != len(ds):
         raise RuntimeError(f"the epoch gave {n} samples of {len(ds)}")
-    return rate
+    return rate, crcs
 
 
 def _files_epoch(root, keys, seed):
@@ -210,11 +214,16 @@ def dataloader_jpeg(ctx):
              "mount": (tars, mounted()),
              "loader": (tars, mounted(*LOADER, *PUSH))}
     rates = {s: [] for s in sides}
+    want = sum(zlib.crc32((native / f"{k}.cls").read_bytes(),
+                          zlib.crc32((native / f"{k}.jpg").read_bytes())) for k in keys)
     for r in range(max(3, ctx.runs)):
         for s in list(sides) if r % 2 == 0 else reversed(sides):
             files, epoch = sides[s]
             data.warm(files)
-            rates[s].append(epoch(r))
+            rate, crc = epoch(r)
+            if crc != want:
+                raise RuntimeError(f"the {s} epoch read other bytes than the files hold")
+            rates[s].append(rate)
     mod_ds.fold.view.close()
     nat = median(rates["native"])
     u = "images/s"
