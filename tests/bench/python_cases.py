@@ -187,7 +187,8 @@ def _files_epoch(root, keys, seed):
 
 
 def dataloader_jpeg(ctx):
-    """Medians of --runs rounds (3 at least), each side's files warm right
+    """Medians of --runs rounds (3 at least; --quick one round of 64
+    samples, its figures meaning nothing), each side's files warm right
     before its epoch: the module's FoldDataset (one view for every round,
     as a loader's epochs), the extracted files, and a Dataset of paths over
     the fold mounted with the default options and with the loader's (a
@@ -196,7 +197,7 @@ def dataloader_jpeg(ctx):
     swing by more than the 3 % compared, and the first epoch of the process
     pays the loader's own start."""
     shardfs = _module(ctx)
-    n = ctx.size(10_000, 256)
+    n = ctx.size(10_000, 64)
     src, native, keys = data.jpeg_fold(ctx.work, ctx.tools, n, 4)
     mod_ds = shardfs.FoldDataset(src / "j.taridx", transform=decode_sample)
     if len(mod_ds) != n or mod_ds.fold[n - 1].key != keys[-1]:
@@ -216,7 +217,7 @@ def dataloader_jpeg(ctx):
     rates = {s: [] for s in sides}
     want = sum(zlib.crc32((native / f"{k}.cls").read_bytes(),
                           zlib.crc32((native / f"{k}.jpg").read_bytes())) for k in keys)
-    for r in range(max(3, ctx.runs)):
+    for r in range(ctx.size(max(3, ctx.runs), 1)):
         for s in list(sides) if r % 2 == 0 else reversed(sides):
             files, epoch = sides[s]
             data.warm(files)
