@@ -42,6 +42,10 @@ struct sf_open_args {
 	 * when has_keepdir; valid during the open only. */
 	bool has_keepdir;
 	int keepdir;
+	/* With has_keepdir: the top of the tree keepdir lies in (the
+	 * daemon's --index-dir), where what is kept for one name of a file
+	 * is found by its names in other directories (hard links); or -1. */
+	int keeptop;
 	/* What the host wants of the view (sf_host.h; NULL: no cache, no
 	 * counts, the defaults); copied into the view. */
 	const struct sf_host *host;
@@ -71,7 +75,7 @@ struct sf_probe {
  * sf_format_open takes to make a view of one. The steps every format shares
  * (making the view, holding the container's mapping, placing .shardfs/,
  * cleaning up after a failure) are sf_format_open's; a format fills in only
- * what is its own. Adding a format: docs/architecture.md. */
+ * what is its own. Adding a format: docs/adding-a-format.md. */
 struct sf_format {
 	/* ---- recognising ---- */
 	const char *name;  /* "tsumugi" */
