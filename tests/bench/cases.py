@@ -820,7 +820,7 @@ def compressed_tars(ctx):
     large member looked up and read in 1 MiB pieces against the
     single-threaded decompressor's rate over the archive; archivemount's
     random reads of the gzip archive."""
-    members, large = ctx.size(2_000, 200), ctx.size(64 * MiB, 4 * MiB)
+    members, large = ctx.size(2_000, 50), ctx.size(64 * MiB, 2 * MiB)
     d, srcs, sizes, tar_size = data.compressed_tars(ctx.work, members, large)
     rng = random.Random(42)
     small = [n for n in sizes if n != "large.bin"]
