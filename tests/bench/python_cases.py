@@ -9,10 +9,12 @@ member, and from the same files extracted (open, read, close). Then the time
 to open a fold of 1,000,000 members ready for fold[i]. And an epoch of a
 2-worker PyTorch DataLoader decoding JPEGs with a random crop, over the
 module's FoldDataset, over the same files extracted, and over the fold
-mounted (default options, and the loader's) read by path."""
+mounted (default options, and the loader's) read by path: images per
+second and CPU per image."""
 import io
 import os
 import random
+import resource
 import sys
 import tarfile
 import time
@@ -22,7 +24,7 @@ import numpy as np
 
 import data
 import mounts
-from cases import LOADER, PUSH, median, row
+from cases import LOADER, PUSH, cpu_seconds, median, row
 
 
 def _module(ctx):
@@ -159,14 +161,26 @@ class JPEGFiles:
         return decode(jpg, cls, i)
 
 
-def _epoch(ds, seed):
-    """Images per second of one shuffled epoch through a 2-worker
-    DataLoader (workers started by fork, Linux's default), and the sum of
-    the samples' CRCs: every side of every round must read the same bytes."""
+def _cpu(daemon):
+    """CPU seconds (user and system) of this process, of its children
+    waited for (a DataLoader's workers, joined at the epoch's end) and of
+    the running `daemon` (a pid) if any."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + \
+        (cpu_seconds(daemon) if daemon else 0)
+
+
+def _epoch(ds, seed, daemon=None):
+    """One shuffled epoch through a 2-worker DataLoader (workers started by
+    fork, Linux's default): images per second, the sum of the samples'
+    CRCs (every side of every round must read the same bytes) and the CPU
+    seconds per image of the loader's processes and the `daemon`, which a
+    busy machine sways less than the rate."""
     import torch
     from torch.utils.data import DataLoader
     loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2,
                         generator=torch.Generator().manual_seed(seed))
+    cpu = _cpu(daemon)
     t = time.perf_counter()
     n = crcs = 0
     for x, y, crc in loader:
@@ -175,15 +189,15 @@ def _epoch(ds, seed):
     rate = n / (time.perf_counter() - t)
     if n != len(ds):
         raise RuntimeError(f"the epoch gave {n} samples of {len(ds)}")
-    return rate, crcs
+    return rate, crcs, (_cpu(daemon) - cpu) / n
 
 
-def _files_epoch(root, keys, seed):
+def _files_epoch(root, keys, seed, daemon=None):
     """One epoch over a JPEGFiles of `root`, its listing checked."""
     ds = JPEGFiles(str(root))
     if ds.keys != keys:
         raise RuntimeError(f"{root} lists {len(ds.keys)} samples, not the {len(keys)} keys")
-    return _epoch(ds, seed)
+    return _epoch(ds, seed, daemon)
 
 
 def dataloader_jpeg(ctx):
@@ -195,7 +209,10 @@ def dataloader_jpeg(ctx):
     fresh mount each epoch: its first pass, the Dataset's listing first).
     The sides run in the opposite order every other round: single epochs
     swing by more than the 3 % compared, and the first epoch of the process
-    pays the loader's own start."""
+    pays the loader's own start. Each side's CPU per image (the loader's
+    processes, and the daemon's for a mount) beside its rate: on a busy
+    machine the rate says how much CPU the others left, the CPU what the
+    side costs."""
     shardfs = _module(ctx)
     n = ctx.size(10_000, 64)
     src, native, keys = data.jpeg_fold(ctx.work, ctx.tools, n, 4)
@@ -206,31 +223,35 @@ def dataloader_jpeg(ctx):
 
     def mounted(*args):
         def epoch(seed):
-            with mounts.shardfs(ctx.shardfs, src, *args) as (mnt, _, _):
-                return _files_epoch(mnt / "j", keys, seed)
+            with mounts.shardfs(ctx.shardfs, src, *args) as (mnt, proc, _):
+                return _files_epoch(mnt / "j", keys, seed, proc.pid)
         return epoch
 
     sides = {"module": (tars, lambda seed: _epoch(mod_ds, seed)),
              "native": (sorted(native.iterdir()), lambda seed: _files_epoch(native, keys, seed)),
              "mount": (tars, mounted()),
              "loader": (tars, mounted(*LOADER, *PUSH))}
-    rates = {s: [] for s in sides}
+    rates, cpus = {s: [] for s in sides}, {s: [] for s in sides}
     want = sum(zlib.crc32((native / f"{k}.cls").read_bytes(),
                           zlib.crc32((native / f"{k}.jpg").read_bytes())) for k in keys)
     for r in range(ctx.size(max(3, ctx.runs), 1)):
         for s in list(sides) if r % 2 == 0 else reversed(sides):
             files, epoch = sides[s]
             data.warm(files)
-            rate, crc = epoch(r)
+            rate, crc, cpu = epoch(r)
             if crc != want:
                 raise RuntimeError(f"the {s} epoch read other bytes than the files hold")
             rates[s].append(rate)
+            cpus[s].append(cpu * 1e3)
     mod_ds.fold.view.close()
-    nat = median(rates["native"])
-    u = "images/s"
-    return [row("python_dataloader_jpeg", median(rates["module"]), u, "native files", nat, 0.97),
-            row("mount_dataloader_jpeg", median(rates["mount"]), u, "native files", nat, 0.97),
-            row("loader_dataloader_jpeg", median(rates["loader"]), u, "native files", nat, 0.97)]
+    nat, nat_cpu = median(rates["native"]), median(cpus["native"])
+    rows = []
+    for s, case in (("module", "python"), ("mount", "mount"), ("loader", "loader")):
+        rows += [row(f"{case}_dataloader_jpeg", median(rates[s]), "images/s", "native files", nat,
+                     0.97),
+                 row(f"{case}_dataloader_jpeg_cpu", median(cpus[s]), "ms/image", "native files",
+                     nat_cpu, 1.03, "<=")]
+    return rows
 
 
 def python_group(ctx):
