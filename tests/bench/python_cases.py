@@ -162,20 +162,20 @@ class JPEGFiles:
 
 
 def _cpu(daemon):
-    """CPU seconds (user and system) of this process, of its children
-    waited for (a DataLoader's workers, joined at the epoch's end) and of
-    the running `daemon` (a pid) if any."""
+    """CPU seconds (user and system) of this process with its children
+    waited for (a DataLoader's workers, joined at the epoch's end), and of
+    the running `daemon` (a pid; 0 without one)."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime + \
-        (cpu_seconds(daemon) if daemon else 0)
+    return (me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+            cpu_seconds(daemon) if daemon else 0)
 
 
 def _epoch(ds, seed, daemon=None):
     """One shuffled epoch through a 2-worker DataLoader (workers started by
     fork, Linux's default): images per second, the sum of the samples'
-    CRCs (every side of every round must read the same bytes) and the CPU
-    seconds per image of the loader's processes and the `daemon`, which a
-    busy machine sways less than the rate."""
+    CRCs (every side of every round must read the same bytes), the CPU
+    seconds per image of the loader's processes and the `daemon` together,
+    which a busy machine sways less than the rate, and the daemon's alone."""
     import torch
     from torch.utils.data import DataLoader
     loader = DataLoader(ds, batch_size=32, shuffle=True, num_workers=2,
@@ -189,7 +189,8 @@ def _epoch(ds, seed, daemon=None):
     rate = n / (time.perf_counter() - t)
     if n != len(ds):
         raise RuntimeError(f"the epoch gave {n} samples of {len(ds)}")
-    return rate, crcs, (_cpu(daemon) - cpu) / n
+    (me, fs), (me0, fs0) = _cpu(daemon), cpu
+    return rate, crcs, (me - me0 + fs - fs0) / n, (fs - fs0) / n
 
 
 def _files_epoch(root, keys, seed, daemon=None):
@@ -231,18 +232,19 @@ def dataloader_jpeg(ctx):
              "native": (sorted(native.iterdir()), lambda seed: _files_epoch(native, keys, seed)),
              "mount": (tars, mounted()),
              "loader": (tars, mounted(*LOADER, *PUSH))}
-    rates, cpus = {s: [] for s in sides}, {s: [] for s in sides}
+    rates, cpus, daemon = ({s: [] for s in sides} for _ in range(3))
     want = sum(zlib.crc32((native / f"{k}.cls").read_bytes(),
                           zlib.crc32((native / f"{k}.jpg").read_bytes())) for k in keys)
     for r in range(ctx.size(max(3, ctx.runs), 1)):
         for s in list(sides) if r % 2 == 0 else reversed(sides):
             files, epoch = sides[s]
             data.warm(files)
-            rate, crc, cpu = epoch(r)
+            rate, crc, cpu, fs = epoch(r)
             if crc != want:
                 raise RuntimeError(f"the {s} epoch read other bytes than the files hold")
             rates[s].append(rate)
             cpus[s].append(cpu * 1e3)
+            daemon[s].append(fs * 1e3)
     mod_ds.fold.view.close()
     nat, nat_cpu = median(rates["native"]), median(cpus["native"])
     rows = []
@@ -251,6 +253,10 @@ def dataloader_jpeg(ctx):
                      0.97),
                  row(f"{case}_dataloader_jpeg_cpu", median(cpus[s]), "ms/image", "native files",
                      nat_cpu, 1.03, "<=")]
+        if s != "module":
+            # the daemon's share, in the CPU native files take a sample
+            rows.append(row(f"{case}_dataloader_jpeg_daemon_cpu", median(daemon[s]), "ms/image",
+                            "native files' CPU", nat_cpu))
     return rows
 
 

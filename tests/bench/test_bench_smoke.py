@@ -25,6 +25,7 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
          "mount_dataloader_jpeg", "loader_dataloader_jpeg", "python_dataloader_jpeg_cpu",
          "mount_dataloader_jpeg_cpu", "loader_dataloader_jpeg_cpu",
+         "mount_dataloader_jpeg_daemon_cpu", "loader_dataloader_jpeg_daemon_cpu",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
              for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")
