@@ -20,6 +20,7 @@
 #include "options.h"
 #include "prune.h"
 #include "push.h"
+#include "reading.h"
 #include "src.h"
 #include "stats.h"
 #include "transport.h"
@@ -181,7 +182,7 @@ static size_t view_fd_share(void)
 	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
 }
 
-/* The mappings SRC files may hold from their lookup (--no-open, fs/src.c):
+/* The mappings SRC files may hold from their lookup (no-open, fs/src.c):
  * half of the descriptors the views leave, and a quarter of the mappings
  * the kernel allows a process (vm.max_map_count), which views and the
  * decode cache need too. */
@@ -391,6 +392,11 @@ int main(int argc, char **argv)
 		errlog_add(&dm.stats, ".", no_pruner);
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_pruner);
+	}
+	if (dm.no_open) {
+		/* no RELEASE tells of a view's last reader (fs/reading.h) */
+		dm.watch.gone = views_gone_in;
+		dm.watch.gone_arg = &dm;
 	}
 	int wrc = watch_start(&dm.watch, se, dm.src_fd);
 	if (wrc) {

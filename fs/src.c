@@ -186,13 +186,14 @@ static int find_once(struct daemon *dm, struct fnode *dir, const char *name, str
 	return *out ? 0 : -ENOMEM;
 }
 
-/* With --no-open no OPEN comes between the lookup of a file and its first
+/* With no-open no OPEN comes between the lookup of a file and its first
  * READ to pin its version: a file replaced in between would fail that READ
  * with ESTALE, which the kernel passes on to the reader. So the lookup maps
  * the file (what OPEN does otherwise), while SRC files hold fewer mappings,
  * each a descriptor, than the budget (docs/options.md); past it a file is
- * mapped at its first READ. Tries are bounded: a file replaced again and
- * again between lstat and open is left to its READ. */
+ * mapped at its first READ, and so is a file kept for its holders, which
+ * a lookup (a stat) must not keep. Tries are bounded: a file replaced
+ * again and again between lstat and open is left to its READ. */
 #define PIN_TRIES 3
 
 int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
@@ -200,7 +201,7 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	for (int i = 1;; i++) {
 		int rc = find_once(dm, dir, name, out);
 		if (rc || !dm->no_open || fnode_kind(*out) != FK_SRC_FILE || i == PIN_TRIES ||
-		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max)
+		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max || kept_for_holders(name))
 			return rc;
 		/* any other failure is the READ's to report */
 		if (src_map_file(dm, *out) != -ESTALE)

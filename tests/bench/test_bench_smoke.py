@@ -24,7 +24,7 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
-             for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")
+             for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")
              for x in ("", "_cpu", "_requests")
              if m != "default" or not x} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
@@ -52,8 +52,8 @@ def test_quick_run(tmp_path):
     assert lines.pop(0).startswith("machine: pipe round trip")
     for i, x in enumerate(results):
         assert set(x) == KEYS
-        # an idle daemon may use no CPU at all, and --no-open's second
-        # pass sends it no request
+        # an idle daemon may use no CPU at all, and the default mount's
+        # second pass sends it no request
         assert x["figure"] > 0 or x["case"].endswith(("daemon_cpu_idle", "_cpu", "_requests")), x
         assert x["reference_figure"] > 0, x
         # tet_xr_open_files states its ratio: the opens themselves, limit 1

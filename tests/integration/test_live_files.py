@@ -7,6 +7,8 @@ import re
 import threading
 import time
 
+import pytest
+
 
 def read_all(fd):
     parts = []
@@ -39,11 +41,13 @@ def check_loop(path, rounds, bad, is_json):
             bad.append((path.name, "torn line", data[-80:]))
 
 
-def test_snapshot_per_open(tmp_path, mount):
+# by default a node per snapshot (no OPEN comes); --open: one per handle
+@pytest.mark.parametrize("opens", [(), ("--open",)], ids=["default", "open"])
+def test_snapshot_per_open(tmp_path, mount, opens):
     src = tmp_path / "src"
     src.mkdir()
     (src / "plain.txt").write_bytes(b"x" * 100)
-    mnt = mount(src)
+    mnt = mount(src, *opens)
     meta = mnt / ".shardfs"
     stop = threading.Event()
     logged = []
