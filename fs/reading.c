@@ -327,7 +327,18 @@ static void let_whole_view_go(struct daemon *dm, struct sf_view *v)
 	free(e.names);
 }
 
-void views_gone_in(void *arg, uint64_t dir)
+/* Whether view `v` stands for the file named `name` (its container's
+ * path ends so). */
+static bool view_of_file(const struct sf_view *v, const char *name)
+{
+	const struct sf_map *m = sf_view_source(v);
+	if (!m || !m->path)
+		return false;
+	const char *base = strrchr(m->path, '/');
+	return strcmp(base ? base + 1 : m->path, name) == 0;
+}
+
+void views_gone_in(void *arg, uint64_t dir, const char *name)
 {
 	struct daemon *dm = arg;
 	struct sf_view **views = NULL;
@@ -335,6 +346,7 @@ void views_gone_in(void *arg, uint64_t dir)
 	pthread_mutex_lock(&dm->tree.lock);
 	for (struct fnode *n = dm->tree.all; n; n = n->all_next)
 		if (view_root_of(n) && fnode_vn(n) && n->parent && fnode_ino(n->parent) == dir &&
+		    view_of_file(fnode_view(n), name) &&
 		    sf_grow(&views, &cap, nv, sizeof *views, 4) == 0)
 			views[nv++] = sf_view_ref(fnode_view(n));
 	pthread_mutex_unlock(&dm->tree.lock);

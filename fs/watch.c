@@ -151,7 +151,7 @@ static void handle(struct watch *w, const struct inotify_event *ev)
 	 * daemon while it drops the entries */
 	if (d.rel && changed(w, &d, ev->name) && w->gone &&
 	    (ev->mask & (IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)))
-		w->gone(w->gone_arg, d.ino);
+		w->gone(w->gone_arg, d.ino, ev->name);
 	free(d.rel);
 }
 
