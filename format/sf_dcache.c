@@ -43,6 +43,11 @@ struct sf_dcache {
 	void (*on_short)(void *arg);
 	void *short_arg;
 	uint64_t charged;         /* the part of `reserved` that charges hold */
+	/* charges their owners can drop (sf_cache_idle), most recently kept
+	 * first; taken before `lock`, never while it is held */
+	pthread_mutex_t idle_lock;
+	struct sf_idle *idle_head, *idle_tail;
+	atomic_size_t nidle;
 	struct sf_dcache_counts *counts;
 	/* decode ahead (sf_cache_ahead): its threads, started as needed, and
 	 * the parts they are asked to decode, each with its placeholder
@@ -86,6 +91,65 @@ static void short_of_room(struct sf_dcache *c)
 	pthread_mutex_unlock(&c->lock);
 	c->on_short(c->short_arg);
 	pthread_mutex_lock(&c->lock);
+}
+
+static void idle_unlink(struct sf_dcache *c, struct sf_idle *i)
+{
+	*(i->prev ? &i->prev->next : &c->idle_head) = i->next;
+	*(i->next ? &i->next->prev : &c->idle_tail) = i->prev;
+	i->prev = i->next = NULL;
+	i->kept = false;
+	c->nidle--;
+}
+
+static void idle_front(struct sf_dcache *c, struct sf_idle *i)
+{
+	i->prev = NULL;
+	i->next = c->idle_head;
+	*(c->idle_head ? &c->idle_head->prev : &c->idle_tail) = i;
+	c->idle_head = i;
+	i->kept = true;
+	c->nidle++;
+}
+
+static void cache_idle(struct sf_cache *iface, struct sf_idle *i, bool keep)
+{
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->idle_lock);
+	if (i->kept)
+		idle_unlink(c, i);
+	if (keep)
+		idle_front(c, i);
+	pthread_mutex_unlock(&c->idle_lock);
+}
+
+/* Drops idle charges, the least recently kept first, until `need` more
+ * bytes fit (lock held, let go meanwhile: a drop uncharges). Each is
+ * visited once: one in use goes to the front. True when any was dropped. */
+static bool drop_idle(struct sf_dcache *c, uint64_t need)
+{
+	if (!c->nidle)
+		return false;
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_lock(&c->idle_lock);
+	bool dropped = false, room = false;
+	struct sf_idle *i = c->idle_tail;
+	for (size_t n = c->nidle; i && n && !room; n--) {
+		struct sf_idle *prev = i->prev;
+		idle_unlink(c, i);
+		if (i->drop(i)) {
+			dropped = true;
+			pthread_mutex_lock(&c->lock);
+			room = c->bytes + c->reserved + need <= c->budget;
+			pthread_mutex_unlock(&c->lock);
+		} else {
+			idle_front(c, i);
+		}
+		i = prev;
+	}
+	pthread_mutex_unlock(&c->idle_lock);
+	pthread_mutex_lock(&c->lock);
+	return dropped;
 }
 
 /* Odd-multiplier hashing: one id per hash, so the hash alone finds an
@@ -213,7 +277,8 @@ static void reserve(struct sf_dcache *c, uint64_t size)
 	clock_gettime(CLOCK_REALTIME, &until);
 	uint64_t end = (uint64_t)until.tv_sec * 1000000000u + (uint64_t)until.tv_nsec + ROOM_WAIT_NS;
 	bool told = false;
-	while (!make_room(c, size) && !depth && !holding) {
+	while (!make_room(c, size) && !(drop_idle(c, size) && make_room(c, size)) && !depth &&
+	       !holding) {
 		clock_gettime(CLOCK_REALTIME, &now);
 		uint64_t t = (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
 		if (t >= end)
@@ -490,7 +555,7 @@ static int cache_charge(struct sf_cache *iface, uint64_t bytes, const char *path
 	uint64_t end = t + CHARGE_WAIT_NS;
 	pthread_mutex_lock(&c->lock);
 	bool told = false;
-	while (!make_room(c, bytes)) {
+	while (!make_room(c, bytes) && !(drop_idle(c, bytes) && make_room(c, bytes))) {
 		if (t >= end) {
 			pthread_mutex_unlock(&c->lock);
 			return sf_fail(err, -EIO, "%s: %s needs %llu bytes of memory, which "
@@ -534,10 +599,12 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->iface.get = cache_get;
 	c->iface.charge = cache_charge;
 	c->iface.uncharge = cache_uncharge;
+	c->iface.idle = cache_idle;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->counts = counts;
 	pthread_mutex_init(&c->lock, NULL);
+	pthread_mutex_init(&c->idle_lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
 	pthread_cond_init(&c->work, NULL);
 	return c;
@@ -557,6 +624,7 @@ void sf_dcache_free(struct sf_dcache *c)
 		drop(c, c->head);
 	sf_hash_free(&c->entries);
 	pthread_mutex_destroy(&c->lock);
+	pthread_mutex_destroy(&c->idle_lock);
 	pthread_cond_destroy(&c->loaded);
 	pthread_cond_destroy(&c->work);
 	free(c);

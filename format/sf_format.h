@@ -42,6 +42,10 @@ struct sf_open_args {
 	 * when has_keepdir; valid during the open only. */
 	bool has_keepdir;
 	int keepdir;
+	/* With has_keepdir: the top of the tree keepdir lies in (the
+	 * daemon's --index-dir), where what is kept for one name of a file
+	 * is found by its names in other directories (hard links); or -1. */
+	int keeptop;
 	/* What the host wants of the view (sf_host.h; NULL: no cache, no
 	 * counts, the defaults); copied into the view. */
 	const struct sf_host *host;

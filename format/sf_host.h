@@ -23,6 +23,8 @@ struct sf_progress {
 	/* files' extents (sparse maps) and kept texts (sf_view.c); counted
 	 * directories' tables (tatami blobs/, tat_blobdir.c) */
 	atomic_uint_fast64_t file_bytes_held, table_bytes_held;
+	/* files whose idle extents the cache dropped (sf_view.c file_drop) */
+	atomic_uint_fast64_t files_dropped;
 };
 
 /* Adds n (which may wrap: a subtraction) to a counter of `pr`, when the

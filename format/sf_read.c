@@ -59,6 +59,12 @@ void sf_cache_uncharge(struct sf_cache *c, uint64_t bytes)
 		c->uncharge(c, bytes);
 }
 
+void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)
+{
+	if (c->idle)
+		c->idle(c, i, keep);
+}
+
 int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 		struct sf_err *e)
 {
@@ -169,8 +175,8 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_m
 	return -EINVAL;
 }
 
-int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
-		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
+		      struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
 {
 	struct sf_file *fl = &f->u.file;
 	if (fl->broken)
@@ -217,6 +223,36 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		len -= k;
 	}
 	return 0;
+}
+
+/* Counted in `users` while it reads the extents of a file the cache may
+ * drop them from (sf_view.c file_drop), and built again first when they
+ * were dropped. A file with no idle entry was never kept there: its host
+ * built it (sf_file_ready), and nothing drops its extents. */
+int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
+		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	struct sf_file_idle *k = atomic_load(&f->u.file.idle);
+	if (!k)
+		return read_built(f, off, len, c, rv, e);
+	for (;;) {
+		unsigned u = atomic_load(&k->users);
+		if (u == SF_FILE_DROPPING) {
+			sf_file_wait_drop(k);
+			continue;
+		}
+		if (!atomic_compare_exchange_weak(&k->users, &u, u + 1))
+			continue;
+		if (atomic_load(&f->u.file.built))
+			break;
+		atomic_fetch_sub(&k->users, 1);
+		int rc = sf_file_build(f, c, e);
+		if (rc)
+			return rc;
+	}
+	int rc = read_built(f, off, len, c, rv, e);
+	atomic_fetch_sub(&k->users, 1);
+	return rc;
 }
 
 int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,

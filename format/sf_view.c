@@ -3,6 +3,7 @@
 #include "sf_view_impl.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,9 +22,8 @@ static _Atomic uint64_t next_part_id = 1;
 
 static void lazy_free(struct sf_lazy *z);
 
-/* Drops a file's extents (a failed build leaves none behind for the next
- * attempt to add to), and gives back what they were charged. */
-static void file_clear(struct sf_node *f)
+/* Drops a file's extents and gives back what they were charged. */
+static void file_free_ext(struct sf_node *f)
 {
 	struct sf_file *fl = &f->u.file;
 	for (size_t i = 0; i < fl->n; i++)
@@ -43,6 +43,62 @@ static void file_clear(struct sf_node *f)
 	}
 }
 
+/* Drops a file's extents (a failed build leaves none behind for the next
+ * attempt to add to, a freed node none at all), out of the idle list
+ * first, so that no drop of them runs meanwhile. */
+static void file_clear(struct sf_node *f)
+{
+	struct sf_file_idle *k = atomic_load(&f->u.file.idle);
+	if (k)
+		sf_cache_idle(f->view->cache, &k->idle, false);
+	file_free_ext(f);
+}
+
+/* The cache's drop of a built file's idle extents (sf_idle): only while no
+ * read uses them, as a read holds no lock; its next read builds them
+ * again (sf_file_read). sf_file_size shows the known size meanwhile. */
+static bool file_drop(struct sf_idle *i)
+{
+	struct sf_file_idle *k = (struct sf_file_idle *)i;
+	struct sf_file *fl = &k->f->u.file;
+	unsigned none = 0;
+	if (!atomic_compare_exchange_strong(&k->users, &none, SF_FILE_DROPPING))
+		return false;
+	bool built = atomic_load(&fl->built);
+	if (built) {
+		atomic_store(&fl->built, false);
+		file_free_ext(k->f);
+		SF_PROGRESS_ADD(k->f->view->host.progress, files_dropped, 1);
+	}
+	atomic_store(&k->users, 0);
+	return built;
+}
+
+/* Keeps a file just built in the cache's idle list when its charged
+ * extents can be made again; a file that cannot be kept (out of memory
+ * for its entry) keeps them, as before there was a list. */
+static void file_keep(struct sf_node *f)
+{
+	struct sf_file *fl = &f->u.file;
+	if (!fl->charged || !fl->size_known || !fl->build)
+		return;
+	struct sf_file_idle *k = atomic_load(&fl->idle);
+	if (!k) {
+		if (!(k = calloc(1, sizeof *k)))
+			return;
+		k->idle.drop = file_drop;
+		k->f = f;
+		atomic_store(&fl->idle, k);
+	}
+	sf_cache_idle(f->view->cache, &k->idle, true);
+}
+
+void sf_file_wait_drop(struct sf_file_idle *k)
+{
+	while (k && atomic_load(&k->users) == SF_FILE_DROPPING)
+		sched_yield();
+}
+
 /* Frees what one node holds, its directory's nodes already freed. */
 static void node_release(struct sf_node *n)
 {
@@ -57,6 +113,7 @@ static void node_release(struct sf_node *n)
 		free(n->u.file.ext);
 		free(n->u.file.start);
 		free(n->u.file.broken);
+		free(atomic_load(&n->u.file.idle));
 		break;
 	case SF_LINK:
 		free(n->u.target);
@@ -1020,6 +1077,16 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 {
 	if (f->kind != SF_FILE)
 		return sf_fail(e, -EISDIR, "%s: not a file", f->view->path);
+	/* a file kept in the idle list was built: its size is known, and its
+	 * extents, if dropped, are made again by the read that needs them
+	 * (a lookup or a stat does not charge them again) */
+	if (atomic_load(&f->u.file.idle))
+		return 0;
+	return sf_file_build(f, c, e);
+}
+
+int sf_file_build(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
+{
 	struct sf_file *fl = &f->u.file;
 	if (fl->built)
 		return 0;
@@ -1042,6 +1109,8 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 	}
 	sf_turn_take(&f->view->turn);
 	if (!fl->built) {
+		/* a drop of its extents may be ending */
+		sf_file_wait_drop(atomic_load(&fl->idle));
 		if (fl->whole)
 			rc = sf_file_add_part(f, fl->whole, 0, size);
 		else if (fl->build)
@@ -1052,6 +1121,7 @@ int sf_file_ready(struct sf_node *f, struct sf_cache *c, struct sf_err *e)
 				     (unsigned long long)fl->known_size);
 		if (rc == 0) {
 			fl->built = true;
+			file_keep(f);
 		} else {
 			file_clear(f);
 			sf_err_prefix(e, "%s", f->name);
@@ -1163,7 +1233,9 @@ struct sf_file_size sf_file_size(const struct sf_node *f)
 	/* `built` is read once: another thread may be building the file */
 	bool built = atomic_load(&((struct sf_file *)fl)->built);
 	return (struct sf_file_size){
-		.size = !built && fl->size_known ? fl->known_size : fl->size,
+		/* a built file's size is the known one (sf_file_ready checks),
+		 * and stays so while its extents are dropped (file_drop) */
+		.size = fl->size_known ? fl->known_size : fl->size,
 		.known = built || fl->size_known,
 		.broken = fl->broken != NULL,
 	};

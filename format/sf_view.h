@@ -40,6 +40,7 @@ struct sf_map;
 
 struct sf_part;
 struct sf_cache;
+struct sf_idle;
 /* Produces the whole decoded content of a part into a new buffer. It must be
  * deterministic: the cache may drop the buffer and call it again. Other
  * parts it builds on (a region holding this value, a chunk a text view
@@ -81,8 +82,27 @@ struct sf_cache {
 	 * charges): a charge that failed for lack of room is not tried again
 	 * before it changes, so that such a failure costs no wait. */
 	_Atomic uint64_t freed;
+	/* Optional (sf_cache_idle): keeps or lets go of a charge its owner
+	 * can drop and make again. */
+	void (*idle)(struct sf_cache *c, struct sf_idle *i, bool keep);
 };
 extern struct sf_cache sf_nocache;
+
+/* A charge its owner can drop while nothing uses it and make again when
+ * next used (a file's extents, built again at its next read). A cache
+ * short of room drops such charges, the least recently kept first, before
+ * any reader waits for room or fails for the want of it. */
+struct sf_idle {
+	struct sf_idle *prev, *next;
+	bool kept; /* the cache's, under its lock for them */
+	/* Drops what the charge holds and uncharges it, without calling
+	 * sf_cache_idle: false when in use (kept, as recently used). */
+	bool (*drop)(struct sf_idle *i);
+};
+/* Keeps `i` in the cache's list of droppable charges, or takes it out
+ * (waiting for a drop of it running); nothing in a cache without a
+ * budget. */
+void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep);
 
 /* Runs a part's produce function between checks of the view's mappings
  * (sf_mapcheck.h): what a cache calls to decode. On failure *out is NULL. */

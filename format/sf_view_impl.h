@@ -5,6 +5,8 @@
 #ifndef SF_VIEW_IMPL_H
 #define SF_VIEW_IMPL_H
 
+#include <limits.h>
+
 #include "sf_view.h"
 #include "sf_view_impl.h"
 
@@ -27,6 +29,18 @@ struct sf_dir {
 	struct sf_lazy *lazy;
 };
 
+/* A built file whose extents are charged and whose build makes them again
+ * (sized, from the container): kept in the cache's idle list, dropped
+ * while no read uses them (sf_file_read counts its readers in `users`; a
+ * drop holds SF_FILE_DROPPING there). Made at its first keep, so that
+ * other files pay one pointer for it. */
+struct sf_file_idle {
+	struct sf_idle idle;
+	struct sf_node *f;
+	atomic_uint users;
+};
+#define SF_FILE_DROPPING UINT_MAX
+
 struct sf_file {
 	uint64_t size;
 	struct sf_ext *ext;
@@ -34,18 +48,25 @@ struct sf_file {
 	size_t n, cap;
 	sf_build_fn build;
 	atomic_bool built;
+	/* Set when the format knows the size before building (the build only
+	 * places extents): a listing may show it without building. */
+	bool size_known;
 	/* Set when the content is exactly one part of unknown size: the size is
 	 * learned by producing the part. */
 	struct sf_part *whole;
 	/* Content whose source failed a check at build time: reads fail EIO. */
 	char *broken;
-	/* Set when the format knows the size before building (the build only
-	 * places extents): a listing may show it without building. */
-	bool size_known;
 	uint64_t known_size;
 	/* what the extents hold in the view's cache (sf_file_reserve) */
 	uint64_t charged;
+	/* set once, before the first `built` it is kept with */
+	struct sf_file_idle *_Atomic idle;
 };
+/* Builds a file's extents unless built (sf_file_ready, which a file
+ * whose extents may be dropped leaves to sf_file_read). */
+int sf_file_build(struct sf_node *f, struct sf_cache *c, struct sf_err *e);
+/* Waits for a drop of extents running (file_drop: a few frees). */
+void sf_file_wait_drop(struct sf_file_idle *k);
 
 struct sf_node {
 	enum sf_kind kind;

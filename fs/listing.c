@@ -219,6 +219,7 @@ static int open_view(struct daemon *dm, const struct sf_format *f, int dirfd, co
 			.topfd = dm->src_fd, .dirrel = rel, .dirpath = rel, .name = name,
 			.path = path, .map = map, .siblings = (const char *const *)names, .nsiblings = nnames,
 			.other_dir = in_index_dir, .has_keepdir = keep >= 0, .keepdir = keep,
+			.keeptop = dm->index_fd,
 			.host = &dm->host,
 		};
 		rc = sf_format_open(f, &a, v, e);

@@ -83,6 +83,7 @@ void options_usage(FILE *to)
 	      "                      its tars is refused, saying why (docs/tools.md). The\n"
 	      "                      indexes of a compressed tar SRC/P/A are kept as\n"
 	      "                      DIR/P/A.zidx, for the next mount to skip its pass\n"
+	      "                      (whichever of the archive's names it uses first)\n"
 	      "  --ready-fd FD       write \"ready\\n\" to the open descriptor FD once mounted,\n"
 	      "                      then close it (EOF without it: the mount failed)\n"
 	      "  -h, --help          this text\n"

@@ -20,9 +20,23 @@
 #define GZ_EVERY (TX_Z_PIECE - (512u << 10))
 #define INBUF (256u << 10)
 #define OUTBUF (256u << 10)
+/* the pass's buffer: a gzip window, what it decodes, what the decoder
+ * checking a start point decodes */
+#define PASSBUF (TX_Z_WINDOW + 2 * OUTBUF)
 /* an xz stream's index read for its blocks' start points, at most (a
  * larger one leaves the stream one start point) */
 #define XZ_INDEX_MAX (16u << 20)
+/* inside a zstd frame, start points keep the frame's window: one at most
+ * every this many windows of decoded bytes, so that the windows stay an
+ * eighth of the tar at most (less, compressed) */
+#define ZSTD_EVERY 8u
+/* a block that turned out no start point: the next tried this far on */
+#define RETRY (1u << 20)
+/* and an archive's zstd windows, raw, stay within an eighth of the cache
+ * budget (this much with none): the points are spread over the archive's
+ * compressed bytes when it is large */
+#define ZSTD_WINDOWS_SHARE 8u
+#define ZSTD_WINDOWS_NOLIMIT (32u << 20)
 
 
 struct zpiece {
@@ -40,6 +54,7 @@ struct zcur {
 	lzma_block xzb;
 	lzma_filter xzf[LZMA_FILTERS_MAX + 1];
 	uint32_t start;
+	bool one_block;     /* an xz block decoder: it ends with its block */
 	uint64_t out;
 	uint64_t in;        /* archive offset of the byte after buf's */
 	uint8_t *buf;
@@ -79,6 +94,7 @@ struct tx_z {
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
+	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
 	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
@@ -125,6 +141,7 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 	if (r != LZMA_OK)
 		return r == LZMA_MEM_ERROR ? -ENOMEM : (*why = "an xz block it cannot decode", -EIO);
 	c->d.live = true;
+	c->one_block = true;
 	c->in = st->in + b->header_size;
 	return 0;
 }
@@ -146,7 +163,8 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	if (!rc)
 		c->charged = z->cache->charge ? mem : 0;
 	const char *why = NULL;
-	if (!rc && (rc = st->block ? xz_block_begin(z, c, st, &why, e) : tx_zdec_begin(&c->d, z->codec, st->win, st->wlen, st->bits, st->byte, &why)))
+	if (!rc && (rc = st->block && z->codec == TX_Z_XZ ? xz_block_begin(z, c, st, &why, e) :
+			 tx_zdec_begin(&c->d, z->codec, st, &why)))
 		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
 		     rc == -EIO && why ? sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path,
 						 (unsigned long long)st->in, why) : rc;
@@ -229,6 +247,18 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 
 /* ---- pieces ------------------------------------------------------------ */
 
+/* Whether cursor c decodes the stretch of start point s: its own, or one
+ * later in the same stream (every start point between them inside it). */
+static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
+{
+	if (s < c->start || (c->one_block && s != c->start))
+		return false;
+	for (uint32_t i = c->start + 1; i <= s; i++)
+		if (!z->st[i].block && !z->st[i].wlen)
+			return false;
+	return true;
+}
+
 /* A piece's bytes: from the cursor left where the last piece ended when
  * this one follows it, else from its start point, skipping what lies
  * before it. The cursor is taken out under the lock and put back after:
@@ -246,20 +276,28 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
 	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
-	bool alone = next && p[1].out == z->st[p[1].start].out;
+	/* lz4 decodes far faster than its bytes are copied out, and its
+	 * decoder holds 9 MiB: one at a time */
+	bool alone = next && p[1].out == z->st[p[1].start].out && z->codec != TX_Z_LZ4;
 	pthread_mutex_lock(&z->lock);
-	struct zcur *c = z->cur;
-	if (c && c->start == p->start && c->out == p->out)
-		z->cur = NULL;
-	else
+	/* the cursor goes on where it stopped, across a start point inside
+	 * its stream too; one that cannot is ended before another begins */
+	struct zcur *c = z->cur, *stale = NULL;
+	z->cur = NULL;
+	if (c && !(c->out == p->out && cur_reaches(z, c, p->start))) {
+		stale = c;
 		c = NULL;
+	}
 	if (!part->aux || z->made != part->aux)
 		next = NULL;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
+	cur_free(z, stale);
 	if (next && alone)
 		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
+	if (!rc)
+		c->start = p->start;
 	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
 	uint64_t got = 0;
 	if (!rc && !b)
@@ -283,9 +321,15 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 		cur_free(z, c);
 		return rc;
 	}
+	/* of two cursors (a piece decoded ahead beside its reader's), the
+	 * one further on is kept: a reader in order comes there next */
 	pthread_mutex_lock(&z->lock);
 	struct zcur *old = z->cur;
-	z->cur = c;
+	if (old && old->out > c->out) {
+		old = c;
+	} else {
+		z->cur = c;
+	}
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, old);
 	*out = b;
@@ -364,14 +408,31 @@ int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64
 struct pass {
 	struct tx_z *z;
 	struct zcur *c;
-	uint8_t *out;          /* TX_Z_WINDOW bytes of window, then OUTBUF */
-	uint64_t wfill;        /* bytes of the member's window known */
+	/* TX_Z_WINDOW bytes of window, then OUTBUF decoded, then OUTBUF the
+	 * checking decoder's (ver) */
+	uint8_t *out;
+	uint64_t wfill;        /* bytes decoded in the stream */
 	uint64_t last;         /* decoded offset of the last start point */
 	size_t cap;
+	size_t sstart;         /* the stream's start point */
 	struct sf_progress *pr;
 	/* the archive is damaged (cut short, corrupt, garbage after it);
 	 * exact: every byte decoded is right (cut short, garbage after) */
 	bool damaged, exact;
+	/* zstd, lz4: the frame's blocks, the next one's start where the
+	 * decoder stops once it gave all it decoded (flushed). A start point
+	 * made at a block holds once a decoder started there (ver, beside the
+	 * pass) gave the frame's bytes up to the next one or the frame's end;
+	 * else it is dropped: the walk is by untrusted headers, and a zstd
+	 * block may use its frame's tables and offsets from before it */
+	struct tx_zwalk walk;
+	bool flushed;
+	struct zcur *ver;
+	uint64_t retry;        /* no start point tried before this decoded offset */
+	/* zstd: the frame's last walk.window bytes decoded (a ring), then as
+	 * many to lay them out in order */
+	uint8_t *ring;
+	uint64_t rsize, rcharged;
 };
 
 static int charge(struct tx_z *z, uint64_t bytes, struct sf_err *e)
@@ -392,8 +453,10 @@ static uint64_t start_cost(uint32_t wlen)
 	return sizeof(struct tx_zstart) + 2 * PIECE_COST + wlen;
 }
 
-static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, uint8_t bits,
-		     uint8_t byte, struct sf_err *e)
+/* Adds a start point, with wn bytes of window win (or none), kept
+ * compressed. */
+static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *win, size_t wn,
+		     uint8_t bits, uint8_t byte, struct sf_err *e)
 {
 	struct tx_z *z = ps->z;
 	if (z->nst + 1 >= UINT32_MAX)
@@ -404,9 +467,9 @@ static int add_start(struct pass *ps, uint64_t in, uint64_t out, const uint8_t *
 	*s = (struct tx_zstart){ .in = in, .out = out, .bits = bits, .byte = byte };
 	uint64_t cost = start_cost(0);
 	if (win) {
-		size_t cap = ZSTD_compressBound(TX_Z_WINDOW);
+		size_t cap = ZSTD_compressBound(wn);
 		uint8_t *w = malloc(cap);
-		size_t n = w ? ZSTD_compress(w, cap, win, TX_Z_WINDOW, 1) : 0;
+		size_t n = w ? ZSTD_compress(w, cap, win, wn, 1) : 0;
 		if (!w || ZSTD_isError(n)) {
 			free(w);
 			return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
@@ -430,7 +493,35 @@ static void window_push(struct pass *ps, const uint8_t *p, size_t n)
 		memmove(ps->out, ps->out + n, TX_Z_WINDOW - n);
 		memcpy(ps->out + TX_Z_WINDOW - n, p, n);
 	}
-	ps->wfill += n;
+}
+
+/* Keeps the last walk.window bytes decoded in the zstd frame in the ring
+ * (before ps->wfill counts them). */
+static void ring_push(struct pass *ps, const uint8_t *p, size_t n)
+{
+	uint64_t w = ps->walk.window, at = ps->wfill;
+	if (n > w) {
+		p += n - w;
+		at += n - w;
+		n = (size_t)w;
+	}
+	while (n) {
+		size_t o = (size_t)(at % w), k = n < w - o ? n : (size_t)(w - o);
+		memcpy(ps->ring + o, p, k);
+		p += k;
+		at += k;
+		n -= k;
+	}
+}
+
+/* The frame's window in order, after the ring: its length. */
+static size_t ring_window(struct pass *ps)
+{
+	uint64_t w = ps->walk.window, n = ps->wfill < w ? ps->wfill : w;
+	size_t o = (size_t)((ps->wfill - n) % w), k = n < w - o ? (size_t)n : (size_t)(w - o);
+	memcpy(ps->ring + w, ps->ring + o, k);
+	memcpy(ps->ring + w + k, ps->ring, (size_t)n - k);
+	return (size_t)n;
 }
 
 /* After an xz stream that ends at `end` (checked whole by its decoder,
@@ -465,7 +556,7 @@ static int xz_blocks(struct pass *ps, uint64_t end, struct sf_err *e)
 			if (it.block.number_in_stream == 1)
 				continue; /* where the stream starts */
 			rc = add_start(ps, s.in + it.block.compressed_stream_offset,
-				       s.out + it.block.uncompressed_stream_offset, NULL, 0, 0, e);
+				       s.out + it.block.uncompressed_stream_offset, NULL, 0, 0, 0, e);
 			if (!rc) {
 				z->st[z->nst - 1].block = true;
 				z->st[z->nst - 1].check = (uint8_t)ff.check;
@@ -479,14 +570,130 @@ static int xz_blocks(struct pass *ps, uint64_t end, struct sf_err *e)
 	return rc;
 }
 
+/* Forgets start point i's window and charge (the points from it on are
+ * being dropped). */
+static void start_forget(struct tx_z *z, size_t i)
+{
+	uint64_t cost = start_cost(z->st[i].wlen);
+	free(z->st[i].win);
+	z->st[i].win = NULL;
+	if (z->cache->charge) {
+		sf_cache_uncharge(z->cache, cost);
+		z->charged -= cost;
+	}
+}
+
+/* The start point made at a block is no start point: dropped, and the
+ * next block tried RETRY on. */
+static void block_drop(struct pass *ps)
+{
+	struct tx_z *z = ps->z;
+	cur_free(z, ps->ver);
+	ps->ver = NULL;
+	start_forget(z, --z->nst);
+	ps->last = z->st[z->nst - 1].out;
+	ps->retry = ps->c->out + RETRY;
+}
+
+/* At a stream's start: the walk over its blocks (zstd, lz4), and for
+ * zstd a ring as large as its window, charged; a frame whose window the
+ * budget refuses gets no start point inside it. */
+static void frame_begin(struct pass *ps)
+{
+	struct tx_z *z = ps->z;
+	ps->sstart = z->nst - 1;
+	ps->flushed = false;
+	ps->retry = 0;
+	ps->walk.next = UINT64_MAX;
+	if (z->codec == TX_Z_ZSTD || z->codec == TX_Z_LZ4)
+		tx_zwalk_frame(&ps->walk, z->src, z->codec, z->st[ps->sstart].in);
+	if (z->codec != TX_Z_ZSTD || ps->walk.next == UINT64_MAX || ps->walk.window <= ps->rsize)
+		return;
+	struct sf_err ignored;
+	uint64_t more = 2 * (ps->walk.window - ps->rsize);
+	uint8_t *r = NULL;
+	if (sf_cache_charge(z->cache, more, z->src->path, "a zstd window", &ignored) ||
+	    !(r = realloc(ps->ring, 2 * ps->walk.window))) {
+		if (z->cache->charge && !r)
+			sf_cache_uncharge(z->cache, more);
+		ps->walk.next = UINT64_MAX;
+		return;
+	}
+	ps->ring = r;
+	ps->rcharged += z->cache->charge ? more : 0;
+	ps->rsize = ps->walk.window;
+}
+
+/* At the block whose header is at `at`, the decoder having given all it
+ * decoded before it: a start point is made here when the last is far
+ * enough back, with a decoder started here to check it (ver); the point
+ * before it then holds (its checking decoder gave every byte up to here).
+ * A point the budget or the decoder refuses is not made, and the one
+ * before goes on being checked. */
+static void at_block(struct pass *ps, uint64_t at)
+{
+	struct tx_z *z = ps->z;
+	struct zcur *c = ps->c, *ver = NULL;
+	uint64_t every = z->codec == TX_Z_ZSTD && ZSTD_EVERY * ps->walk.window > GZ_EVERY ?
+			 ZSTD_EVERY * ps->walk.window : GZ_EVERY, in_every = 0;
+	if (z->codec == TX_Z_ZSTD) {
+		uint64_t held = z->cache->limit ? z->cache->limit / ZSTD_WINDOWS_SHARE : ZSTD_WINDOWS_NOLIMIT,
+			 k = held / ps->walk.window;
+		in_every = k ? z->src->size / k : UINT64_MAX;
+	}
+	struct sf_err ignored;
+	size_t had = z->nst;
+	if (ps->wfill && c->out - ps->last >= every && c->out >= ps->retry &&
+	    at - z->st[z->nst - 1].in >= in_every) {
+		size_t wn = z->codec == TX_Z_ZSTD ? ring_window(ps) : 0;
+		int rc = add_start(ps, at, c->out, wn ? ps->ring + ps->walk.window : NULL, wn, 0, 0,
+				   &ignored);
+		if (!rc) {
+			struct tx_zstart *s = &z->st[z->nst - 1];
+			s->block = true;
+			s->byte = ps->walk.bd;
+			s->check = ps->walk.flg;
+			s->mem = tx_zdec_mem(&c->d) + wn;
+			rc = cur_new(z, (uint32_t)(z->nst - 1), &ver, &ignored);
+			if (rc)
+				start_forget(z, z->nst - 1);
+		}
+		if (rc && z->nst > had) {
+			/* made, but refused (its charge given back, or never taken) */
+			free(z->st[--z->nst].win);
+			ps->last = z->st[z->nst - 1].out;
+		}
+		if (rc) {
+			ps->retry = c->out + RETRY;
+		} else {
+			cur_free(z, ps->ver);
+			ps->ver = ver;
+		}
+	}
+	tx_zwalk_step(&ps->walk, z->src, z->codec);
+}
+
+/* The checking decoder gives the n bytes the pass just decoded, or its
+ * start point is dropped. */
+static void block_check(struct pass *ps, const uint8_t *p, size_t n)
+{
+	struct sf_err ignored;
+	uint64_t got = 0;
+	uint8_t *mine = ps->out + TX_Z_WINDOW + OUTBUF;
+	if (ps->ver && n && (cur_read(ps->z, ps->ver, mine, n, &got, &ignored) < 0 || got != n ||
+			     memcmp(mine, p, n)))
+		block_drop(ps);
+}
+
 /* Decodes one stream from the cursor's point to its end, adding start
- * points inside gzip members. */
+ * points inside gzip members and zstd and lz4 frames. */
 static int pass_stream(struct pass *ps, struct sf_err *e)
 {
 	struct tx_z *z = ps->z;
 	struct zcur *c = ps->c;
 	bool gz = z->codec == TX_Z_GZIP;
 	ps->wfill = 0;
+	frame_begin(ps);
 	for (;;) {
 		if (c->pos == c->len) {
 			int rc = cur_fill(z, c, e);
@@ -498,16 +705,28 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 				atomic_fetch_add_explicit(&ps->pr->bytes_walked, c->len, memory_order_relaxed);
 		}
 		size_t il = c->len - c->pos, ol = OUTBUF;
+		/* a decoder given the input up to a block's header only stops
+		 * there; a call with none then gives what it still holds */
+		uint64_t at = c->in - (c->len - c->pos);
+		if (ps->walk.next < at)
+			ps->walk.next = UINT64_MAX;
+		if (ps->walk.next == at && ps->flushed)
+			at_block(ps, at);
+		bool hold = ps->walk.next - at < il;
+		if (hold)
+			il = (size_t)(ps->walk.next - at);
 		const char *why = NULL;
 		int rc = tx_zdec_step(&c->d, c->buf + c->pos, &il, ps->out + TX_Z_WINDOW, &ol, gz, &why);
 		c->pos += il;
 		if (c->out + ol < c->out)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
 		c->out += ol;
-		ps->damaged = rc == -EIO || (!il && !ol && !rc);
+		ps->flushed = ol < OUTBUF;
+		bool idle = !il && !ol && !rc && !(hold && ps->walk.next == at);
+		ps->damaged = rc == -EIO || idle;
 		if (rc < 0)
 			return corrupt(z, c, rc, why, e);
-		if (!il && !ol && !rc)
+		if (idle)
 			return stuck(z, c, e);
 		/* the decoder's memory (a zstd window, an xz dictionary) is
 		 * known once a stream's header is read: held in the budget */
@@ -520,8 +739,16 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		}
 		if (gz)
 			window_push(ps, ps->out + TX_Z_WINDOW, ol);
+		else if (ps->rsize && ps->walk.next != UINT64_MAX)
+			ring_push(ps, ps->out + TX_Z_WINDOW, ol);
+		ps->wfill += ol;
+		block_check(ps, ps->out + TX_Z_WINDOW, ol);
+		struct tx_zstart *s0 = &z->st[ps->sstart];
+		s0->mem = mem > s0->mem ? mem : s0->mem;
 		if (rc > 0) {
-			z->st[z->nst - 1].mem = mem > z->st[z->nst - 1].mem ? mem : z->st[z->nst - 1].mem;
+			/* a start point made inside the frame holds to its end */
+			cur_free(z, ps->ver);
+			ps->ver = NULL;
 			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
 		}
 		/* a block's end (bit 128), not the last block's (bit 64) */
@@ -531,7 +758,8 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 			uint8_t bits = (uint8_t)(c->d.gz.data_type & 7);
 			if (bits && !c->pos)
 				return sf_fail(e, -EIO, "%s: internal: a start point's byte left the buffer", z->src->path);
-			rc = add_start(ps, in, c->out, ps->out, bits, bits ? c->buf[c->pos - 1] : 0, e);
+			rc = add_start(ps, in, c->out, ps->out, TX_Z_WINDOW, bits,
+				       bits ? c->buf[c->pos - 1] : 0, e);
 			if (rc)
 				return rc;
 			z->st[z->nst - 1].mem = mem;
@@ -620,6 +848,8 @@ static void z_free(void *arg)
 	sf_buf_unref(z->unkeyed);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
+	if (z->keeptop >= 0)
+		close(z->keeptop);
 	free(z->keepname);
 	sf_map_unref(z->src);
 	free(z);
@@ -643,7 +873,7 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	z->src = sf_map_ref(src);
 	z->codec = c;
 	z->cache = &sf_nocache;
-	z->keepfd = -1;
+	z->keepfd = z->keeptop = -1;
 	atomic_init(&m->refs, 1);
 	m->st = src->st;
 	m->path = path;
@@ -683,7 +913,7 @@ static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct s
 	return 0;
 }
 
-int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
+int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name)
 {
 	struct tx_z *z = m->src;
 	if (asprintf(&z->keepname, "%s.zidx", name) < 0) {
@@ -691,6 +921,10 @@ int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name)
 		return -ENOMEM;
 	}
 	z->keepfd = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+	if (z->keepfd >= 0 && topfd >= 0 && (z->keeptop = fcntl(topfd, F_DUPFD_CLOEXEC, 0)) < 0) {
+		close(z->keepfd);
+		z->keepfd = -1;
+	}
 	return z->keepfd < 0 ? -errno : 0;
 }
 
@@ -702,7 +936,7 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
-		 tx_zkeep_load(z->keepfd, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
+		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
 				 &z->unkeyed, e);
 	if (rc)
 		return rc;
@@ -732,15 +966,8 @@ static int salvage(struct pass *ps, uint64_t *end, struct sf_err *e)
 			k--;
 		k--;
 		*end = z->st[k].out;
-		for (size_t i = k; i < z->nst; i++) {
-			uint64_t cost = start_cost(z->st[i].wlen);
-			free(z->st[i].win);
-			z->st[i].win = NULL;
-			if (z->cache->charge) {
-				sf_cache_uncharge(z->cache, cost);
-				z->charged -= cost;
-			}
-		}
+		for (size_t i = k; i < z->nst; i++)
+			start_forget(z, i);
 		z->nst = k;
 	}
 	if (asprintf(&z->damage, "%s: the view shows the members that end before decoded byte %llu",
@@ -758,13 +985,14 @@ static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
 	struct pass ps = { .z = z, .pr = pr };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
-	int rc = (ps.out = malloc(TX_Z_WINDOW + OUTBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	uint64_t next = 0;
+	int rc = (ps.out = malloc(PASSBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+	uint64_t next = 0, held = z->charged;
 	if (!rc)
-		rc = charge(z, TX_Z_WINDOW + OUTBUF, e);
+		rc = charge(z, PASSBUF, e);
+	held = z->charged - held;
 	/* a first start point, measured by its pass: the cursor charges it */
 	if (!rc)
-		rc = add_start(&ps, 0, 0, NULL, 0, 0, e);
+		rc = add_start(&ps, 0, 0, NULL, 0, 0, 0, e);
 	if (!rc)
 		rc = cur_new(z, 0, &ps.c, e);
 	while (!rc) {
@@ -773,25 +1001,28 @@ static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
 		if ((rc = pass_between(&ps, &next, e)))
 			break;
 		const char *why = NULL;
-		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, e)))
+		if ((rc = add_start(&ps, next, ps.c->out, NULL, 0, 0, 0, e)))
 			break;
-		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, 0, 0, 0, &why)))
+		if ((rc = tx_zdec_begin(&ps.c->d, z->codec, NULL, &why)))
 			rc = sf_fail(e, rc, "%s: out of memory", z->src->path);
 		/* the cursor's buffer holds the stream's first bytes already */
 	}
 	uint64_t end = ps.c ? ps.c->out : 0;
 	cur_free(z, ps.c);
+	cur_free(z, ps.ver);
 	free(ps.out);
-	if (ps.out)
-		sf_cache_uncharge(z->cache, z->cache->charge ? TX_Z_WINDOW + OUTBUF : 0);
-	if (z->cache->charge && ps.out)
-		z->charged -= TX_Z_WINDOW + OUTBUF;
+	free(ps.ring);
+	if (held)
+		sf_cache_uncharge(z->cache, held);
+	z->charged -= held;
+	if (ps.rcharged)
+		sf_cache_uncharge(z->cache, ps.rcharged);
 	if (pr)
 		atomic_fetch_sub(&pr->bytes_to_walk, z->src->size);
 	if (rc == -EIO && ps.damaged)
 		rc = salvage(&ps, &end, e);
 	/* the end, as one more start point */
-	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, e)))
+	if (rc >= 0 && !(rc = add_start(&ps, z->src->size, end, NULL, 0, 0, 0, e)))
 		z->nst--;
 	return rc;
 }
@@ -875,7 +1106,7 @@ bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **
 static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
 		    struct sf_err *e)
 {
-	int rc = tx_zkeep_save(z->keepfd, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
+	int rc = tx_zkeep_save(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
 			       unkeyed, e);
 	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
 	if (z->seek)
@@ -912,7 +1143,7 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	struct sf_view *v = NULL;
 	struct sf_buf *tarix = NULL, *unkeyed = NULL;
 	int rc = tx_z_open(src, &m, e);
-	if (!rc && (rc = tx_z_keep_in(m, dirfd, name)))
+	if (!rc && (rc = tx_z_keep_in(m, dirfd, -1, name)))
 		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
 	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);

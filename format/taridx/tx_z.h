@@ -26,6 +26,9 @@
 #define TX_Z_PIECE (4u << 20)
 /* deflate's window: what a decoder started inside a gzip member needs */
 #define TX_Z_WINDOW 32768u
+/* a zstd frame whose window is larger gets no start point inside it (the
+ * window is kept with each) */
+#define TX_Z_ZSTD_WINDOW_MAX (8u << 20)
 
 enum tx_zcodec { TX_Z_NONE, TX_Z_GZIP, TX_Z_ZSTD, TX_Z_XZ, TX_Z_BZIP2, TX_Z_LZ4 };
 
@@ -37,11 +40,16 @@ const char *tx_z_name(enum tx_zcodec c);
 struct tx_zstart {
 	uint64_t in, out;  /* archive offset to read from; decoded offset */
 	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
-	uint8_t *win;      /* gzip inside a member: the window, zstd-compressed */
+	/* gzip inside a member, zstd inside a frame: the window (the bytes
+	 * decoded before the point, 32 KiB or the frame's window),
+	 * zstd-compressed */
+	uint8_t *win;
 	uint32_t wlen;     /* its bytes; 0 at a stream's start */
-	uint8_t bits, byte; /* bits of the byte before `in` still to be decoded */
-	/* xz: a block after its stream's first, `in` at its header; the
-	 * stream's check type */
+	uint8_t bits, byte; /* gzip: bits of the byte before `in` still to be decoded */
+	/* a block inside a stream, `in` at its header: an xz block after its
+	 * stream's first (`check` the stream's check type); a zstd block
+	 * (`byte` the frame's window descriptor) or an lz4 block of a frame of
+	 * independent blocks (`check` and `byte` the frame's FLG and BD) */
 	bool block;
 	uint8_t check;
 };
@@ -53,15 +61,19 @@ struct tx_zstart {
  * malloc'd), *tarix (the tar's index, which parses) and *unkeyed (its
  * unkeyed root names, sorted, each once) when it is there, whole, and made
  * for src as it is now (its size, mtime and sampled bytes); 1 when there
- * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`. */
-int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+ * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`.
+ * When `name` has none that matches, the one kept for another name of the
+ * archive is read: by its key in dirfd, or in topfd (--index-dir's top;
+ * -1: none), and linked as `name` and in both (tx_zkeep.c). */
+int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
 		  struct sf_buf **unkeyed, struct sf_err *e);
 /* Writes the seek index (n start points, the end included), the tar's
  * index and its unkeyed root names as `name` in dirfd, whole or not at all
- * (a temporary file renamed): 0, or a negative errno with e set (a
+ * (a temporary file renamed), linked by its key in dirfd and topfd (if not
+ * -1) for the archive's other names: 0, or a negative errno with e set (a
  * read-only --index-dir: the next mount builds them again). */
-int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
 		  const struct sf_buf *unkeyed, struct sf_err *e);
 
@@ -72,16 +84,39 @@ struct tx_zdec {
 	bool live;
 	z_stream gz;
 	ZSTD_DStream *zs;
+	uint8_t *pre;      /* zstd inside a frame: the window it refers to */
 	lzma_stream xz;
 	bz_stream bz;
 	LZ4F_dctx *lz;
 };
-/* Starts decoding a stream of codec c (ending what d decoded before); for
- * gzip with `wlen` bytes of window `win` (zstd-compressed), inside a member
- * from a deflate block boundary, the byte before it holding `bits` bits
- * still to decode. 0, -ENOMEM, or -EIO with *why. */
-int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint32_t wlen, uint8_t bits,
-		  uint8_t byte, const char **why);
+/* Starts decoding a stream of codec c (ending what d decoded before) at
+ * its start (at NULL, or a start point with neither window nor block), or
+ * at start point `at` inside it: a gzip member's deflate block boundary
+ * (its window), a zstd frame's block (its window) or an lz4 frame's
+ * independent block, the decoder then given the stream from at->in on (an
+ * xz block is xz_block_begin's, tx_z.c). 0, -ENOMEM, or -EIO with *why. */
+int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *at, const char **why);
+/* The decoded size of window `win` (wlen bytes) of a zstd start point,
+ * or 0 when it is none (above TX_Z_ZSTD_WINDOW_MAX, or not a zstd frame). */
+uint64_t tx_zdec_window(const uint8_t *win, uint32_t wlen);
+
+/* ---- the blocks of a zstd or lz4 frame (tx_zblock.c) ---- */
+
+/* Where the next block of a frame begins, walked by the blocks' headers:
+ * the start points a pass makes inside a frame. */
+struct tx_zwalk {
+	uint64_t next;     /* archive offset of its header; UINT64_MAX: none */
+	uint64_t window;   /* zstd: the frame's window */
+	uint8_t flg, bd;   /* lz4: FLG and BD; zstd: bd is the window descriptor */
+};
+/* Reads the header of the frame at archive offset `at` of src: w->next is
+ * its first block, or UINT64_MAX when no block of it can be a start point
+ * (lz4 blocks that depend on the ones before, a zstd frame in one segment
+ * or with a window above TX_Z_ZSTD_WINDOW_MAX, a header it cannot read). */
+void tx_zwalk_frame(struct tx_zwalk *w, const struct sf_map *src, enum tx_zcodec c, uint64_t at);
+/* From the block whose header is at w->next to the one after it, or to
+ * UINT64_MAX after the frame's last. */
+void tx_zwalk_step(struct tx_zwalk *w, const struct sf_map *src, enum tx_zcodec c);
 /* Decodes from in[0 .. *inlen) into out[0 .. *outlen), setting both to
  * what was used; with `block` (gzip) stops at a deflate block's end too.
  * 1 at the stream's (frame's, member's) end, 0, or -EIO with *why. */
@@ -94,10 +129,11 @@ void tx_zdec_end(struct tx_zdec *d);
  * tx_z_index: -ENOMEM or 0. */
 int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct sf_err *e);
 /* Keeps m's seek index as "<name>.zidx" in directory dirfd (the
- * daemon's --index-dir beside the archive; dup'ed): tx_z_index reads it
- * from there when it matches the archive, else writes it there after its
- * pass. 0 or a negative errno. */
-int tx_z_keep_in(struct sf_map *m, int dirfd, const char *name);
+ * daemon's --index-dir beside the archive), found by other names of the
+ * archive there and in topfd (--index-dir's top, or -1; both dup'ed):
+ * tx_z_index reads it from there when it matches the archive, else writes
+ * it there after its pass. 0 or a negative errno. */
+int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name);
 /* The tar's index and its unkeyed root names (tx_index_tar) kept with the
  * seek index tx_z_index read from --index-dir (handed over, references in
  * *out and *unkeyed): true; false when the tar's headers must be walked (a

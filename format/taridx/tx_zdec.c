@@ -1,7 +1,9 @@
 /* Decoders of each codec behind one shape (tx_z.h): starting at a stream's
  * start or, for gzip, inside a member from a kept window. */
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "tx_z.h"
 
@@ -37,7 +39,10 @@ void tx_zdec_end(struct tx_zdec *d)
 		return;
 	switch (d->c) {
 	case TX_Z_GZIP: inflateEnd(&d->gz); break;
-	case TX_Z_ZSTD: ZSTD_freeDStream(d->zs); break;
+	case TX_Z_ZSTD:
+		ZSTD_freeDStream(d->zs);
+		free(d->pre);
+		break;
 	case TX_Z_XZ: lzma_end(&d->xz); break;
 	case TX_Z_BZIP2: BZ2_bzDecompressEnd(&d->bz); break;
 	case TX_Z_LZ4: LZ4F_freeDecompressionContext(d->lz); break;
@@ -46,32 +51,85 @@ void tx_zdec_end(struct tx_zdec *d)
 	d->live = false;
 }
 
-int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint32_t wlen, uint8_t bits,
-		  uint8_t byte, const char **why)
+uint64_t tx_zdec_window(const uint8_t *win, uint32_t wlen)
+{
+	unsigned long long n = ZSTD_getFrameContentSize(win, wlen);
+	return n == ZSTD_CONTENTSIZE_UNKNOWN || n == ZSTD_CONTENTSIZE_ERROR || n > TX_Z_ZSTD_WINDOW_MAX ?
+	       0 : n;
+}
+
+/* Gives the decoder the header of a frame like the one `at` lies in, for
+ * the blocks after it: no content size (what follows is less) nor content
+ * checksum (the pass checked the frame whole), no dictionary. */
+static int frame_header(struct tx_zdec *d, const struct tx_zstart *at, const char **why)
+{
+	uint8_t h[7], none[1];
+	size_t n, used = 0;
+	if (d->c == TX_Z_ZSTD) {
+		memcpy(h, "\x28\xb5\x2f\xfd", 4);
+		h[4] = 0;          /* no content size, checksum or dictionary; a window */
+		h[5] = at->byte;
+		n = 6;
+		ZSTD_inBuffer i = { h, n, 0 };
+		ZSTD_outBuffer o = { none, 0, 0 };
+		size_t r = ZSTD_decompressStream(d->zs, &o, &i);
+		used = ZSTD_isError(r) ? 0 : i.pos;
+	} else {
+		memcpy(h, "\x04\x22\x4d\x18", 4);
+		h[4] = (uint8_t)(0x60 | (at->check & 0x10)); /* version 1, independent blocks */
+		h[5] = at->byte;
+		h[6] = (uint8_t)(XXH32(h + 4, 2, 0) >> 8);
+		n = 7;
+		size_t no = 0;
+		used = n;
+		if (LZ4F_isError(LZ4F_decompress(d->lz, none, &no, h, &used, NULL)))
+			used = 0;
+	}
+	if (used != n)
+		return *why = "a start point inside a frame names a frame header the decoder refuses", -EIO;
+	return 0;
+}
+
+int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *at, const char **why)
 {
 	tx_zdec_end(d);
 	memset(d, 0, sizeof *d);
 	d->c = c;
 	int ok = 0;
 	switch (c) {
-	case TX_Z_GZIP:
+	case TX_Z_GZIP: {
 		/* a member's start reads its gzip header; inside one, raw deflate */
+		uint32_t wlen = at ? at->wlen : 0;
 		if (inflateInit2(&d->gz, wlen ? -15 : 15 + 16) != Z_OK)
 			return -ENOMEM;
 		d->live = true;
 		if (wlen) {
 			uint8_t w[TX_Z_WINDOW];
-			size_t n = ZSTD_decompress(w, sizeof w, win, wlen);
-			if (n != TX_Z_WINDOW || (bits && inflatePrime(&d->gz, bits, byte >> (8 - bits)) != Z_OK) ||
+			size_t n = ZSTD_decompress(w, sizeof w, at->win, wlen);
+			if (n != TX_Z_WINDOW ||
+			    (at->bits && inflatePrime(&d->gz, at->bits, at->byte >> (8 - at->bits)) != Z_OK) ||
 			    inflateSetDictionary(&d->gz, w, TX_Z_WINDOW) != Z_OK) {
 				*why = "a kept window cannot be restored";
 				return -EIO;
 			}
 		}
 		return 0;
+	}
 	case TX_Z_ZSTD:
 		ok = (d->zs = ZSTD_createDStream()) &&
 		     !ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX));
+		if (ok && at && at->block) {
+			/* the frame's bytes before the point, as a prefix the
+			 * blocks after it refer to (held until the decoder ends) */
+			uint64_t n = tx_zdec_window(at->win, at->wlen);
+			d->live = true;
+			if (!n || !(d->pre = malloc(n)))
+				return n ? -ENOMEM : (*why = "a kept window cannot be restored", -EIO);
+			if (ZSTD_decompress(d->pre, n, at->win, at->wlen) != n ||
+			    ZSTD_isError(ZSTD_DCtx_refPrefix(d->zs, d->pre, n)))
+				return *why = "a kept window cannot be restored", -EIO;
+			return frame_header(d, at, why);
+		}
 		break;
 	case TX_Z_XZ:
 		d->xz = (lzma_stream)LZMA_STREAM_INIT;
@@ -82,6 +140,9 @@ int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const uint8_t *win, uint3
 		break;
 	case TX_Z_LZ4:
 		ok = !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
+		d->live = ok;
+		if (ok && at && at->block)
+			return frame_header(d, at, why);
 		break;
 	case TX_Z_NONE:
 		break;

@@ -20,7 +20,7 @@ static int parse_ext(const struct sf_open_args *a, struct sf_view *v, void **sta
 {
 	struct sf_map *tar = NULL;
 	int rc = tx_z_open(a->map, &tar, e);
-	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->name))
+	if (!rc && a->has_keepdir && tx_z_keep_in(tar, a->keepdir, a->keeptop, a->name))
 		sf_view_warn(v, "%s: --index-dir cannot keep its seek index", a->path);
 	if (!rc)
 		rc = tx_unindexed_parse(a, v, state, ext, tar, e);

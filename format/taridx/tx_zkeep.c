@@ -1,7 +1,7 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\2"
+ *   0  "SFZIDX\0\3"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
@@ -16,12 +16,22 @@
  *      u64 XXH64 of every byte before it
  *
  * Version 1 kept no root names, so its first lookup read every header
- * again: it is made anew.
+ * again; version 2 no start points inside a zstd or lz4 frame (its reads
+ * decoded from the frame's start): both are made anew.
+ *
+ * Every name of one archive (hard links) finds the file: besides
+ * `<name>.zidx` it is linked as `.archive-<K>.zidx` in the same directory
+ * and at --index-dir's top (for names in other directories), K the XXH64
+ * of the header's bytes 8 to 48 (codec, size, mtime, sampled bytes), which
+ * any name of the same archive computes alike; a name that has no file of
+ * its own, or one that does not match, reads that one and is linked to
+ * it. Names are only where to look: whatever is found is checked as above.
  *
  * It is read as untrusted: bounded, checked whole, and every record
  * checked against the archive before it is used. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,7 +47,88 @@
 #define HEAD 56
 #define REC 40
 #define SAMPLE 4096u
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 2 };
+/* ".archive-" 16 hex digits ".zidx" */
+#define KEYNAME 32
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 3 };
+
+/* The name every name of the archive whose header is h finds it by. */
+static void key_name(const uint8_t *h, char *out)
+{
+	snprintf(out, KEYNAME, ".archive-%016llx.zidx", (unsigned long long)XXH64(h + 8, 40, 0));
+}
+
+/* A temporary name for `name`, this process's and this call's alone (two
+ * hosts of one process may keep at once). */
+static void tmp_name(char *out, size_t cap, const char *name)
+{
+	static atomic_uint seq;
+	snprintf(out, cap, ".%.200s.%ld.%u.tmp", name, (long)getpid(), atomic_fetch_add(&seq, 1));
+}
+
+/* Makes `to` in directory tofd name the file `from` in fromfd names,
+ * unless it does already: a hard link under a temporary name, renamed
+ * over `to`. true when `to` names it; false where hard links cannot be
+ * made (a read-only --index-dir, a file system without them), which only
+ * leaves `to` to be made by the next pass. */
+static bool link_as(int fromfd, const char *from, int tofd, const char *to)
+{
+	struct stat a, b;
+	if (fstatat(fromfd, from, &a, AT_SYMLINK_NOFOLLOW))
+		return false;
+	if (!fstatat(tofd, to, &b, AT_SYMLINK_NOFOLLOW) && a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+		return true;
+	char tmp[300];
+	tmp_name(tmp, sizeof tmp, to);
+	if (linkat(fromfd, from, tofd, tmp, 0))
+		return false;
+	if (!renameat(tofd, tmp, tofd, to))
+		return true;
+	unlinkat(tofd, tmp, 0);
+	return false;
+}
+
+/* Writes len bytes at p as `name` in dirfd, whole or not at all (a
+ * temporary file renamed): 0 or a negative errno. */
+static int put_file(int dirfd, const char *name, const void *p, size_t len)
+{
+	char tmp[300];
+	tmp_name(tmp, sizeof tmp, name);
+	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
+	int rc = fd < 0 ? -errno : 0;
+	if (!rc && write(fd, p, len) != (ssize_t)len)
+		rc = -EIO;
+	if (fd >= 0 && close(fd) && !rc)
+		rc = -errno;
+	if (!rc && renameat(dirfd, tmp, dirfd, name))
+		rc = -errno;
+	if (rc && fd >= 0)
+		unlinkat(dirfd, tmp, 0);
+	return rc;
+}
+
+/* Before `name` in dirfd is replaced by a file of key `key`: the links
+ * the file it names now has by another key (in dirfd and topfd: the
+ * archive changed since) are removed, so that its bytes do not stay on
+ * disk under those names alone. */
+static void drop_old_key(int dirfd, int topfd, const char *name, const char *key)
+{
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	uint8_t h[HEAD];
+	char old[KEYNAME];
+	struct stat a, b;
+	if (fd < 0)
+		return;
+	if (pread(fd, h, HEAD, 0) == HEAD && !fstat(fd, &a)) {
+		key_name(h, old);
+		for (int i = 0; i < 2 && strcmp(old, key); i++) {
+			int at = i ? topfd : dirfd;
+			if (at >= 0 && !fstatat(at, old, &b, AT_SYMLINK_NOFOLLOW) &&
+			    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+				unlinkat(at, old, 0);
+		}
+	}
+	close(fd);
+}
 
 /* XXH64 of the archive's first, middle and last SAMPLE bytes. */
 static int sample_hash(const struct sf_map *src, uint64_t *h, struct sf_err *e)
@@ -78,9 +169,14 @@ static int head_of(const struct sf_map *src, enum tx_zcodec c, uint64_t n, uint8
 static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, size_t i, size_t n,
 		      const struct sf_map *src, enum tx_zcodec c)
 {
+	/* a window: gzip's inside a member, zstd's at a block of a frame;
+	 * blocks of xz streams and zstd and lz4 frames */
+	bool zblock = c == TX_Z_ZSTD && r->block;
 	if (r->in > src->size || r->bits > 7 || r->mem > (1ull << 32) ||
-	    r->wlen > ZSTD_compressBound(TX_Z_WINDOW) || (r->wlen && c != TX_Z_GZIP) ||
-	    (r->block && c != TX_Z_XZ) || (r->bits && !r->wlen))
+	    r->wlen > ZSTD_compressBound(zblock ? TX_Z_ZSTD_WINDOW_MAX : TX_Z_WINDOW) ||
+	    (r->wlen && c != TX_Z_GZIP && !zblock) || (zblock && !r->wlen) ||
+	    (r->block && c != TX_Z_XZ && c != TX_Z_ZSTD && c != TX_Z_LZ4) ||
+	    (r->bits && (!r->wlen || c != TX_Z_GZIP)))
 		return false;
 	if (!prev)
 		return r->in == 0 && r->out == 0 && !r->wlen && !r->block;
@@ -112,9 +208,11 @@ static int names_at(const uint8_t *p, size_t len, size_t at, struct sf_buf **out
 	return 0;
 }
 
-int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
-		  struct sf_buf **unkeyed, struct sf_err *e)
+/* tx_zkeep_load of the file `name`, for the archive whose header (but its
+ * count of start points) is `want`. */
+static int load_one(int dirfd, const char *name, const uint8_t *want, const struct sf_map *src,
+		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout,
+		    struct sf_buf **tarix, struct sf_buf **unkeyed, struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -132,10 +230,7 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 			len = 0;
 	}
 	close(fd);
-	uint8_t want[HEAD];
-	struct sf_err ignored;
-	if (rc != 1 || !len || sf_le64(p + len - 8) != XXH64(p, len - 8, 0) ||
-	    head_of(src, c, sf_le64(p + 48), want, &ignored) || memcmp(p, want, HEAD)) {
+	if (rc != 1 || !len || sf_le64(p + len - 8) != XXH64(p, len - 8, 0) || memcmp(p, want, HEAD - 8)) {
 		free(p);
 		return rc;
 	}
@@ -171,8 +266,8 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 		memcpy((*tarix)->data, p + at + 8, (size_t)t);
 		at += 8 + (size_t)t;
 		struct tx_index ix = { 0 };
-		struct sf_err ignored2;
-		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored2) &&
+		struct sf_err ignored;
+		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored) &&
 		     !names_at(p, len, at, unkeyed);
 		tx_index_free(&ix);
 		if (!ok)
@@ -190,7 +285,38 @@ int tx_zkeep_load(int dirfd, const char *name, const struct sf_map *src, enum tx
 	return rc;
 }
 
-int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
+		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
+		  struct sf_buf **unkeyed, struct sf_err *e)
+{
+	uint8_t want[HEAD];
+	char key[KEYNAME];
+	struct sf_err ignored;
+	if (head_of(src, c, 0, want, &ignored))
+		return 1;
+	key_name(want, key);
+	/* its own name, then what another name of the archive kept: beside
+	 * it, or in another directory (found at the top) */
+	const int at[3] = { dirfd, dirfd, topfd };
+	const char *as[3] = { name, key, key };
+	int rc = 1, i;
+	for (i = 0; i < 3; i++)
+		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, tarix,
+						  unkeyed, e)) != 1)
+			break;
+	if (rc)
+		return rc;
+	/* linked where it was not found (kept for another name, or by an
+	 * older build, with no key yet), so that each name finds it */
+	if (i)
+		drop_old_key(dirfd, topfd, name, key);
+	for (int j = 0; j < 3; j++)
+		if (j != i && at[j] >= 0)
+			link_as(at[i], as[i], at[j], as[j]);
+	return 0;
+}
+
+int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
 		  const struct sf_buf *unkeyed, struct sf_err *e)
 {
@@ -233,18 +359,16 @@ int tx_zkeep_save(int dirfd, const char *name, const struct sf_map *src, enum tx
 		sf_str_free(&f);
 		return sf_fail(e, -ENOMEM, "out of memory");
 	}
-	char tmp[300];
-	snprintf(tmp, sizeof tmp, ".%.200s.%ld.tmp", name, (long)getpid());
-	int fd = openat(dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-	rc = fd < 0 ? -errno : 0;
-	if (!rc && write(fd, f.p, f.len) != (ssize_t)f.len)
-		rc = -EIO;
-	if (fd >= 0 && close(fd) && !rc)
-		rc = -errno;
-	if (!rc && renameat(dirfd, tmp, dirfd, name))
-		rc = -errno;
-	if (rc && fd >= 0)
-		unlinkat(dirfd, tmp, 0);
+	char key[KEYNAME];
+	key_name(h, key);
+	drop_old_key(dirfd, topfd, name, key);
+	rc = put_file(dirfd, name, f.p, f.len);
+	/* where no hard link can be made, a key gets a copy */
+	for (int i = 0; !rc && i < 2; i++) {
+		int at = i ? topfd : dirfd;
+		if (at >= 0 && !link_as(dirfd, name, at, key))
+			put_file(at, key, f.p, f.len);
+	}
 	sf_str_free(&f);
 	return rc ? sf_fail(e, rc, "%s: cannot keep its seek index in --index-dir: %s", src->path,
 			    strerror(-rc)) : 0;

@@ -35,10 +35,18 @@ static inline size_t zpack(enum tx_zcodec c, const uint8_t *in, size_t n, uint8_
 		deflateEnd(&z);
 		break;
 	}
-	case TX_Z_ZSTD:
-		got = ZSTD_compress(o, cap, in, n, 3);
+	case TX_Z_ZSTD: {
+		/* no content size, as zstd writes from a pipe: a frame of
+		 * blocks whose walk (tx_zblock.c) the pass makes; level 1's
+		 * window (512 KiB) puts a start point every 4 MiB in it */
+		ZSTD_CCtx *z = ZSTD_createCCtx();
+		got = z && !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_contentSizeFlag, 0)) &&
+		      !ZSTD_isError(ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, 1)) ?
+		      ZSTD_compress2(z, o, cap, in, n) : 0;
 		got = ZSTD_isError(got) ? 0 : got;
+		ZSTD_freeCCtx(z);
 		break;
+	}
 	case TX_Z_XZ:
 		if (lzma_easy_buffer_encode(1, LZMA_CHECK_CRC64, NULL, in, n, o, &got, cap) != LZMA_OK)
 			got = 0;
@@ -48,10 +56,14 @@ static inline size_t zpack(enum tx_zcodec c, const uint8_t *in, size_t n, uint8_
 		got = BZ2_bzBuffToBuffCompress((char *)o, &len, (char *)in, (unsigned)n, 1, 0, 0) == BZ_OK ? len : 0;
 		break;
 	}
-	case TX_Z_LZ4:
-		got = LZ4F_compressFrame(o, cap, in, n, NULL);
+	case TX_Z_LZ4: {
+		/* independent blocks, as the lz4 tool writes (of 64 KiB here) */
+		LZ4F_preferences_t p = { .frameInfo = { .blockSizeID = LZ4F_max64KB,
+							.blockMode = LZ4F_blockIndependent } };
+		got = LZ4F_compressFrame(o, cap, in, n, &p);
 		got = LZ4F_isError(got) ? 0 : got;
 		break;
+	}
 	case TX_Z_NONE:
 		break;
 	}

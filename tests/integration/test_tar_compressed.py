@@ -561,6 +561,60 @@ def test_hard_links_share_one_seek_index(mount, tmp_path):
     assert infos[0]["starts"] >= 3 and infos[0] == infos[1] == infos[2], infos
 
 
+@pytest.mark.parametrize("kept_by,a_dir,b_dir", [("mount", ".", "."), ("mount", "p", "q"),
+                                                  ("tool", ".", ".")])
+def test_kept_index_found_by_every_name(mount, tmp_path, kept_by, a_dir, b_dir):
+    """A .tar.gz of GNU tar hard-linked as a.tar.gz and b.tgz (beside it,
+    or in another directory, found through --index-dir's top), its indexes kept in --index-dir for
+    a.tar.gz alone (by a mount that used only that name, then unmounted,
+    or by shardfs-taridx --zidx): the next mount's first use of b reads
+    them too (no pass over the archive, no walk of its headers, one span
+    decoded for its first lookup), and every member of both names equals
+    what tarfile extracts."""
+    tree, src, idx = tmp_path / "tree", tmp_path / "src", tmp_path / "idx"
+    tree.mkdir()
+    for d in (a_dir, b_dir):
+        (src / d).mkdir(parents=True, exist_ok=True)
+    idx.mkdir()
+    bulk = {f"m{i:02d}.txt": os.urandom(512 << 10).hex().encode() for i in range(24)}
+    for n, data in {**bulk, "z.txt": b"the last\n"}.items():
+        (tree / n).write_bytes(data)
+    archive = src / a_dir / "a.tar.gz"
+    tw.run("tar", "--format=gnu", "-czf", str(archive), *sorted(bulk), "z.txt", cwd=tree)
+    os.link(archive, src / b_dir / "b.tgz")
+    if kept_by == "mount":
+        mnt = mount(src, "--index-dir", str(idx))
+        assert (mnt / a_dir / "a" / "m03.txt").read_bytes() == bulk["m03.txt"]
+        assert mount.last.stop() == 0
+    else:
+        r = subprocess.run([str(TOOLS / "shardfs-taridx"), "--zidx", "--out", str(idx / a_dir),
+                            str(archive)],
+                           capture_output=True)
+        assert r.returncode == 0 and b"a.tar.gz.zidx written" in r.stderr, r
+    kept = idx / a_dir / "a.tar.gz.zidx"
+    assert kept.stat().st_size > 100
+    assert not (idx / b_dir / "b.tgz.zidx").exists()
+    mnt = mount(src, "--index-dir", str(idx))
+    b = mnt / b_dir / "b"
+    assert (b / "z.txt").read_bytes() == b"the last\n"
+    stats = mount_stats(mnt)
+    # the archive decodes to 24 MiB: one start point's span is under 9
+    assert stats["cache"]["bytes_decoded"] <= 9 << 20, stats["cache"]
+    walk = stats["tar_indexing"]
+    assert walk["bytes_walked"] == 0 and walk["headers_walked"] == 0, walk
+    info = json.loads((b / ".shardfs" / "info.json").read_text())["compression"]
+    assert info["kept"] == "read from --index-dir" and info["starts"] >= 5, info
+    # b has a file of its own now, the same one
+    assert (idx / b_dir / "b.tgz.zidx").stat().st_ino == kept.stat().st_ino
+    with tarfile.open(archive) as t:
+        want = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    assert sorted(want) == sorted([*bulk, "z.txt"])
+    for view in (b, mnt / a_dir / "a"):
+        for n, data in want.items():
+            assert (view / n).read_bytes() == data, (view, n)
+    assert mount_stats(mnt)["tar_indexing"]["bytes_walked"] == 0
+
+
 def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
     """A mount that reads the kept seek index of a multi-block xz archive
     (xz -T2, blocks of two pieces) and whose first lookups lie in later
@@ -582,3 +636,109 @@ def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
             assert (mnt / "x" / n).read_bytes() == members[n], (how, n)
         info = json.loads((mnt / "x" / ".shardfs" / "info.json").read_text())["compression"]
         assert info["kept"] == how and info["starts"] >= 3, info
+
+
+# single frames, as `tar --zstd`, `tar -I lz4`, `zstd` and `lz4` write them
+FRAMES = {"tzst.tar.zst": ["tar", "--zstd"], "tlz4.tar.lz4": ["tar", "-I", "lz4"],
+          "pzst.tar.zst": ["zstd", "-q", "-c"], "plz4.tar.lz4": ["lz4", "-q", "-c"]}
+
+
+@pytest.fixture(scope="module")
+def single_frames(tmp_path_factory):
+    """About 55 MB of tar in one zstd or lz4 frame each: members of 0.3-3
+    MB (half random bytes, half text) and big.bin of 14 MiB among them. At
+    the default level a zstd frame's window is 2 MiB, so the pass makes a
+    start point inside it every 16 MiB (with its window); lz4 writes
+    independent blocks of 4 MiB, each a start point."""
+    rnd = random.Random(11)
+    root = tmp_path_factory.mktemp("frames")
+    for i in range(24):
+        n = rnd.randint(300_000, 3_000_000)
+        if i == 12:
+            (root / "big.bin").write_bytes(rnd.randbytes(6 << 20) + b"big %d, " % i * (1 << 20))
+        (root / f"m{i:02d}.bin").write_bytes(rnd.randbytes(n // 2) +
+                                                    b"text %d, " % i * ((n - n // 2) // 9))
+    src, plain = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("plain")
+    # members at the root: a lookup of a directory checks the headers of
+    # everything in it
+    names = sorted(os.listdir(root))
+    tw.run("tar", "--format=gnu", "-cf", str(plain / "all.tar"), *names, cwd=root)
+    for name, cmd in FRAMES.items():
+        if cmd[0] == "tar":
+            tw.run(*cmd, "--format=gnu", "-cf", str(src / name), *names, cwd=root)
+        else:
+            with open(plain / "all.tar", "rb") as i, open(src / name, "wb") as o:
+                subprocess.run(cmd, stdin=i, stdout=o, check=True)
+    shutil.rmtree(root)
+    yield src, plain
+
+
+def test_single_frames_start_inside(mount, single_frames, tmp_path):
+    """A tar that is one zstd or lz4 frame gets start points inside it
+    (zstd blocks with the window before them, lz4's independent blocks),
+    kept in --index-dir: every member equals what tarfile extracts, and
+    on a mount that reads the kept index the last member's lookup and
+    read decode one stretch, not the frame from its start."""
+    src, plain = single_frames
+    idx = tmp_path / "idx"
+    idx.mkdir()
+    with tarfile.open(plain / "all.tar") as t:
+        last = [m for m in t.getmembers() if m.isfile()][-1]
+        last_bytes = t.extractfile(last).read()
+    for how in ("written to --index-dir", "read from --index-dir"):
+        mnt = mount(src, "--index-dir", str(idx), "--cache-size", "64M")
+        for name in FRAMES:
+            view = mnt / view_name(name)
+            zstd = name.endswith(".zst")
+            if how.startswith("read"):
+                before = mount_stats(mnt)["cache"]["bytes_decoded"]
+                assert (view / last.name).read_bytes() == last_bytes, name
+                decoded = mount_stats(mnt)["cache"]["bytes_decoded"] - before
+                # one stretch (16 MiB, 4 MiB) and the pieces after: the
+                # frame from its start would be 55 MB
+                assert decoded <= (28 << 20 if zstd else 16 << 20), (name, decoded)
+            tw.check_fold(view, plain_of(src / name, plain / f"{name}.tar"))
+            assert (view / ".shardfs" / "verify").read_text() == "status: ok\n"
+            info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
+            assert info["kept"] == how and info["starts"] >= (3 if zstd else 12), (name, info)
+
+
+def test_single_frames_out_of_order_and_two_readers(mount, single_frames):
+    """Reads all over big.bin in a shuffled order, then two readers at once
+    (big.bin in order, the other members last to first), in a budget that
+    holds two thirds of the tar: each read decodes from the start point
+    before it, and every byte is what tarfile extracts."""
+    import threading
+    src, plain = single_frames
+    with tarfile.open(plain / "all.tar") as t:
+        want = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+    big = want["big.bin"]
+    # two lz4 decoders (9 MiB each) and the pieces the readers hold fit
+    mnt = mount(src, "--cache-size", "40M")
+    rnd = random.Random(5)
+    for name in FRAMES:
+        view = mnt / view_name(name)
+        offs = [rnd.randrange(len(big) - 100_000) for _ in range(24)] + [len(big) - 100_000, 0]
+        rnd.shuffle(offs)
+        with open(view / "big.bin", "rb", buffering=0) as f:
+            for off in offs:
+                assert os.pread(f.fileno(), 100_000, off) == big[off:off + 100_000], (name, off)
+        failed = []
+
+        def read(names, step):
+            try:
+                for n in names:
+                    with open(view / n, "rb", buffering=0) as f:
+                        got = b"".join(iter(lambda: f.read(step), b""))
+                    if got != want[n]:
+                        failed.append((name, n))
+            except OSError as x:
+                failed.append((name, x))
+        others = sorted((n for n in want if n != "big.bin"), reverse=True)
+        threads = [threading.Thread(target=read, args=(["big.bin"], 1 << 20)),
+                   threading.Thread(target=read, args=(others, 128 << 10))]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(timeout=300)
+        assert not failed and not any(th.is_alive() for th in threads), failed

@@ -12,16 +12,16 @@ stays under --cache-size + SLACK, the constant docs/options.md states.
 - Sparse tar members of 65,536 pieces: their extents are charged to the
   budget (they were held outside it, as long as the kernel kept the file)."""
 import errno
-import io
 import os
 import sys
 import tarfile
 
 from conftest import WRITERS, mount_stats, read_through
-from test_cache_budget import in_threads, read_errno, rle_frame, vm_hwm, write_tiles
+from test_cache_budget import in_threads, proc_status, read_errno, rle_frame, vm_hwm, write_tiles
 
 sys.path.insert(0, str(WRITERS))
 import tatami_writer as tatw  # noqa: E402
+from sparse_tar import PIECES, add_sparse  # noqa: E402
 
 MiB = 1 << 20
 SLACK = 48 * MiB
@@ -103,26 +103,10 @@ def test_verify_window_is_bounded_by_the_tile(mount, tmp_path):
     assert peak - base < SLACK, (base, peak)
 
 
-PIECES = 65536  # TX_SPARSE_MAX: the most pieces a member may have
-
-
 def sparse_tar(path, seed, pieces=PIECES):
-    """A tar of one GNU 1.0 (pax) sparse member, written as GNU tar writes
-    that format (docs/formats/taridx.md): `pieces` data bytes, each followed
-    by a three-byte hole, so each costs the view a mapped and a zero extent
-    (more than 128 KiB in all: not a file pushed at open)."""
-    text = b"%d\n" % pieces + b"".join(b"%d\n1\n" % (4 * k) for k in range(pieces))
-    text += bytes(-len(text) % 512)
-    data = bytes((seed + k) % 251 + 1 for k in range(pieces))
-    ti = tarfile.TarInfo("GNUSparseFile.0/s")
-    ti.size = len(text) + len(data)
-    ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0",
-                      "GNU.sparse.name": "s", "GNU.sparse.realsize": str(4 * pieces)}
+    """A tar of one sparse member named s (add_sparse)."""
     with tarfile.open(path, "w", format=tarfile.PAX_FORMAT) as t:
-        t.addfile(ti, io.BytesIO(text + data))
-    out = bytearray(4 * pieces)
-    out[0::4] = data
-    return bytes(out)
+        return add_sparse(t, "s", seed, pieces)
 
 
 def test_sparse_maps_are_charged(mount, tmp_path):
@@ -155,3 +139,60 @@ def test_sparse_maps_are_charged(mount, tmp_path):
         assert 8192 * 32 <= s["charged"]["file_extents"] <= s["bytes_charged"], s
     peak = vm_hwm(pid)
     assert peak - base < 4 * MiB + SLACK, (base, peak)
+
+
+MEMBERS = 20
+
+
+def pread_direct(path, size, off):
+    """Bytes read past the page cache, so that the daemon serves them."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        return os.pread(fd, size, off)
+    finally:
+        os.close(fd)
+
+
+def test_idle_sparse_maps_are_dropped(mount, tmp_path):
+    """The issue's case at a small scale: one tar of 20 sparse members of
+    65,536 pieces (6 MiB of extents each, 120 MiB in all) under
+    --cache-size 16M, each opened, read and closed in turn. The kernel keeps
+    the files, so before, the extents of the first two members held the
+    budget and every later read failed with EIO. The extents of a file no
+    read is using are dropped when the budget is short, before a reader
+    waits, and made again at the file's next read: every read returns its
+    bytes, also with four readers at once, the charges stay within the
+    budget and resident memory within --cache-size + SLACK. (Reads are
+    4 KiB: a whole member of 65,536 holes reads slowly, a matter of its
+    own.)"""
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "many.tar", "w", format=tarfile.PAX_FORMAT) as t:
+        want = [add_sparse(t, f"m{k}", k) for k in range(MEMBERS)]
+    mnt = mount(src, "--cache-size", "16M")
+    pid = mount.last.proc.pid
+    d = mnt / "many"
+    assert sorted(os.listdir(d)) == sorted(f"m{k}" for k in range(MEMBERS))
+    base_hwm = vm_hwm(pid)
+    base_anon = proc_status(pid, "RssAnon")
+    end = 4 * PIECES - 4096
+    for k in range(MEMBERS):
+        for off in (0, end):
+            assert pread_direct(d / f"m{k}", 4096, off) == want[k][off:off + 4096], (k, off)
+    # made again on demand, read past the page cache by four readers at
+    # once, each in its own order: a drop never frees what a read uses
+    mid = 2 * PIECES
+
+    def reader(r):
+        for k in range(MEMBERS):
+            m = (k * (2 * r + 1) + r) % MEMBERS
+            assert pread_direct(d / f"m{m}", 4096, mid) == want[m][mid:mid + 4096], (r, m)
+    in_threads(reader, 4)
+    s = mount_stats(mnt)["cache"]
+    assert 0 < s["charged"]["file_extents"] <= s["bytes_charged"] <= 16 * MiB, s
+    assert s["file_extents_dropped"] >= 2 * MEMBERS - 4, s
+    assert mount.last.errors() == ""
+    peak = vm_hwm(pid)
+    anon = proc_status(pid, "RssAnon")
+    assert peak - base_hwm < 16 * MiB + SLACK, (base_hwm, peak)
+    assert anon - base_anon < 16 * MiB + SLACK, (base_anon, anon)

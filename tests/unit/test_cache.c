@@ -95,8 +95,58 @@ static void race_on(struct sf_dcache *c, struct sf_part *p, int nthreads, int wa
 	}
 }
 
+/* An idle charge of 400 bytes: dropped unless in use. */
+struct held {
+	struct sf_idle idle;
+	struct sf_cache *c;
+	bool in_use, charged;
+};
+
+static bool drop_held(struct sf_idle *i)
+{
+	struct held *h = (struct held *)i;
+	if (h->in_use)
+		return false;
+	sf_cache_uncharge(h->c, 400);
+	h->charged = false;
+	return true;
+}
+
+/* Charges a cache short of room can drop are dropped, the least recently
+ * kept first and none in use, before a charge or a decode waits. */
+static void idle_charges(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "t");
+	struct sf_dcache_counts counts = { 0 };
+	struct sf_dcache *c = sf_dcache_new(1000, &counts);
+	struct sf_cache *ic = sf_dcache_iface(c);
+	struct held h[2];
+	struct sf_err e;
+	for (int i = 0; i < 2; i++) {
+		h[i] = (struct held){ .idle.drop = drop_held, .c = ic, .charged = true };
+		CHECK_EQ_U(sf_cache_charge(ic, 400, "t", "held", &e), 0);
+		sf_cache_idle(ic, &h[i].idle, true);
+	}
+	/* h[0] kept first, but in use: h[1] goes */
+	h[0].in_use = true;
+	CHECK_EQ_U(sf_cache_charge(ic, 400, "t", "more", &e), 0);
+	CHECK(h[0].charged && !h[1].charged);
+	/* a decode drops h[0] once it is no longer in use */
+	h[0].in_use = false;
+	struct sf_part *p = sf_view_part(v, produce_slow, NULL, 500, "p");
+	p->aux = 500;
+	race_on(c, p, 1, 0);
+	CHECK(!h[0].charged);
+	atomic_store(&produced, 0);
+	sf_cache_uncharge(ic, 400);
+	CHECK_EQ_U(sf_dcache_charged(c), 0);
+	sf_dcache_free(c);
+	sf_view_unref(v);
+}
+
 int main(void)
 {
+	idle_charges();
 	struct sf_dcache_counts counts = { 0 };
 	struct sf_view *v = sf_view_new(NULL, "t");
 	struct sf_dcache *c = sf_dcache_new(1000, &counts);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../fuzz/zpack.h"
@@ -115,8 +116,10 @@ static void test_codec(enum tx_zcodec c, const uint8_t *plain, size_t n)
 		CHECK_EQ_U(m->size, n);
 		tx_z_info(m, &zi);
 		CHECK(zi.codec == c && zi.compressed == zn);
-		/* gzip: start points inside the member, one every ~3.5 MiB */
-		CHECK(c == TX_Z_GZIP ? zi.starts >= 3 : zi.starts == 1);
+		/* start points inside the stream: gzip and lz4 one every
+		 * ~3.5 MiB, zstd every 8 windows (4 MiB at level 1) */
+		CHECK(c == TX_Z_GZIP || c == TX_Z_LZ4 ? zi.starts >= 3 :
+		      c == TX_Z_ZSTD ? zi.starts >= 2 : zi.starts == 1);
 		CHECK(zi.pieces >= (n + TX_Z_PIECE - 1) / TX_Z_PIECE);
 		/* gzip's stretches stay within a piece */
 		CHECK(c != TX_Z_GZIP || zi.pieces == zi.starts);
@@ -215,6 +218,8 @@ static void test_keep(const uint8_t *plain, size_t n)
 	struct sf_view *v;
 	CHECK(index_file("k.tar.gz", &m, &v, &e) == 0);
 	CHECK(sf_map_open(path, &src, &e) == 0);
+	char path_k[256];
+	memcpy(path_k, path, sizeof path_k);
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY);
 	struct tx_zinfo zi;
 	tx_z_info(m, &zi);
@@ -237,35 +242,72 @@ static void test_keep(const uint8_t *plain, size_t n)
 	uint64_t names[3] = { 5, 1ull << 40, UINT64_MAX };
 	CHECK((unk = sf_buf_new(sizeof names)) != NULL);
 	memcpy(unk->data, names, sizeof names);
-	CHECK(tx_zkeep_save(dfd, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
+	size_t ix_len = tarix->len;
 	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
 	CHECK(tx_unkeyed_has(gotunk, 1ull << 40) && tx_unkeyed_has(gotunk, UINT64_MAX) &&
 	      !tx_unkeyed_has(gotunk, 6));
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
-	sf_buf_unref(tarix);
-	sf_buf_unref(unk);
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
 	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
 	for (size_t i = 0; got && i < ngot; i++)
 		free(got[i].win);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, "none.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	/* another name of the archive (a hard link) finds it by its key,
+	 * and is linked to it */
+	struct stat ks, ns;
+	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
+	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
+	      ks.st_ino == ns.st_ino);
+	sf_buf_unref(gotix);
+	sf_buf_unref(gotunk);
+	for (size_t i = 0; i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	/* k.zidx, other.zidx and the key */
+	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 3);
 	char kp[300];
 	snprintf(kp, sizeof kp, "%s/k.zidx", dir);
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	/* kept anew for the archive changed since (its mtime): the old
+	 * file's key goes, the other name alone keeps its bytes */
+	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
+	struct sf_map *changed;
+	CHECK(utimensat(AT_FDCWD, path_k, ts, 0) == 0 && sf_map_open(path_k, &changed, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 1);
+	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && ks.st_nlink == 2);
+	/* a name in another directory finds it by its key at the top */
+	char far[300];
+	snprintf(far, sizeof far, "%s/far", dir);
+	int ffd = mkdir(far, 0755) == 0 ? open(far, O_RDONLY | O_DIRECTORY) : -1;
+	CHECK(ffd >= 0);
+	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
+	sf_buf_unref(gotix);
+	sf_buf_unref(gotunk);
+	for (size_t i = 0; i < ngot; i++)
+		free(got[i].win);
+	free(got);
+	close(ffd);
+	sf_map_unref(changed);
+	sf_buf_unref(tarix);
+	sf_buf_unref(unk);
 	close(dfd);
 	sf_map_unref(src);
 	release(m, v);
