@@ -840,6 +840,11 @@ bool sf_view_held_once(const struct sf_view *v)
 	return atomic_load(&v->refs) == 1;
 }
 
+bool sf_view_busy(const struct sf_view *v)
+{
+	return sf_turn_held(&v->turn);
+}
+
 bool sf_view_unref_shared(struct sf_view *v)
 {
 	unsigned r = atomic_load(&v->refs);

@@ -202,6 +202,9 @@ struct sf_view *sf_view_ref(struct sf_view *v);
 void sf_view_unref(struct sf_view *v);
 /* Whether a single reference holds v (a host closing views nobody uses). */
 bool sf_view_held_once(const struct sf_view *v);
+/* Whether a request does the view's lazy work now (a lookup or listing that
+ * walks, populates or builds): in use, however long ago it was entered. */
+bool sf_view_busy(const struct sf_view *v);
 /* Drops a reference unless it is the last one (which would free the view
  * and close its files); true when dropped. */
 bool sf_view_unref_shared(struct sf_view *v);

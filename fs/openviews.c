@@ -139,11 +139,12 @@ void openviews_link(struct openviews *ov, struct vopen **slot, uint64_t dir, con
 static void use(struct openviews *ov, struct vopen *o)
 {
 	o->used_ms = now_ms();
+	/* entered again (at the head too): told about anew when idle again */
+	o->told_at = 0;
 	if (!o->slot || o == ov->head)
 		return;
 	unlink_one(ov, o);
 	insert_after(ov, NULL, o);
-	o->told_at = 0;
 }
 
 struct sf_view *openviews_get(struct openviews *ov, struct vopen *const *slot, bool used)
@@ -282,12 +283,18 @@ enum letgo { LG_CLOSED, LG_TOLD, LG_WAITING, LG_IN_USE, LG_NOMEM };
 
 /* Lets `o` go (lock held): a view only its entry holds is closed (into
  * `closed`; `o` is freed); one held by the kernel's nodes is told about
- * (into `tell`) once, and counts as in use TOLD_GRACE_S after that. */
+ * (into `tell`) once, and counts as in use TOLD_GRACE_S after that. A view
+ * whose lazy work runs (a walk of a tar may take seconds after its root was
+ * entered) is in use: told about then, the kernel would keep the entry the
+ * work answers under the one it dropped, out of reach of any later telling,
+ * and the view open for good. */
 static enum letgo let_go(struct openviews *ov, struct vopen *o, time_t now,
 			 struct sf_view **closed, size_t *nc, struct tell *tell, size_t *nt)
 {
 	if (close_unused(ov, o, closed, nc))
 		return LG_CLOSED;
+	if (sf_view_busy(o->view))
+		return LG_IN_USE;
 	if (o->told_at)
 		return now - o->told_at <= TOLD_GRACE_S ? LG_WAITING : LG_IN_USE;
 	char *name = strdup(o->name);
