@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -65,32 +64,6 @@ int sf_map_beneath(int top, const char *path, const char *shown,
 {
 	int fd = sf_open_beneath(top, path, SF_WANT_FILE, shown, e);
 	return fd < 0 ? fd : map_fd(fd, shown, out, e);
-}
-
-/* Whether a file stat says `now` is as it was: its size and mtime. */
-static bool unchanged(const struct stat *now, const struct stat *was)
-{
-	return now->st_size == was->st_size && now->st_mtim.tv_sec == was->st_mtim.tv_sec &&
-	       now->st_mtim.tv_nsec == was->st_mtim.tv_nsec;
-}
-
-int sf_map_reopen(int pathfd, const struct stat *was, const char *shown, struct sf_map **out,
-		  struct sf_err *e)
-{
-	char proc[32];
-	snprintf(proc, sizeof proc, "/proc/self/fd/%d", pathfd);
-	/* O_NONBLOCK as sf_open_beneath: the type is checked on what opens */
-	int fd = open(proc, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (fd < 0)
-		return sf_fail(e, -errno, "%s: open: %s", shown, strerror(errno));
-	int rc = map_fd(fd, shown, out, e);
-	if (rc == 0 && !unchanged(&(*out)->st, was)) {
-		sf_map_unref(*out);
-		*out = NULL;
-		rc = sf_fail(e, -EIO, "%s: changed in place since it was looked up (was %llu bytes)",
-			     shown, (unsigned long long)was->st_size);
-	}
-	return rc;
 }
 
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e)
@@ -252,7 +225,8 @@ int sf_map_check(struct sf_map *m, struct sf_err *e)
 			return 0;
 		if (fstat(m->fd, &now) < 0)
 			return sf_fail(e, -EIO, "%s: stat: %s", m->path, strerror(errno));
-		if (unchanged(&now, &m->st)) {
+		if (now.st_size == m->st.st_size && now.st_mtim.tv_sec == m->st.st_mtim.tv_sec &&
+		    now.st_mtim.tv_nsec == m->st.st_mtim.tv_nsec) {
 			atomic_store(&m->passed_at, t);
 			return 0;
 		}

@@ -48,12 +48,6 @@ struct sf_map {
  * followed (sf_open.h). `shown` is what messages call the file. */
 int sf_map_beneath(int top, const char *path, const char *shown,
 		   struct sf_map **out, struct sf_err *e);
-/* Maps the file an O_PATH descriptor stands for (sf_entry_beneath), opened
- * again through /proc/self/fd: the same inode, whatever its path names by
- * now; -EIO if it changed in place since `was` (as sf_map_check). `pathfd`
- * stays the caller's. */
-int sf_map_reopen(int pathfd, const struct stat *was, const char *shown, struct sf_map **out,
-		  struct sf_err *e);
 /* Maps `path` as a tool's user named it (symlinks followed): only a regular
  * file, looked at before it is opened, so a FIFO never blocks. */
 int sf_map_open(const char *path, struct sf_map **out, struct sf_err *e);

@@ -229,22 +229,12 @@ char *sf_path_join(const char *dir, const char *name)
 	return asprintf(&p, "%s/%s", dir, name) < 0 ? NULL : p;
 }
 
-int sf_entry_beneath(int top, const char *path, struct stat *st)
-{
-	int fd = resolve(top, path, O_PATH);
-	if (fd >= 0 && fstat(fd, st) < 0) {
-		int rc = -errno;
-		close(fd);
-		return rc;
-	}
-	return fd;
-}
-
 int sf_lstat_beneath(int top, const char *path, struct stat *st)
 {
-	int fd = sf_entry_beneath(top, path, st);
+	int fd = resolve(top, path, O_PATH);
 	if (fd < 0)
 		return fd;
+	int rc = fstat(fd, st) < 0 ? -errno : 0;
 	close(fd);
-	return 0;
+	return rc;
 }

@@ -37,9 +37,6 @@ int sf_open_beneath(int top, const char *path, enum sf_want want, const char *sh
 /* Like fstatat(top, path, st, AT_SYMLINK_NOFOLLOW), resolved beneath `top`
  * with no symlink followed on the way. 0 or a negative errno. */
 int sf_lstat_beneath(int top, const char *path, struct stat *st);
-/* sf_lstat_beneath keeping what it found: an O_PATH descriptor of the
- * entry (the very inode *st describes), or a negative errno. */
-int sf_entry_beneath(int top, const char *path, struct stat *st);
 
 /* Whether descriptors a and b lie on the same mount. */
 bool sf_same_mount(int a, int b);

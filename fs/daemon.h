@@ -46,8 +46,8 @@ struct daemon {
 	 * ENOSYS, which the kernel takes as "never ask again" for the whole
 	 * mount (fs/reading.c) */
 	bool no_open;
-	/* no-open: SRC files keep a descriptor from their lookup while
-	 * fewer than this hold one (a pin or a mapping, fs/src.c) */
+	/* no-open: SRC files are mapped at lookup while fewer than this
+	 * hold a mapping (fs/src.c) */
 	size_t src_pin_max;
 	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until

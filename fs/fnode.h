@@ -106,7 +106,7 @@ struct ftree {
 	void (*open_section)(void *arg);
 	void (*close_section)(void *arg);
 	void *section_arg;
-	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping or a pin */
+	atomic_size_t src_maps;   /* FK_SRC_FILE nodes holding a mapping */
 };
 
 /* Makes the tree's lock; its root is SRC's (src_init_root). */

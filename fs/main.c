@@ -182,15 +182,12 @@ static size_t view_fd_share(void)
 	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
 }
 
-/* The descriptors SRC files may hold from their lookup (no-open, fs/src.c),
- * each a mapping once read: half of the descriptors the views leave, and a
- * quarter of the mappings the kernel allows a process (vm.max_map_count),
- * which views and the decode cache need too. None without /proc, through
- * which a READ opens what its lookup kept. */
+/* The mappings SRC files may hold from their lookup (no-open, fs/src.c):
+ * half of the descriptors the views leave, and a quarter of the mappings
+ * the kernel allows a process (vm.max_map_count), which views and the
+ * decode cache need too. */
 static size_t src_pin_max(void)
 {
-	if (access("/proc/self/fd", X_OK) != 0)
-		return 0;
 	size_t n = view_fd_share() / 2;
 	unsigned long maps = 0;
 	FILE *f = fopen("/proc/sys/vm/max_map_count", "re");

@@ -55,7 +55,7 @@ static void dir_detach(struct ftree *t, struct fnode *n)
 
 static bool file_holds_src(struct fnode *n)
 {
-	return src_file_of(n)->map != NULL || src_file_of(n)->pin >= 0;
+	return src_file_of(n)->map != NULL;
 }
 
 static bool dir_holds_src(struct fnode *n)
@@ -78,11 +78,9 @@ static void other_drop(struct ftree *t, struct fnode *n)
 static void file_drop(struct ftree *t, struct fnode *n)
 {
 	struct src_file *f = src_file_of(n);
-	if (f->map || f->pin >= 0)
+	if (f->map)
 		atomic_fetch_sub(&t->src_maps, 1);
 	sf_map_unref(f->map);
-	if (f->pin >= 0)
-		close(f->pin);
 	pthread_mutex_destroy(&f->map_lock);
 	src_free(&f->s);
 }
@@ -135,10 +133,8 @@ static struct fnode *src_new(struct ftree *t, struct fnode *dir, const char *nam
 				    dir, name);
 	if (!n)
 		return NULL;
-	if (isreg) {
+	if (isreg)
 		pthread_mutex_init(&src_file_of(n)->map_lock, NULL);
-		src_file_of(n)->pin = -1;
-	}
 	src_of(n)->st = *st;
 	if (!(src_of(n)->rel = sf_path_join(src_of(dir)->rel, name))) {
 		fnode_discard(t, n);
@@ -166,88 +162,68 @@ static struct fnode *src_child(struct ftree *t, struct fnode *dir, const char *n
 	return n;
 }
 
-/* Keeps descriptor `fd` (O_PATH) as file node n's pin unless it holds one
- * or a mapping already; what is left to close: fd, or -1. */
-static int keep_pin(struct ftree *t, struct src_file *n, int fd)
-{
-	pthread_mutex_lock(&n->map_lock);
-	if (!n->map && n->pin < 0) {
-		n->pin = fd;
-		fd = -1;
-		atomic_fetch_add(&t->src_maps, 1);
-	}
-	pthread_mutex_unlock(&n->map_lock);
-	return fd;
-}
-
-/* With no-open no OPEN comes between the lookup of a file and its first
- * READ to pin its version: a file replaced in between would fail that READ
- * with ESTALE, which the kernel passes on to the reader. So the lookup
- * keeps the O_PATH descriptor its lstat used, which the first READ maps
- * (sf_map_reopen: the same inode, however its name changed); an open
- * descriptor costs no mapping until the file is read. Only while SRC files
- * hold fewer descriptors than the budget (docs/options.md): past it a file
- * is mapped by its path at its first READ, and so is a file kept for its
- * holders, which a lookup (a stat) must not keep. */
-int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
+/* src_find once: the node for `name` as lstat finds it now. */
+static int find_once(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
 {
 	*out = NULL;
-	bool pin = dm->no_open && atomic_load(&dm->tree.src_maps) < dm->src_pin_max &&
-		   !kept_for_holders(name);
 	char *rel = sf_path_join(src_of(dir)->rel, name);
 	if (!rel)
 		return -ENOMEM;
 	struct stat st;
-	int fd = sf_entry_beneath(dm->src_fd, rel, &st);
-	if (fd == -ELOOP) /* a directory on the way swapped for a symlink */
+	int rc = sf_lstat_beneath(dm->src_fd, rel, &st);
+	if (rc == -ELOOP) /* a directory on the way swapped for a symlink */
 		errlog_add(&dm->stats, rel,
 			   "a symlink on its path: shardfs follows no symlink in SRC");
-	else if (fd == -EXDEV) /* not crossed into: it may be this very mount */
+	else if (rc == -EXDEV) /* not crossed into: it may be this very mount */
 		errlog_add(&dm->stats, rel,
 			   "a mount point: shardfs resolves no path through another mount "
 			   "inside SRC, not shown (EXDEV)");
 	free(rel);
-	if (fd < 0)
-		return fd;
+	if (rc)
+		return rc;
 	fnode_find(&dm->tree);
 	*out = fnode_found(&dm->tree, src_child(&dm->tree, dir, name, &st));
-	/* the descriptor is of the inode st describes: the node's version */
-	if (*out && pin && fnode_kind(*out) == FK_SRC_FILE)
-		fd = keep_pin(&dm->tree, src_file_of(*out), fd);
-	if (fd >= 0)
-		close(fd);
 	return *out ? 0 : -ENOMEM;
+}
+
+/* With no-open no OPEN comes between the lookup of a file and its first
+ * READ to pin its version: a file replaced in between would fail that READ
+ * with ESTALE, which the kernel passes on to the reader. So the lookup maps
+ * the file (what OPEN does otherwise), while SRC files hold fewer mappings,
+ * each a descriptor, than the budget (docs/options.md); past it a file is
+ * mapped at its first READ, and so is a file kept for its holders, which
+ * a lookup (a stat) must not keep. Tries are bounded: a file replaced
+ * again and again between lstat and open is left to its READ. */
+#define PIN_TRIES 3
+
+int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
+{
+	for (int i = 1;; i++) {
+		int rc = find_once(dm, dir, name, out);
+		if (rc || !dm->no_open || fnode_kind(*out) != FK_SRC_FILE || i == PIN_TRIES ||
+		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max || kept_for_holders(name))
+			return rc;
+		/* any other failure is the READ's to report */
+		if (src_map_file(dm, *out) != -ESTALE)
+			return 0;
+		/* replaced since the lstat: this node stands for a version gone */
+		fnode_forget(&dm->tree, *out, 1);
+	}
 }
 
 int src_map_file(struct daemon *dm, struct fnode *node)
 {
 	struct src_file *n = src_file_of(node);
-	struct sf_err e = { { 0 } };
-	struct sf_map *m = NULL;
-	int rc = 0;
 	pthread_mutex_lock(&n->map_lock);
-	bool mapped = n->map != NULL, pinned = n->pin >= 0;
-	if (!mapped && pinned) {
-		/* under the lock, as the pin is closed once mapped (a stalled
-		 * source holds only the READs of this file, which wait for
-		 * its mapping anyway) */
-		rc = sf_map_reopen(n->pin, &n->s.st, n->s.rel, &m, &e);
-		if (openviews_short(rc) && openviews_reclaim(&dm->views))
-			rc = sf_map_reopen(n->pin, &n->s.st, n->s.rel, &m, &e);
-		if (rc == 0) {
-			n->map = m;
-			close(n->pin);
-			n->pin = -1;
-		}
-	}
+	bool mapped = n->map != NULL;
 	pthread_mutex_unlock(&n->map_lock);
-	if (rc == -EIO)
-		errlog_add(&dm->stats, n->s.rel, e.msg);
-	if (mapped || pinned)
-		return rc;
+	if (mapped)
+		return 0;
 	/* mapped without the lock, which a stalled source would hold: a
 	 * racing open maps it too, and the first to finish is kept */
-	rc = sf_map_beneath(dm->src_fd, n->s.rel, n->s.rel, &m, &e);
+	struct sf_err e = { { 0 } };
+	struct sf_map *m = NULL;
+	int rc = sf_map_beneath(dm->src_fd, n->s.rel, n->s.rel, &m, &e);
 	/* out of descriptors: views nobody uses give theirs back */
 	if (openviews_short(rc) && openviews_reclaim(&dm->views))
 		rc = sf_map_beneath(dm->src_fd, n->s.rel, n->s.rel, &m, &e);

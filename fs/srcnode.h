@@ -26,13 +26,10 @@ struct src_node {
 /* FK_SRC_FILE */
 struct src_file {
 	struct src_node s;
-	pthread_mutex_t map_lock;     /* guards map and pin */
-	/* mapped at first open (no-open: at first READ), kept */
+	pthread_mutex_t map_lock;     /* mapping it at first open */
+	/* mapped at first open (no-open: at lookup, within a budget, else
+	 * at first READ), kept; counted in the tree's src_maps */
 	struct sf_map *map;
-	/* no-open: an O_PATH descriptor of the version looked up (within a
-	 * budget), what the first READ maps; -1: none, or mapped. A node with
-	 * either is counted in the tree's src_maps. */
-	int pin;
 };
 
 /* FK_SRC_DIR */

@@ -144,7 +144,7 @@ def test_versions_and_replacement(tmp_path, mount):
 
 def test_replaced_before_first_read(tmp_path, mount):
     """No OPEN comes between a lookup and the first READ to pin the version
-    an inode stands for: the lookup keeps the file open, so a file replaced after
+    an inode stands for: the lookup maps the file, so a file replaced after
     its open() and before its first read is read whole in the version
     opened, never ESTALE; a new open reads the new file (fs/src.c)."""
     src = tmp_path / "src"

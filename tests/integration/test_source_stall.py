@@ -15,6 +15,7 @@ last reader is done."""
 import errno
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -630,3 +631,33 @@ def quiet_second(src, mnt, members, handles):
         src.cont()
     readers_done(held, results)
     assert all(r is True for r in results.values()), results
+
+
+def test_replaced_through_the_client_before_first_read(source, mount):
+    """A FUSE client keeps a file it was asked to open (.fuse_hidden<N>
+    when deleted or renamed over), not one only looked up (an O_PATH
+    descriptor sends it no OPEN): a file opened through shardfs and
+    replaced through the client before its first read is still read whole
+    in the version opened, as the lookup opened it (no-open: nothing but
+    the lookup comes before that read; fs/src.c)."""
+    src = source()
+    rnd = random.Random(7)
+    names = [f"{i}.bin" for i in range(4)]
+    old = {n: rnd.randbytes(rnd.randint(1, 200000)) for n in names}
+    new = {n: rnd.randbytes(rnd.randint(1, 200000)) for n in names}
+    for n in names:
+        (src.backing / n).write_bytes(old[n])
+    mnt = mount(src.mnt)
+    fds = {n: os.open(mnt / n, os.O_RDONLY) for n in names}
+    try:
+        for n in names:
+            (src.backing / (n + ".tmp")).write_bytes(new[n])
+            os.rename(src.mnt / (n + ".tmp"), src.mnt / n)
+        for n in names:
+            parts = []
+            while b := os.read(fds[n], 65536):
+                parts.append(b)
+            assert b"".join(parts) == old[n], n
+    finally:
+        for fd in fds.values():
+            os.close(fd)

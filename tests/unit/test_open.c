@@ -138,40 +138,6 @@ static void test_types(void)
 	CHECK_EQ_U(-sf_lstat_beneath(top, "ln/f", &st), ELOOP);
 }
 
-/* What sf_entry_beneath keeps maps the inode it found (sf_map_reopen):
- * the version looked up after its name was given to another file, and a
- * change in place since refused; a symlink is not followed. */
-static void test_reopen(void)
-{
-	struct sf_err e = { { 0 } };
-	struct stat st, was;
-	put("r", "one\n");
-	int fd = sf_entry_beneath(top, "r", &st);
-	CHECK(fd >= 0 && S_ISREG(st.st_mode));
-	put("r.new", "two!\n");
-	CHECK(renameat(top, "r.new", top, "r") == 0);
-	struct sf_map *m = NULL;
-	CHECK_EQ_U(sf_map_reopen(fd, &st, "r", &m, &e), 0);
-	CHECK(m && m->size == 4 && memcmp(m->data, "one\n", 4) == 0);
-	sf_map_unref(m);
-	close(fd);
-	/* the new file, appended to after its lookup */
-	fd = sf_entry_beneath(top, "r", &st);
-	CHECK(fd >= 0);
-	was = st;
-	int w = openat(top, "r", O_WRONLY | O_APPEND);
-	CHECK(w >= 0 && write(w, "x", 1) == 1);
-	close(w);
-	m = NULL;
-	CHECK_EQ_U(-sf_map_reopen(fd, &was, "r", &m, &e), EIO);
-	CHECK(m == NULL && strstr(e.msg, "changed in place") != NULL);
-	close(fd);
-	CHECK_EQ_U(-sf_entry_beneath(top, "ln/f", &st), ELOOP);
-	fd = sf_entry_beneath(top, "d/lf", &st);
-	CHECK(fd >= 0 && S_ISLNK(st.st_mode));
-	close(fd);
-}
-
 /* A filesystem mounted inside the top is never entered (it may be the
  * daemon's own mount): the mount point and what lies under it are EXDEV,
  * both ways. Mounting needs root; the integration tests, run as root, mount
@@ -204,7 +170,6 @@ int main(void)
 	make_tree();
 	test_resolution();
 	test_types();
-	test_reopen();
 	test_mount_inside();
 	remove_tree();
 	CHECK_DONE();
