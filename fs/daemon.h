@@ -6,6 +6,7 @@
 #define FS_DAEMON_H
 
 #include <assert.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -50,6 +51,11 @@ struct daemon {
 	 * hold a mapping (fs/src.c) */
 	size_t src_pin_max;
 	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */
+	/* the directory handles open (fs/dirs.c), so that those the kernel
+	 * never releases (a lazy unmount that ends the connection while a
+	 * process holds one) are freed at the end */
+	pthread_mutex_t dirs_lock;
+	struct dirsnap *dirs_open;
 	/* whether mincore() tells about SRC's pages (fs/reading.c): -1 until
 	 * first asked */
 	atomic_int residency_visible;

@@ -30,6 +30,7 @@ struct dirsnap {
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
 	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
+	struct dirsnap *prev, *next; /* in dm->dirs_open, while a handle's */
 };
 
 void dirsnap_free(struct dirsnap *s)
@@ -227,6 +228,34 @@ int dirsnap_take(struct daemon *dm, struct fnode *dir, struct dirsnap **out)
 	return 0;
 }
 
+static void handle_link(struct daemon *dm, struct dirsnap *s)
+{
+	pthread_mutex_lock(&dm->dirs_lock);
+	s->next = dm->dirs_open;
+	if (s->next)
+		s->next->prev = s;
+	dm->dirs_open = s;
+	pthread_mutex_unlock(&dm->dirs_lock);
+}
+
+/* Unlinks and frees a handle's snapshot. */
+static void handle_drop(struct daemon *dm, struct dirsnap *s)
+{
+	pthread_mutex_lock(&dm->dirs_lock);
+	*(s->prev ? &s->prev->next : &dm->dirs_open) = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	pthread_mutex_unlock(&dm->dirs_lock);
+	dirsnap_free(s);
+}
+
+void dirs_fini(struct daemon *dm)
+{
+	while (dm->dirs_open)
+		handle_drop(dm, dm->dirs_open);
+	pthread_mutex_destroy(&dm->dirs_lock);
+}
+
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	count(req, REQ_OPENDIR);
@@ -246,7 +275,11 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uint64_t)(uintptr_t)s;
 	fi->cache_readdir = in_view(n);
 	fi->keep_cache = in_view(n);
-	fuse_reply_open(req, fi);
+	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	handle_link(dm, s);
+	/* a reply the kernel no longer takes gets no RELEASEDIR */
+	if (fuse_reply_open(req, fi) != 0)
+		handle_drop(dm, s);
 }
 
 /* A readdirplus entry as a lookup of its name would answer it, with the
@@ -378,7 +411,7 @@ void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct daemon *dm = daemon_of(req);
 	char pb[FNODE_PATH_MAX];
 	section_begin_must(dm, "releasedir", node_path(fn_of(req, ino), pb));
-	dirsnap_free((struct dirsnap *)(uintptr_t)fi->fh);
+	handle_drop(dm, (struct dirsnap *)(uintptr_t)fi->fh);
 	section_end(dm);
 	fuse_reply_err(req, 0);
 }

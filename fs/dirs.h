@@ -44,6 +44,10 @@ struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent
 			 struct listing **l, struct fuse_entry_param *ep);
 
 
+/* Frees the snapshots of handles the kernel never released (after the
+ * session ended). */
+void dirs_fini(struct daemon *dm);
+
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		struct fuse_file_info *fi);

@@ -14,6 +14,7 @@
 
 #include "sf_dcache.h"
 #include "daemon.h"
+#include "dirs.h"
 #include "fnode.h"
 #include "listing.h"
 #include "ops.h"
@@ -273,6 +274,7 @@ int main(int argc, char **argv)
 	watch_init(&dm.watch);
 	openviews_init(&dm.views, &dm.stats);
 	listings_init(&dm.listings);
+	pthread_mutex_init(&dm.dirs_lock, NULL);
 
 	if (check_src(o.src, &src) || check_mountpoint(o.mnt))
 		goto out;
@@ -429,6 +431,7 @@ out:
 	if (se)
 		fuse_session_destroy(se);
 	fuse_opt_free_args(&args);
+	dirs_fini(&dm);
 	fnode_fini(&dm.tree);
 	listings_fini(&dm.listings);
 	sf_dcache_free(dm.cache);

@@ -330,9 +330,17 @@ struct tx_fold {
 	/* Hashes of the raw root names the index cannot key (tx_fold.c,
 	 * find_unkeyed): directories, renamed members, hard links. Found at
 	 * the first root lookup; a name among them is left to the listing.
-	 * An unindexed tar's come with its index, noted by its walk (noted). */
-	struct sf_ids unkeyed;
-	bool unkeyed_done;
+	 * Sorted, each once (tx_unkeyed_has), charged to unkeyed_charged_to
+	 * while the fold lives; NULL until found. An unindexed tar's come with
+	 * its index, noted by its walk (noted). */
+	struct sf_buf *unkeyed;
+	uint64_t unkeyed_charged;
+	struct sf_cache *unkeyed_charged_to;
+	/* Why the budget refused them, remembered until the cache frees
+	 * something (sf_cache.freed at unkeyed_why_at): the pass is not made
+	 * again for each lookup meanwhile. */
+	char *unkeyed_why;
+	uint64_t unkeyed_why_at;
 	struct sf_buf *noted;
 	/* Rows read since the fold opened (tx_fold.c, read_rows). */
 	uint64_t rows_read;
@@ -497,6 +505,8 @@ int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress 
 		 struct sf_buf **unkeyed, struct sf_err *e);
 /* Whether hash h is among the sorted u64s of b (tx_index_tar's unkeyed). */
 bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
+/* Sorts the n hashes at h and keeps each once, at the front: their count. */
+size_t tx_unkeyed_sort(uint64_t *h, size_t n);
 
 /* ---- one walk per tar file (tx_walked.c) ------------------------------- */
 

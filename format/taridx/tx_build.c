@@ -280,17 +280,21 @@ static int by_value(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The noted hashes sorted, each once, as an sf_buf (tx_unkeyed_has). */
-static struct sf_buf *take_unkeyed(struct state *st)
+size_t tx_unkeyed_sort(uint64_t *h, size_t n)
 {
-	size_t n = st->unkeyed.len / 8, k = 0;
-	uint64_t *h = (uint64_t *)(void *)st->unkeyed.p;
+	size_t k = 0;
 	if (n)
 		qsort(h, n, sizeof *h, by_value);
 	for (size_t i = 0; i < n; i++)
 		if (!k || h[i] != h[k - 1])
 			h[k++] = h[i];
-	st->unkeyed.len = k * 8;
+	return k;
+}
+
+/* The noted hashes sorted, each once, as an sf_buf (tx_unkeyed_has). */
+static struct sf_buf *take_unkeyed(struct state *st)
+{
+	st->unkeyed.len = 8 * tx_unkeyed_sort((uint64_t *)(void *)st->unkeyed.p, st->unkeyed.len / 8);
 	return sf_str_take(&st->unkeyed);
 }
 

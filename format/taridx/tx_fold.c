@@ -2,6 +2,8 @@
  * index, the lazy listing built from the tar headers, and .shardfs/rows/
  * (samples.jsonl is tx_samples.c's; opening F.taridx is tx_format.c's). */
 #include <errno.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,6 +387,11 @@ static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
 		return 0;
 	if ((rc = tx_window_plan(f, w, r, e)))
 		return rc;
+	/* where the next headers lie far apart (large members), the header
+	 * alone: the check needs no more, and 16 KiB a header was most of the
+	 * pass over a fold of 100 KiB members */
+	if (!w->ahead)
+		w->ahead = TX_BLOCK;
 	return tx_window_get(w, map, row.off, TX_BLOCK, hdr, e);
 }
 
@@ -402,31 +409,90 @@ static bool plainly_keyed(const uint8_t *hdr, bool after_record)
 	return !memchr(hdr, '/', tx_field_len(hdr, 100));
 }
 
-/* Finds, once, the raw names of root entries the probe cannot find: the
- * root's directories and the flat members that are not keyed (renamed by
- * a pax path or GNU long name, hard links, names with no stem). Kept by
- * hash alone: a hash that matches by chance only costs a listing. Pax
- * records that rename nothing (WebDataset's float mtimes) add nothing, so
- * such a fold answers misses as cheaply as one without them. Only rows
- * that are not plainly keyed get the full check: for most folds the pass
- * reads a few bytes of each header. */
-static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
+/* find_unkeyed's pass takes rows in chunks of this many, from a counter
+ * both its threads share (a second where there is a second CPU and two
+ * chunks at least): the pass is mostly the kernel copying tar stretches,
+ * which a second thread nearly halves, and chunks keep both busy to the
+ * end whatever else one of them does first (tx_fold_lookup). */
+#define UNKEYED_CHUNK 4096
+
+static const char UNKEYED_WHAT[] = "the root names its index cannot key";
+
+/* What one thread of find_unkeyed's pass found: hashes of root names in
+ * `hash`, sorted and each kept once whenever it fills (so it holds at most
+ * about twice the names it found), charged to the view's cache as it
+ * grows. */
+struct unkeyed_part {
+	struct tx_fold *f;
+	/* the first row no thread has taken: 64 bits, since each thread adds
+	 * a chunk past the last row before it stops */
+	_Atomic uint64_t *next;
+	bool drops; /* the thread that drops pages read (read_rows) */
+	uint64_t *hash;
+	size_t n, cap;
+	uint64_t charged;
+	bool refused; /* by the budget */
+	int rc;
+	struct sf_err e;
+};
+
+/* Doubles p's room, the old array counted beside the new while it is
+ * copied. 0, or as sf_cache_charge, or -ENOMEM; p->e says why. */
+static int part_grow(struct unkeyed_part *p)
 {
-	if (f->unkeyed_done || f->noted)
+	struct sf_view *v = p->f->view;
+	size_t cap = p->cap ? 2 * p->cap : 512;
+	int rc = sf_cache_charge(v->cache, 8 * (uint64_t)cap, v->path, UNKEYED_WHAT, &p->e);
+	if (rc) {
+		p->refused = true;
+		return rc;
+	}
+	uint64_t *b = realloc(p->hash, cap * sizeof *b);
+	if (!b) {
+		sf_cache_uncharge(v->cache, 8 * (uint64_t)cap);
+		return sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", v->path);
+	}
+	if (p->charged)
+		sf_cache_uncharge(v->cache, p->charged);
+	p->hash = b;
+	p->cap = cap;
+	p->charged = 8 * (uint64_t)cap;
+	return 0;
+}
+
+static int part_note(struct unkeyed_part *p, uint64_t h)
+{
+	/* the members of one directory follow each other */
+	if (p->n && p->hash[p->n - 1] == h)
 		return 0;
-	struct walk *k = walk_new(f, e);
-	if (!k)
-		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	if (p->n == p->cap) {
+		p->n = tx_unkeyed_sort(p->hash, p->n);
+		int rc = p->n >= p->cap / 2 ? part_grow(p) : 0;
+		if (rc)
+			return rc;
+	}
+	p->hash[p->n++] = h;
+	return 0;
+}
+
+/* Scans rows [from, to) for part p through k and w. Only rows that are not
+ * plainly keyed get the full check: for most folds the pass reads a few
+ * bytes of each header. The row before `from` is read too, for whether the
+ * first row comes after a record. */
+static int part_rows(struct unkeyed_part *p, struct walk *k, struct tx_window *w, uint32_t from,
+		     uint32_t to)
+{
+	struct tx_fold *f = p->f;
 	struct tx_member m;
 	struct tx_str link;
 	size_t plen;
 	int rc = 0;
 	bool after_record = false;
-	struct tx_window w = { 0 };
-	for (uint32_t r = 0; !rc && r < f->ix.n_rows; r++) {
-		read_rows(f);
+	for (uint32_t r = from ? from - 1 : 0; !rc && r < to; r++) {
+		if (p->drops)
+			read_rows(f);
 		const uint8_t *hdr;
-		if ((rc = row_header(f, &w, r, &hdr, e)))
+		if ((rc = row_header(f, w, r, &hdr, &p->e)))
 			break;
 		if (!hdr) {
 			after_record = false;
@@ -434,28 +500,158 @@ static int find_unkeyed(struct tx_fold *f, struct sf_err *e)
 		}
 		bool plain = plainly_keyed(hdr, after_record);
 		after_record = tx_is_record(hdr[156]);
-		if (plain || !member_at(k, r, &m, &plen, &link) || keyed(f, &m, k->path, plen)) {
+		if (r < from || plain || !member_at(k, r, &m, &plen, &link) ||
+		    keyed(f, &m, k->path, plen)) {
 			rc = k->rc;
 			continue;
 		}
 		const uint8_t *slash = memchr(k->path, '/', plen);
-		uint64_t h = XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0);
-		if (!sf_ids_find(&f->unkeyed, h, NULL, NULL) && sf_ids_put(&f->unkeyed, h, r))
-			rc = sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+		rc = part_note(p, XXH64(k->path, slash ? (size_t)(slash - k->path) : plen, 0));
 	}
-	tx_window_free(&w);
-	walk_free(k);
+	return rc;
+}
+
+/* One thread of the pass: chunks of rows until none is left. A failure
+ * ends the other thread's pass too, at its next chunk. */
+static void *part_scan(void *arg)
+{
+	struct unkeyed_part *p = arg;
+	struct tx_fold *f = p->f;
+	uint32_t n = (uint32_t)f->ix.n_rows;
+	struct walk *k = walk_new(f, &p->e);
+	struct tx_window w = { 0 };
+	int rc = k ? 0 : sf_fail(&p->e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	while (!rc) {
+		uint64_t from = atomic_fetch_add(p->next, UNKEYED_CHUNK);
+		if (from >= n)
+			break;
+		rc = part_rows(p, k, &w, (uint32_t)from,
+			       n - from < UNKEYED_CHUNK ? n : (uint32_t)from + UNKEYED_CHUNK);
+	}
 	if (rc)
-		sf_ids_free(&f->unkeyed);
+		atomic_store(p->next, n);
+	tx_window_free(&w);
+	if (k)
+		walk_free(k);
+	p->rc = rc;
+	return NULL;
+}
+
+static void part_free(struct unkeyed_part *p)
+{
+	free(p->hash);
+	if (p->charged)
+		sf_cache_uncharge(p->f->view->cache, p->charged);
+}
+
+/* Starts the pass's second thread with every signal blocked, as the
+ * daemon's own threads are: signals go to the threads that expect them
+ * (a host of the C API or the module has its own). */
+static bool start_part(pthread_t *t, struct unkeyed_part *p)
+{
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &old);
+	bool ok = pthread_create(t, NULL, part_scan, p) == 0;
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return ok;
+}
+
+/* Keeps the names both threads found as f->unkeyed, sorted, each once,
+ * charged while the fold lives. *refused when the budget refuses them. */
+static int keep_unkeyed(struct tx_fold *f, const struct unkeyed_part *part, bool *refused,
+			struct sf_err *e)
+{
+	struct sf_cache *c = f->view->cache;
+	size_t n = part[0].n + part[1].n;
+	uint64_t bytes = 8 * (uint64_t)(n ? n : 1);
+	int rc = sf_cache_charge(c, bytes, f->view->path, UNKEYED_WHAT, e);
+	if ((*refused = rc != 0))
+		return rc;
+	uint64_t *h = malloc(bytes);
+	struct sf_buf *b = h ? sf_buf_wrap((uint8_t *)h, 0) : NULL;
+	if (!b) {
+		free(h);
+		sf_cache_uncharge(c, bytes);
+		return sf_fail(e, -ENOMEM, "%s: out of memory looking up in the fold", f->view->path);
+	}
+	for (size_t i = 0, at = 0; i < 2; at += part[i++].n)
+		if (part[i].n)
+			memcpy(h + at, part[i].hash, part[i].n * sizeof *h);
+	b->len = 8 * tx_unkeyed_sort(h, n);
+	/* names found by both threads, or by one in several chunks, go */
+	uint64_t kept = b->len ? b->len : 8;
+	uint8_t *less = kept < bytes ? realloc(b->data, kept) : NULL;
+	if (less) {
+		b->data = less;
+		sf_cache_uncharge(c, bytes - kept);
+		bytes = kept;
+	}
+	f->unkeyed = b;
+	f->unkeyed_charged = bytes;
+	f->unkeyed_charged_to = c;
+	return 0;
+}
+
+/* Finds, once, the raw names of root entries the probe cannot find: the
+ * root's directories and the flat members that are not keyed (renamed by
+ * a pax path or GNU long name, hard links, names with no stem). Kept by
+ * hash alone: a hash that matches by chance only costs a listing. Pax
+ * records that rename nothing (WebDataset's float mtimes) add nothing, so
+ * such a fold answers misses as cheaply as one without them. The index
+ * cannot spare a header: a member's row is keyed by its base name alone,
+ * so any row may be one under a directory (`N/x`), and a record that
+ * renames the member after it is a row keyed by whatever its name field
+ * says. So every header is read, on two threads where there are two CPUs;
+ * `first` (when not NULL: the lookup's build) runs on this one while the
+ * other starts on the rows. The set found is the same whichever thread
+ * takes which chunk: each chunk reads the row before it, and the names
+ * are sorted when both threads end. */
+static int find_unkeyed(struct tx_fold *f, int (*first)(struct tx_fold *, struct sf_err *),
+			struct sf_err *e)
+{
+	if (f->unkeyed || f->noted)
+		return first ? first(f, e) : 0;
+	struct sf_cache *c = f->view->cache;
+	if (f->unkeyed_why && f->unkeyed_why_at == atomic_load(&c->freed))
+		return sf_fail(e, -EIO, "%s", f->unkeyed_why);
+	uint32_t n = (uint32_t)f->ix.n_rows;
+	_Atomic uint64_t next = 0;
+	struct unkeyed_part part[2] = { { .f = f, .next = &next, .drops = true },
+					{ .f = f, .next = &next } };
+	pthread_t t;
+	bool two = n >= 2 * UNKEYED_CHUNK && sysconf(_SC_NPROCESSORS_ONLN) > 1 &&
+		   start_part(&t, &part[1]);
+	int rc = first ? first(f, e) : 0;
+	if (rc)
+		atomic_store(&next, n);
 	else
-		f->unkeyed_done = true;
+		part_scan(&part[0]);
+	if (two)
+		pthread_join(t, NULL);
+	bool refused = false;
+	for (int i = 0; i < 2 && !rc; i++)
+		if ((rc = part[i].rc)) {
+			*e = part[i].e;
+			refused = part[i].refused;
+		}
+	if (!rc)
+		rc = keep_unkeyed(f, part, &refused, e);
+	part_free(&part[0]);
+	part_free(&part[1]);
+	/* counted after the parts' own charges went */
+	if (refused) {
+		free(f->unkeyed_why);
+		f->unkeyed_why = strdup(e->msg);
+		f->unkeyed_why_at = atomic_load(&c->freed);
+	}
 	return rc;
 }
 
 /* Whether the root name of hash h is one find_unkeyed found. */
 static bool unkeyed(struct tx_fold *f, uint64_t h)
 {
-	return f->noted ? tx_unkeyed_has(f->noted, h) : sf_ids_find(&f->unkeyed, h, NULL, NULL) != NULL;
+	return tx_unkeyed_has(f->noted ? f->noted : f->unkeyed, h);
 }
 
 /* Whether a shown name may be one the listing made up: "#<n>" added to
@@ -495,7 +691,9 @@ static int flat_find(struct tx_fold *f, const char *name, size_t along, struct f
 	long extid = tx_ext_id(&f->ix, k.ext, k.ext_len);
 	if (n > 100 || memchr(raw, '/', n) || k.cut || !k.stem_len || extid < 0)
 		return 1;
-	if ((rc = tx_fold_lookup(f, e)))
+	/* the lookup's build and the pass over the headers (needed below for
+	 * a hit, and by root_lookup for a miss) at once */
+	if ((rc = find_unkeyed(f, tx_fold_lookup, e)))
 		return rc;
 	size_t len = strlen(name);
 	if (f->named)
@@ -516,8 +714,6 @@ static int flat_find(struct tx_fold *f, const char *name, size_t along, struct f
 	 * name, a hard link, a directory) may show the name instead, later in
 	 * the tar: only the listing weighs them all. Known once per fold, so a
 	 * name's answer never depends on what was looked up or listed before. */
-	if ((rc = find_unkeyed(f, e)))
-		return rc;
 	if (unkeyed(f, XXH64(raw, n, 0))) {
 		p->best = -1;
 		return 0;
@@ -559,7 +755,7 @@ static int root_lookup(struct sf_node *root, const char *name, struct sf_node **
 		return sf_dir_lazy_node(root, p.m.kind == TX_SYMLINK ? SF_LINK : SF_FILE, name,
 					(uint32_t)p.best, (uint32_t)p.best, out, e);
 	if (!made_up(name)) {
-		if ((rc = find_unkeyed(f, e)))
+		if ((rc = find_unkeyed(f, NULL, e)))
 			return rc;
 		if (!unkeyed(f, XXH64(p.raw, p.len, 0)))
 			return 0;

@@ -30,7 +30,10 @@ void tx_fold_free(void *state)
 	tx_samples_free(f->samples);
 	free(f->hooked_member);
 	free((void *)f->plain);
-	sf_ids_free(&f->unkeyed);
+	sf_buf_unref(f->unkeyed);
+	free(f->unkeyed_why);
+	if (f->unkeyed_charged)
+		sf_cache_uncharge(f->unkeyed_charged_to, f->unkeyed_charged);
 	sf_buf_unref(f->noted);
 	free(f->fold);
 	free(f);

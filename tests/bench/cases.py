@@ -597,6 +597,11 @@ def os_read_all(paths):
 
 
 READERS = {"os": os_read_all, "open": read_all}
+# the options for a loader that lists a directory before it reads the files
+# (docs/options.md): attributes with the listing (opens the kernel answers
+# by default)
+LOADER = ["--readdirplus", "always"]
+PUSH = ["--push-ahead", "256M"]
 # the requests a file's open and read may cost
 PER_FILE = ("lookup", "getattr", "open", "ioctl", "read", "flush", "release")
 
@@ -640,8 +645,10 @@ def no_open_ab(ctx):
     the same rounds, each against its /dev/fuse twin: the figures that chose
     the default transport (docs/performance.md). The loader's options with
     --push-ahead too (its first pass starts right after the listing, racing
-    the push). io_uring needs the kernel's switch, turned on for this group
-    and put back (root)."""
+    the push). And in each mode, on another fresh mount, two reader
+    processes with open() (the `small` group's parallel readers), each half
+    the files after the listing, against two native readers. io_uring needs
+    the kernel's switch, turned on for this group and put back (root)."""
     n = ctx.size(10_000, 2_000)
     src, native, _, names = data.small_fold(ctx.work, ctx.tools, n, 10)
     order = names[:]
@@ -649,11 +656,10 @@ def no_open_ab(ctx):
     tars = sorted(src.glob("*"))
     # the transport named in every mode: the kernel's switch is on here,
     # under which `auto` would be io_uring
-    loader = ["--readdirplus", "always"]
     modes = {"default": ["--io-uring", "off"], "open": ["--io-uring", "off", "--open"],
-             "loader": ["--io-uring", "off", *loader], "uring": ["--io-uring", "on"],
-             "loader_uring": ["--io-uring", "on", *loader],
-             "loader_push": ["--io-uring", "off", *loader, "--push-ahead", "256M"]}
+             "loader": ["--io-uring", "off", *LOADER], "uring": ["--io-uring", "on"],
+             "loader_uring": ["--io-uring", "on", *LOADER],
+             "loader_push": ["--io-uring", "off", *LOADER, *PUSH]}
     # whose files/s each mode is measured against: the default mount, or for
     # io_uring the same options over /dev/fuse (its CPU and requests against
     # the default mount, whose are never 0)
@@ -662,11 +668,14 @@ def no_open_ab(ctx):
     keys = [(r, m, p) for r in READERS for m in modes for p in (1, 2)]
     fig, cpu, reqs = ({k: [] for k in keys} for _ in range(3))
     nat = {r: [] for r in READERS}
+    par = {m: [] for m in modes}
+    nat_par = []
     with mounts.uring_switch(True):
         for run in range(ctx.runs):
             data.warm([native / x for x in names])
             for r, fn in READERS.items():
                 nat[r].append(len(order) / timed(fn, [native / x for x in order]))
+            nat_par.append(parallel_files_per_s(native, order, 2))
             seq = list(modes) if run % 2 == 0 else list(reversed(modes))
             for m in seq:
                 for r, fn in READERS.items():
@@ -683,7 +692,14 @@ def no_open_ab(ctx):
                             fig[r, m, p].append(f)
                             cpu[r, m, p].append(c)
                             reqs[r, m, p].append(q)
-    rows = []
+                # two reader processes with open(), each half the files,
+                # a first pass after the listing
+                data.warm(tars)
+                with mounts.shardfs(ctx.shardfs, src, *modes[m]) as (mnt, proc, _):
+                    os.listdir(mnt / "f")
+                    par[m].append(parallel_files_per_s(mnt / "f", order, 2))
+    rows = [row(f"{m}_open_2_readers", median(par[m]), "files/s", "2 native readers",
+                median(nat_par), 0.5) for m in modes]
     for r in READERS:
         for p in (1, 2):
             label = f"{r}_{'first' if p == 1 else 'second'}_pass"
@@ -807,7 +823,7 @@ def compressed_tars(ctx):
     large member looked up and read in 1 MiB pieces against the
     single-threaded decompressor's rate over the archive; archivemount's
     random reads of the gzip archive."""
-    members, large = ctx.size(2_000, 200), ctx.size(64 * MiB, 4 * MiB)
+    members, large = ctx.size(2_000, 50), ctx.size(64 * MiB, 2 * MiB)
     d, srcs, sizes, tar_size = data.compressed_tars(ctx.work, members, large)
     rng = random.Random(42)
     small = [n for n in sizes if n != "large.bin"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 # the kernel's switch for FUSE over io_uring, as the mounted tests set it
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
-from conftest import uring_switch  # noqa: E402,F401
+from conftest import URING_SWITCH, uring_switch  # noqa: E402,F401
 
 
 def is_mounted(mnt):
@@ -60,6 +60,13 @@ def mounted(cmd, mnt_base=None):
 
 
 def shardfs(binary, src, *args):
+    # The groups that mount with --io-uring on turn the kernel's switch on
+    # for their length (uring_switch); another user's run on the machine
+    # that ends meanwhile puts back the value it found, so the switch is
+    # set again for each such mount.
+    if "--io-uring" in args and args[args.index("--io-uring") + 1] == "on" and \
+            URING_SWITCH.read_text().strip() != "Y":
+        URING_SWITCH.write_text("Y")
     return mounted(lambda mnt: [str(binary), str(src), str(mnt), "-f", *args])
 
 

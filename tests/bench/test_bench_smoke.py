@@ -23,11 +23,16 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "uring_daemon_cpu_idle", "dev_daemon_cpu_idle", "python_random_reads",
          "python_random_reads_first_pass",
          "pread_random_reads", "python_fold_open", "python_dataloader_jpeg",
+         "mount_dataloader_jpeg", "loader_dataloader_jpeg", "python_dataloader_jpeg_cpu",
+         "mount_dataloader_jpeg_cpu", "loader_dataloader_jpeg_cpu",
+         "mount_dataloader_jpeg_daemon_cpu", "loader_dataloader_jpeg_daemon_cpu",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
              for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")
              for x in ("", "_cpu", "_requests")
              if m != "default" or not x} | {
+             f"{m}_open_2_readers"
+             for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
              for c in ("first_member", "kept_first_member", "random_read", "large_read")}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",

@@ -8,6 +8,7 @@ import random
 import signal
 import stat
 import subprocess
+import tarfile
 import threading
 import time
 from pathlib import Path
@@ -289,6 +290,27 @@ def test_sigterm_is_clean(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_lazy_unmount_with_directories_open_is_clean(tmp_path, mount):
+    """A process holding directories open (a SRC one and a view's) through a
+    lazy unmount: the kernel ends the connection at their last close
+    without a RELEASEDIR, and the daemon still exits 0 having freed what
+    they listed (the fixture fails on any sanitizer report)."""
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    (src / "d" / "f").write_bytes(b"f")
+    with tarfile.open(src / "t.tar", "w") as t:
+        t.add(src / "d" / "f", arcname="x/m")
+    mnt = mount(src)
+    fds = [os.open(mnt / p, os.O_RDONLY | os.O_DIRECTORY) for p in ("d", "t", "t/x")]
+    try:
+        assert [sorted(os.listdir(fd)) for fd in fds] == [["f"], ["x"], ["m"]]
+        subprocess.run(["fusermount3", "-uz", str(mnt)], check=True, timeout=20)
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert mount.last.proc.wait(timeout=30) == 0, mount.last.stderr()
 
 
 def test_stale_mount_is_reported(tmp_path):

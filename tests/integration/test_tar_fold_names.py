@@ -5,8 +5,10 @@ with .shardfs, '.', '..', each other or a directory; files stored twice
 names and pax records; misses answered without listing the fold; a path of
 32,700 levels. Expected bytes come from tarfile (extractfile resolves a
 hard link to the member stored before it), never from the view."""
+import errno
 import io
 import os
+import shutil
 import subprocess
 import tarfile
 import time
@@ -375,3 +377,193 @@ def test_path_of_32700_levels(mount, tmp_path):
 def rss_kib(pid):
     with open(f"/proc/{pid}/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+# ---- the first lookup's pass over every header, in chunks on two threads ------------------
+
+def header_rows(tar):
+    """The rows an indexer makes of a tar: one per header block, records
+    included (docs/specs/taridx.md §7.2)."""
+    data, off, n = tar.read_bytes(), 0, 0
+    while off + 512 <= len(data) and data[off:off + 512] != bytes(512):
+        size = int(data[off + 124:off + 136].split(b"\0")[0].strip() or b"0", 8)
+        off += 512 + -(-size // 512) * 512
+        n += 1
+    return n
+
+
+def pax_renamed(path, field, data):
+    """A pax 'x' record giving `path` to the ustar header after it, whose
+    name field says `field`, and that member's data."""
+    rec = f" path={path}\n".encode()
+    n = len(rec) + 1
+    while len(str(n)) + len(rec) != n:
+        n += 1
+    body = str(n).encode() + rec
+    x = tarfile.TarInfo("././@PaxHeader")
+    x.type, x.size = tarfile.XHDTYPE, len(body)
+    ti = tarfile.TarInfo(field)
+    ti.size = len(data)
+    pad = tarfile.NUL * (-len(body) % 512), tarfile.NUL * (-len(data) % 512)
+    return (x.tobuf(tarfile.USTAR_FORMAT) + body + pad[0] + ti.tobuf(tarfile.USTAR_FORMAT) +
+            data + pad[1])
+
+
+def fillers(first, count):
+    out = b""
+    for i in range(first, first + count):
+        data = b"filler %d\n" % i
+        ti = tarfile.TarInfo(f"k{i:05d}.bin")
+        ti.size = len(data)
+        out += ti.tobuf(tarfile.USTAR_FORMAT) + data + tarfile.NUL * (-len(data) % 512)
+    return out
+
+
+def test_first_lookup_equals_listing_across_chunks(mount, tmp_path):
+    """The first lookup's pass over a fold's headers takes rows in chunks of
+    4096 on two threads (tx_fold.c, find_unkeyed): row 4096, the second
+    chunk's first, is the member a pax record at row 4095 renames to
+    `a.txt`, an earlier member's name. Shards by GNU tar (long name, directory with
+    a key's name, empty directory, symlink, hard link, empty file), tarfile
+    (that renamed member; a non-ASCII name, `?` in its name field) and
+    bsdtar (pax long name, hard link, a file replacing an empty one),
+    indexed by shardfs-taridx: every path reads the same lookup-first (a
+    fresh fold) as listing-first (another), and both as tarfile reads the
+    shards in fid order."""
+    src, w0, w2 = tmp_path / "src", tmp_path / "w0", tmp_path / "w2"
+    src.mkdir()
+    long0 = "l" * 120 + ".txt"
+    write_tree(w0, {"a.txt": b"OLD\n", "empty.txt": b"", "?.txt": b"Q\n", "d.txt/x.txt": b"X\n",
+                    long0: b"long\n"})
+    (w0 / "emptydir.bin").mkdir()
+    os.symlink("a.txt", w0 / "sym.txt")
+    os.link(w0 / "a.txt", w0 / "hard.txt")
+    long2 = "m" * 130 + ".bin"
+    write_tree(w2, {"c.txt": b"C\n", "empty.txt": b"now full\n", long2: b"long too\n",
+                    "dd.bin/y.bin": b"Y\n"})
+    os.link(w2 / "c.txt", w2 / "h2.txt")
+    s0, s1, s2 = (tmp_path / f"s{i}.tar" for i in range(3))
+    tar_with("gnu", s0, w0, ["a.txt", "empty.txt", "?.txt", "d.txt", "emptydir.bin", "sym.txt",
+                             "hard.txt", long0])
+    tar_with("bsdtar", s2, w2, ["c.txt", "empty.txt", long2, "dd.bin", "h2.txt"])
+    a, c = header_rows(s0), header_rows(s2)
+    # tarfile's shard: the non-ASCII member (2 rows), f1 fillers, the
+    # renamed member (2 rows), f2 fillers; so that row 4096 is the renamed
+    # member's header and there are more than two chunks
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo("\u00e9.txt")
+        ti.size = 6
+        t.addfile(ti, io.BytesIO(b"accent"))
+    head = buf.getvalue()[:-1024].rstrip(b"\0")
+    head += b"\0" * (-len(head) % 512)
+    f1 = 4093 - a
+    f2 = 8300 - (a + 2 + f1 + 2 + c)
+    renamed_at = len(head) + 512 * 2 * f1
+    s1.write_bytes(head + fillers(0, f1) + pax_renamed("a.txt", "b.txt", b"NEW\n") +
+                   fillers(f1, f2) + tarfile.NUL * 1024)
+    n = a + 2 + f1 + 2 + f2 + c
+    assert n > 8192 and header_rows(s1) == 2 + f1 + 2 + f2
+    for fold in ("fa", "fb"):
+        for i, s in enumerate((s0, s1, s2)):
+            shutil.copy(s, src / f"{fold}_{i}.tar")
+        index(src, fold)
+    # the index's row 4096 is the renamed member's header
+    ix = (src / "fa.taridx").read_bytes()
+    assert int.from_bytes(ix[24:32], "little") == n
+    row = int.from_bytes(ix[48:56], "little") + 32 * 4096
+    assert ix[row:row + 2] == b"\1\0"
+    assert int.from_bytes(ix[row + 2:row + 10], "little") == renamed_at + 1024
+    want = expected([s0, s1, s2])
+    assert want["a.txt"] == b"NEW\n" and want["hard.txt"] == b"OLD\n" and "b.txt" not in want
+    dirs = {os.path.dirname(p) for p in want} - {""} | {"emptydir.bin"}
+    mnt = mount(src)
+    first = mnt / "fa"
+    # names the index keys, hits and misses, answer without a listing; then
+    # a.txt, which the renamed member takes (found in the second chunk)
+    keyed = ["c.txt", "empty.txt", "?.txt", "sym.txt", "k00000.bin", f"k{f1 + f2 - 1:05d}.bin",
+             "b.txt", "nope.txt"]
+    before = listed(mnt)
+    rest = sorted(({p.split("/")[0] for p in want} | dirs | set(want)) - set(keyed) - {"a.txt"})
+    for i, name in enumerate(keyed + ["a.txt"] + rest):
+        if i == len(keyed):
+            assert listed(mnt) == before
+        p = first / name
+        if name in want and isinstance(want[name], tuple):
+            assert os.readlink(p) == want[name][1], name
+        elif name in want:
+            assert p.is_file() and not p.is_symlink(), name
+            assert p.stat().st_size == len(want[name]), name
+            assert read_through(p) == want[name], name
+        elif name in dirs:
+            assert p.is_dir() and not p.is_symlink(), name
+        else:
+            assert not os.path.lexists(p), name
+    assert seen(mnt / "fb") == want == seen(first)
+    for view in (first, mnt / "fb"):
+        assert {os.path.relpath(r, view) for r, _, _ in os.walk(view)} - {"."} == dirs
+
+
+def fold_of_dirs(tmp_path, n):
+    """A fold `f` of one tar whose n members d<i>/x.bin, each holding its
+    number and a newline, are each in a directory of its own: n root names
+    the index cannot key."""
+    src = tmp_path / "src"
+    src.mkdir()
+    with tarfile.open(src / "f_0.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+        for i in range(n):
+            data = b"%d\n" % i
+            ti = tarfile.TarInfo(f"d{i:05d}/x.bin")
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    return src
+
+
+def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
+    """The root names the index cannot key, which the first lookup's pass
+    keeps for the fold's life (8 bytes each, each once), are charged to the
+    budget: 9,000 members each in a directory of its own (two chunks and
+    more, so both threads find some) add exactly 72,000 bytes to what the
+    cache says is charged, and the names still answer."""
+    n = 9000
+    src = fold_of_dirs(tmp_path, n)
+    mnt = mount(src)
+    view = mnt / "f"
+    assert (view / ".shardfs").is_dir()
+    before = mount_stats(mnt)["cache"]["bytes_charged"]
+    assert not os.path.lexists(view / "nope.bin")
+    assert mount_stats(mnt)["cache"]["bytes_charged"] - before == 8 * n
+    assert listed(mnt) == 0
+    assert read_through(view / "d00000" / "x.bin") == b"0\n"
+    assert read_through(view / f"d{n - 1:05d}" / "x.bin") == b"%d\n" % (n - 1)
+
+
+def rchar(pid):
+    with open(f"/proc/{pid}/io") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+
+
+def test_refused_pass_is_remembered(mount, tmp_path):
+    """When the budget cannot hold the root names the first lookup's pass
+    finds, the lookup fails with the reason, and later lookups fail with it
+    without reading the tars again until the cache frees something: the
+    daemon's bytes read (rchar) grow by the tar's size at the first, by
+    next to nothing at the second."""
+    src = fold_of_dirs(tmp_path, 9000)
+    size = (src / "f_0.tar").stat().st_size
+    mnt = mount(src, "--cache-size", "100K")
+    pid = mount.last.proc.pid
+    view = mnt / "f"
+    # an open file keeps the view open between the lookups
+    with open(view / ".shardfs" / "info.txt", "rb"):
+        got = []
+        for _ in range(2):
+            before = rchar(pid)
+            with pytest.raises(OSError) as e:
+                os.stat(view / "nope.bin")
+            assert e.value.errno == errno.EIO
+            got.append(rchar(pid) - before)
+        errors = (mnt / ".shardfs" / "errors").read_text()
+    assert "the root names its index cannot key" in errors, errors
+    assert got[0] >= size // 2 and got[1] < size // 20, (got, size)
