@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import mount_stats
+from relutil import read_fd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "writers"))
 import taridx_writer as xw  # noqa: E402
@@ -166,10 +167,7 @@ def test_replaced_before_first_read(tmp_path, mount):
             tmp.write_bytes(new[n])
             os.rename(tmp, src / n)
         for n in names:
-            parts = []
-            while b := os.read(fds[n], 65536):
-                parts.append(b)
-            assert b"".join(parts) == old[n], n
+            assert read_fd(fds[n]) == old[n], n
     finally:
         for fd in fds.values():
             os.close(fd)

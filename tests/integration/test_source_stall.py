@@ -28,6 +28,7 @@ import numpy as np
 import pytest
 
 from conftest import BUILD, WRITERS, is_mounted, unmount
+from relutil import read_fd
 
 sys.path.insert(0, str(WRITERS))
 import taridx_writer as xw  # noqa: E402
@@ -654,10 +655,7 @@ def test_replaced_through_the_client_before_first_read(source, mount):
             (src.backing / (n + ".tmp")).write_bytes(new[n])
             os.rename(src.mnt / (n + ".tmp"), src.mnt / n)
         for n in names:
-            parts = []
-            while b := os.read(fds[n], 65536):
-                parts.append(b)
-            assert b"".join(parts) == old[n], n
+            assert read_fd(fds[n]) == old[n], n
     finally:
         for fd in fds.values():
             os.close(fd)
