@@ -344,6 +344,7 @@ int main(int argc, char **argv)
 	dm.push_on_open = o.threads > 1;
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
+	dm.tree.maps_cap = dm.src_pin_max;
 	dm.readdirplus_always = o.readdirplus_always;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell

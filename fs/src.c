@@ -238,13 +238,20 @@ int src_map_file(struct daemon *dm, struct fnode *node)
 		return -ESTALE;
 	}
 	pthread_mutex_lock(&n->map_lock);
+	bool crowded = false;
 	if (!n->map) {
 		n->map = m;
 		m = NULL;
-		atomic_fetch_add(&dm->tree.src_maps, 1);
+		size_t maps = atomic_fetch_add(&dm->tree.src_maps, 1) + 1;
+		crowded = dm->tree.maps_cap && maps > dm->tree.maps_cap;
 	}
 	pthread_mutex_unlock(&n->map_lock);
 	sf_map_unref(m);
+	if (crowded) {
+		pthread_mutex_lock(&dm->tree.lock);
+		pthread_cond_signal(&dm->tree.crowded);
+		pthread_mutex_unlock(&dm->tree.lock);
+	}
 	return 0;
 }
 

@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import signal
 import stat
 import subprocess
@@ -311,6 +312,45 @@ def test_lazy_unmount_with_directories_open_is_clean(tmp_path, mount):
         for fd in fds:
             os.close(fd)
     assert mount.last.proc.wait(timeout=30) == 0, mount.last.stderr()
+
+
+@pytest.mark.parametrize("mode", [[], ["--open"]])
+def test_reading_more_files_than_descriptors(tmp_path, mode):
+    """`cat` of every file of a SRC holding more files than the daemon may
+    open descriptors: the kernel keeps inodes read once, each SRC file's
+    node its mapping and descriptor, so the daemon has the kernel drop the
+    entries read longest ago and every read succeeds (before: EMFILE past
+    the limit, in both modes)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    n = 3000
+    for i in range(n):
+        (src / f"f{i:05d}").write_bytes(b"%d" % i)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    log = tmp_path / "log"
+    limit = lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
+    p = subprocess.Popen([str(SHARDFS), str(src), str(mnt), "-f", *mode], stderr=open(log, "wb"),
+                         preexec_fn=limit)
+    try:
+        deadline = time.monotonic() + 20
+        while not is_mounted(mnt):
+            assert time.monotonic() < deadline and p.poll() is None, log.read_text()
+            time.sleep(0.02)
+        for i in range(n):
+            with open(mnt / f"f{i:05d}", "rb") as f:
+                assert f.read() == b"%d" % i
+        assert (mnt / ".shardfs" / "errors").read_text() == ""
+        fds = len(os.listdir(f"/proc/{p.pid}/fd"))
+        assert fds < 1024, fds
+        unmount(mnt)
+        assert p.wait(timeout=30) == 0, log.read_text()
+        assert "Sanitizer" not in log.read_text()
+    finally:
+        unmount(mnt)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
 
 
 def test_stale_mount_is_reported(tmp_path):
