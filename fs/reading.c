@@ -247,7 +247,7 @@ static bool small_view(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
 
 /* Whether view `v`'s container is no longer the file its path names in
  * SRC (deleted, replaced, or renamed by a client keeping it for its last
- * holders: NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX). */
+ * holders: NFS's .nfs<hex digits>, FUSE's .fuse_hidden<hex digits>). */
 static bool container_gone(struct daemon *dm, const struct sf_view *v)
 {
 	const struct sf_map *m = sf_view_source(v);

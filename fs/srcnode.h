@@ -47,8 +47,8 @@ struct src_dir {
 };
 
 /* Whether SRC entry `name` is a file a network filesystem's client renamed
- * because it was deleted while open (NFS's .nfsXXXX, FUSE's
- * .fuse_hiddenXXXX): it only waits for its last holder to close it, so
+ * because it was deleted while open (NFS's .nfs<hex digits>, FUSE's
+ * .fuse_hidden<hex digits>): it only waits for its last holder to close it, so
  * the daemon holds it no longer than a reader of it does. */
 static inline bool kept_for_holders(const char *name)
 {
