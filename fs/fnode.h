@@ -56,6 +56,9 @@ struct fnode_ops {
 	const char *(*name)(const struct fnode *n);
 	/* its path under SRC (SRC nodes), NULL for others */
 	const char *(*rel)(const struct fnode *n);
+	/* a read at or past its end that needed no READ, which the kernel
+	 * precedes with a GETATTR carrying the handle; NULL: nothing to do */
+	void (*read_end)(struct fnode *n);
 	/* leaving the tree (the tree's lock held): what must not outlive
 	 * its place in it; NULL: nothing */
 	void (*detach)(struct ftree *t, struct fnode *n);

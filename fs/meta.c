@@ -282,6 +282,22 @@ static void meta_drop(struct ftree *t, struct fnode *n)
 	free(n);
 }
 
+/* read to its end: the thread's next path walk takes a new snapshot; an
+ * empty one's read sends no READ, only the GETATTR (fnode_ops.read_end) */
+static void read_out(struct fnode *n)
+{
+	struct meta_node *f = meta_of(n);
+	if (!f->snap)
+		return;
+	/* made by the lookup that made n */
+	struct meta_live *m = meta_of(n->parent)->live[f->which];
+	pthread_mutex_lock(&m->lock);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (m->pending[i].snap == f->snap)
+			m->pending[i].read_out = true;
+	pthread_mutex_unlock(&m->lock);
+}
+
 static const struct fnode_ops dir_ops = {
 	.kind = FK_META_DIR, .cached = true, .st = meta_st, .attr = fnode_dir_attr,
 	.access = access_shown, .kids = dir_kids, .drop = meta_drop,
@@ -289,7 +305,7 @@ static const struct fnode_ops dir_ops = {
 
 static const struct fnode_ops file_ops = {
 	.kind = FK_META_FILE, .cached = true, .live = true, .st = meta_st, .attr = file_attr,
-	.access = file_access, .drop = meta_drop,
+	.access = file_access, .read_end = read_out, .drop = meta_drop,
 };
 
 struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, bool isdir,
@@ -321,9 +337,7 @@ struct fnode *meta_snapshot_node(struct daemon *dm, struct fnode *dir, const cha
 	struct timespec at;
 	pthread_mutex_lock(&m->lock);
 	struct pending *p = pending_of(m, tid, mono_ns(), PENDING_NS);
-	/* an empty one is never read (no READ says it was), so it is not
-	 * handed out twice: the thread would see no change for 5 s */
-	struct sf_buf *b = p && !p->read_out && p->snap->len ? sf_buf_ref(p->snap) : NULL;
+	struct sf_buf *b = p && !p->read_out ? sf_buf_ref(p->snap) : NULL;
 	if (b)
 		at = p->at;
 	pthread_mutex_unlock(&m->lock);
@@ -352,14 +366,7 @@ struct fnode *meta_snapshot_node(struct daemon *dm, struct fnode *dir, const cha
 struct sf_buf *meta_node_read(struct fnode *n, uint64_t end)
 {
 	struct meta_node *f = meta_of(n);
-	if (end >= f->snap->len) {
-		/* made by the lookup that made n */
-		struct meta_live *m = meta_of(n->parent)->live[f->which];
-		pthread_mutex_lock(&m->lock);
-		for (int i = 0; i < PENDING_MAX; i++)
-			if (m->pending[i].snap == f->snap)
-				m->pending[i].read_out = true;
-		pthread_mutex_unlock(&m->lock);
-	}
+	if (end >= f->snap->len)
+		read_out(n);
 	return sf_buf_ref(f->snap);
 }

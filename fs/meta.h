@@ -90,8 +90,8 @@ struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid);
 struct fnode *meta_snapshot_node(struct daemon *dm, struct fnode *dir, const char *name,
 				 enum meta_file which, pid_t tid);
 /* A READ of such a node up to offset `end`: its snapshot (a reference).
- * Read to its end, the thread that took it takes a new one at its next
- * path walk. */
+ * Read to its end (or at its end: fnode_ops.read_end), the thread that
+ * took it takes a new one at its next path walk. */
 struct sf_buf *meta_node_read(struct fnode *n, uint64_t end);
 /* The handle's thread closed it (FLUSH). */
 void meta_closed(struct fnode *n, struct meta_handle *h);
