@@ -255,6 +255,9 @@ static bool container_gone(struct daemon *dm, const struct sf_view *v)
 	if (!m || !m->path)
 		return false;
 	int rc = sf_lstat_beneath(dm->src_fd, m->path, &st);
+	/* a fold's index kept in --index-dir: at the same path beneath it */
+	if (rc == -ENOENT && dm->index_fd >= 0)
+		rc = sf_lstat_beneath(dm->index_fd, m->path, &st);
 	return rc == -ENOENT || (rc == 0 && (st.st_dev != m->st.st_dev || st.st_ino != m->st.st_ino));
 }
 

@@ -166,3 +166,25 @@ def test_an_open_fold_stays_when_another_container_goes(mount, dataset):
         assert f.read() == b"alpha\n"
         assert member.read_bytes() == b"alpha\n"
         assert mount_stats(mnt)["containers_opened"] == opened
+
+
+def test_an_index_elsewhere_is_not_taken_for_a_gone_container(mount, dataset):
+    """--open checks at each view file's last RELEASE whether its container
+    is gone: a fold's index in --index-dir is looked for there, not in SRC,
+    so its view stays open from one read to the next (it was let go and
+    opened anew at every close) and goes once that index is deleted."""
+    src, idx = dataset
+    mnt = mount(src, "--open", "--index-dir", str(idx))
+    member = mnt / "data" / "train" / "short" / "a.txt"
+    for _ in range(3):
+        assert member.read_bytes() == b"alpha\n"
+    stats = mount_stats(mnt)
+    assert stats["views_closed"] == 0 and stats["containers_opened"] == 1, stats
+    os.unlink(idx / "data" / "train.taridx")
+    with open(member, "rb") as f:
+        assert f.read() == b"alpha\n"
+    # the kernel sends RELEASE after close() returns
+    deadline = time.monotonic() + 10
+    while mount_stats(mnt)["views_closed"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mount_stats(mnt)["views_closed"] == 1
