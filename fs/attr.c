@@ -77,6 +77,8 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		view_file_ready(dm, n);
 		section_end(dm);
 	}
+	if (fi && n->ops->read_end)
+		n->ops->read_end(n);
 	fill_attr(dm, n, fuse_req_ctx(req)->pid, false, &st);
 	double t = n->ops->live ? 0 : in_view(n) ? VIEW_TIMEOUT : SRC_TIMEOUT;
 	fuse_reply_attr(req, &st, t);

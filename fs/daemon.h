@@ -43,10 +43,11 @@ struct daemon {
 	struct fuse_session *se;      /* for notifications */
 	bool push_on_open;            /* small files are pushed at open */
 	struct push *push;            /* --push-ahead (fs/push.h); NULL: off */
-	/* --no-open: OPEN and FLUSH are answered ENOSYS, which the kernel
-	 * takes as "never ask again" for the whole mount (fs/reading.c) */
+	/* no-open (the default; --open: off): OPEN and FLUSH are answered
+	 * ENOSYS, which the kernel takes as "never ask again" for the whole
+	 * mount (fs/reading.c) */
 	bool no_open;
-	/* --no-open: SRC files are mapped at lookup while fewer than this
+	/* no-open: SRC files are mapped at lookup while fewer than this
 	 * hold a mapping (fs/src.c) */
 	size_t src_pin_max;
 	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */

@@ -56,6 +56,9 @@ struct fnode_ops {
 	const char *(*name)(const struct fnode *n);
 	/* its path under SRC (SRC nodes), NULL for others */
 	const char *(*rel)(const struct fnode *n);
+	/* a read at or past its end that needed no READ, which the kernel
+	 * precedes with a GETATTR carrying the handle; NULL: nothing to do */
+	void (*read_end)(struct fnode *n);
 	/* leaving the tree (the tree's lock held): what must not outlive
 	 * its place in it; NULL: nothing */
 	void (*detach)(struct ftree *t, struct fnode *n);
@@ -92,6 +95,13 @@ struct ftree {
 	 * looked up longest ago (fs/prune.h); 0: no cap. `crowded` is
 	 * signalled (the lock held) as a node is made past it. */
 	size_t cap;
+	/* The most SRC files holding a mapping (each a descriptor) before
+	 * the same thread asks the kernel to drop the entries looked up
+	 * longest ago: the kernel keeps an inode read once as long as it
+	 * likes, and `cat` of every file of a large SRC would otherwise run
+	 * the daemon out of descriptors (EMFILE). 0: no cap. `crowded` is
+	 * signalled (the lock held) as a mapping is made past it. */
+	size_t maps_cap;
 	pthread_cond_t crowded;
 	size_t freed_since_trim;  /* nodes freed since memory was last trimmed */
 	/* Called (the tree's lock held) as a watched SRC directory's node is

@@ -336,14 +336,12 @@ static char *view_name(struct sf_ids *names, struct listing *l, const char *file
 	return sf_strs_add(&l->names, name, n);
 }
 
-/* The format that claims SRC file `name` of `rel`, if any. A file a
- * network filesystem's client renamed because it was deleted while open
- * (NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX) is only waiting for its last
- * holder to close it: it shows through as the plain file it is, and a view
- * would keep it open. */
+/* The format that claims SRC file `name` of `rel`, if any. A file kept
+ * for its holders shows through as the plain file it is: a view would keep
+ * it open. */
 static const struct sf_format *claim(const char *rel, const char *name)
 {
-	if (strncmp(name, ".nfs", 4) == 0 || strncmp(name, ".fuse_hidden", 12) == 0)
+	if (kept_for_holders(name))
 		return NULL;
 	return sf_format_for(rel, name);
 }

@@ -21,6 +21,7 @@
 #include "options.h"
 #include "prune.h"
 #include "push.h"
+#include "reading.h"
 #include "src.h"
 #include "stats.h"
 #include "transport.h"
@@ -182,7 +183,7 @@ static size_t view_fd_share(void)
 	return n > FDS_RESERVED + 32 ? (n - FDS_RESERVED) / 2 : 16;
 }
 
-/* The mappings SRC files may hold from their lookup (--no-open, fs/src.c):
+/* The mappings SRC files may hold from their lookup (no-open, fs/src.c):
  * half of the descriptors the views leave, and a quarter of the mappings
  * the kernel allows a process (vm.max_map_count), which views and the
  * decode cache need too. */
@@ -343,6 +344,7 @@ int main(int argc, char **argv)
 	dm.push_on_open = o.threads > 1;
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
+	dm.tree.maps_cap = dm.src_pin_max;
 	dm.readdirplus_always = o.readdirplus_always;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
@@ -394,6 +396,11 @@ int main(int argc, char **argv)
 		errlog_add(&dm.stats, ".", no_pruner);
 		if (o.foreground)
 			fprintf(stderr, "shardfs: %s\n", no_pruner);
+	}
+	if (dm.no_open) {
+		/* no RELEASE tells of a view's last reader (fs/reading.h) */
+		dm.watch.gone = views_gone_in;
+		dm.watch.gone_arg = &dm;
 	}
 	int wrc = watch_start(&dm.watch, se, dm.src_fd);
 	if (wrc) {

@@ -13,8 +13,8 @@ struct pending {
 	struct timespec at;
 	pid_t tid;
 	uint64_t taken_ns, used_ns; /* monotonic */
-	/* a READ with no handle reached its end (--no-open): the thread's
-	 * next path walk starts a new read, and takes a new snapshot */
+	/* no-open: its node was read to its end, so the thread's next
+	 * path walk starts a new read, and takes a new snapshot */
 	bool read_out;
 };
 
@@ -46,21 +46,28 @@ static uint64_t age(uint64_t now, uint64_t t)
 	return now > t ? now - t : 0;
 }
 
-/* The node's state, made on first use (the node's snap_lock guards it). */
-static struct meta_live *live(struct fnode *node)
+/* File `which`'s state, kept by .shardfs/ `dir` (one file may have a
+ * node per snapshot, no-open), made on first use (dir's snap_lock
+ * guards it). */
+static struct meta_live *live(struct fnode *dir, enum meta_file which)
 {
-	struct meta_node *n = meta_of(node);
-	pthread_mutex_lock(&n->snap_lock);
-	if (!n->live && (n->live = calloc(1, sizeof *n->live)))
-		pthread_mutex_init(&n->live->lock, NULL);
-	struct meta_live *m = n->live;
-	pthread_mutex_unlock(&n->snap_lock);
+	struct meta_node *d = meta_of(dir);
+	pthread_mutex_lock(&d->snap_lock);
+	if (!d->live[which] && (d->live[which] = calloc(1, sizeof *d->live[which])))
+		pthread_mutex_init(&d->live[which]->lock, NULL);
+	struct meta_live *m = d->live[which];
+	pthread_mutex_unlock(&d->snap_lock);
 	return m;
 }
 
-static struct sf_buf *content(struct daemon *dm, struct fnode *n)
+static struct meta_live *live_of(struct fnode *file)
 {
-	return meta_of(n)->which == META_STATS
+	return live(file->parent, meta_of(file)->which);
+}
+
+static struct sf_buf *content(struct daemon *dm, enum meta_file which)
+{
+	return which == META_STATS
 		       ? stats_json(&dm->stats, sf_dcache_bytes(dm->cache), sf_dcache_charged(dm->cache),
 				    sf_dcache_budget(dm->cache))
 		       : errlog_text(&dm->stats);
@@ -102,12 +109,29 @@ static void keep_pending(struct meta_live *m, pid_t tid, struct sf_buf *b,
 	*slot = (struct pending){ .snap = b, .at = *at, .tid = tid, .taken_ns = now, .used_ns = now };
 }
 
+/* A new snapshot of file `which`, kept as thread tid's pending one, and
+ * when it was taken; a reference, or NULL when out of memory. */
+static struct sf_buf *take_pending(struct daemon *dm, struct meta_live *m, enum meta_file which,
+				   pid_t tid, struct timespec *at)
+{
+	clock_gettime(CLOCK_REALTIME, at);
+	/* taken outside the lock: other readers need not wait for it */
+	struct sf_buf *b = content(dm, which);
+	if (!b)
+		return NULL;
+	pthread_mutex_lock(&m->lock);
+	/* read again: others may have stamped slots while it was taken */
+	keep_pending(m, tid, sf_buf_ref(b), at, mono_ns());
+	pthread_mutex_unlock(&m->lock);
+	return b;
+}
+
 void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t *size,
 	       struct timespec *at)
 {
 	*size = 0;
 	clock_gettime(CLOCK_REALTIME, at);
-	struct meta_live *m = live(n);
+	struct meta_live *m = live_of(n);
 	if (!m)
 		return;
 	uint64_t now = mono_ns();
@@ -117,8 +141,6 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 	 * handle's (fstat). A handle is released asynchronously: one still
 	 * listed may be one the thread has closed already. */
 	struct pending *p = pending_of(m, tid, now, lookup ? PENDING_NS : REUSE_NS);
-	if (p && lookup && p->read_out)
-		p = NULL;
 	struct meta_handle *h = p || lookup ? NULL : m->handles;
 	while (h && (h->tid != tid || h->closed))
 		h = h->next;
@@ -129,20 +151,15 @@ void meta_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, off_t
 		return;
 	}
 	pthread_mutex_unlock(&m->lock);
-	/* taken outside the lock: other readers need not wait for it */
-	struct sf_buf *b = content(dm, n);
-	if (!b)
-		return;
-	*size = (off_t)b->len;
-	pthread_mutex_lock(&m->lock);
-	/* read again: others may have stamped slots while it was taken */
-	keep_pending(m, tid, b, at, mono_ns());
-	pthread_mutex_unlock(&m->lock);
+	struct sf_buf *b = take_pending(dm, m, meta_of(n)->which, tid, at);
+	if (b)
+		*size = (off_t)b->len;
+	sf_buf_unref(b);
 }
 
 struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
 {
-	struct meta_live *m = live(n);
+	struct meta_live *m = live_of(n);
 	struct meta_handle *h = m ? calloc(1, sizeof *h) : NULL;
 	if (!h)
 		return NULL;
@@ -157,7 +174,7 @@ struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
 	pthread_mutex_unlock(&m->lock);
 	if (!h->snap) {
 		clock_gettime(CLOCK_REALTIME, &h->at);
-		if (!(h->snap = content(dm, n))) {
+		if (!(h->snap = content(dm, meta_of(n)->which))) {
 			free(h);
 			return NULL;
 		}
@@ -171,32 +188,9 @@ struct meta_handle *meta_open(struct daemon *dm, struct fnode *n, pid_t tid)
 	return h;
 }
 
-struct sf_buf *meta_read_snapshot(struct daemon *dm, struct fnode *n, pid_t tid, uint64_t end)
-{
-	struct meta_live *m = live(n);
-	if (!m)
-		return NULL;
-	pthread_mutex_lock(&m->lock);
-	struct pending *p = pending_of(m, tid, mono_ns(), PENDING_NS);
-	struct sf_buf *b = p ? sf_buf_ref(p->snap) : NULL;
-	if (p && end >= b->len)
-		p->read_out = true;
-	pthread_mutex_unlock(&m->lock);
-	if (b)
-		return b;
-	struct timespec at;
-	clock_gettime(CLOCK_REALTIME, &at);
-	if (!(b = content(dm, n)))
-		return NULL;
-	pthread_mutex_lock(&m->lock);
-	keep_pending(m, tid, sf_buf_ref(b), &at, mono_ns());
-	pthread_mutex_unlock(&m->lock);
-	return b;
-}
-
 void meta_closed(struct fnode *n, struct meta_handle *h)
 {
-	struct meta_live *m = meta_of(n)->live;
+	struct meta_live *m = live_of(n);
 	pthread_mutex_lock(&m->lock);
 	h->closed = true;
 	pthread_mutex_unlock(&m->lock);
@@ -204,7 +198,7 @@ void meta_closed(struct fnode *n, struct meta_handle *h)
 
 void meta_release(struct fnode *n, struct meta_handle *h)
 {
-	struct meta_live *m = meta_of(n)->live;
+	struct meta_live *m = live_of(n);
 	pthread_mutex_lock(&m->lock);
 	if (h->prev)
 		h->prev->next = h->next;
@@ -240,13 +234,20 @@ static const struct stat *meta_st(const struct fnode *n)
 	return &meta_of(n)->st;
 }
 
-/* live content: the caller's snapshot (attr timeout 0) */
+/* live content: the node's snapshot (no-open), else the caller's
+ * (attr timeout 0) */
 static void file_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup,
 		      struct stat *st)
 {
+	struct meta_node *f = meta_of(n);
 	st->st_mode = S_IFREG;
 	st->st_nlink = 1;
-	meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
+	if (f->snap) {
+		st->st_size = (off_t)f->snap->len;
+		st->st_mtim = f->snap_at;
+	} else {
+		meta_attr(dm, n, tid, lookup, &st->st_size, &st->st_mtim);
+	}
 	st->st_ctim = st->st_mtim;
 }
 
@@ -270,11 +271,31 @@ static struct sf_hash *dir_kids(struct fnode *n)
 static void meta_drop(struct ftree *t, struct fnode *n)
 {
 	struct meta_node *m = meta_of(n);
-	meta_live_free(m->live);
-	pthread_mutex_destroy(&m->snap_lock);
+	if (fnode_kind(n) == FK_META_DIR) {
+		meta_live_free(m->live[META_STATS]);
+		meta_live_free(m->live[META_ERRORS]);
+		pthread_mutex_destroy(&m->snap_lock);
+	}
+	sf_buf_unref(m->snap);
 	sf_hash_free(&m->kids);
 	free(n->name);
 	free(n);
+}
+
+/* read to its end: the thread's next path walk takes a new snapshot; an
+ * empty one's read sends no READ, only the GETATTR (fnode_ops.read_end) */
+static void read_out(struct fnode *n)
+{
+	struct meta_node *f = meta_of(n);
+	if (!f->snap)
+		return;
+	/* made by the lookup that made n */
+	struct meta_live *m = meta_of(n->parent)->live[f->which];
+	pthread_mutex_lock(&m->lock);
+	for (int i = 0; i < PENDING_MAX; i++)
+		if (m->pending[i].snap == f->snap)
+			m->pending[i].read_out = true;
+	pthread_mutex_unlock(&m->lock);
 }
 
 static const struct fnode_ops dir_ops = {
@@ -284,7 +305,7 @@ static const struct fnode_ops dir_ops = {
 
 static const struct fnode_ops file_ops = {
 	.kind = FK_META_FILE, .cached = true, .live = true, .st = meta_st, .attr = file_attr,
-	.access = file_access, .drop = meta_drop,
+	.access = file_access, .read_end = read_out, .drop = meta_drop,
 };
 
 struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, bool isdir,
@@ -297,11 +318,55 @@ struct fnode *meta_node(struct ftree *t, struct fnode *dir, const char *name, bo
 		n = fnode_new(t, ops, sizeof(struct meta_node), dir, name);
 		if (n) {
 			struct meta_node *m = meta_of(n);
-			pthread_mutex_init(&m->snap_lock, NULL);
+			if (isdir)
+				pthread_mutex_init(&m->snap_lock, NULL);
 			m->which = which;
 			m->st = *fnode_st(dir);
 			fnode_attach(n);
 		}
 	}
 	return fnode_found(t, n);
+}
+
+struct fnode *meta_snapshot_node(struct daemon *dm, struct fnode *dir, const char *name,
+				 enum meta_file which, pid_t tid)
+{
+	struct meta_live *m = live(dir, which);
+	if (!m)
+		return NULL;
+	struct timespec at;
+	pthread_mutex_lock(&m->lock);
+	struct pending *p = pending_of(m, tid, mono_ns(), PENDING_NS);
+	struct sf_buf *b = p && !p->read_out ? sf_buf_ref(p->snap) : NULL;
+	if (b)
+		at = p->at;
+	pthread_mutex_unlock(&m->lock);
+	if (!b && !(b = take_pending(dm, m, which, tid, &at)))
+		return NULL;
+	struct ftree *t = &dm->tree;
+	fnode_find(t);
+	struct fnode *n = fnode_child(dir, name);
+	if (!n || n->ops != &file_ops || meta_of(n)->snap != b) {
+		n = fnode_new(t, &file_ops, sizeof(struct meta_node), dir, name);
+		if (n) {
+			struct meta_node *f = meta_of(n);
+			f->which = which;
+			f->st = *fnode_st(dir);
+			f->snap = b;
+			f->snap_at = at;
+			b = NULL;
+			fnode_attach(n);
+		}
+	}
+	n = fnode_found(t, n);
+	sf_buf_unref(b);
+	return n;
+}
+
+struct sf_buf *meta_node_read(struct fnode *n, uint64_t end)
+{
+	struct meta_node *f = meta_of(n);
+	if (end >= f->snap->len)
+		read_out(n);
+	return sf_buf_ref(f->snap);
 }

@@ -184,7 +184,11 @@ static void lookup_meta(fuse_req_t req, struct fnode *dir, const char *name)
 		reply_negative(req, VIEW_TIMEOUT);
 		return;
 	}
-	reply_node(req, meta_node(&daemon_of(req)->tree, dir, name, false, which), 0);
+	struct daemon *dm = daemon_of(req);
+	reply_node(req,
+		   dm->no_open ? meta_snapshot_node(dm, dir, name, which, fuse_req_ctx(req)->pid)
+			       : meta_node(&dm->tree, dir, name, false, which),
+		   0);
 }
 
 /* A lookup by the kind of its directory (none: not a directory). */

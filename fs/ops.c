@@ -104,12 +104,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_CACHE_SYMLINKS;
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
-	/* --no-open: the live files read through the page cache, which a
-	 * GETATTR showing another time (their attribute timeout is 0) must
-	 * drop even when the size is the same (fs/meta.h) */
 	struct daemon *dm = userdata;
-	if (dm->no_open && (conn->capable & FUSE_CAP_AUTO_INVAL_DATA))
-		conn->want |= FUSE_CAP_AUTO_INVAL_DATA;
 	/* the kernel's automatic choice lists in plain READDIR past a
 	 * listing's first request (fs/dirs.c): each name then costs its
 	 * reader a LOOKUP */

@@ -48,14 +48,12 @@ void options_usage(FILE *to)
 	      "                      'echo Y > /sys/module/fuse/parameters/enable_uring',\n"
 	      "                      or for good with 'options fuse enable_uring=1' in\n"
 	      "                      /etc/modprobe.d\n"
-	      "  --no-open           the kernel opens and closes files without asking the\n"
-	      "                      daemon (FUSE's no-open support): a file read once\n"
-	      "                      reads again from the page cache with no request.\n"
-	      "                      A SRC file is mapped at lookup, pinning its version.\n"
-	      "                      What it costs (docs/options.md): concurrent readers\n"
-	      "                      of one .shardfs/ file may see each other's snapshot;\n"
-	      "                      a deleted container is let go when the kernel\n"
-	      "                      forgets its view, not at its last close\n"
+	      "  --open              ask the daemon at every open and last close of a file\n"
+	      "                      (OPEN, RELEASE). By default the kernel opens and\n"
+	      "                      closes files by itself (FUSE's no-open support;\n"
+	      "                      --no-open says so): a file read once reads again\n"
+	      "                      from the page cache with no request, and a SRC file\n"
+	      "                      is mapped at lookup, within a budget (docs/options.md)\n"
 	      "  --readdirplus MODE  auto (default): a listing gives names with attributes\n"
 	      "                      in its first request, and in later ones only when\n"
 	      "                      names were looked up meanwhile (ls -l, du); always:\n"
@@ -209,6 +207,7 @@ int options_parse(int argc, char **argv, struct options *o)
 	o->max_nodes = DEFAULT_MAX_NODES;
 	o->ready_fd = -1;
 	o->io_uring = IO_URING_OFF;
+	o->no_open = true;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		const char *val = NULL;
@@ -229,6 +228,8 @@ int options_parse(int argc, char **argv, struct options *o)
 				return bad("out of memory", NULL);
 		} else if (strcmp(a, "--no-open") == 0) {
 			o->no_open = true;
+		} else if (strcmp(a, "--open") == 0) {
+			o->no_open = false;
 		} else if ((val = long_value(argc, argv, &i, "--cache-size"))) {
 			if (val == MISSING || parse_size(val, &o->cache_size))
 				return bad("--cache-size needs a size like 512M", val);

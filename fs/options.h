@@ -23,7 +23,7 @@ struct options {
 	int ready_fd;      /* --ready-fd: gets "ready\n" once mounted; -1 if none */
 	const char *index_dir; /* --index-dir: folds' indexes away from their tars */
 	enum io_uring_mode io_uring;
-	bool no_open;      /* --no-open: the kernel opens files without asking */
+	bool no_open;      /* the kernel opens files without asking (--open: off) */
 	bool readdirplus_always; /* --readdirplus always: every listing request */
 	uint64_t push_ahead; /* --push-ahead: the window, bytes (0: off) */
 };

@@ -31,12 +31,15 @@ static void *run(void *arg)
 	struct fnode_leaf *batch = malloc(BATCH * sizeof *batch);
 	pthread_mutex_lock(&t->lock);
 	while (batch && !p->stop) {
-		size_t low = t->cap - t->cap / 8;
-		if (t->live <= t->cap) {
+		size_t maps = atomic_load(&t->src_maps);
+		bool nodes_over = t->cap && t->live > t->cap;
+		if (!nodes_over && !(t->maps_cap && maps > t->maps_cap)) {
 			pthread_cond_wait(&t->crowded, &t->lock);
 			continue;
 		}
-		size_t want = t->live - low < BATCH ? t->live - low : BATCH;
+		size_t over = nodes_over ? t->live - (t->cap - t->cap / 8)
+					 : maps - (t->maps_cap - t->maps_cap / 8);
+		size_t want = over < BATCH ? over : BATCH;
 		size_t k = fnode_oldest_leaves(t, batch, want);
 		/* outside the lock: a request for these entries' directories,
 		 * which the kernel may wait for before it drops them, may need it */
@@ -59,7 +62,7 @@ static void *run(void *arg)
 int prune_start(struct prune *p, struct ftree *t, struct fuse_session *se)
 {
 	*p = (struct prune){ .tree = t, .se = se };
-	if (!t->cap)
+	if (!t->cap && !t->maps_cap)
 		return 0;
 	int rc = pthread_create(&p->thread, NULL, run, p);
 	p->running = rc == 0;

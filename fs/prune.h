@@ -1,4 +1,5 @@
-/* The nodes the kernel makes the daemon hold, kept under --max-nodes. The
+/* The nodes the kernel makes the daemon hold, kept under --max-nodes, and
+ * the SRC files among them holding a mapping under `maps_cap` (fs/fnode.h). The
  * kernel keeps an entry, and so its node, as long as it likes (a view's for
  * a day): a walk over ten million files would hold ten million nodes. Past
  * the cap a thread of its own asks the kernel to drop the entries looked up

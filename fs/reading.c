@@ -29,7 +29,8 @@
  * across opens; content files keep no per-open state. The live .shardfs/
  * files are the exception: a handle holds its snapshot (fs/meta.h).
  * Answering costs one round trip per open (docs/performance.md), which
- * --no-open spares. Each kind's requests are its entry of file_kinds. */
+ * no-open, the default, spares (only --open asks for OPEN). Each kind's
+ * requests are its entry of file_kinds. */
 static void open_live(fuse_req_t req, struct fnode *n, struct fuse_file_info *fi)
 {
 	/* one snapshot per handle, read past the page cache (fs/meta.h) */
@@ -217,12 +218,7 @@ static void read_live(fuse_req_t req, struct fnode *n, size_t size, off_t off,
 	/* held past the reply: its reader may release the handle as soon as
 	 * the kernel has the bytes, before writev returns */
 	struct sf_buf *b = fi->fh ? sf_buf_ref(((struct meta_handle *)(uintptr_t)fi->fh)->snap)
-			 : meta_read_snapshot(daemon_of(req), n, fuse_req_ctx(req)->pid,
-					      (uint64_t)off + size);
-	if (!b) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
+			 : meta_node_read(n, (uint64_t)off + size);
 	uint64_t len = (uint64_t)off >= b->len ? 0 : b->len - (uint64_t)off;
 	if (len > size)
 		len = size;
@@ -251,7 +247,7 @@ static bool small_view(struct daemon *dm, struct fnode *n, struct sf_readv *rv)
 
 /* Whether view `v`'s container is no longer the file its path names in
  * SRC (deleted, replaced, or renamed by a client keeping it for its last
- * holders: NFS's .nfsXXXX, FUSE's .fuse_hiddenXXXX). */
+ * holders: NFS's .nfs<hex digits>, FUSE's .fuse_hidden<hex digits>). */
 static bool container_gone(struct daemon *dm, const struct sf_view *v)
 {
 	const struct sf_map *m = sf_view_source(v);
@@ -259,6 +255,9 @@ static bool container_gone(struct daemon *dm, const struct sf_view *v)
 	if (!m || !m->path)
 		return false;
 	int rc = sf_lstat_beneath(dm->src_fd, m->path, &st);
+	/* a fold's index kept in --index-dir: at the same path beneath it */
+	if (rc == -ENOENT && dm->index_fd >= 0)
+		rc = sf_lstat_beneath(dm->index_fd, m->path, &st);
 	return rc == -ENOENT || (rc == 0 && (st.st_dev != m->st.st_dev || st.st_ino != m->st.st_ino));
 }
 
@@ -282,6 +281,85 @@ static void let_gone_view_go(struct daemon *dm, struct fnode *n)
 	}
 	pthread_mutex_unlock(&dm->tree.lock);
 	openviews_gone(&dm->views, view_of(n)->view, dirs, names, k);
+}
+
+/* Entries to drop: directory inode numbers and names. */
+struct entries {
+	uint64_t *dirs;
+	char **names;
+	size_t k, dcap, ncap;
+};
+
+static bool add_entry(struct entries *e, const struct fnode *n)
+{
+	char *name;
+	if (sf_grow(&e->dirs, &e->dcap, e->k, sizeof *e->dirs, 64) ||
+	    sf_grow(&e->names, &e->ncap, e->k, sizeof *e->names, 64) ||
+	    !(name = strdup(fnode_name(n))))
+		return false;
+	e->names[e->k] = name;
+	e->dirs[e->k++] = fnode_ino(n->parent);
+	return true;
+}
+
+/* Adds the entries the kernel holds of view `v`'s nodes that hold no
+ * children (`leaves`) or that do (the tree's lock held). */
+static bool add_view_entries(struct ftree *t, struct sf_view *v, bool leaves, struct entries *e)
+{
+	for (struct fnode *n = t->all; n; n = n->all_next)
+		if (fnode_vn(n) && fnode_view(n) == v && n->nlookup && n->parent &&
+		    (n->refs == 0) == leaves && !add_entry(e, n))
+			return false;
+	return true;
+}
+
+/* Lets view `v` go, its container gone, when no RELEASE will tell of its
+ * last reader (no-open): the listing's entry drops it, and the kernel is
+ * told to drop every entry it holds of the view, the leaves' first, so
+ * that the entries a reader holds die with its last close (the kernel
+ * drops an entry in use as soon as it is let go) and the rest at once. */
+static void let_whole_view_go(struct daemon *dm, struct sf_view *v)
+{
+	struct entries e = { 0 };
+	pthread_mutex_lock(&dm->tree.lock);
+	if (add_view_entries(&dm->tree, v, true, &e))
+		add_view_entries(&dm->tree, v, false, &e);
+	pthread_mutex_unlock(&dm->tree.lock);
+	openviews_gone(&dm->views, v, e.dirs, e.names, e.k);
+	free(e.dirs);
+	free(e.names);
+}
+
+/* Whether view `v` stands for the file named `name` (its container's
+ * path ends so). */
+static bool view_of_file(const struct sf_view *v, const char *name)
+{
+	const struct sf_map *m = sf_view_source(v);
+	if (!m || !m->path)
+		return false;
+	const char *base = strrchr(m->path, '/');
+	return strcmp(base ? base + 1 : m->path, name) == 0;
+}
+
+void views_gone_in(void *arg, uint64_t dir, const char *name)
+{
+	struct daemon *dm = arg;
+	struct sf_view **views = NULL;
+	size_t nv = 0, cap = 0;
+	pthread_mutex_lock(&dm->tree.lock);
+	for (struct fnode *n = dm->tree.all; n; n = n->all_next)
+		if (view_root_of(n) && fnode_vn(n) && n->parent && fnode_ino(n->parent) == dir &&
+		    view_of_file(fnode_view(n), name) &&
+		    sf_grow(&views, &cap, nv, sizeof *views, 4) == 0)
+			views[nv++] = sf_view_ref(fnode_view(n));
+	pthread_mutex_unlock(&dm->tree.lock);
+	/* checked outside the lock: the source may be slow to answer */
+	for (size_t i = 0; i < nv; i++) {
+		if (container_gone(dm, views[i]))
+			let_whole_view_go(dm, views[i]);
+		sf_view_unref(views[i]);
+	}
+	free(views);
 }
 
 /* Only the live files ask for FLUSH (noflush elsewhere): close() waits for
@@ -370,7 +448,7 @@ int push_file(struct daemon *dm, struct fnode *n, bool in_request)
 	return rc;
 }
 
-/* --no-open: OPEN and FLUSH are answered ENOSYS, which stops them for the
+/* no-open: OPEN and FLUSH are answered ENOSYS, which stops them for the
  * whole mount. The kernel then opens every file by itself, keeping its page
  * cache, and sends no RELEASE (and there is no noflush to ask for); a SRC
  * file is mapped at its lookup instead, or past the budget at its first

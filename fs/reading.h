@@ -17,6 +17,14 @@ void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
 	      struct fuse_file_info *fi, unsigned flags, const void *in_buf, size_t in_bufsz,
 	      size_t out_bufsz);
 
+/* no-open: container name `name` in the SRC directory whose inode number
+ * is `dir` stopped naming its file (inotify). No RELEASE tells when the
+ * last reader of a view is done, so a view of that file, its container
+ * gone, is let go now: the kernel drops its entries, and each node goes
+ * with its last reader's close (`arg`: the daemon). Walks the nodes under
+ * the tree's lock, a few times per container gone. */
+void views_gone_in(void *arg, uint64_t dir, const char *name);
+
 /* Pushing a small file's whole content into the kernel's page cache
  * (FUSE_NOTIFY_STORE), so that its reader needs no READ: at the IOCTL
  * Python's open() sends, and ahead of readers (fs/push.h). Once per node:

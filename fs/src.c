@@ -186,13 +186,14 @@ static int find_once(struct daemon *dm, struct fnode *dir, const char *name, str
 	return *out ? 0 : -ENOMEM;
 }
 
-/* With --no-open no OPEN comes between the lookup of a file and its first
+/* With no-open no OPEN comes between the lookup of a file and its first
  * READ to pin its version: a file replaced in between would fail that READ
  * with ESTALE, which the kernel passes on to the reader. So the lookup maps
  * the file (what OPEN does otherwise), while SRC files hold fewer mappings,
  * each a descriptor, than the budget (docs/options.md); past it a file is
- * mapped at its first READ. Tries are bounded: a file replaced again and
- * again between lstat and open is left to its READ. */
+ * mapped at its first READ, and so is a file kept for its holders, which
+ * a lookup (a stat) must not keep. Tries are bounded: a file replaced
+ * again and again between lstat and open is left to its READ. */
 #define PIN_TRIES 3
 
 int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out)
@@ -200,7 +201,7 @@ int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnod
 	for (int i = 1;; i++) {
 		int rc = find_once(dm, dir, name, out);
 		if (rc || !dm->no_open || fnode_kind(*out) != FK_SRC_FILE || i == PIN_TRIES ||
-		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max)
+		    atomic_load(&dm->tree.src_maps) >= dm->src_pin_max || kept_for_holders(name))
 			return rc;
 		/* any other failure is the READ's to report */
 		if (src_map_file(dm, *out) != -ESTALE)
@@ -237,13 +238,20 @@ int src_map_file(struct daemon *dm, struct fnode *node)
 		return -ESTALE;
 	}
 	pthread_mutex_lock(&n->map_lock);
+	bool crowded = false;
 	if (!n->map) {
 		n->map = m;
 		m = NULL;
-		atomic_fetch_add(&dm->tree.src_maps, 1);
+		size_t maps = atomic_fetch_add(&dm->tree.src_maps, 1) + 1;
+		crowded = dm->tree.maps_cap && maps > dm->tree.maps_cap;
 	}
 	pthread_mutex_unlock(&n->map_lock);
 	sf_map_unref(m);
+	if (crowded) {
+		pthread_mutex_lock(&dm->tree.lock);
+		pthread_cond_signal(&dm->tree.crowded);
+		pthread_mutex_unlock(&dm->tree.lock);
+	}
 	return 0;
 }
 

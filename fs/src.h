@@ -18,7 +18,7 @@ struct daemon;
 int src_init_root(struct ftree *t, const char *src, struct sf_err *e);
 /* SRC's own entry `name` of SRC directory `dir`, as it is now, with the
  * kernel's lookup reference taken (*out); -ENOENT when SRC has no such
- * entry, another -errno on failure. With --no-open a file is mapped too,
+ * entry, another -errno on failure. With no-open a file is mapped too,
  * within a budget (fs/src.c). */
 int src_find(struct daemon *dm, struct fnode *dir, const char *name, struct fnode **out);
 /* Maps SRC file `n` once, pinning the version it stands for: -ESTALE when

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/stat.h>
 
 #include "fnode.h"
@@ -26,7 +27,7 @@ struct src_node {
 struct src_file {
 	struct src_node s;
 	pthread_mutex_t map_lock;     /* mapping it at first open */
-	/* mapped at first open (--no-open: at lookup, within a budget, else
+	/* mapped at first open (no-open: at lookup, within a budget, else
 	 * at first READ), kept; counted in the tree's src_maps */
 	struct sf_map *map;
 };
@@ -44,6 +45,15 @@ struct src_dir {
 	atomic_bool watched;          /* inotify reports its changes */
 	int wd;                       /* watched: its watch descriptor */
 };
+
+/* Whether SRC entry `name` is a file a network filesystem's client renamed
+ * because it was deleted while open (NFS's .nfs<hex digits>, FUSE's
+ * .fuse_hidden<hex digits>): it only waits for its last holder to close it, so
+ * the daemon holds it no longer than a reader of it does. */
+static inline bool kept_for_holders(const char *name)
+{
+	return strncmp(name, ".nfs", 4) == 0 || strncmp(name, ".fuse_hidden", 12) == 0;
+}
 
 static inline bool is_src(const struct fnode *n)
 {

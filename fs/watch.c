@@ -111,19 +111,20 @@ static void inval(struct watch *w, fuse_ino_t dir, const char *name, size_t len)
 }
 
 /* Drops the kernel's entries for `name` and for the views a container of
- * that name would have beside it. */
-static void changed(struct watch *w, const struct wdir *d, const char *name)
+ * that name would have beside it; whether a format claims the name. */
+static bool changed(struct watch *w, const struct wdir *d, const char *name)
 {
 	inval(w, d->ino, name, strlen(name));
 	const struct sf_format *f = sf_format_for(d->rel, name);
 	if (!f)
-		return;
+		return false;
 	size_t stem = strlen(name) - strlen(f->ext);
 	if (stem)
 		inval(w, d->ino, name, stem);
 	char dotd[NAME_MAX + 3];
 	if (snprintf(dotd, sizeof dotd, "%s.d", name) < (int)sizeof dotd)
 		inval(w, d->ino, dotd, strlen(dotd));
+	return true;
 }
 
 static void handle(struct watch *w, const struct inotify_event *ev)
@@ -148,8 +149,9 @@ static void handle(struct watch *w, const struct inotify_event *ev)
 	pthread_mutex_unlock(&w->lock);
 	/* notified outside the lock: the kernel may call back into the
 	 * daemon while it drops the entries */
-	if (d.rel)
-		changed(w, &d, ev->name);
+	if (d.rel && changed(w, &d, ev->name) && w->gone &&
+	    (ev->mask & (IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO)))
+		w->gone(w->gone_arg, d.ino, ev->name);
 	free(d.rel);
 }
 

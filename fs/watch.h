@@ -30,6 +30,11 @@ struct watch {
 	struct wdir *dirs; /* indexed by watch descriptor */
 	size_t ndirs;
 	atomic_ulong removed; /* watches removed (watch_forget) so far */
+	/* called (no lock held) when container name `name` in watched
+	 * directory `dir` stops naming its file (deleted, renamed, replaced);
+	 * NULL: nothing more to do than drop the kernel's entries */
+	void (*gone)(void *arg, uint64_t dir, const char *name);
+	void *gone_arg;
 };
 
 /* Before any other call: nothing watched yet. */

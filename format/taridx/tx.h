@@ -164,9 +164,14 @@ struct tx_window {
 	/* a read waits on this lookup for up to `along` bytes of the found
 	 * member's payload (sf_stored.along; 0: none) */
 	size_t along;
+	/* reads the archive itself, never the header blocks kept apart
+	 * (verify: tx_z_heads_window) */
+	bool archive;
 	struct tx_rows rows;        /* the index rows a check reads */
 };
 void tx_window_free(struct tx_window *w);
+/* Makes w's buffer hold at least len bytes: false when out of memory. */
+bool tx_window_room(struct tx_window *w, size_t len);
 /* Points *p at a copy of the `need` bytes at `at` of map (inside it), read
  * when they are not in the window yet. 0, or as sf_map_read (-EIO when
  * the tar was truncated or its storage fails). *p lasts until the window
@@ -497,12 +502,14 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
  * once (tx_unkeyed_has). The walk's memory is charged to `cache` as it
  * grows, a chunk ahead; the walk stops when the budget cannot take more:
  * -EIO when the index would need more than the whole budget, -ENOBUFS when
- * there is no room now (e says which). On success *charged is what stays
- * charged for *out and *unkeyed (the caller uncharges it); on failure
+ * there is no room now (e says which). With `heads`, a compressed tar's
+ * header blocks kept apart (tx_zheads_note; NULL when none). On success
+ * *charged is what stays charged for *out, *unkeyed and *heads (the
+ * caller uncharges it); on failure
  * nothing stays charged. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
 		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_buf **unkeyed, struct sf_err *e);
+		 struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e);
 /* Whether hash h is among the sorted u64s of b (tx_index_tar's unkeyed). */
 bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
 /* Sorts the n hashes at h and keeps each once, at the front: their count. */

@@ -92,6 +92,8 @@ struct state {
 	/* The tar is a damaged archive's, cut short (tx_z.c salvage): it
 	 * ends where its last whole entry does. */
 	bool cut;
+	/* a compressed tar's: the header blocks it reads, kept apart */
+	struct tx_zheads_make *heads;
 };
 
 /* Charged at a time: charges are not made per row. */
@@ -135,7 +137,7 @@ static int charge_step(struct state *st, uint64_t rows, size_t bytes, const char
 			rows * 3 * NAME_COST(100) + str_after(&st->crash_block, 101 * rows) +
 			str_after(&st->ext_block, 101 * rows) + set_after(&st->canon, rows) +
 			set_after(&st->crash, rows) + set_after(&st->ext, rows) +
-			(st->noting ? str_after(&st->unkeyed, 8 * rows) : 0);
+			(st->noting ? str_after(&st->unkeyed, 8 * rows) : 0) + tx_zheads_after(st->heads);
 	uint64_t limit = st->cache ? st->cache->limit : 0;
 	if (st->cache && need > st->charged) {
 		if (limit && need > limit)
@@ -349,6 +351,9 @@ static int scan_tar(struct state *st, const struct sf_map *m, const char *name, 
 		}
 		if ((rc = charge_step(st, en.nrec + 1, 0, name, e)))
 			break;
+		/* what a listing reads of the entry again (tx_entry_read_copy) */
+		uint64_t text = en.sparse == TX_SPARSE_10 ? en.stored < TX_MAP_TEXT_MAX ? en.stored : TX_MAP_TEXT_MAX : 0;
+		tx_zheads_note(st->heads, en.first, base + (en.first - boff), en.data + text - en.first);
 		uint64_t at = en.first;
 		for (uint32_t i = 0; !rc && i < en.nrec; i++) {
 			uint64_t size;
@@ -389,12 +394,13 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 		       bool rank_fids, tx_progress_fn progress, void *parg,
 		       void (*warn)(void *arg, const char *msg), struct sf_progress *walked,
 		       struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		       struct sf_buf **unkeyed, struct sf_err *e)
+		       struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
 	struct tx_zinfo zi;
 	tx_z_info(n == 1 ? tars[0] : NULL, &zi);
 	struct state st = { .progress = walked, .cache = cache, .noting = unkeyed != NULL,
-			    .cut = zi.damage != NULL };
+			    .cut = zi.damage != NULL,
+			    .heads = heads && zi.codec != TX_Z_NONE ? tx_zheads_begin() : NULL };
 	uint64_t kept = 0;
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {
@@ -457,6 +463,9 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 				rc = sf_fail(e, -ENOMEM, "out of memory");
 			} else {
 				kept = cap + (unkeyed ? ucap : 0);
+				if (heads && (*heads = tx_zheads_end(st.heads)))
+					kept += (*heads)->len;
+				st.heads = NULL;
 			}
 		}
 	}
@@ -467,6 +476,7 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 	sf_str_free(&st.crash_block);
 	sf_str_free(&st.ext_block);
 	sf_str_free(&st.unkeyed);
+	tx_zheads_abort(st.heads);
 	/* what stays charged is the index's buffer */
 	if (st.charged > kept)
 		sf_cache_uncharge(cache, st.charged - kept);
@@ -481,13 +491,15 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   struct sf_err *e)
 {
 	return build_index(tars, names, n, rank_fids, progress, parg, warn, NULL, NULL, NULL, out,
-			   NULL, e);
+			   NULL, NULL, e);
 }
 
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
 		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_buf **unkeyed, struct sf_err *e)
+		 struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
+	if (heads)
+		*heads = NULL;
 	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged, out,
-			   unkeyed, e);
+			   unkeyed, heads, e);
 }

@@ -107,7 +107,8 @@ static int verify(struct tx_fold *f, const struct tx_counts *c, struct sf_buf **
 	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
 	if (z.damage)
 		sf_report_add(&rep, true, "%s", z.damage);
-	struct tx_window w = { 0 };
+	/* every row against the archive's own bytes */
+	struct tx_window w = { .archive = true };
 	int rc = 0;
 	for (uint64_t r = 0; !rc && r < ix->n_rows; r++)
 		rc = check_row(f, r, &rep, bad, path, &w, e);

@@ -26,7 +26,8 @@ struct tx_walked {
 	struct sf_turn turn;    /* the walk, and what follows */
 	struct sf_buf *built;   /* the index, once walked */
 	struct sf_buf *unkeyed; /* and its root names the lookup cannot key */
-	uint64_t charged;       /* to `cache`, for both */
+	struct sf_buf *heads;   /* a compressed tar's header blocks, or NULL */
+	uint64_t charged;       /* to `cache`, for the three */
 	struct tx_zseek *seek;  /* a compressed tar's, once made */
 	/* The last walk's failure (not for lack of system resources): one
 	 * for lack of room (-ENOBUFS) until the cache frees something
@@ -112,6 +113,7 @@ void tx_walked_put(struct tx_walked *w)
 		sf_cache_uncharge(w->cache, w->charged);
 	sf_buf_unref(w->built);
 	sf_buf_unref(w->unkeyed);
+	sf_buf_unref(w->heads);
 	tx_zseek_put(w->seek);
 	free(w->why);
 	sf_turn_fini(&w->turn);
@@ -128,10 +130,11 @@ static bool remembered(const struct tx_walked *w)
 static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c,
 			struct tx_walked *w, struct sf_err *e)
 {
-	struct sf_buf *kept, *unkeyed;
-	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed))
-		return tx_index_tar(tar, name, w->progress, c, &w->charged, &w->built, &w->unkeyed, e);
-	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len;
+	struct sf_buf *kept, *unkeyed, *heads;
+	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed, &heads))
+		return tx_index_tar(tar, name, w->progress, c, &w->charged, &w->built, &w->unkeyed,
+				    &w->heads, e);
+	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len + (heads ? heads->len : 0);
 	int rc = 0;
 	if (limit && cost > limit)
 		rc = sf_fail(e, -EIO, "%s: its kept index needs more memory than --cache-size (%llu bytes) holds",
@@ -141,11 +144,13 @@ static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c
 	if (rc) {
 		sf_buf_unref(kept);
 		sf_buf_unref(unkeyed);
+		sf_buf_unref(heads);
 		return rc;
 	}
 	w->charged = c ? cost : 0;
 	w->built = kept;
 	w->unkeyed = unkeyed;
+	w->heads = heads;
 	return 0;
 }
 
@@ -178,7 +183,8 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 			w->why = NULL;
 			/* kept in --index-dir in the turn, so that a view
 			 * sharing the seek index sees what became of it */
-			tx_z_keep(tar, w->built, w->unkeyed, v);
+			tx_z_keep(tar, w->built, w->unkeyed, w->heads, v);
+			tx_z_use_heads(tar, w->heads);
 		} else if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
 			free(w->why);
 			w->rc = rc;

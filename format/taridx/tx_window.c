@@ -5,6 +5,7 @@
 
 #include "sf_bytes.h"
 #include "tx.h"
+#include "tx_z.h"
 
 void tx_window_free(struct tx_window *w)
 {
@@ -12,6 +13,16 @@ void tx_window_free(struct tx_window *w)
 	w->buf = NULL;
 	w->len = w->cap = 0;
 	tx_rows_free(&w->rows);
+}
+
+bool tx_window_room(struct tx_window *w, size_t len)
+{
+	uint8_t *b = len > w->cap ? realloc(w->buf, len) : w->buf;
+	if (!b)
+		return false;
+	w->buf = b;
+	w->cap = len > w->cap ? len : w->cap;
+	return true;
 }
 
 int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, uint64_t need,
@@ -25,18 +36,18 @@ int tx_window_get(struct tx_window *w, const struct sf_map *map, uint64_t at, ui
 	if (!sf_range_ok(map->size, at, need))
 		return sf_fail(e, -EINVAL, "%s: tar headers: [%llu, +%llu) is past its end", map->path,
 			       (unsigned long long)at, (unsigned long long)need);
+	/* a compressed tar's headers kept apart need no decoding */
+	if (map->read && !w->archive && tx_z_heads_window(map, w, at, need)) {
+		*p = w->buf;
+		return 0;
+	}
 	uint64_t want = w->ahead ? w->ahead : TX_WINDOW_SMALL;
 	if (want > map->size - at)
 		want = map->size - at;
 	if (want < need)
 		want = need;
-	if (want > w->cap) {
-		uint8_t *b = realloc(w->buf, (size_t)want);
-		if (!b)
-			return sf_fail(e, -ENOMEM, "%s: tar headers: out of memory", map->path);
-		w->buf = b;
-		w->cap = (size_t)want;
-	}
+	if (!tx_window_room(w, (size_t)want))
+		return sf_fail(e, -ENOMEM, "%s: tar headers: out of memory", map->path);
 	w->len = 0;
 	int rc = sf_map_read(map, at, want, w->buf, "tar headers", e);
 	if (rc)

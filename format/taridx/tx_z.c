@@ -99,6 +99,11 @@ struct tx_z {
 	const char *kept;      /* what became of it there, for info */
 	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
 	struct sf_buf *unkeyed; /* and its unkeyed root names */
+	struct sf_buf *kept_heads; /* and its header blocks (tx_zheads.c) */
+	/* the header blocks a listing reads (the walk's, shared), and the
+	 * chunk of them decoded last (under lock) */
+	struct sf_buf *heads, *hchunk;
+	uint64_t hchunk_i;
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -846,6 +851,9 @@ static void z_free(void *arg)
 	pthread_mutex_destroy(&z->lock);
 	sf_buf_unref(z->tarix);
 	sf_buf_unref(z->unkeyed);
+	sf_buf_unref(z->kept_heads);
+	sf_buf_unref(z->heads);
+	sf_buf_unref(z->hchunk);
 	if (z->keepfd >= 0)
 		close(z->keepfd);
 	if (z->keeptop >= 0)
@@ -937,7 +945,7 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
 		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
-				 &z->unkeyed, e);
+				 &z->unkeyed, &z->kept_heads, e);
 	if (rc)
 		return rc;
 	z->st = st;
@@ -1091,23 +1099,74 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 	return rc;
 }
 
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed)
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed,
+			 struct sf_buf **heads)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	if (!z || !z->tarix)
 		return false;
 	*out = z->tarix;
 	*unkeyed = z->unkeyed;
-	z->tarix = z->unkeyed = NULL;
+	*heads = z->kept_heads;
+	z->tarix = z->unkeyed = z->kept_heads = NULL;
 	return true;
+}
+
+void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	if (!z || !heads)
+		return;
+	pthread_mutex_lock(&z->lock);
+	struct sf_buf *old = z->heads;
+	z->heads = sf_buf_ref(heads);
+	pthread_mutex_unlock(&z->lock);
+	sf_buf_unref(old);
+}
+
+bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at, uint64_t need)
+{
+	struct tx_z *z = m->read ? m->src : NULL;
+	uint64_t ci, pos, end;
+	if (!z)
+		return false;
+	pthread_mutex_lock(&z->lock);
+	struct sf_buf *h = z->heads ? sf_buf_ref(z->heads) : NULL;
+	struct sf_buf *c = z->hchunk ? sf_buf_ref(z->hchunk) : NULL;
+	uint64_t have = z->hchunk_i;
+	pthread_mutex_unlock(&z->lock);
+	bool found = h && tx_zheads_find(h, at, need, &ci, &pos, &end);
+	if (found && (!c || have != ci)) {
+		sf_buf_unref(c);
+		/* decoded outside the lock; the last one decoded is kept */
+		if ((c = tx_zheads_chunk(h, ci))) {
+			pthread_mutex_lock(&z->lock);
+			struct sf_buf *old = z->hchunk;
+			z->hchunk = sf_buf_ref(c);
+			z->hchunk_i = ci;
+			pthread_mutex_unlock(&z->lock);
+			sf_buf_unref(old);
+		}
+	}
+	uint64_t len = end - at;
+	found = found && c && (len <= w->cap || tx_window_room(w, (size_t)len));
+	if (found) {
+		memcpy(w->buf, c->data + pos, (size_t)len);
+		w->map = m;
+		w->off = at;
+		w->len = len;
+	}
+	sf_buf_unref(c);
+	sf_buf_unref(h);
+	return found;
 }
 
 /* Writes z's kept file, saying so in z->kept: 0 or as tx_zkeep_save. */
 static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-		    struct sf_err *e)
+		    const struct sf_buf *heads, struct sf_err *e)
 {
 	int rc = tx_zkeep_save(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
-			       unkeyed, e);
+			       unkeyed, heads, e);
 	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
 	if (z->seek)
 		z->seek->kept = z->kept;
@@ -1115,11 +1174,11 @@ static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_
 }
 
 void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-	       struct sf_view *v)
+	       const struct sf_buf *heads, struct sf_view *v)
 {
 	struct tx_z *z = m->read ? m->src : NULL;
 	struct sf_err e;
-	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, &e))
+	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, heads, &e))
 		sf_view_warn(v, "%s", e.msg);
 }
 
@@ -1141,7 +1200,7 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 {
 	struct sf_map *m = NULL;
 	struct sf_view *v = NULL;
-	struct sf_buf *tarix = NULL, *unkeyed = NULL;
+	struct sf_buf *tarix = NULL, *unkeyed = NULL, *heads = NULL;
 	int rc = tx_z_open(src, &m, e);
 	if (!rc && (rc = tx_z_keep_in(m, dirfd, -1, name)))
 		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
@@ -1153,12 +1212,14 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	if (!rc && z->seek->damage)
 		rc = sf_fail(e, -EIO, "%s", z->seek->damage);
 	/* a kept file that matches the archive is read, not made again */
-	if (!rc && !z->kept && !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, e)))
-		rc = keep_now(z, tarix, unkeyed, e);
+	if (!rc && !z->kept &&
+	    !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, &heads, e)))
+		rc = keep_now(z, tarix, unkeyed, heads, e);
 	if (!rc)
 		tx_z_info(m, info);
 	sf_buf_unref(tarix);
 	sf_buf_unref(unkeyed);
+	sf_buf_unref(heads);
 	sf_map_unref(m);
 	if (v)
 		sf_view_unref(v);

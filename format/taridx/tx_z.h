@@ -58,8 +58,9 @@ struct tx_zstart {
 
 /* Reads the seek index kept as `name` in directory dirfd for archive src
  * of codec c: 0 with *st (n start points, the last one the end, windows
- * malloc'd), *tarix (the tar's index, which parses) and *unkeyed (its
- * unkeyed root names, sorted, each once) when it is there, whole, and made
+ * malloc'd), *tarix (the tar's index, which parses), *unkeyed (its
+ * unkeyed root names, sorted, each once) and *heads (its header blocks,
+ * tx_zheads_ok, or NULL) when it is there, whole, and made
  * for src as it is now (its size, mtime and sampled bytes); 1 when there
  * is none or it does not match; -ENOMEM. Its bytes are bounded by `max`.
  * When `name` has none that matches, the one kept for another name of the
@@ -67,15 +68,44 @@ struct tx_zstart {
  * -1: none), and linked as `name` and in both (tx_zkeep.c). */
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
-		  struct sf_buf **unkeyed, struct sf_err *e);
+		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e);
 /* Writes the seek index (n start points, the end included), the tar's
- * index and its unkeyed root names as `name` in dirfd, whole or not at all
+ * index, its unkeyed root names and its header blocks (or NULL) as `name`
+ * in dirfd, whole or not at all
  * (a temporary file renamed), linked by its key in dirfd and topfd (if not
  * -1) for the archive's other names: 0, or a negative errno with e set (a
  * read-only --index-dir: the next mount builds them again). */
 int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
-		  const struct sf_buf *unkeyed, struct sf_err *e);
+		  const struct sf_buf *unkeyed, const struct sf_buf *heads, struct sf_err *e);
+
+/* ---- the tar's header blocks, kept apart (tx_zheads.c) ---- */
+
+/* What the walk reads of a compressed tar to index it (each entry's
+ * headers, extension records and sparse map), zstd-compressed in chunks:
+ * a listing reads them there rather than decode the archive again, on a
+ * mount that read the seek index from --index-dir too. A buffer (its
+ * layout in tx_zheads.c), made by noting the stretches in order. */
+struct tx_zheads_make;
+struct tx_zheads_make *tx_zheads_begin(void);
+/* Notes the `len` bytes at p, at decoded offset `off` (after the last
+ * noted); one that cannot be kept is left to be read from the archive. */
+void tx_zheads_note(struct tx_zheads_make *h, uint64_t off, const uint8_t *p, uint64_t len);
+/* The memory h holds after one more note, at most (for the budget). */
+uint64_t tx_zheads_after(const struct tx_zheads_make *h);
+/* The buffer (NULL: nothing noted, or out of memory); frees h. */
+struct sf_buf *tx_zheads_end(struct tx_zheads_make *h);
+void tx_zheads_abort(struct tx_zheads_make *h);
+/* Whether b is such a buffer, for a tar of `size` bytes (read from a
+ * file: untrusted). */
+bool tx_zheads_ok(const struct sf_buf *b, uint64_t size);
+/* Whether [at, at + need) was noted: in chunk *ci at *pos, its stretch
+ * ending at *end. */
+bool tx_zheads_find(const struct sf_buf *b, uint64_t at, uint64_t need, uint64_t *ci, uint64_t *pos,
+		    uint64_t *end);
+/* Chunk ci decoded (a buffer), or NULL (out of memory, or bytes that do
+ * not decode to its length). */
+struct sf_buf *tx_zheads_chunk(const struct sf_buf *b, uint64_t ci);
 
 /* ---- one decoder of any codec (tx_zdec.c) ---- */
 
@@ -134,16 +164,25 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
  * tx_z_index reads it from there when it matches the archive, else writes
  * it there after its pass. 0 or a negative errno. */
 int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name);
-/* The tar's index and its unkeyed root names (tx_index_tar) kept with the
- * seek index tx_z_index read from --index-dir (handed over, references in
- * *out and *unkeyed): true; false when the tar's headers must be walked (a
- * plain map, or nothing kept). */
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed);
+/* The tar's index, its unkeyed root names and its header blocks
+ * (tx_index_tar; *heads may be NULL) kept with the seek index tx_z_index
+ * read from --index-dir (handed over, references): true; false when the
+ * tar's headers must be walked (a plain map, or nothing kept). */
+bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed,
+			 struct sf_buf **heads);
+/* The header blocks the walk kept apart (tx_zheads.c) for m's reads of
+ * headers (a reference; NULL: none). */
+void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads);
+/* Fills window w with [at, e) of tar m from those header blocks, e the
+ * end of the kept stretch holding [at, at + need): true, else false (not
+ * kept there, out of memory) and w as it was. */
+struct tx_window;
+bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at, uint64_t need);
 /* Keeps m's seek index, the tar's index built by the walk (tarix) and its
  * unkeyed root names in --index-dir, when m has a place there and did not
  * read them from it; a failure is a warning of view v. */
 void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-	       struct sf_view *v);
+	       const struct sf_buf *heads, struct sf_view *v);
 /* A map of the tar compressed in src, of the codec its magic bytes name
  * (tx_z_map): 0, or -EINVAL (no such magic) or as sf_map_read with e set. */
 int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e);

@@ -1,7 +1,7 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\3"
+ *   0  "SFZIDX\0\4"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
@@ -13,11 +13,15 @@
  *      u64 t, and t bytes: the tar's index as tx_index_tar builds it
  *      u64 u, and u u64s: the hashes of the root names that index cannot
  *      key, noted by the same walk (tx_index_tar), ascending
+ *      u64 k, and k bytes: the tar's header blocks the walk read
+ *      (tx_zheads.c), so that a listing decodes none; k is 0 when none
+ *      were kept
  *      u64 XXH64 of every byte before it
  *
  * Version 1 kept no root names, so its first lookup read every header
  * again; version 2 no start points inside a zstd or lz4 frame (its reads
- * decoded from the frame's start): both are made anew.
+ * decoded from the frame's start); version 3 no header blocks (a listing
+ * decoded the whole archive): all are made anew.
  *
  * Every name of one archive (hard links) finds the file: besides
  * `<name>.zidx` it is linked as `.archive-<K>.zidx` in the same directory
@@ -49,7 +53,7 @@
 #define SAMPLE 4096u
 /* ".archive-" 16 hex digits ".zidx" */
 #define KEYNAME 32
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 3 };
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 4 };
 
 /* The name every name of the archive whose header is h finds it by. */
 static void key_name(const uint8_t *h, char *out)
@@ -185,19 +189,21 @@ static bool record_ok(const struct tx_zstart *r, const struct tx_zstart *prev, s
 	return i + 1 < n || (r->in == src->size && !r->wlen && !r->block);
 }
 
-/* The root names' block at p + at, the last before the sum, into *out:
- * 0, or 1 when it is not one (its count off, its hashes not ascending) or
- * out of memory. */
-static int names_at(const uint8_t *p, size_t len, size_t at, struct sf_buf **out)
+/* The root names' block at p + *at into *out, *at then after it: 0, or 1
+ * when it is not one (its count off, its hashes not ascending) or out of
+ * memory. */
+static int names_at(const uint8_t *p, size_t len, size_t *at, struct sf_buf **out)
 {
-	if (len - 8 - at < 8)
+	if (len - 8 - *at < 8)
 		return 1;
-	uint64_t u = sf_le64(p + at), prev = 0;
-	size_t rest = len - 16 - at;
-	if (u > rest / 8 || 8 * u != rest || !(*out = sf_buf_new((size_t)u * 8)))
+	uint64_t u = sf_le64(p + *at), prev = 0;
+	size_t rest = len - 16 - *at;
+	if (u > rest / 8 || !(*out = sf_buf_new((size_t)u * 8)))
 		return 1;
+	const uint8_t *from = p + *at;
+	*at += 8 + 8 * (size_t)u;
 	for (size_t i = 0; i < u; i++) {
-		uint64_t h = sf_le64(p + at + 8 + 8 * i);
+		uint64_t h = sf_le64(from + 8 + 8 * i);
 		if (i && h <= prev) {
 			sf_buf_unref(*out);
 			return 1;
@@ -208,11 +214,34 @@ static int names_at(const uint8_t *p, size_t len, size_t at, struct sf_buf **out
 	return 0;
 }
 
+/* The header blocks' block at p + at, the last before the sum, into
+ * *out (NULL when it says none): 0, or 1 when it is not one or out of
+ * memory. */
+static int heads_at(const uint8_t *p, size_t len, size_t at, uint64_t tarsize, struct sf_buf **out)
+{
+	*out = NULL;
+	if (len - 8 - at < 8)
+		return 1;
+	uint64_t k = sf_le64(p + at);
+	if (k != len - 16 - at)
+		return 1;
+	if (!k)
+		return 0;
+	if (!(*out = sf_buf_new((size_t)k)))
+		return 1;
+	memcpy((*out)->data, p + at + 8, (size_t)k);
+	if (tx_zheads_ok(*out, tarsize))
+		return 0;
+	sf_buf_unref(*out);
+	*out = NULL;
+	return 1;
+}
+
 /* tx_zkeep_load of the file `name`, for the archive whose header (but its
  * count of start points) is `want`. */
 static int load_one(int dirfd, const char *name, const uint8_t *want, const struct sf_map *src,
 		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout,
-		    struct sf_buf **tarix, struct sf_buf **unkeyed, struct sf_err *e)
+		    struct sf_buf **tarix, struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -267,9 +296,11 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 		at += 8 + (size_t)t;
 		struct tx_index ix = { 0 };
 		struct sf_err ignored;
-		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored) &&
-		     !names_at(p, len, at, unkeyed);
+		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored);
 		tx_index_free(&ix);
+		if (ok && (ok = !names_at(p, len, &at, unkeyed)) &&
+		    !(ok = !heads_at(p, len, at, s[n - 1].out, heads)))
+			sf_buf_unref(*unkeyed);
 		if (!ok)
 			sf_buf_unref(*tarix);
 	}
@@ -287,7 +318,7 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
-		  struct sf_buf **unkeyed, struct sf_err *e)
+		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
 	uint8_t want[HEAD];
 	char key[KEYNAME];
@@ -302,7 +333,7 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 	int rc = 1, i;
 	for (i = 0; i < 3; i++)
 		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, tarix,
-						  unkeyed, e)) != 1)
+						  unkeyed, heads, e)) != 1)
 			break;
 	if (rc)
 		return rc;
@@ -318,7 +349,7 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 
 int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
 		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
-		  const struct sf_buf *unkeyed, struct sf_err *e)
+		  const struct sf_buf *unkeyed, const struct sf_buf *heads, struct sf_err *e)
 {
 	uint8_t h[HEAD];
 	int rc = head_of(src, c, n, h, e);
@@ -352,6 +383,10 @@ int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *s
 		sf_put_le64(t, root);
 		sf_str_add(&f, t, sizeof t);
 	}
+	sf_put_le64(t, heads ? heads->len : 0);
+	sf_str_add(&f, t, sizeof t);
+	if (heads)
+		sf_str_add(&f, heads->data, heads->len);
 	uint8_t sum[8];
 	sf_put_le64(sum, XXH64(f.p, f.len, 0));
 	sf_str_add(&f, sum, sizeof sum);

@@ -28,11 +28,11 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
          "mount_dataloader_jpeg_daemon_cpu", "loader_dataloader_jpeg_daemon_cpu",
          "tet_xr_open_files", "tet_xr_open_time"} | {
              f"{m}_{r}_{p}_pass{x}" for r in ("os", "open") for p in ("first", "second")
-             for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")
+             for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")
              for x in ("", "_cpu", "_requests")
              if m != "default" or not x} | {
              f"{m}_open_2_readers"
-             for m in ("default", "no_open", "loader", "uring", "loader_uring", "loader_push")} | {
+             for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
              for c in ("first_member", "kept_first_member", "random_read", "large_read")}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
@@ -58,8 +58,8 @@ def test_quick_run(tmp_path):
     assert lines.pop(0).startswith("machine: pipe round trip")
     for i, x in enumerate(results):
         assert set(x) == KEYS
-        # an idle daemon may use no CPU at all, --no-open's second pass
-        # sends it no request, and a FUSE file may have no large folio
+        # an idle daemon may use no CPU at all, the default mount's second
+        # pass sends it no request, and a FUSE file may have no large folio
         assert x["figure"] > 0 or x["case"].endswith(("daemon_cpu_idle", "_cpu", "_requests",
                                                       "_folios")), x
         assert x["reference_figure"] > 0, x

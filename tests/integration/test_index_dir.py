@@ -140,3 +140,51 @@ def test_refused_for_a_shard_rewritten_in_place(mount, dataset):
     older_than_index(idx, shard)
     mnt = mount(src, "--index-dir", str(idx))
     fails_check(mnt, "(a sampled header)")
+
+
+def test_an_open_fold_stays_when_another_container_goes(mount, dataset):
+    """Deleting one container lets go only the view of that file (no-open:
+    the inotify event does it): the fold beside it, whose index is not in
+    SRC, keeps its view and the kernel its entries, so the path walks
+    again without a LOOKUP that would open the fold anew."""
+    src, idx = dataset
+    mnt = mount(src, "--index-dir", str(idx))
+    member = mnt / "data" / "train" / "short" / "a.txt"
+    with open(member, "rb") as f:
+        assert f.read() == b"alpha\n"
+        assert (mnt / "data" / "other" / "mid").is_dir()
+        opened = mount_stats(mnt)["containers_opened"]
+        os.unlink(src / "data" / "other.tar")
+        # the inotify event handled (it dropped the entry): the deleted
+        # container's view is gone
+        deadline = time.monotonic() + 10
+        while (mnt / "data" / "other").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not (mnt / "data" / "other").exists()
+        time.sleep(0.5)
+        f.seek(0)
+        assert f.read() == b"alpha\n"
+        assert member.read_bytes() == b"alpha\n"
+        assert mount_stats(mnt)["containers_opened"] == opened
+
+
+def test_an_index_elsewhere_is_not_taken_for_a_gone_container(mount, dataset):
+    """--open checks at each view file's last RELEASE whether its container
+    is gone: a fold's index in --index-dir is looked for there, not in SRC,
+    so its view stays open from one read to the next (it was let go and
+    opened anew at every close) and goes once that index is deleted."""
+    src, idx = dataset
+    mnt = mount(src, "--open", "--index-dir", str(idx))
+    member = mnt / "data" / "train" / "short" / "a.txt"
+    for _ in range(3):
+        assert member.read_bytes() == b"alpha\n"
+    stats = mount_stats(mnt)
+    assert stats["views_closed"] == 0 and stats["containers_opened"] == 1, stats
+    os.unlink(idx / "data" / "train.taridx")
+    with open(member, "rb") as f:
+        assert f.read() == b"alpha\n"
+    # the kernel sends RELEASE after close() returns
+    deadline = time.monotonic() + 10
+    while mount_stats(mnt)["views_closed"] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mount_stats(mnt)["views_closed"] == 1

@@ -65,10 +65,12 @@ def test_each_cpus_requests_come_through_its_queue(tmp_path, mount):
         # (the stats reads themselves run unpinned, on either queue)
         kinds = {k: after["requests"][k] - before["requests"][k] for k in after["requests"]}
         assert got >= 2 * len(names), (cpu, before["queues"], after["queues"], kinds)
-        # /dev/fuse carries only INIT, FORGET and INTERRUPT
-        assert after["queues"]["dev_fuse"] - before["queues"]["dev_fuse"] <= 2
+        # /dev/fuse carries only INIT, FORGET and INTERRUPT: FORGETs of the
+        # stats.json reads' nodes (a node per snapshot, forgotten as the
+        # next is looked up), none of a file's requests
+        assert after["queues"]["dev_fuse"] - before["queues"]["dev_fuse"] <= 2 + kinds["forget"]
     assert set(after["queues"]) == {"dev_fuse"} | {f"cpu{i}" for i in range(os.cpu_count())}
-    assert after["queues"]["dev_fuse"] <= 3
+    assert after["queues"]["dev_fuse"] <= 3 + after["requests"]["forget"]
 
 
 def test_default_and_each_mode_pick_their_transport(tmp_path, mount, monkeypatch):

@@ -1,8 +1,8 @@
-"""--no-open (FUSE's no-open support): the kernel opens and closes files
-without asking the daemon, so a file read once reads again with no request
-at all, while a handle still reads the version it first read, a replaced
-SRC file shows its new bytes within the documented delay, and the live
-files stay live (docs/options.md)."""
+"""No-open (FUSE's no-open support; the default, which `--open` turns off):
+the kernel opens and closes files without asking the daemon, so a file read
+once reads again with no request at all, while a handle still reads the
+version it first read, a replaced SRC file shows its new bytes within the
+documented delay, and the live files stay live (docs/options.md)."""
 import json
 import os
 import random
@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from conftest import mount_stats
+from relutil import read_fd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "writers"))
 import taridx_writer as xw  # noqa: E402
@@ -51,8 +52,8 @@ def one_pass(mnt, want):
 def test_second_pass_costs_no_request(tmp_path, mount):
     src = tmp_path / "src"
     want = make(src)
-    plain = mount(src)
-    free = mount(src, "--no-open")
+    plain = mount(src, "--open")
+    free = mount(src)  # the default
     for mnt in (plain, free):
         os.listdir(mnt / "f")
     first = one_pass(free, want)
@@ -62,7 +63,7 @@ def test_second_pass_costs_no_request(tmp_path, mount):
     # the stats reads around the pass cost a READ or two and a LOOKUP or two
     assert second["open"] == second["release"] == second["flush"] == 0, second
     assert second["read"] <= 2 and second["ioctl"] == 0 and second["lookup"] <= 2, second
-    # the default mount asks at every open: what --no-open saves
+    # --open asks at every open: what the default saves
     one_pass(plain, want)
     again = one_pass(plain, want)
     assert again["open"] >= N and again["release"] >= N - 1, again
@@ -166,10 +167,7 @@ def test_replaced_before_first_read(tmp_path, mount):
             tmp.write_bytes(new[n])
             os.rename(tmp, src / n)
         for n in names:
-            parts = []
-            while b := os.read(fds[n], 65536):
-                parts.append(b)
-            assert b"".join(parts) == old[n], n
+            assert read_fd(fds[n]) == old[n], n
     finally:
         for fd in fds.values():
             os.close(fd)

@@ -12,7 +12,7 @@ from conftest import mount_stats
 from test_no_open import make, one_pass, os_read
 from test_tar_compressed import gzip_bytes, small_tar_bytes
 
-LOADER = ("--no-open", "--readdirplus", "always")
+LOADER = ("--readdirplus", "always")
 
 
 def wait_pushed(mnt, least, timeout=30):

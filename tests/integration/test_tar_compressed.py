@@ -492,6 +492,68 @@ def test_kept_index_starts_at_once(mount, tmp_path):
         assert info["kept"] == how and info["starts"] >= 5, info
 
 
+@pytest.mark.parametrize("ext,how", [("tar.gz", "gzip"), ("txz", "xz -T2 --block-size=1MiB"),
+                                     ("tbz2", "pbzip2")])
+def test_kept_index_lists_without_decoding(mount, tmp_path, ext, how):
+    """The walk keeps the tar's header blocks apart, in --index-dir too: on
+    the next mount, which reads them back, the first lookup in a
+    subdirectory and a listing of the whole view (a link, a long name)
+    decode nothing, where they decoded every piece, and a member's read
+    its span; every member is still what tarfile extracts, and verify
+    still reads the archive."""
+    root, one, idx = tmp_path / "root", tmp_path / "src", tmp_path / "idx"
+    for d in range(8):
+        (root / f"d{d}").mkdir(parents=True)
+        for f in range(6):
+            (root / f"d{d}" / f"f{f}.bin").write_bytes(os.urandom(384 << 10))
+    deep = root / "d7" / ("a-rather-long-directory-name-" * 3) / "x"
+    deep.mkdir(parents=True)
+    (deep / "long.txt").write_bytes(b"long name\n")
+    os.symlink("f0.bin", root / "d3" / "link")
+    one.mkdir()
+    idx.mkdir()
+    archive = one / f"x.{ext}"
+    tw.run("tar", "--format=pax", "-I", how, "-cf", str(archive), *sorted(os.listdir(root)), cwd=root)
+    with tarfile.open(archive) as t:
+        names = {m.name for m in t.getmembers()}
+    for kept in ("written to --index-dir", "read from --index-dir"):
+        mnt = mount(one, "--index-dir", str(idx))
+        view = mnt / "x"
+        # the first lookup: the pass and the walk, or the kept index (a
+        # stat, not a read, which would decode ahead meanwhile)
+        os.lstat(view / "d6" / "f5.bin")
+        before = mount_stats(mnt)["cache"]["bytes_decoded"]
+        if kept.startswith("read"):
+            assert before == 0, before
+        seen = set()
+        for d, dirs, files in os.walk(view):
+            dirs[:] = [x for x in dirs if x != ".shardfs"]
+            for x in dirs + files:
+                os.lstat(os.path.join(d, x))
+                seen.add(os.path.relpath(os.path.join(d, x), view))
+        assert seen == names
+        assert mount_stats(mnt)["cache"]["bytes_decoded"] == before, kept
+        assert (view / "d6" / "f5.bin").read_bytes() == (root / "d6" / "f5.bin").read_bytes()
+        if kept.startswith("read"):
+            # its span, and what is decoded ahead of a reader
+            assert mount_stats(mnt)["cache"]["bytes_decoded"] <= 12 << 20
+        info = json.loads((view / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == kept and info["starts"] >= 3, info
+        tw.check_fold(view, archive)
+        assert (view / ".shardfs" / "verify").read_text() == "status: ok\n"
+        assert mount.last.stop() == 0
+    # a version 3 file (no header blocks) is made anew
+    zidx = idx / f"x.{ext}.zidx"
+    b = bytearray(zidx.read_bytes())
+    assert b[:8] == b"SFZIDX\0\4"
+    b[7] = 3
+    zidx.write_bytes(bytes(b))
+    mnt = mount(one, "--index-dir", str(idx))
+    assert (mnt / "x" / "d3" / "link").read_bytes() == (root / "d3" / "f0.bin").read_bytes()
+    info = json.loads((mnt / "x" / ".shardfs" / "info.json").read_text())["compression"]
+    assert info["kept"] == "written to --index-dir", info
+
+
 def test_index_built_ahead_by_the_tool(mount, tmp_path):
     """shardfs-taridx --zidx builds the .zidx a mount with --index-dir
     would keep, into IDX/P: the mount reads it (no pass, no walk), its

@@ -253,15 +253,11 @@ static void test_meta(void)
 	if (!d)
 		return;
 	struct fnode *js = meta_node(&dm.tree, d, "stats.json", false, META_STATS);
-	struct fnode *er = meta_node(&dm.tree, d, "errors", false, META_ERRORS);
-	CHECK(js && er && js->ops->live && !d->ops->live);
+	CHECK(js && js->ops->live && !d->ops->live);
 	errlog_add(&dm.stats, "sub/x.txt", "a problem for the test");
 	if (js) {
-		struct sf_buf *b = meta_read_snapshot(&dm, js, 1, 1 << 20);
-		CHECK(b && b->len > 2 && b->data[0] == '{');
-		sf_buf_unref(b);
 		struct meta_handle *h = meta_open(&dm, js, 1);
-		CHECK(h != NULL);
+		CHECK(h && h->snap->len > 2 && h->snap->data[0] == '{');
 		off_t size = 0;
 		struct timespec at;
 		meta_attr(&dm, js, 1, false, &size, &at);
@@ -272,11 +268,26 @@ static void test_meta(void)
 		}
 		fnode_forget(&dm.tree, js, 1);
 	}
-	if (er) {
-		struct sf_buf *b = meta_read_snapshot(&dm, er, 1, 1 << 20);
-		CHECK(b && memmem(b->data, b->len, "a problem for the test", 22));
+	/* no-open: a node per snapshot; a thread's path walks get its
+	 * pending one until it is read to its end */
+	struct fnode *e1 = meta_snapshot_node(&dm, d, "errors", META_ERRORS, 1);
+	struct fnode *e2 = meta_snapshot_node(&dm, d, "errors", META_ERRORS, 1);
+	struct fnode *other = meta_snapshot_node(&dm, d, "errors", META_ERRORS, 2);
+	CHECK(e1 && e1 == e2 && other && other != e1);
+	if (e1 && other) {
+		struct sf_buf *b = meta_node_read(e1, 1 << 20);
+		CHECK(memmem(b->data, b->len, "a problem for the test", 22));
+		struct fnode *e3 = meta_snapshot_node(&dm, d, "errors", META_ERRORS, 1);
+		CHECK(e3 && e3 != e1 && e3 != other);
+		/* each node keeps its own snapshot */
+		struct sf_buf *again = meta_node_read(e1, 0);
+		CHECK(again == b);
+		sf_buf_unref(again);
 		sf_buf_unref(b);
-		fnode_forget(&dm.tree, er, 1);
+		if (e3)
+			fnode_forget(&dm.tree, e3, 1);
+		fnode_forget(&dm.tree, e1, 2);
+		fnode_forget(&dm.tree, other, 1);
 	}
 	fnode_forget(&dm.tree, d, 1);
 }

@@ -97,5 +97,12 @@ int main(void)
 	CHECK(parse(&o, 5, a21) == 0 && o.max_nodes == 2000);
 	const char *a22[] = { "shardfs", "s", "m", "--max-nodes=15" };
 	CHECK(parse(&o, 4, a22) != 0);
+	/* no-open by default; --open turns it off, --no-open still says it,
+	 * the last one given wins */
+	CHECK(parse(&o, 3, a8) == 0 && o.no_open);
+	const char *a23[] = { "shardfs", "s", "m", "--open" };
+	CHECK(parse(&o, 4, a23) == 0 && !o.no_open);
+	const char *a24[] = { "shardfs", "s", "m", "--open", "--no-open" };
+	CHECK(parse(&o, 5, a24) == 0 && o.no_open);
 	CHECK_DONE();
 }

@@ -232,9 +232,9 @@ static void test_keep(const uint8_t *plain, size_t n)
 	put("e.tar", zeros, sizeof zeros);
 	snprintf(path, sizeof path, "%s/e.tar", dir);
 	struct sf_map *et;
-	struct sf_buf *tarix = NULL, *gotix = NULL, *unk = NULL, *gotunk = NULL;
+	struct sf_buf *tarix = NULL, *gotix = NULL, *unk = NULL, *gotunk = NULL, *gotheads = NULL;
 	CHECK(sf_map_open(path, &et, &e) == 0 &&
-	      tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &unk, &e) == 0);
+	      tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &unk, NULL, &e) == 0);
 	sf_map_unref(et);
 	CHECK(unk && unk->len == 0);
 	sf_buf_unref(unk);
@@ -242,34 +242,58 @@ static void test_keep(const uint8_t *plain, size_t n)
 	uint64_t names[3] = { 5, 1ull << 40, UINT64_MAX };
 	CHECK((unk = sf_buf_new(sizeof names)) != NULL);
 	memcpy(unk->data, names, sizeof names);
-	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	/* header blocks: two that touch are one stretch, one apart, one
+	 * noted out of order is left out */
+	struct tx_zheads_make *hm = tx_zheads_begin();
+	uint8_t blk[3][512];
+	for (int i = 0; i < 3; i++)
+		memset(blk[i], 'a' + i, sizeof blk[i]);
+	tx_zheads_note(hm, 0, blk[0], 512);
+	tx_zheads_note(hm, 512, blk[1], 512);
+	tx_zheads_note(hm, 4096, blk[2], 512);
+	tx_zheads_note(hm, 1024, blk[2], 512);
+	struct sf_buf *heads = tx_zheads_end(hm);
+	uint64_t ci, pos, end;
+	CHECK(heads && tx_zheads_ok(heads, n) && !tx_zheads_ok(heads, 4000));
+	CHECK(tx_zheads_find(heads, 100, 800, &ci, &pos, &end) && ci == 0 && pos == 100 && end == 1024);
+	CHECK(tx_zheads_find(heads, 4096, 512, &ci, &pos, &end) && pos == 1024 && end == 4608);
+	CHECK(!tx_zheads_find(heads, 1024, 1, &ci, &pos, &end) &&
+	      !tx_zheads_find(heads, 900, 200, &ci, &pos, &end));
+	struct sf_buf *raw = tx_zheads_chunk(heads, 0);
+	CHECK(raw && raw->len == 1536 && raw->data[0] == 'a' && raw->data[600] == 'b' &&
+	      raw->data[1535] == 'c');
+	sf_buf_unref(raw);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, heads, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
 	size_t ix_len = tarix->len;
 	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
 	CHECK(tx_unkeyed_has(gotunk, 1ull << 40) && tx_unkeyed_has(gotunk, UINT64_MAX) &&
 	      !tx_unkeyed_has(gotunk, 6));
+	CHECK(gotheads && gotheads->len == heads->len && !memcmp(gotheads->data, heads->data, heads->len));
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
+	sf_buf_unref(gotheads);
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
 	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
 	for (size_t i = 0; got && i < ngot; i++)
 		free(got[i].win);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
 	/* another name of the archive (a hard link) finds it by its key,
 	 * and is linked to it */
 	struct stat ks, ns;
-	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
 	      ks.st_ino == ns.st_ino);
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
+	sf_buf_unref(gotheads);
 	for (size_t i = 0; i < ngot; i++)
 		free(got[i].win);
 	free(got);
@@ -280,15 +304,15 @@ static void test_keep(const uint8_t *plain, size_t n)
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
 	/* kept anew for the archive changed since (its mtime): the old
 	 * file's key goes, the other name alone keeps its bytes */
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
 	struct sf_map *changed;
 	CHECK(utimensat(AT_FDCWD, path_k, ts, 0) == 0 && sf_map_open(path_k, &changed, &e) == 0);
-	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, heads, &e) == 0);
 	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 1);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && ks.st_nlink == 2);
 	/* a name in another directory finds it by its key at the top */
@@ -296,11 +320,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 	snprintf(far, sizeof far, "%s/far", dir);
 	int ffd = mkdir(far, 0755) == 0 ? open(far, O_RDONLY | O_DIRECTORY) : -1;
 	CHECK(ffd >= 0);
-	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 1);
-	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &e) == 0);
+	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
+	sf_buf_unref(gotheads);
 	for (size_t i = 0; i < ngot; i++)
 		free(got[i].win);
 	free(got);
@@ -308,6 +333,7 @@ static void test_keep(const uint8_t *plain, size_t n)
 	sf_map_unref(changed);
 	sf_buf_unref(tarix);
 	sf_buf_unref(unk);
+	sf_buf_unref(heads);
 	close(dfd);
 	sf_map_unref(src);
 	release(m, v);
