@@ -366,7 +366,8 @@ int main(int argc, char **argv)
 	mounted = true;
 	const struct transport_host host = { .arg = &dm.stats, .serving = transport_serving,
 					     .log = transport_log,
-					     .device_requests = &dm.stats.device_requests };
+					     .device_requests = &dm.stats.device_requests,
+					     .polls_skipped = &dm.stats.polls_skipped };
 	if (transport_attach(&dm.transport, se, o.threads, &host)) {
 		fail("cannot take over the FUSE device%s%s", "", "");
 		goto out;

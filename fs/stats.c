@@ -235,6 +235,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	}
 	pthread_mutex_unlock(&s->transport_lock);
 	json_object_set_new(root, "queues", perq);
+	json_object_set_new(root, "polls_skipped", num(&s->polls_skipped));
 	json_object_set_new(root, "bytes_served", bytes);
 	json_object_set_new(root, "cache", cache);
 	json_object_set_new(root, "containers_opened", num(&s->containers_opened));

@@ -44,6 +44,9 @@ struct stats {
 	 * past --max-open (fs/openviews.h) */
 	atomic_uint_fast64_t views_open, views_open_peak, views_closed;
 	atomic_uint_fast64_t device_requests; /* taken from /dev/fuse */
+	/* waits for a /dev/fuse request that slept without polling, another
+	 * task having held the CPU (fs/transport/loop.c) */
+	atomic_uint_fast64_t polls_skipped;
 	/* lazy view directories whose entries a request had listed (a taridx
 	 * fold root's first listing, or a lookup that needed it) */
 	atomic_uint_fast64_t dirs_listed;

@@ -13,8 +13,9 @@ struct transport_host {
 	void (*serving)(void *arg, const char *name, atomic_uint_fast64_t *queues, unsigned n);
 	/* a problem for .shardfs/errors */
 	void (*log)(void *arg, const char *msg);
-	/* counts the requests taken from /dev/fuse */
-	atomic_uint_fast64_t *device_requests;
+	/* counts the requests taken from /dev/fuse, and the waits for one
+	 * that slept without polling as another task held the CPU (--spin-us) */
+	atomic_uint_fast64_t *device_requests, *polls_skipped;
 };
 
 #endif

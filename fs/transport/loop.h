@@ -42,11 +42,12 @@ int loop_stop(struct loop *l);
 
 /* Serves `se` from the FUSE device until it exits (unmount, or a signal
  * through libfuse's handlers) with at most `threads` request threads; the
- * waiting thread polls for `spin_us` microseconds before it sleeps; each
- * request taken is counted in `taken`. Returns 0, or a negative errno when
- * the device failed. */
+ * waiting thread polls for `spin_us` microseconds before it sleeps, unless
+ * another task held its CPU lately; each request taken is counted in
+ * `taken`, each wait that slept without polling so in `skipped`. Returns 0, or a
+ * negative errno when the device failed. */
 int loop_run(struct fuse_session *se, unsigned threads, unsigned spin_us,
-	     atomic_uint_fast64_t *taken);
+	     atomic_uint_fast64_t *taken, atomic_uint_fast64_t *skipped);
 
 /* Called by a request handler before work that may take long or wait for
  * other requests: another thread waits for the next request meanwhile.

@@ -188,7 +188,8 @@ int transport_attach(struct transport *t, struct fuse_session *se, unsigned thre
 
 int transport_run(struct transport *t, unsigned threads, unsigned spin_us)
 {
-	int err = loop_run(t->se, threads, spin_us, t->host->device_requests);
+	int err = loop_run(t->se, threads, spin_us, t->host->device_requests,
+			   t->host->polls_skipped);
 	if (t->u) {
 		t->failed |= uring_failed(t->u);
 		t->host->serving(t->host->arg, "dev_fuse", NULL, 0);

@@ -3,6 +3,7 @@ serves fast ones itself; slow work hands the wait to another thread, and a
 watch takes it over from a handler stuck without doing so."""
 import contextlib
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -118,6 +119,31 @@ def test_spin_off_and_one_thread_serve_the_same_bytes(tmp_path, mount):
         mnt = mount(src, *args)
         for name, b in data.items():
             assert read_through(mnt / name) == b, (args, name)
+
+
+def test_no_polling_while_no_cpu_is_spare(tmp_path, mount):
+    """With a CPU-bound process per CPU, the waiting thread stops polling
+    /dev/fuse and sleeps at once: a thread that polls is not woken ahead of
+    the process holding its CPU, so a request would wait out that process's
+    time slice. stats.json counts those waits; the bytes read meanwhile are
+    the files'."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = {f"f{i}": os.urandom(i * 100 + 1) for i in range(20)}
+    for name, b in data.items():
+        (src / name).write_bytes(b)
+    mnt = mount(src, "--io-uring", "off")
+    before = mount_stats(mnt)["polls_skipped"]
+    hogs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(os.cpu_count())]
+    try:
+        for name, b in data.items():
+            time.sleep(0.003)  # each read waits anew
+            assert read_through(mnt / name) == b, name
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert mount_stats(mnt)["polls_skipped"] > before
 
 
 

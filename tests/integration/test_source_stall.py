@@ -108,10 +108,11 @@ def source(tmp_path):
         s.close()
 
 
-def timed(fn, limit=10):
+def timed(fn, limit=10, what="a call"):
     """(fn's result, seconds taken); a call that has not answered within
-    `limit` seconds fails the test instead of hanging it (the caller's
-    finally lets the source go, which frees the waiting thread)."""
+    `limit` seconds fails the test, named `what`, instead of hanging it
+    (the caller's finally lets the source go, which frees the waiting
+    thread)."""
     got = {}
 
     def run():
@@ -124,7 +125,7 @@ def timed(fn, limit=10):
     th = threading.Thread(target=run, daemon=True)
     th.start()
     th.join(limit)
-    assert not th.is_alive(), f"no answer within {limit} s"
+    assert not th.is_alive(), f"{what}: no answer within {limit} s"
     if "err" in got:
         raise got["err"]
     return got["out"], time.monotonic() - t
@@ -208,7 +209,7 @@ def stall_and_read(src, mnt, daemon, cold, handles, small):
         # files are stuck and since when
         took, stuck, deadline = [], [], time.monotonic() + 20
         while time.monotonic() < deadline:
-            s, dt = timed(lambda: stats(mnt))
+            s, dt = timed(lambda: stats(mnt), what="stats.json")
             took.append(dt)
             stuck = [w for w in s["stuck"] if w["path"] in cold]
             # on a loaded machine the second reader may reach the source
@@ -219,16 +220,18 @@ def stall_and_read(src, mnt, daemon, cold, handles, small):
         assert stuck, s
         assert stuck[0]["request"] == "read" and stuck[0]["since"].endswith("Z")
         assert s["at_source"] >= 2
-        text, dt = timed(lambda: (mnt / ".shardfs" / "errors").read_text())
+        text, dt = timed(lambda: (mnt / ".shardfs" / "errors").read_text(), what="errors")
         took.append(dt)
         path = stuck[0]["path"]
         assert any(line.split(" ", 1)[1].startswith(f"{path}: stuck: a read request has run for")
                    for line in text.splitlines()), text
         # the mount's root and .shardfs/, and bytes the kernel holds
-        for fn in (lambda: os.stat(mnt), lambda: os.stat(mnt / ".shardfs"),
-                   lambda: os.stat(mnt / ".shardfs" / "stats.json"),
-                   lambda: os.pread(small, 100, 0), lambda: os.listdir(mnt / ".shardfs")):
-            took.append(timed(fn)[1])
+        for what, fn in {"stat of the root": lambda: os.stat(mnt),
+                         "stat of .shardfs": lambda: os.stat(mnt / ".shardfs"),
+                         "stat of stats.json": lambda: os.stat(mnt / ".shardfs" / "stats.json"),
+                         "read of small.txt": lambda: os.pread(small, 100, 0),
+                         "listing of .shardfs": lambda: os.listdir(mnt / ".shardfs")}.items():
+            took.append(timed(fn, what=what)[1])
         assert sum(t.is_alive() for t in readers) >= 2  # still waiting
         # honest margins on a shared 2-CPU machine under sanitizers: the
         # typical answer is well under 100 ms, none waits on the source
@@ -293,7 +296,7 @@ def quick_answers(calls, tries=5):
     took = {name: [] for name in calls}
     for _ in range(tries):
         for name, fn in calls.items():
-            took[name].append(timed(fn)[1])
+            took[name].append(timed(fn, what=name)[1])
     for name, t in took.items():
         print(f"{name}: median {statistics.median(t) * 1000:.1f} ms, "
               f"max {max(t) * 1000:.1f} ms over {len(t)}")
