@@ -1148,7 +1148,7 @@ bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at,
 			sf_buf_unref(old);
 		}
 	}
-	uint64_t len = end - at;
+	uint64_t len = found ? end - at : 0;
 	found = found && c && (len <= w->cap || tx_window_room(w, (size_t)len));
 	if (found) {
 		memcpy(w->buf, c->data + pos, (size_t)len);
