@@ -79,6 +79,12 @@ rm -f "$build/pytest-python-release.xml"
 SHARDFS_BUILD="$PWD/build-release" /usr/bin/python3 -m pytest tests/python -q \
   -p no:cacheprovider --junitxml="$build/pytest-python-release.xml" "$@"
 
+# --- the benchmark suite's smoke test (README's run.py --quick): every
+# group runs on small data and prints its rows; figures are not judged
+rm -f "$build/pytest-bench.xml"
+SHARDFS_BUILD="$PWD/build-release" /usr/bin/python3 -m pytest tests/bench/test_bench_smoke.py -q \
+  -p no:cacheprovider --junitxml="$build/pytest-bench.xml" "$@"
+
 # --- scale (issue 19): what the release daemon keeps per fold member and
 # per container, CI-sized (200,000 members, 5,000 containers); the full-size
 # cases are tests/bench/run.py --only fold,fold10m,containers.
@@ -108,5 +114,6 @@ echo "demo: $result"
   "fuzz=$build/fuzz.json" "release=$build/release.json" \
   "unit release=build-release/meson-logs/testlog.json" \
   "mounted release=$build/pytest-release.xml" \
-  "python release=$build/pytest-python-release.xml" "scale=$build/scale.json" \
+  "python release=$build/pytest-python-release.xml" "bench smoke=$build/pytest-bench.xml" \
+  "scale=$build/scale.json" \
   "packages=$build/deb.json" "demo=$build/demo.json"

@@ -44,7 +44,7 @@ def test_quick_run(tmp_path):
     out = tmp_path / "summary.json"
     r = subprocess.run([sys.executable, str(HERE / "run.py"), "--quick", "--build", build,
                         "--workdir", str(tmp_path / "data"), "--json", str(out)],
-                       capture_output=True, text=True, timeout=300)
+                       capture_output=True, text=True, timeout=1200)
     assert r.returncode == 0, r.stderr[-4000:]
     summary = json.loads(out.read_text())
     assert summary["quick"] is True and summary["runs"] == 2
