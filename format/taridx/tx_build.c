@@ -400,7 +400,9 @@ static int build_index(const struct sf_map *const *tars, const char *const *name
 	tx_z_info(n == 1 ? tars[0] : NULL, &zi);
 	struct state st = { .progress = walked, .cache = cache, .noting = unkeyed != NULL,
 			    .cut = zi.damage != NULL,
-			    .heads = heads && zi.codec != TX_Z_NONE ? tx_zheads_begin() : NULL };
+			    /* a decoded map: a compressed tar, or the walk beside its
+			     * pass (tx_zfeed.c) */
+			    .heads = heads && n == 1 && tars[0]->read ? tx_zheads_begin() : NULL };
 	uint64_t kept = 0;
 	int rc = 0;
 	for (size_t i = 0; !rc && i < n; i++) {

@@ -154,6 +154,34 @@ static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c
 	return 0;
 }
 
+/* The walk a first pass runs beside it (tx_zfeed.c). */
+struct beside {
+	struct tx_walked *w;
+	const char *name;
+	struct sf_cache *c;
+};
+
+static int walk_beside(const struct sf_map *tar, struct sf_progress *pr, void *arg, struct sf_err *e)
+{
+	struct beside *b = arg;
+	return tx_index_tar(tar, b->name, pr, b->c, &b->w->charged, &b->w->built, &b->w->unkeyed,
+			    &b->w->heads, e);
+}
+
+/* Drops what a walk beside the pass made when it does not stand. */
+static void beside_drop(struct tx_walked *w)
+{
+	if (!w->built)
+		return;
+	if (w->charged)
+		sf_cache_uncharge(w->cache, w->charged);
+	sf_buf_unref(w->built);
+	sf_buf_unref(w->unkeyed);
+	sf_buf_unref(w->heads);
+	w->built = w->unkeyed = w->heads = NULL;
+	w->charged = 0;
+}
+
 int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
 		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e)
 {
@@ -170,7 +198,18 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 	} else {
 		/* a compressed tar's seek index first (this view's pieces of
 		 * it): it gives the tar's size */
-		rc = tx_z_index(tar, v, w->progress, &w->seek, e);
+		struct beside arg = { w, name, c };
+		struct tx_zbeside b = { .walk = walk_beside, .arg = &arg };
+		bool fresh = !w->built;
+		rc = tx_z_index(tar, v, w->progress, &w->seek, fresh ? &b : NULL, e);
+		if (fresh && b.walked && !rc) {
+			SF_PROGRESS_ADD(w->progress, headers_walked, b.headers);
+			SF_PROGRESS_ADD(w->progress, bytes_walked, b.bytes);
+			SF_PROGRESS_ADD(w->progress, indexes_held, 1);
+			SF_PROGRESS_ADD(w->progress, index_bytes_held, w->charged);
+		} else if (fresh) {
+			beside_drop(w);
+		}
 		if (!rc && !w->built) {
 			rc = kept_or_walk(tar, name, c, w, e);
 			if (!rc) {

@@ -93,6 +93,7 @@ struct tx_z {
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
+	uint64_t run;          /* the bytes of the pieces begun in order up to it */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
@@ -268,7 +269,8 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
  * this one follows it, else from its start point, skipping what lies
  * before it. The cursor is taken out under the lock and put back after:
  * no lock is held while decoding. A piece begun right after the one
- * before it (a member or a walk read in order) names the next to the
+ * before it (a member or a walk read in order), once the pieces begun in
+ * order hold TX_Z_PIECE bytes, names the next to the
  * cache (sf_cache_ahead), which decodes it on another thread while the
  * reader copies out this one: at once when it begins a start point (so
  * that the two decode on two CPUs), else once the cursor is back for it
@@ -285,15 +287,21 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	 * decoder holds 9 MiB: one at a time */
 	bool alone = next && p[1].out == z->st[p[1].start].out && z->codec != TX_Z_LZ4;
 	pthread_mutex_lock(&z->lock);
-	/* the cursor goes on where it stopped, across a start point inside
-	 * its stream too; one that cannot is ended before another begins */
+	/* the cursor goes on where it stopped (or skips on to the piece),
+	 * across a start point inside its stream too; one that cannot is
+	 * ended before another begins */
 	struct zcur *c = z->cur, *stale = NULL;
 	z->cur = NULL;
-	if (c && !(c->out == p->out && cur_reaches(z, c, p->start))) {
+	if (c && !(c->out <= p->out && cur_reaches(z, c, p->start))) {
 		stale = c;
 		c = NULL;
 	}
-	if (!part->aux || z->made != part->aux)
+	if (c)
+		c->start = p->start;
+	/* a reader in order for TX_Z_PIECE bytes at least: not the few fine
+	 * pieces of one member read at random */
+	z->run = part->aux && z->made == part->aux ? z->run + len : len;
+	if (!part->aux || z->made != part->aux || z->run < TX_Z_PIECE)
 		next = NULL;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
@@ -301,8 +309,6 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	if (next && alone)
 		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
-	if (!rc)
-		c->start = p->start;
 	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
 	uint64_t got = 0;
 	if (!rc && !b)
@@ -392,6 +398,13 @@ static int zread(const struct sf_map *m, uint64_t off, uint64_t len, void *dst, 
 	return 0;
 }
 
+/* m's compressed tar, or NULL: a plain map, or the walk's beside a pass
+ * (tx_zfeed.c), whose read hook is another */
+static struct tx_z *z_of(const struct sf_map *m)
+{
+	return m && m->read == zread ? m->src : NULL;
+}
+
 int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64_t len)
 {
 	if (!m->read)
@@ -421,6 +434,7 @@ struct pass {
 	size_t cap;
 	size_t sstart;         /* the stream's start point */
 	struct sf_progress *pr;
+	struct tx_zfeed *feed;  /* the walk beside it, or NULL */
 	/* the archive is damaged (cut short, corrupt, garbage after it);
 	 * exact: every byte decoded is right (cut short, garbage after) */
 	bool damaged, exact;
@@ -726,6 +740,8 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		if (c->out + ol < c->out)
 			return sf_fail(e, -EFBIG, "%s: decodes to more than 2^64 bytes", z->src->path);
 		c->out += ol;
+		if (ps->feed)
+			tx_zfeed_push(ps->feed, ps->out + TX_Z_WINDOW, ol);
 		ps->flushed = ol < OUTBUF;
 		bool idle = !il && !ol && !rc && !(hold && ps->walk.next == at);
 		ps->damaged = rc == -EIO || idle;
@@ -895,14 +911,15 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 }
 
 /* Cuts the stretches between start points into pieces, each a part;
- * `charged`: when the start points' charge (start_cost) did not count
- * them, since another map's pass made them. */
+ * `charged`: when the start points' charge (start_cost) counted two
+ * pieces each (those past two, of a long stretch, are charged here),
+ * else another map's pass made them and counted none. */
 static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct sf_err *e)
 {
-	uint64_t n = 0;
+	uint64_t n = 0, counted = charged ? 2 * (uint64_t)z->nst : 0;
 	for (size_t s = 0; s < z->nst; s++)
 		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
-	int rc = charged ? 0 : charge(z, n * PIECE_COST, e);
+	int rc = n > counted ? charge(z, (n - counted) * PIECE_COST, e) : 0;
 	if (rc)
 		return rc;
 	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
@@ -988,9 +1005,9 @@ static int salvage(struct pass *ps, uint64_t *end, struct sf_err *e)
 
 /* The pass over the archive: z->st (z->nst start points, then the end),
  * charged to z. 0, or a negative errno with e set. */
-static int pass_all(struct tx_z *z, struct sf_progress *pr, struct sf_err *e)
+static int pass_all(struct tx_z *z, struct sf_progress *pr, struct tx_zfeed *feed, struct sf_err *e)
 {
-	struct pass ps = { .z = z, .pr = pr };
+	struct pass ps = { .z = z, .pr = pr, .feed = feed };
 	if (pr)
 		atomic_fetch_add(&pr->bytes_to_walk, z->src->size);
 	int rc = (ps.out = malloc(PASSBUF)) ? 0 : sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
@@ -1054,7 +1071,7 @@ static int publish(struct tx_z *z, struct tx_zseek **shared, struct sf_err *e)
 }
 
 int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
-	       struct tx_zseek **shared, struct sf_err *e)
+	       struct tx_zseek **shared, struct tx_zbeside *beside, struct sf_err *e)
 {
 	if (!m->read)
 		return 0;
@@ -1082,7 +1099,10 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 	} else if ((rc = load_kept(z, e)) == 0) {
 		z->kept = "read from --index-dir";
 	} else if (rc > 0) {
-		rc = pass_all(z, pr, e);
+		struct tx_zfeed *f = beside ? tx_zfeed_start(beside, z->cache, z->src->path) : NULL;
+		rc = pass_all(z, pr, f, e);
+		if (f)
+			tx_zfeed_end(f, rc ? 0 : z->st[z->nst].out, !rc && !z->damage);
 	}
 	if (!rc && !s)
 		rc = publish(z, shared, e);
@@ -1102,7 +1122,7 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed,
 			 struct sf_buf **heads)
 {
-	struct tx_z *z = m->read ? m->src : NULL;
+	struct tx_z *z = z_of(m);
 	if (!z || !z->tarix)
 		return false;
 	*out = z->tarix;
@@ -1114,7 +1134,7 @@ bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **
 
 void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads)
 {
-	struct tx_z *z = m->read ? m->src : NULL;
+	struct tx_z *z = z_of(m);
 	if (!z || !heads)
 		return;
 	pthread_mutex_lock(&z->lock);
@@ -1126,7 +1146,7 @@ void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads)
 
 bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at, uint64_t need)
 {
-	struct tx_z *z = m->read ? m->src : NULL;
+	struct tx_z *z = z_of(m);
 	uint64_t ci, pos, end;
 	if (!z)
 		return false;
@@ -1176,7 +1196,7 @@ static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_
 void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
 	       const struct sf_buf *heads, struct sf_view *v)
 {
-	struct tx_z *z = m->read ? m->src : NULL;
+	struct tx_z *z = z_of(m);
 	struct sf_err e;
 	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, heads, &e))
 		sf_view_warn(v, "%s", e.msg);
@@ -1195,31 +1215,52 @@ int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e)
 
 extern const struct sf_format tx_targz_format;
 
+/* The tool's walk beside the pass: the tar's index, root names and
+ * header blocks. */
+struct ahead_walk {
+	const char *path;
+	struct sf_buf *tarix, *unkeyed, *heads;
+};
+
+static int walk_ahead(const struct sf_map *tar, struct sf_progress *pr, void *arg, struct sf_err *e)
+{
+	struct ahead_walk *a = arg;
+	return tx_index_tar(tar, a->path, pr, NULL, NULL, &a->tarix, &a->unkeyed, &a->heads, e);
+}
+
 int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
 		    struct sf_err *e)
 {
 	struct sf_map *m = NULL;
 	struct sf_view *v = NULL;
-	struct sf_buf *tarix = NULL, *unkeyed = NULL, *heads = NULL;
+	struct ahead_walk a = { src->path, NULL, NULL, NULL };
+	struct tx_zbeside b = { .walk = walk_ahead, .arg = &a };
 	int rc = tx_z_open(src, &m, e);
 	if (!rc && (rc = tx_z_keep_in(m, dirfd, -1, name)))
 		rc = sf_fail(e, rc, "%s: cannot keep its index: %s", src->path, strerror(-rc));
 	if (!rc && !(v = sf_view_new(&tx_targz_format, src->path)))
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", src->path);
 	if (!rc)
-		rc = tx_z_index(m, v, NULL, NULL, e);
+		rc = tx_z_index(m, v, NULL, NULL, &b, e);
 	struct tx_z *z = m ? m->src : NULL;
 	if (!rc && z->seek->damage)
 		rc = sf_fail(e, -EIO, "%s", z->seek->damage);
+	if (!b.walked) {
+		sf_buf_unref(a.tarix);
+		sf_buf_unref(a.unkeyed);
+		sf_buf_unref(a.heads);
+		a.tarix = a.unkeyed = a.heads = NULL;
+	}
 	/* a kept file that matches the archive is read, not made again */
 	if (!rc && !z->kept &&
-	    !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &tarix, &unkeyed, &heads, e)))
-		rc = keep_now(z, tarix, unkeyed, heads, e);
+	    (b.walked ||
+	     !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &a.tarix, &a.unkeyed, &a.heads, e))))
+		rc = keep_now(z, a.tarix, a.unkeyed, a.heads, e);
 	if (!rc)
 		tx_z_info(m, info);
-	sf_buf_unref(tarix);
-	sf_buf_unref(unkeyed);
-	sf_buf_unref(heads);
+	sf_buf_unref(a.tarix);
+	sf_buf_unref(a.unkeyed);
+	sf_buf_unref(a.heads);
 	sf_map_unref(m);
 	if (v)
 		sf_view_unref(v);
@@ -1229,9 +1270,9 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 {
 	*out = (struct tx_zinfo){ 0 };
-	if (!m || !m->read)
+	const struct tx_z *z = z_of(m);
+	if (!z)
 		return;
-	const struct tx_z *z = m->src;
 	uint64_t wins = 0;
 	for (size_t i = 0; i < z->nst; i++)
 		wins += z->st[i].wlen;

@@ -130,6 +130,34 @@ int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *a
  * or 0 when it is none (above TX_Z_ZSTD_WINDOW_MAX, or not a zstd frame). */
 uint64_t tx_zdec_window(const uint8_t *win, uint32_t wlen);
 
+/* ---- a walk beside the pass (tx_zfeed.c) ---- */
+
+/* The walk of the decoded tar (its caller's tx_index_tar) that a first
+ * pass runs on a thread of its own, reading the bytes the pass decodes as
+ * it decodes them rather than decoding the archive again through the
+ * pieces. `walk` gets a map of them, whose size is unknown (huge: zeros
+ * past the decoded end) and a progress of its own; `walked` then says
+ * whether its result stands: the pass ran whole, and the walk ended at a
+ * zero block that is the tar's own bytes, or at the decoded end, as a walk
+ * of the whole map would. Else the caller drops what it made and walks
+ * the map (headers and bytes: what the walk counted). */
+struct tx_zbeside {
+	int (*walk)(const struct sf_map *tar, struct sf_progress *pr, void *arg, struct sf_err *e);
+	void *arg;
+	bool walked;
+	uint64_t headers, bytes;
+};
+struct tx_zfeed;
+/* Starts beside->walk (path names the archive): NULL when it cannot (the
+ * budget, memory, a thread), the pass then going alone. */
+struct tx_zfeed *tx_zfeed_start(struct tx_zbeside *beside, struct sf_cache *cache, const char *path);
+/* Hands the pass's next n decoded bytes to the walk, waiting while they
+ * would overwrite what the walk still reads (nothing once it ended). */
+void tx_zfeed_push(struct tx_zfeed *f, const uint8_t *p, size_t n);
+/* The pass ended: decoded `size` bytes, ok when whole (not failed nor cut
+ * short). Waits for the walk, sets beside's fields and frees f. */
+void tx_zfeed_end(struct tx_zfeed *f, uint64_t size, bool ok);
+
 /* ---- the blocks of a zstd or lz4 frame (tx_zblock.c) ---- */
 
 /* Where the next block of a frame begins, walked by the blocks' headers:
@@ -195,10 +223,12 @@ struct tx_zseek;
  * the index's memory is charged. With `shared` (not NULL), the index in
  * *shared is taken when there is one (only the pieces are then m's, and
  * charged), else the one built is put there, a reference for the caller
- * (tx_zseek_put). 0 at once for a plain map; else 0, or a negative errno
- * with e naming the archive, the byte and what was wrong. */
+ * (tx_zseek_put). With `beside` (not NULL), a pass has the walk of the
+ * tar run beside it (tx_zfeed.c). 0 at once for a plain map; else 0, or a
+ * negative errno with e naming the archive, the byte and what was wrong. */
+struct tx_zbeside;
 int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
-	       struct tx_zseek **shared, struct sf_err *e);
+	       struct tx_zseek **shared, struct tx_zbeside *beside, struct sf_err *e);
 void tx_zseek_put(struct tx_zseek *s);
 /* Appends [off, off + len) of tar m to file n: a span of its mapping, or
  * the decoded pieces holding it. -ENOMEM or 0. */

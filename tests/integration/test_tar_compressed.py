@@ -700,6 +700,48 @@ def test_kept_xz_index_read_from_a_later_block_first(mount, tmp_path):
         assert info["kept"] == how and info["starts"] >= 3, info
 
 
+def mixed_archive(tmp_path, rnd, names, lo, cmd, name, pad=0):
+    """Members `names` of lo-150 kB, half random bytes and half text, in a
+    tar (and `pad` zero bytes after it) that `cmd` compresses into
+    SRC/name: (members, the tar, SRC, an empty --index-dir)."""
+    members = {n: rnd.randbytes(k // 2) + b"text %d " % i * (k // 14)
+               for i, (n, k) in enumerate((n, rnd.randint(lo, 150_000)) for n in names)}
+    raw = small_tar_bytes(members) + bytes(pad)
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    idx.mkdir()
+    (src / name).write_bytes(subprocess.run(cmd, input=raw, check=True, capture_output=True).stdout)
+    return members, raw, src, idx
+
+
+@pytest.mark.parametrize("ext,cmd,pad", [("tar.gz", ["gzip", "-1", "-c"], 0),
+                                         ("tar.zst", ["zstd", "-1", "-c"], 0),
+                                         ("tar.bz2", ["pbzip2", "-p2", "-c"], 0),
+                                         ("tar.gz", ["gzip", "-1", "-c"], 12 << 20)],
+                         ids=["gzip", "zstd", "pbzip2", "padded"])
+def test_first_walk_reads_what_the_pass_decodes(mount, tmp_path, ext, cmd, pad):
+    """A first mount walks the tar's headers beside the pass, reading the
+    bytes it decodes (tx_zfeed.c): it walks every header (stats.json), and
+    every member equals what tarfile extracts; a mount that reads the
+    index it kept (the walk's) agrees. Padded: 12 MiB of zeros after the
+    tar's end, so that the walk ends long before the pass."""
+    rnd = random.Random(44)
+    members, raw, src, idx = mixed_archive(
+        tmp_path, rnd, (f"d{i % 3}/m{i:03d}.bin" for i in range(150)), 1_000, cmd, f"w.{ext}",
+        pad)
+    for how in ("written to --index-dir", "read from --index-dir"):
+        mnt = mount(src, "--index-dir", str(idx))
+        assert os.stat(mnt / "w" / "d0" / "m000.bin").st_size == len(members["d0/m000.bin"])
+        walk = mount_stats(mnt)["tar_indexing"]
+        assert walk["bytes_walked"] >= (len(raw) - pad if how.startswith("written") else 0), walk
+        walked = walk["headers_walked"]
+        assert walked == (len(members) if how.startswith("written") else 0), (how, walked)
+        for n in rnd.sample(list(members), len(members)):
+            assert (mnt / "w" / n).read_bytes() == members[n], (how, n)
+        info = json.loads((mnt / "w" / ".shardfs" / "info.json").read_text())["compression"]
+        assert info["kept"] == how and info["pieces"] >= 3, info
+
+
 # single frames, as `tar --zstd`, `tar -I lz4`, `zstd` and `lz4` write them
 FRAMES = {"tzst.tar.zst": ["tar", "--zstd"], "tlz4.tar.lz4": ["tar", "-I", "lz4"],
           "pzst.tar.zst": ["zstd", "-q", "-c"], "plz4.tar.lz4": ["lz4", "-q", "-c"]}

@@ -67,7 +67,7 @@ static int index_file(const char *name, struct sf_map **m, struct sf_view **v, s
 	rc = tx_z_map(src, tx_z_sniff(head, sizeof head), m, e);
 	sf_map_unref(src);
 	if (!rc)
-		rc = tx_z_index(*m, *v, NULL, NULL, e);
+		rc = tx_z_index(*m, *v, NULL, NULL, NULL, e);
 	return rc;
 }
 
