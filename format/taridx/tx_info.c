@@ -96,9 +96,10 @@ static int info_txt(struct tx_fold *f, const struct tx_counts *c, struct sf_buf 
 	struct tx_zinfo z;
 	tx_z_info(f->nshards ? f->shards[0].map : NULL, &z);
 	if (z.codec != TX_Z_NONE)
-		sf_str_addf(&s, "compressed: %s, %llu bytes; seek index of %llu start points, %llu pieces, %llu bytes\n",
+		sf_str_addf(&s, "compressed: %s, %llu bytes; seek index of %llu start points, %llu pieces, %llu bytes; header blocks %llu bytes\n",
 			    tx_z_name(z.codec), (unsigned long long)z.compressed, (unsigned long long)z.starts,
-			    (unsigned long long)z.pieces, (unsigned long long)z.index_bytes);
+			    (unsigned long long)z.pieces, (unsigned long long)z.index_bytes,
+			    (unsigned long long)z.header_bytes);
 	if (z.damage)
 		sf_str_addf(&s, "damaged: %s\n", z.damage);
 	if (z.kept)
@@ -205,6 +206,7 @@ static int info_json(struct tx_fold *f, const struct tx_counts *c, struct sf_buf
 		json_object_set_new(o, "starts", json_integer((json_int_t)z.starts));
 		json_object_set_new(o, "pieces", json_integer((json_int_t)z.pieces));
 		json_object_set_new(o, "index_bytes", json_integer((json_int_t)z.index_bytes));
+		json_object_set_new(o, "header_bytes", json_integer((json_int_t)z.header_bytes));
 		json_object_set_new(o, "kept", z.kept ? json_string(z.kept) : json_null());
 		json_object_set_new(o, "damage", z.damage ? sf_json_bytes_as_text(z.damage, strlen(z.damage)) : json_null());
 		json_object_set_new(j, "compression", o);

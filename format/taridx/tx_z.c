@@ -105,6 +105,7 @@ struct tx_z {
 	 * chunk of them decoded last (under lock) */
 	struct sf_buf *heads, *hchunk;
 	uint64_t hchunk_i;
+	atomic_uint_fast64_t heads_len; /* heads' bytes, for info */
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
@@ -1140,6 +1141,7 @@ void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads)
 	pthread_mutex_lock(&z->lock);
 	struct sf_buf *old = z->heads;
 	z->heads = sf_buf_ref(heads);
+	atomic_store(&z->heads_len, heads->len);
 	pthread_mutex_unlock(&z->lock);
 	sf_buf_unref(old);
 }
@@ -1277,6 +1279,6 @@ void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 	for (size_t i = 0; i < z->nst; i++)
 		wins += z->st[i].wlen;
 	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
-				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins, z->kept,
-				  z->seek ? z->seek->damage : NULL };
+				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins,
+				  atomic_load(&z->heads_len), z->kept, z->seek ? z->seek->damage : NULL };
 }

@@ -238,6 +238,7 @@ int tx_add_bytes(struct sf_node *n, const struct sf_map *m, uint64_t off, uint64
 struct tx_zinfo {
 	enum tx_zcodec codec;
 	uint64_t compressed, starts, pieces, index_bytes;
+	uint64_t header_bytes; /* the header blocks kept apart (tx_zheads.c) */
 	const char *kept; /* what became of it in --index-dir, or NULL */
 	/* why the archive was cut short (its decoded tar ends before the
 	 * damage, tx_z.c salvage), or NULL */
