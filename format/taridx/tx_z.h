@@ -148,8 +148,9 @@ struct tx_zbeside {
 	uint64_t headers, bytes;
 };
 struct tx_zfeed;
-/* Starts beside->walk (path names the archive): NULL when it cannot (the
- * budget, memory, a thread), the pass then going alone. */
+/* Starts beside->walk (path names the archive): NULL when it cannot (a
+ * budget under four rings, or no room in it; memory, a thread), the pass
+ * then going alone. */
 struct tx_zfeed *tx_zfeed_start(struct tx_zbeside *beside, struct sf_cache *cache, const char *path);
 /* Hands the pass's next n decoded bytes to the walk, waiting while they
  * would overwrite what the walk still reads (nothing once it ended). */

@@ -16,6 +16,8 @@
  * TX_WINDOW_BYTES at a time, records and headers far less) */
 #define RING (8u << 20)
 #define READ_MAX (RING / 2)
+/* and the ring takes at most this share of the cache budget */
+#define RING_SHARE 4u
 
 struct tx_zfeed {
 	pthread_mutex_t lock;
@@ -76,6 +78,10 @@ static void *walker(void *arg)
 
 struct tx_zfeed *tx_zfeed_start(struct tx_zbeside *beside, struct sf_cache *cache, const char *path)
 {
+	/* a small budget keeps its room for the pass's own index and decoder:
+	 * the walk then follows the pass, through the pieces */
+	if (cache->limit && RING > cache->limit / RING_SHARE)
+		return NULL;
 	struct tx_zfeed *f = calloc(1, sizeof *f);
 	struct sf_err ignored;
 	if (!f || sf_cache_charge(cache, RING, path, "a walk beside the pass", &ignored)) {
