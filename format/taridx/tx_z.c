@@ -284,9 +284,7 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
 	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
-	/* lz4 decodes far faster than its bytes are copied out, and its
-	 * decoder holds 9 MiB: one at a time */
-	bool alone = next && p[1].out == z->st[p[1].start].out && z->codec != TX_Z_LZ4;
+	bool alone = next && p[1].out == z->st[p[1].start].out;
 	pthread_mutex_lock(&z->lock);
 	/* the cursor goes on where it stopped (or skips on to the piece),
 	 * across a start point inside its stream too; one that cannot is
