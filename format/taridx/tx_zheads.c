@@ -15,6 +15,7 @@
 
 #include "sf_buf.h"
 #include "sf_bytes.h"
+#include "tx.h"
 #include "tx_z.h"
 
 /* a chunk is cut at about CHUNK bytes, so that a lookup decodes little;
@@ -93,8 +94,9 @@ void tx_zheads_note(struct tx_zheads_make *h, uint64_t off, const uint8_t *p, ui
 {
 	if (!h || h->failed || !len)
 		return;
-	if (off < h->end || len > RAW_MAX) {
-		/* a walk goes forward; a stretch too long is read from the archive */
+	if (off < h->end || len > RAW_MAX || len < TX_BLOCK) {
+		/* a walk goes forward; a stretch too long (or not an entry's) is
+		 * read from the archive */
 		h->end = off + len > h->end ? off + len : h->end;
 		return;
 	}
@@ -169,7 +171,9 @@ bool tx_zheads_ok(const struct sf_buf *b, uint64_t size)
 	for (uint64_t i = 0; i <= nr; i++) {
 		uint64_t off = i < nr ? sf_le64(range(b, i)) : 0, len = i < nr ? sf_le32(range(b, i) + 8) : 0;
 		uint64_t ci = i < nr ? sf_le32(range(b, i) + 12) : nc;
-		if (i < nr && (!len || off < end || off > size || len > size - off || ci > nc - 1))
+		/* a stretch is a tar block at least, so a chunk's search back
+		 * (tx_zheads_find) goes over RAW_MAX / TX_BLOCK ranges at most */
+		if (i < nr && (len < TX_BLOCK || off < end || off > size || len > size - off || ci > nc - 1))
 			return false;
 		if (ci != c) { /* chunk c ends: its length, the next one's place */
 			const uint8_t *k = chunk(b, c);
@@ -206,7 +210,7 @@ bool tx_zheads_find(const struct sf_buf *b, uint64_t at, uint64_t need, uint64_t
 	*ci = sf_le32(r + 12);
 	*pos = at - off;
 	*end = off + len;
-	/* the ranges before it in its chunk (a chunk holds a few hundred) */
+	/* the ranges before it in its chunk: 512 at most (tx_zheads_ok) */
 	for (uint64_t i = lo - 1; i > 0 && sf_le32(range(b, i - 1) + 12) == *ci; i--)
 		*pos += sf_le32(range(b, i - 1) + 8);
 	return true;

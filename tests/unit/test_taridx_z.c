@@ -13,6 +13,7 @@
 
 #include "../fuzz/zpack.h"
 #include "check.h"
+#include "sf_bytes.h"
 #include "sf_map.h"
 #include "sf_view.h"
 #include "taridx/tx.h"
@@ -259,6 +260,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(tx_zheads_find(heads, 4096, 512, &ci, &pos, &end) && pos == 1024 && end == 4608);
 	CHECK(!tx_zheads_find(heads, 1024, 1, &ci, &pos, &end) &&
 	      !tx_zheads_find(heads, 900, 200, &ci, &pos, &end));
+	/* a stretch shorter than a tar block is none: refused on load */
+	struct sf_buf *bad = sf_buf_new(heads->len);
+	memcpy(bad->data, heads->data, heads->len);
+	sf_put_le32(bad->data + 16 + 16 + 8, 100);
+	CHECK(!tx_zheads_ok(bad, n));
+	sf_buf_unref(bad);
 	struct sf_buf *raw = tx_zheads_chunk(heads, 0);
 	CHECK(raw && raw->len == 1536 && raw->data[0] == 'a' && raw->data[600] == 'b' &&
 	      raw->data[1535] == 'c');
