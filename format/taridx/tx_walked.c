@@ -92,6 +92,18 @@ static struct tx_walked *get(const struct sf_map *tar, struct sf_cache *c,
 	return w;
 }
 
+/* Drops w's index, its root names and header blocks, and their charge. */
+static void index_drop(struct tx_walked *w)
+{
+	if (w->charged)
+		sf_cache_uncharge(w->cache, w->charged);
+	sf_buf_unref(w->built);
+	sf_buf_unref(w->unkeyed);
+	sf_buf_unref(w->heads);
+	w->built = w->unkeyed = w->heads = NULL;
+	w->charged = 0;
+}
+
 void tx_walked_put(struct tx_walked *w)
 {
 	if (!w)
@@ -109,11 +121,7 @@ void tx_walked_put(struct tx_walked *w)
 		SF_PROGRESS_ADD(w->progress, indexes_held, -1);
 		SF_PROGRESS_ADD(w->progress, index_bytes_held, -w->charged);
 	}
-	if (w->charged)
-		sf_cache_uncharge(w->cache, w->charged);
-	sf_buf_unref(w->built);
-	sf_buf_unref(w->unkeyed);
-	sf_buf_unref(w->heads);
+	index_drop(w);
 	tx_zseek_put(w->seek);
 	free(w->why);
 	sf_turn_fini(&w->turn);
@@ -168,20 +176,6 @@ static int walk_beside(const struct sf_map *tar, struct sf_progress *pr, void *a
 			    &b->w->heads, e);
 }
 
-/* Drops what a walk beside the pass made when it does not stand. */
-static void beside_drop(struct tx_walked *w)
-{
-	if (!w->built)
-		return;
-	if (w->charged)
-		sf_cache_uncharge(w->cache, w->charged);
-	sf_buf_unref(w->built);
-	sf_buf_unref(w->unkeyed);
-	sf_buf_unref(w->heads);
-	w->built = w->unkeyed = w->heads = NULL;
-	w->charged = 0;
-}
-
 int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
 		  struct sf_buf **out, struct sf_buf **unkeyed, struct sf_err *e)
 {
@@ -208,7 +202,8 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 			SF_PROGRESS_ADD(w->progress, indexes_held, 1);
 			SF_PROGRESS_ADD(w->progress, index_bytes_held, w->charged);
 		} else if (fresh) {
-			beside_drop(w);
+			/* what a walk beside the pass made does not stand */
+			index_drop(w);
 		}
 		if (!rc && !w->built) {
 			rc = kept_or_walk(tar, name, c, w, e);
