@@ -18,6 +18,7 @@
 #include "fnode.h"
 #include "listing.h"
 #include "openviews.h"
+#include "options.h"
 #include "stats.h"
 #include "transport.h"
 #include "watch.h"
@@ -50,7 +51,7 @@ struct daemon {
 	/* no-open: SRC files are mapped at lookup while fewer than this
 	 * hold a mapping (fs/src.c) */
 	size_t src_pin_max;
-	bool readdirplus_always;      /* --readdirplus always (fs/ops.c) */
+	enum readdirplus readdirplus; /* --readdirplus (fs/ops.c, fs/dirs.c) */
 	/* the directory handles open (fs/dirs.c), so that those the kernel
 	 * never releases (a lazy unmount that ends the connection while a
 	 * process holds one) are freed at the end */

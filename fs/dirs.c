@@ -30,6 +30,7 @@ struct dirsnap {
 	struct sf_node *vdir;
 	struct sf_view *view; /* holds vdir */
 	uint64_t pushed; /* what this listing queued to push ahead (fs/push.h) */
+	bool attrs; /* its names get their attributes from now on (gives_attrs) */
 	struct dirsnap *prev, *next; /* in dm->dirs_open, while a handle's */
 };
 
@@ -311,9 +312,10 @@ struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent
 	return n;
 }
 
-/* The entries of a handle from `off` that fit in `size`, as one reply. */
+/* The entries of a handle from `off` that fit in `size`, as one reply: a
+ * READDIRPLUS's (`plus`) with the names' attributes (`attrs`) or not. */
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
-		     bool plus)
+		     bool plus, bool attrs)
 {
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
@@ -344,7 +346,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 			struct fuse_entry_param ep = { 0 };
 			ep.attr.st_ino = d->ino;
 			ep.attr.st_mode = (mode_t)d->type << 12;
-			struct fnode *n = plus_entry(daemon_of(req), dir, d, &l, &ep);
+			struct fnode *n = attrs ? plus_entry(daemon_of(req), dir, d, &l, &ep) : NULL;
 			if (n)
 				held[nheld++] = n;
 			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
@@ -370,18 +372,43 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 }
 
 /* One READDIR or READDIRPLUS reply from the handle's snapshot. */
+/* Whether a READDIRPLUS request gives names their attributes. With
+ * --readdirplus small, every request does in a directory of at most
+ * RDP_SMALL_MAX names, where a loader lists and then reads every file (an
+ * attribute saves it a LOOKUP), while the kernel and the daemon then hold
+ * a node per name, which a directory that size keeps small. A larger
+ * one's listing gives them in its first request, and in every request
+ * once names of the directory were looked up while it went on (`ls -l`
+ * and `du` stat each batch of names before reading the next: the names of
+ * the first batch are the kernel's already, those of the second are looked
+ * up); names-only walks of it (`find`, `os.scandir`) make no node per name
+ * and stay twice as fast. (The kernel's automatic choice also sees the
+ * first batch's names used, which the daemon does not.) The kernel reads
+ * one handle's listing one request at a time. */
+static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode *dir, off_t off)
+{
+	if (dm->readdirplus != RDP_SMALL || dent_count(s) <= RDP_SMALL_MAX)
+		return true;
+	/* only lookups while this listing goes on count */
+	bool looked = atomic_exchange_explicit(&dir->looked_in, false, memory_order_relaxed);
+	if (off == 0)
+		return true;
+	return s->attrs = s->attrs || looked;
+}
+
 static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		      struct fuse_file_info *fi, bool plus)
 {
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
-	/* a plain listing is read from memory */
-	bool src = plus && dir_kinds[fnode_kind(dir)].plus_at_source;
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
+	bool attrs = plus && gives_attrs(dm, s, dir, off);
+	/* names alone are read from memory */
+	bool src = attrs && dir_kinds[fnode_kind(dir)].plus_at_source;
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
 		return;
-	list_dir(req, s, dir, size, off, plus);
+	list_dir(req, s, dir, size, off, plus, attrs);
 	if (src)
 		section_end(dm);
 }
@@ -393,10 +420,11 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	reply_dir(req, ino, size, off, fi, false);
 }
 
-/* libfuse 3.14 asks for READDIRPLUS and READDIRPLUS_AUTO when this is set:
- * the kernel uses it for the first request of a listing and for later ones
- * only when names of the directory were looked up in between (`ls -l`,
- * `du`), and plain READDIR otherwise (names-only walks). */
+/* libfuse 3.14 asks for READDIRPLUS and READDIRPLUS_AUTO when this is set;
+ * with --readdirplus auto, the kernel uses it for the first request of a
+ * listing and for later ones only when names of the directory were looked
+ * up in between (`ls -l`, `du`), and plain READDIR otherwise (names-only
+ * walks); with small or always, for every request (gives_attrs). */
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {

@@ -79,6 +79,9 @@ struct fnode {
 	struct fnode *all_prev, *all_next; /* every live node, oldest last */
 	uint32_t refs;                /* children whose parent this is */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
+	/* directories: a name in it was looked up since its last listing
+	 * request (--readdirplus small, fs/dirs.c) */
+	atomic_bool looked_in;
 };
 
 /* The daemon's inodes (fs/daemon.h). */

@@ -345,7 +345,7 @@ int main(int argc, char **argv)
 	dm.no_open = o.no_open;
 	dm.src_pin_max = src_pin_max();
 	dm.tree.maps_cap = dm.src_pin_max;
-	dm.readdirplus_always = o.readdirplus_always;
+	dm.readdirplus = o.readdirplus;
 	/* SIGTERM and SIGINT unmount whatever disposition was inherited:
 	 * libfuse installs its handlers only over the default, and a shell
 	 * starts a background job (`shardfs -f SRC MNT &` in a script) with

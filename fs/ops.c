@@ -106,9 +106,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	struct daemon *dm = userdata;
 	/* the kernel's automatic choice lists in plain READDIR past a
-	 * listing's first request (fs/dirs.c): each name then costs its
-	 * reader a LOOKUP */
-	if (dm->readdirplus_always)
+	 * listing's first request: each name then costs its reader a LOOKUP.
+	 * Otherwise every request is a READDIRPLUS, and the daemon decides
+	 * which names get their attributes (fs/dirs.c). */
+	if (dm->readdirplus != RDP_AUTO)
 		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;

@@ -54,13 +54,14 @@ void options_usage(FILE *to)
 	      "                      --no-open says so): a file read once reads again\n"
 	      "                      from the page cache with no request, and a SRC file\n"
 	      "                      is mapped at lookup, within a budget (docs/options.md)\n"
-	      "  --readdirplus MODE  auto (default): a listing gives names with attributes\n"
-	      "                      in its first request, and in later ones only when\n"
-	      "                      names were looked up meanwhile (ls -l, du); always:\n"
-	      "                      in every request, so that a reader of the files of a\n"
-	      "                      directory it listed sends no LOOKUP (names-only\n"
-	      "                      listings are slower, the kernel keeps an inode per\n"
-	      "                      name listed)\n"
+	      "  --readdirplus MODE  small (default): a listing of a directory of at most\n"
+	      "                      16,384 names gives every name its attributes, so\n"
+	      "                      that a reader of the files it listed sends no\n"
+	      "                      LOOKUP; a larger one does as auto. auto: only in\n"
+	      "                      a listing's first request, and in later ones when\n"
+	      "                      names were looked up meanwhile (ls -l, du). always:\n"
+	      "                      every name of every listing (names-only listings\n"
+	      "                      are slower, and the kernel keeps an inode per name)\n"
 	      "  --push-ahead SIZE   after a listing of a view directory (readdirplus),\n"
 	      "                      push the content of its small files (128 KiB at\n"
 	      "                      most) into the page cache in listing order, so that\n"
@@ -259,12 +260,14 @@ int options_parse(int argc, char **argv, struct options *o)
 			else
 				return bad("--io-uring needs auto, on or off", val);
 		} else if ((val = long_value(argc, argv, &i, "--readdirplus"))) {
-			if (strcmp(val, "auto") == 0)
-				o->readdirplus_always = false;
+			if (strcmp(val, "small") == 0)
+				o->readdirplus = RDP_SMALL;
+			else if (strcmp(val, "auto") == 0)
+				o->readdirplus = RDP_AUTO;
 			else if (strcmp(val, "always") == 0)
-				o->readdirplus_always = true;
+				o->readdirplus = RDP_ALWAYS;
 			else
-				return bad("--readdirplus needs auto or always", val);
+				return bad("--readdirplus needs small, auto or always", val);
 		} else if ((val = long_value(argc, argv, &i, "--push-ahead"))) {
 			if (val == MISSING || parse_size(val, &o->push_ahead))
 				return bad("--push-ahead needs a size like 64M (0: off)", val);

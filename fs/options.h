@@ -11,6 +11,15 @@
  * (the default: docs/performance.md) */
 enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
 
+/* --readdirplus: which listing requests give names their attributes */
+enum readdirplus {
+	RDP_SMALL,  /* every one of a directory of at most RDP_SMALL_MAX names,
+		     * else as RDP_AUTO (the daemon decides: fs/dirs.c) */
+	RDP_AUTO,   /* the kernel's automatic choice */
+	RDP_ALWAYS, /* every one */
+};
+#define RDP_SMALL_MAX 16384
+
 struct options {
 	const char *src, *mnt;
 	bool foreground, debug, help, version;
@@ -24,7 +33,7 @@ struct options {
 	const char *index_dir; /* --index-dir: folds' indexes away from their tars */
 	enum io_uring_mode io_uring;
 	bool no_open;      /* the kernel opens files without asking (--open: off) */
-	bool readdirplus_always; /* --readdirplus always: every listing request */
+	enum readdirplus readdirplus; /* --readdirplus */
 	uint64_t push_ahead; /* --push-ahead: the window, bytes (0: off) */
 };
 

@@ -70,20 +70,46 @@ def test_second_pass_costs_no_request(tmp_path, mount):
 
 
 def test_listed_names_cost_no_lookup(tmp_path, mount):
-    """--readdirplus always: a listing gives every name its attributes, so
+    """By default (--readdirplus small) and with always, a listing of a
+    directory of at most 16,384 names gives every name its attributes, so
     a reader of the files it listed sends one request per file, the READ;
-    the kernel's automatic choice gives them in the first of the listing's
-    requests only, and its reader looks the rest up."""
+    the kernel's automatic choice (auto) gives them in the first of the
+    listing's requests only, and its reader looks the rest up."""
     src = tmp_path / "src"
     want = make(src, 2000, 8)
-    auto = mount(src, "--no-open")
-    always = mount(src, "--no-open", "--readdirplus", "always")
+    mnts = {"small": mount(src), "auto": mount(src, "--readdirplus", "auto"),
+            "always": mount(src, "--readdirplus", "always")}
     cost = {}
-    for name, mnt in (("auto", auto), ("always", always)):
+    for name, mnt in mnts.items():
         assert len(os.listdir(mnt / "f")) == len(want)
         cost[name] = one_pass(mnt, want)
-    assert cost["always"]["lookup"] <= 2 and cost["always"]["read"] <= len(want) + 2, cost
+    for name in ("small", "always"):
+        assert cost[name]["lookup"] <= 2 and cost[name]["read"] <= len(want) + 2, cost
     assert cost["auto"]["lookup"] > len(want) // 2, cost
+
+
+def test_large_directory_lists_names_alone(tmp_path, mount):
+    """By default, a directory of more than 16,384 names is listed as the
+    kernel's automatic choice would: a names-only listing gives the names
+    alone (no node per name; its reader then looks them up), while a
+    listing whose names are looked up as it goes (ls -l: a stat of each
+    batch of names before the next) gives the rest their attributes."""
+    src = tmp_path / "src"
+    n = 16384 + 600
+    want = make(src, n, 8)
+    mnt = mount(src)
+    assert len(os.listdir(mnt / "f")) == n
+    read = one_pass(mnt, want)
+    assert read["lookup"] > n // 2, read
+    mnt = mount(src)
+    before = mount_stats(mnt)["requests"]["lookup"]
+    with os.scandir(mnt / "f") as it:
+        sizes = {f"f/{e.name}": e.stat().st_size for e in it}
+    assert sizes == {rel: len(data) for rel, data in want.items()}
+    # the second request's batch of names, at most (a request holds 4 KiB
+    # to 128 KiB of entries, each 152 bytes and its name)
+    looked = mount_stats(mnt)["requests"]["lookup"] - before
+    assert looked <= 128 * 1024 // 152 + 2, looked
 
 
 def test_python_open_pays_one_request(tmp_path, mount):
