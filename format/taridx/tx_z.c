@@ -68,6 +68,7 @@ struct tx_zseek {
 	atomic_uint refs;
 	struct tx_zstart *st;  /* nst start points, then one past the end */
 	size_t nst;
+	int wfd;               /* the kept file their windows were left in, or -1 */
 	struct sf_cache *cache;
 	uint64_t charged;      /* to cache, for st and its windows */
 	const char *kept;      /* what became of it in --index-dir */
@@ -82,6 +83,7 @@ struct tx_z {
 	 * holds them */
 	struct tx_zstart *st;
 	size_t nst;
+	int wfd;
 	struct tx_zseek *seek;
 	char *damage;          /* the pass's, until published in seek */
 	struct zpiece *pc;     /* npc pieces, then one at the end */
@@ -169,12 +171,20 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	int rc = sf_cache_charge(z->cache, mem, z->src->path, "a decoder", e);
 	if (!rc)
 		c->charged = z->cache->charge ? mem : 0;
+	/* a window left in the kept file is read for the decoder to start
+	 * from, and let go once it has (it keeps what it needs) */
+	struct tx_zstart at = *st;
+	uint8_t *win = NULL;
+	if (!rc && at.wlen && !at.win &&
+	    !(rc = tx_zkeep_window(z->seek ? z->seek->wfd : z->wfd, z->src->path, st, &win, e)))
+		at.win = win;
 	const char *why = NULL;
 	if (!rc && (rc = st->block && z->codec == TX_Z_XZ ? xz_block_begin(z, c, st, &why, e) :
-			 tx_zdec_begin(&c->d, z->codec, st, &why)))
+			 tx_zdec_begin(&c->d, z->codec, &at, &why)))
 		rc = rc == -ENOMEM ? sf_fail(e, rc, "%s: out of memory", z->src->path) :
 		     rc == -EIO && why ? sf_fail(e, rc, "%s: at byte %llu: %s", z->src->path,
 						 (unsigned long long)st->in, why) : rc;
+	free(win);
 	if (rc) {
 		cur_free(z, c);
 		return rc;
@@ -829,6 +839,8 @@ void tx_zseek_put(struct tx_zseek *s)
 	if (!s || atomic_fetch_sub(&s->refs, 1) != 1)
 		return;
 	starts_free(s->st, s->nst);
+	if (s->wfd >= 0)
+		close(s->wfd);
 	if (s->charged)
 		sf_cache_uncharge(s->cache, s->charged);
 	free(s->damage);
@@ -839,11 +851,15 @@ static void index_free(struct tx_z *z)
 {
 	cur_free(z, z->cur);
 	sf_buf_unref(z->last);
-	if (z->seek)
+	if (z->seek) {
 		tx_zseek_put(z->seek);
-	else
+	} else {
 		starts_free(z->st, z->nst);
+		if (z->wfd >= 0)
+			close(z->wfd);
+	}
 	z->seek = NULL;
+	z->wfd = -1;
 	free(z->damage);
 	z->damage = NULL;
 	free(z->pc);
@@ -896,7 +912,7 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	z->src = sf_map_ref(src);
 	z->codec = c;
 	z->cache = &sf_nocache;
-	z->keepfd = z->keeptop = -1;
+	z->keepfd = z->keeptop = z->wfd = -1;
 	atomic_init(&m->refs, 1);
 	m->st = src->st;
 	m->path = path;
@@ -960,16 +976,14 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	size_t n;
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
-		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->tarix,
-				 &z->unkeyed, &z->kept_heads, e);
+		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->wfd,
+				 &z->tarix, &z->unkeyed, &z->kept_heads, e);
 	if (rc)
 		return rc;
 	z->st = st;
 	z->nst = n - 1;
-	uint64_t cost = 0;
-	for (size_t i = 0; i < n; i++)
-		cost += start_cost(st[i].wlen);
-	return charge(z, cost, e);
+	/* the windows stay in the file */
+	return charge(z, n * start_cost(0), e);
 }
 
 /* A damaged archive keeps what lies before the damage, so that the
@@ -1058,9 +1072,10 @@ static int publish(struct tx_z *z, struct tx_zseek **shared, struct sf_err *e)
 	struct tx_zseek *s = calloc(1, sizeof *s);
 	if (!s)
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	*s = (struct tx_zseek){ .st = z->st, .nst = z->nst, .cache = z->cache, .charged = z->charged,
-				.kept = z->kept, .damage = z->damage };
+	*s = (struct tx_zseek){ .st = z->st, .nst = z->nst, .wfd = z->wfd, .cache = z->cache,
+				.charged = z->charged, .kept = z->kept, .damage = z->damage };
 	z->damage = NULL;
+	z->wfd = -1;
 	atomic_init(&s->refs, shared ? 2 : 1);
 	z->seek = s;
 	z->charged = 0;
@@ -1275,7 +1290,7 @@ void tx_z_info(const struct sf_map *m, struct tx_zinfo *out)
 		return;
 	uint64_t wins = 0;
 	for (size_t i = 0; i < z->nst; i++)
-		wins += z->st[i].wlen;
+		wins += z->st[i].win ? z->st[i].wlen : 0;
 	*out = (struct tx_zinfo){ z->codec, z->src->size, z->nst, z->npc,
 				  z->nst * sizeof *z->st + z->npc * sizeof *z->pc + wins,
 				  atomic_load(&z->heads_len), z->kept, z->seek ? z->seek->damage : NULL };

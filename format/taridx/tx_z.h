@@ -42,8 +42,10 @@ struct tx_zstart {
 	uint64_t mem;      /* the decoder's memory from here (measured by the pass) */
 	/* gzip inside a member, zstd inside a frame: the window (the bytes
 	 * decoded before the point, 32 KiB or the frame's window),
-	 * zstd-compressed */
+	 * zstd-compressed; NULL when it was left in the file kept in
+	 * --index-dir, at byte `wat`, its XXH64 `wsum` (tx_zkeep_window) */
 	uint8_t *win;
+	uint64_t wat, wsum;
 	uint32_t wlen;     /* its bytes; 0 at a stream's start */
 	uint8_t bits, byte; /* gzip: bits of the byte before `in` still to be decoded */
 	/* a block inside a stream, `in` at its header: an xz block after its
@@ -57,8 +59,9 @@ struct tx_zstart {
 /* ---- the seek index kept in --index-dir (tx_zkeep.c) ---- */
 
 /* Reads the seek index kept as `name` in directory dirfd for archive src
- * of codec c: 0 with *st (n start points, the last one the end, windows
- * malloc'd), *tarix (the tar's index, which parses), *unkeyed (its
+ * of codec c: 0 with *st (n start points, the last one the end, their
+ * windows left in the file, open as *wfd: tx_zkeep_window), *tarix (the
+ * tar's index, which parses), *unkeyed (its
  * unkeyed root names, sorted, each once) and *heads (its header blocks,
  * tx_zheads_ok, or NULL) when it is there, whole, and made
  * for src as it is now (its size, mtime and sampled bytes); 1 when there
@@ -67,8 +70,14 @@ struct tx_zstart {
  * archive is read: by its key in dirfd, or in topfd (--index-dir's top;
  * -1: none), and linked as `name` and in both (tx_zkeep.c). */
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **st, size_t *n, struct sf_buf **tarix,
+		  uint64_t max, struct tx_zstart **st, size_t *n, int *wfd, struct sf_buf **tarix,
 		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e);
+/* The window of start point st of archive `path`, read from the kept file
+ * fd (tx_zkeep_load) into *out (malloc'd, st->wlen bytes) and checked
+ * against the sum taken when the file was read: 0, -ENOMEM, or -EIO when
+ * it changed since. */
+int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_t **out,
+		    struct sf_err *e);
 /* Writes the seek index (n start points, the end included), the tar's
  * index, its unkeyed root names and its header blocks (or NULL) as `name`
  * in dirfd, whole or not at all

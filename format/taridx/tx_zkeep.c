@@ -237,87 +237,132 @@ static int heads_at(const uint8_t *p, size_t len, size_t at, uint64_t tarsize, s
 	return 1;
 }
 
+/* Reads len bytes at `at` of fd into p, adding them to the file's sum:
+ * true when they were all there. */
+static bool read_summed(int fd, void *p, size_t len, uint64_t at, XXH64_state_t *sum)
+{
+	if (pread(fd, p, len, (off_t)at) != (ssize_t)len)
+		return false;
+	XXH64_update(sum, p, len);
+	return true;
+}
+
 /* tx_zkeep_load of the file `name`, for the archive whose header (but its
- * count of start points) is `want`. */
+ * count of start points) is `want`. The windows stay in the file (*wfd,
+ * kept open): each is summed here, and read and checked again when a
+ * decoder starts there (tx_zkeep_window), so that the index holds none of
+ * them (a zstd frame's are an eighth of the tar) and a mount reading it
+ * touches a few bytes a start point. */
 static int load_one(int dirfd, const char *name, const uint8_t *want, const struct sf_map *src,
-		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout,
+		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd,
 		    struct sf_buf **tarix, struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
 	if (fd < 0)
 		return 1;
-	uint8_t *p = NULL;
-	size_t len = 0;
-	int rc = 1;
-	if (!fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= HEAD + 8 &&
-	    (uint64_t)st.st_size <= max) {
-		len = (size_t)st.st_size;
-		if (!(p = malloc(len)))
-			rc = -ENOMEM;
-		else if (pread(fd, p, len, 0) != (ssize_t)len)
-			len = 0;
-	}
-	close(fd);
-	if (rc != 1 || !len || sf_le64(p + len - 8) != XXH64(p, len - 8, 0) || memcmp(p, want, HEAD - 8)) {
-		free(p);
-		return rc;
-	}
-	uint64_t n = sf_le64(p + 48);
+	uint8_t h[HEAD], *recs = NULL, *win = NULL, *tail = NULL;
 	struct tx_zstart *s = NULL;
-	if (n < 2 || n > (len - HEAD - 8) / REC || !(s = calloc((size_t)n, sizeof *s))) {
-		free(p);
-		return n >= 2 && n <= (len - HEAD - 8) / REC ? sf_fail(e, -ENOMEM, "out of memory") : 1;
+	XXH64_state_t *sum = XXH64_createState();
+	uint64_t n = 0;
+	size_t len = 0, at = HEAD, wmax = 0;
+	int rc = sum ? 1 : -ENOMEM;
+	bool ok = rc == 1 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= HEAD + 8 &&
+		  (uint64_t)st.st_size <= max;
+	if (ok) {
+		len = (size_t)st.st_size;
+		XXH64_reset(sum, 0);
+		ok = read_summed(fd, h, HEAD, 0, sum) && !memcmp(h, want, HEAD - 8);
 	}
-	size_t at = HEAD + (size_t)n * REC;
-	bool ok = true;
+	/* the records, then the windows they say, summed one by one */
+	if (ok) {
+		n = sf_le64(h + 48);
+		ok = n >= 2 && n <= (len - HEAD - 8) / REC;
+	}
+	if (ok && (!(s = calloc((size_t)n, sizeof *s)) || !(recs = malloc((size_t)n * REC))))
+		rc = -ENOMEM;
+	ok = ok && rc == 1 && read_summed(fd, recs, (size_t)n * REC, HEAD, sum);
+	at = HEAD + (size_t)n * REC;
 	for (size_t i = 0; ok && i < n; i++) {
-		const uint8_t *r = p + HEAD + i * REC;
+		const uint8_t *r = recs + i * REC;
 		s[i] = (struct tx_zstart){ .in = sf_le64(r), .out = sf_le64(r + 8), .mem = sf_le64(r + 16),
 					   .wlen = sf_le32(r + 24), .bits = r[28], .byte = r[29],
 					   .block = r[30] != 0, .check = r[31] };
 		ok = record_ok(&s[i], i ? &s[i - 1] : NULL, i, n, src, c) && s[i].wlen <= len - 8 - at;
-		if (ok && s[i].wlen) {
-			if (!(s[i].win = malloc(s[i].wlen))) {
-				ok = false;
-				rc = sf_fail(e, -ENOMEM, "out of memory");
+		if (ok && s[i].wlen > wmax) {
+			uint8_t *b = realloc(win, s[i].wlen);
+			if (!b) {
+				rc = -ENOMEM;
 				break;
 			}
-			memcpy(s[i].win, p + at, s[i].wlen);
+			win = b;
+			wmax = s[i].wlen;
+		}
+		if (ok && s[i].wlen && (ok = read_summed(fd, win, s[i].wlen, at, sum))) {
+			s[i].wat = at;
+			s[i].wsum = XXH64(win, s[i].wlen, 0);
 			at += s[i].wlen;
 		}
 	}
-	/* the tar's index, which must parse as one, then the root names */
-	ok = ok && len - 8 - at >= 8;
-	uint64_t t = ok ? sf_le64(p + at) : 0;
-	ok = ok && t <= len - 16 - at && (*tarix = sf_buf_new((size_t)t));
+	/* the rest, the sum of every byte before it last */
+	if (ok && rc == 1 && !(tail = malloc(len - at)))
+		rc = -ENOMEM;
+	ok = ok && rc == 1 && read_summed(fd, tail, len - at - 8, at, sum) &&
+	     pread(fd, tail + len - at - 8, 8, (off_t)(len - 8)) == 8 &&
+	     sf_le64(tail + len - at - 8) == XXH64_digest(sum);
+	/* the tar's index, which must parse as one, then the root names and
+	 * the header blocks */
+	size_t tl = len - at, ta = 0;
+	ok = ok && tl - 8 >= 8;
+	uint64_t t = ok ? sf_le64(tail) : 0;
+	ok = ok && t <= tl - 16 && (*tarix = sf_buf_new((size_t)t));
 	if (ok) {
-		memcpy((*tarix)->data, p + at + 8, (size_t)t);
-		at += 8 + (size_t)t;
+		memcpy((*tarix)->data, tail + 8, (size_t)t);
+		ta = 8 + (size_t)t;
 		struct tx_index ix = { 0 };
 		struct sf_err ignored;
 		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored);
 		tx_index_free(&ix);
-		if (ok && (ok = !names_at(p, len, &at, unkeyed)) &&
-		    !(ok = !heads_at(p, len, at, s[n - 1].out, heads)))
+		if (ok && (ok = !names_at(tail, tl, &ta, unkeyed)) &&
+		    !(ok = !heads_at(tail, tl, ta, s[n - 1].out, heads)))
 			sf_buf_unref(*unkeyed);
 		if (!ok)
 			sf_buf_unref(*tarix);
 	}
-	free(p);
-	if (ok) {
+	free(recs);
+	free(win);
+	free(tail);
+	XXH64_freeState(sum);
+	if (ok && rc == 1) {
 		*out = s;
 		*nout = (size_t)n;
+		*wfd = fd;
 		return 0;
 	}
-	for (size_t i = 0; i < n; i++)
-		free(s[i].win);
+	close(fd);
 	free(s);
-	return rc;
+	return rc == -ENOMEM ? sf_fail(e, rc, "out of memory") : 1;
+}
+
+int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_t **out,
+		    struct sf_err *e)
+{
+	uint8_t *w = malloc(st->wlen);
+	if (!w)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", path);
+	if (pread(fd, w, st->wlen, (off_t)st->wat) != (ssize_t)st->wlen ||
+	    XXH64(w, st->wlen, 0) != st->wsum) {
+		free(w);
+		return sf_fail(e, -EIO, "%s: its seek index kept in --index-dir changed after it was "
+			       "read (the window of the start point at archive byte %llu differs)",
+			       path, (unsigned long long)st->in);
+	}
+	*out = w;
+	return 0;
 }
 
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **out, size_t *nout, struct sf_buf **tarix,
+		  uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd, struct sf_buf **tarix,
 		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
 {
 	uint8_t want[HEAD];
@@ -332,8 +377,8 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 	const char *as[3] = { name, key, key };
 	int rc = 1, i;
 	for (i = 0; i < 3; i++)
-		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, tarix,
-						  unkeyed, heads, e)) != 1)
+		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, wfd,
+						  tarix, unkeyed, heads, e)) != 1)
 			break;
 	if (rc)
 		return rc;
@@ -352,6 +397,11 @@ int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *s
 		  const struct sf_buf *unkeyed, const struct sf_buf *heads, struct sf_err *e)
 {
 	uint8_t h[HEAD];
+	/* windows left in another kept file are that file's (tx_zkeep_load):
+	 * only a pass's index is kept */
+	for (size_t i = 0; i < n; i++)
+		if (st[i].wlen && !st[i].win)
+			return sf_fail(e, -EINVAL, "%s: its seek index was read from --index-dir", src->path);
 	int rc = head_of(src, c, n, h, e);
 	if (rc)
 		return rc;

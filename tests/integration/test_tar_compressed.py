@@ -435,7 +435,30 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
 
     first = check("written to --index-dir")
     assert kept.stat().st_size > 100
-    assert check("read from --index-dir") == {**first, "kept": "read from --index-dir"}
+    again = check("read from --index-dir")
+    # the windows stay in the kept file (index_bytes: what is held)
+    assert again == {**first, "kept": "read from --index-dir", "index_bytes": again["index_bytes"]}
+    assert again["index_bytes"] < first["index_bytes"] - 4096 * (first["starts"] - 1), (first, again)
+    # and are read when a decoder starts there: one changed in place after
+    # the mount read the file is refused, with the reason
+    mnt = mount(src, "--index-dir", str(idx))
+    view = mnt / "sub" / "x"
+    assert (view / "after.txt").read_bytes() == b"after\n"
+    with open(kept, "r+b") as f:
+        at = 56 + 40 * (first["starts"] + 1) + 16  # inside the first window
+        f.seek(at)
+        c = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([c ^ 1]))
+    with open(view / "t.txt", "rb") as f:
+        with pytest.raises(OSError) as err:
+            os.pread(f.fileno(), 4096, 4 << 20)
+    assert err.value.errno == errno.EIO
+    assert "changed after it was read" in (mnt / ".shardfs" / "errors").read_text()
+    with open(kept, "r+b") as f:
+        f.seek(at)
+        f.write(bytes([c]))
+    check("read from --index-dir")
     b = bytearray(kept.read_bytes())
     b[70] ^= 1
     kept.write_bytes(bytes(b))

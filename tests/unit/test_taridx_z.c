@@ -273,7 +273,8 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, heads, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
+	int wfd = -1;
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
 	size_t ix_len = tarix->len;
 	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
@@ -283,26 +284,41 @@ static void test_keep(const uint8_t *plain, size_t n)
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
 	sf_buf_unref(gotheads);
+	/* the window stays in the file, read back when used */
+	uint8_t *gotw = NULL;
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
-	      !memcmp(got[1].win, w, 8) && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
-	for (size_t i = 0; got && i < ngot; i++)
-		free(got[i].win);
+	      !got[1].win && got[1].bits == 3 && got[1].byte == 0xa5 && got[2].out == n);
+	CHECK(wfd >= 0 && tx_zkeep_window(wfd, "k", &got[1], &gotw, &e) == 0 && !memcmp(gotw, w, 8));
+	free(gotw);
+	/* a kept index is not kept again: its windows are its file's */
+	CHECK(tx_zkeep_save(dfd, -1, "again.zidx", src, TX_Z_GZIP, got, 3, tarix, unk, heads, &e) == -EINVAL);
+	/* the file changed in place after it was read: the window says so;
+	 * put back, it reads again */
+	char kp0[300];
+	snprintf(kp0, sizeof kp0, "%s/k.zidx", dir);
+	int wr = open(kp0, O_WRONLY);
+	CHECK(wr >= 0 && pwrite(wr, "\x55", 1, (off_t)got[1].wat) == 1);
+	CHECK(tx_zkeep_window(wfd, "k", &got[1], &gotw, &e) == -EIO && strstr(e.msg, "changed"));
+	CHECK(wr >= 0 && pwrite(wr, w, 1, (off_t)got[1].wat) == 1);
+	close(wr);
+	CHECK(tx_zkeep_window(wfd, "k", &got[1], &gotw, &e) == 0 && !memcmp(gotw, w, 8));
+	free(gotw);
+	close(wfd);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
 	/* another name of the archive (a hard link) finds it by its key,
 	 * and is linked to it */
 	struct stat ks, ns;
-	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
+	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
 	      ks.st_ino == ns.st_ino);
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
 	sf_buf_unref(gotheads);
-	for (size_t i = 0; i < ngot; i++)
-		free(got[i].win);
+	close(wfd);
 	free(got);
 	/* k.zidx, other.zidx and the key */
 	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 3);
@@ -311,9 +327,9 @@ static void test_keep(const uint8_t *plain, size_t n)
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
 	/* kept anew for the archive changed since (its mtime): the old
 	 * file's key goes, the other name alone keeps its bytes */
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
@@ -327,14 +343,13 @@ static void test_keep(const uint8_t *plain, size_t n)
 	snprintf(far, sizeof far, "%s/far", dir);
 	int ffd = mkdir(far, 0755) == 0 ? open(far, O_RDONLY | O_DIRECTORY) : -1;
 	CHECK(ffd >= 0);
-	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 1);
-	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &gotix, &gotunk, &gotheads, &e) == 0);
+	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
 	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
 	sf_buf_unref(gotix);
 	sf_buf_unref(gotunk);
 	sf_buf_unref(gotheads);
-	for (size_t i = 0; i < ngot; i++)
-		free(got[i].win);
+	close(wfd);
 	free(got);
 	close(ffd);
 	sf_map_unref(changed);
