@@ -130,13 +130,19 @@ def test_directory_swapped_for_symlink_under_a_reader(tmp_path, mount):
         os.rename(src / "d", src / "old-d")
         os.symlink(outside, src / "d")
         for name in ("plain.txt", "f", "inside.txt"):
-            with pytest.raises(OSError) as ei:
+            try:
                 f = os.open(name, os.O_RDONLY, dir_fd=fd)
-                try:
-                    assert SECRET not in os.read(f, 4096)
-                finally:
-                    os.close(f)
-            assert ei.value.errno in (errno.ELOOP, errno.ENOENT, errno.ESTALE), (name, ei.value)
+            except OSError as err:
+                assert err.errno in (errno.ELOOP, errno.ENOENT, errno.ESTALE), (name, err)
+                continue
+            try:
+                data = os.read(f, 4096)
+            finally:
+                os.close(f)
+            # only the name looked up before the swap may still be the
+            # kernel's entry (its one-second timeout, when the inotify drop
+            # comes late on a busy machine): the file inside SRC it was
+            assert name == "inside.txt" and data == b"inside\n", (name, data)
         # a listing of it, opened anew, lists nothing of outside either
         with pytest.raises(OSError) as ei:
             os.listdir(f"/proc/self/fd/{fd}")
