@@ -16,9 +16,11 @@ struct sf_buf *sf_buf_wrap(uint8_t *data, size_t len)
 	if (!b)
 		return NULL;
 	atomic_init(&b->refs, 1);
-	b->len = len;
+	b->len = b->cap = len;
 	b->data = data;
 	b->big = false;
+	b->give = NULL;
+	b->to = NULL;
 	return b;
 }
 
@@ -42,7 +44,9 @@ struct sf_buf *sf_buf_ref(struct sf_buf *b)
 void sf_buf_unref(struct sf_buf *b)
 {
 	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
-		if (b->big)
+		if (b->give && b->give(b->to, b->data, b->cap))
+			;
+		else if (b->big)
 			sf_big_free(b->data);
 		else
 			free(b->data);

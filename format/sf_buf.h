@@ -16,6 +16,12 @@ struct sf_buf {
 	size_t len;
 	uint8_t *data;
 	bool big; /* data is from sf_big_alloc (sf_big.h), not malloc */
+	/* where data goes at the last unref instead of being freed (a
+	 * cache's spare buffers, sf_cache_buf), which takes it unless it
+	 * returns false; `cap` its room. NULL: freed. */
+	bool (*give)(void *to, uint8_t *data, size_t cap);
+	void *to;
+	size_t cap;
 };
 
 struct sf_buf *sf_buf_new(size_t len);            /* zero-filled; NULL on ENOMEM */

@@ -20,6 +20,13 @@ static void count(atomic_uint_fast64_t *c, uint64_t n)
  * are independent (sf_cache_ahead), two decode on two CPUs. */
 #define AHEAD 2
 
+/* Buffers of parts let go of, kept for the parts made next (sf_cache_buf):
+ * at most SPARES of SPARE_MIN to SPARE_MAX bytes (a compressed tar's
+ * pieces), counted in the budget and the first to go when room is short. */
+#define SPARES 2
+#define SPARE_MIN ((size_t)256 << 10)
+#define SPARE_MAX ((size_t)16 << 20)
+
 struct entry {
 	uint64_t id;
 	struct sf_buf *buf;      /* NULL while loading */
@@ -49,6 +56,15 @@ struct sf_dcache {
 	struct sf_idle *idle_head, *idle_tail;
 	atomic_size_t nidle;
 	struct sf_dcache_counts *counts;
+	/* the spare buffers; spare_lock may be taken under `lock` (a buffer
+	 * let go of as its entry is dropped), never the other way */
+	pthread_mutex_t spare_lock;
+	struct spare {
+		uint8_t *data;
+		size_t cap;
+	} spare[SPARES];
+	unsigned nspare;
+	_Atomic uint64_t spare_bytes;
 	/* decode ahead (sf_cache_ahead): its threads, started as needed, and
 	 * the parts they are asked to decode, each with its placeholder
 	 * entry, reservation and a reference to its view */
@@ -229,8 +245,21 @@ static void abandon(struct sf_dcache *c, struct entry *e)
  * reference to is kept: evicting it would free nothing until the reader is
  * done, and its bytes would be out of the count meanwhile. An entry whose
  * waiters have not woken yet stays until they have looked at it. */
+static void spares_free(struct sf_dcache *c)
+{
+	pthread_mutex_lock(&c->spare_lock);
+	while (c->nspare) {
+		struct spare *s = &c->spare[--c->nspare];
+		atomic_fetch_sub(&c->spare_bytes, s->cap);
+		free(s->data);
+	}
+	pthread_mutex_unlock(&c->spare_lock);
+}
+
 static bool make_room(struct sf_dcache *c, uint64_t need)
 {
+	if (c->bytes + c->reserved + atomic_load(&c->spare_bytes) + need > c->budget)
+		spares_free(c);
 	struct entry *e = c->tail;
 	while (c->bytes + c->reserved + need > c->budget && e) {
 		struct entry *prev = e->prev;
@@ -591,6 +620,62 @@ static void cache_uncharge(struct sf_cache *iface, uint64_t bytes)
 	pthread_mutex_unlock(&c->lock);
 }
 
+/* A buffer let go of, kept as a spare when it fits (the last unref's
+ * sf_buf give hook): true when taken. */
+static bool spare_give(void *to, uint8_t *data, size_t cap)
+{
+	struct sf_dcache *c = to;
+	if (cap < SPARE_MIN || cap > SPARE_MAX)
+		return false;
+	pthread_mutex_lock(&c->spare_lock);
+	bool kept = c->nspare < SPARES;
+	if (kept) {
+		c->spare[c->nspare++] = (struct spare){ data, cap };
+		atomic_fetch_add(&c->spare_bytes, cap);
+	}
+	pthread_mutex_unlock(&c->spare_lock);
+	return kept;
+}
+
+static struct sf_buf *cache_buf(struct sf_cache *iface, size_t len)
+{
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	uint8_t *data = NULL;
+	size_t cap = len;
+	/* a spare of the same size class: at most twice the room asked */
+	pthread_mutex_lock(&c->spare_lock);
+	for (unsigned i = 0; i < c->nspare; i++)
+		if (c->spare[i].cap >= len && c->spare[i].cap / 2 <= len) {
+			data = c->spare[i].data;
+			cap = c->spare[i].cap;
+			c->spare[i] = c->spare[--c->nspare];
+			atomic_fetch_sub(&c->spare_bytes, cap);
+			break;
+		}
+	pthread_mutex_unlock(&c->spare_lock);
+	struct sf_buf *b = data ? sf_buf_wrap(data, len) : sf_buf_new(len);
+	if (!b) {
+		free(data);
+		return NULL;
+	}
+	b->cap = cap;
+	b->give = spare_give;
+	b->to = c;
+	return b;
+}
+
+static void cache_drop(struct sf_cache *iface, struct sf_part *part)
+{
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = find(c, part->id);
+	if (e && !e->loading && !e->waiters && !e->unread && atomic_load(&e->buf->refs) == 1) {
+		drop(c, e);
+		pthread_cond_broadcast(&c->loaded);
+	}
+	pthread_mutex_unlock(&c->lock);
+}
+
 struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts)
 {
 	struct sf_dcache *c = calloc(1, sizeof *c);
@@ -600,11 +685,14 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->iface.charge = cache_charge;
 	c->iface.uncharge = cache_uncharge;
 	c->iface.idle = cache_idle;
+	c->iface.buf = cache_buf;
+	c->iface.drop = cache_drop;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->counts = counts;
 	pthread_mutex_init(&c->lock, NULL);
 	pthread_mutex_init(&c->idle_lock, NULL);
+	pthread_mutex_init(&c->spare_lock, NULL);
 	pthread_cond_init(&c->loaded, NULL);
 	pthread_cond_init(&c->work, NULL);
 	return c;
@@ -622,9 +710,11 @@ void sf_dcache_free(struct sf_dcache *c)
 		pthread_join(c->ahead[i], NULL);
 	while (c->head)
 		drop(c, c->head);
+	spares_free(c);
 	sf_hash_free(&c->entries);
 	pthread_mutex_destroy(&c->lock);
 	pthread_mutex_destroy(&c->idle_lock);
+	pthread_mutex_destroy(&c->spare_lock);
 	pthread_cond_destroy(&c->loaded);
 	pthread_cond_destroy(&c->work);
 	free(c);

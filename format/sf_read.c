@@ -59,6 +59,17 @@ void sf_cache_uncharge(struct sf_cache *c, uint64_t bytes)
 		c->uncharge(c, bytes);
 }
 
+struct sf_buf *sf_cache_buf(struct sf_cache *c, size_t len)
+{
+	return c->buf ? c->buf(c, len) : sf_buf_new(len);
+}
+
+void sf_cache_drop(struct sf_cache *c, struct sf_part *part)
+{
+	if (c->drop)
+		c->drop(c, part);
+}
+
 void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)
 {
 	if (c->idle)

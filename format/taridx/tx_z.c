@@ -286,7 +286,10 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
  * reader copies out this one: at once when it begins a start point (so
  * that the two decode on two CPUs), else once the cursor is back for it
  * to go on from. A piece read out of turn names none, so random reads
- * decode no more. */
+ * decode no more. In such a run, the piece three before this one is let
+ * go (sf_cache_drop): its reader is past it and the kernel holds its
+ * pages, and its memory makes the next piece (sf_cache_buf) rather than
+ * fresh pages that each cost a fault. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
@@ -312,13 +315,16 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	z->run = part->aux && z->made == part->aux ? z->run + len : len;
 	if (!part->aux || z->made != part->aux || z->run < TX_Z_PIECE)
 		next = NULL;
+	struct sf_part *past = next && part->aux >= 3 ? z->pc[part->aux - 3].part : NULL;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, stale);
+	if (past)
+		sf_cache_drop(cache, past);
 	if (next && alone)
 		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
-	struct sf_buf *b = rc ? NULL : sf_buf_new((size_t)len);
+	struct sf_buf *b = rc ? NULL : sf_cache_buf(cache, (size_t)len);
 	uint64_t got = 0;
 	if (!rc && !b)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);

@@ -144,9 +144,73 @@ static void idle_charges(void)
 	sf_view_unref(v);
 }
 
+/* A part made in a buffer from the cache (sf_cache_buf), filled whole. */
+static int produce_spare(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			 struct sf_err *e)
+{
+	atomic_fetch_add(&produced, 1);
+	*out = sf_cache_buf(cache, (size_t)p->aux);
+	if (!*out)
+		return -ENOMEM;
+	memset((*out)->data, (int)(p->id & 0xff), (size_t)p->aux);
+	return 0;
+}
+
+/* A part let go of (sf_cache_drop) is made again when next asked for; its
+ * memory makes the next part of its size rather than fresh pages, and the
+ * spares count within the budget: a part that needs their room frees them. */
+static void spares(void)
+{
+	const size_t k = 1 << 20;
+	struct sf_view *v = sf_view_new(NULL, "t");
+	struct sf_dcache_counts counts = { 0 };
+	struct sf_dcache *c = sf_dcache_new(3 * k, &counts);
+	struct sf_cache *ic = sf_dcache_iface(c);
+	struct sf_err e;
+	struct sf_part *p[3];
+	struct sf_buf *b = NULL;
+	for (int i = 0; i < 3; i++) {
+		p[i] = sf_view_part(v, produce_spare, NULL, k, "piece");
+		p[i]->aux = k;
+	}
+	atomic_store(&produced, 0);
+	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
+	uint8_t *mem = b->data;
+	/* held by a reader: kept */
+	sf_cache_drop(ic, p[0]);
+	CHECK_EQ_U(sf_dcache_bytes(c), k);
+	sf_buf_unref(b);
+	sf_cache_drop(ic, p[0]);
+	CHECK_EQ_U(sf_dcache_bytes(c), 0);
+	CHECK_EQ_U(sf_part_get(ic, p[1], &b, &e), 0);
+	CHECK(b->data == mem && b->data[0] == (p[1]->id & 0xff) && b->data[k - 1] == b->data[0]);
+	sf_buf_unref(b);
+	sf_cache_drop(ic, p[1]);
+	/* two parts held and a spare: the third part's room frees the spare */
+	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(sf_part_get(ic, p[1], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(sf_part_get(ic, p[2], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(sf_dcache_bytes(c), 3 * k);
+	CHECK_EQ_U(atomic_load(&produced), 5);
+	/* a small part's buffer is no spare */
+	struct sf_part *small = sf_view_part(v, produce_spare, NULL, 100, "small");
+	small->aux = 100;
+	CHECK_EQ_U(sf_part_get(ic, small, &b, &e), 0);
+	CHECK(b->data[99] == (small->id & 0xff));
+	sf_buf_unref(b);
+	sf_cache_drop(ic, small);
+	sf_dcache_free(c);
+	sf_view_unref(v);
+	atomic_store(&produced, 0);
+}
+
 int main(void)
 {
 	idle_charges();
+	spares();
 	struct sf_dcache_counts counts = { 0 };
 	struct sf_view *v = sf_view_new(NULL, "t");
 	struct sf_dcache *c = sf_dcache_new(1000, &counts);
