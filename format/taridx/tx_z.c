@@ -92,6 +92,10 @@ struct tx_z {
 	uint64_t charged;
 	pthread_mutex_t lock;  /* guards cur and last, never held over work */
 	struct zcur *cur;      /* left where the last piece it made ends */
+	/* a cursor let go of (cur_keep), its buffer and decoder's memory,
+	 * still charged, for the next to start in (fresh pages cost a fault
+	 * each) */
+	struct zcur *spare;
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
@@ -140,9 +144,13 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 		rc = sf_map_read(z->src, st->in, b->header_size, hdr, "xz block header", e);
 	if (rc)
 		return *why = "an xz block header the index points at cannot be read", rc;
-	memset(&c->d, 0, sizeof c->d);
-	c->d.c = TX_Z_XZ;
-	c->d.xz = (lzma_stream)LZMA_STREAM_INIT;
+	/* an xz decoder starts again in the memory it has (tx_zdec_begin) */
+	if (!c->d.live || c->d.c != TX_Z_XZ) {
+		tx_zdec_end(&c->d);
+		memset(&c->d, 0, sizeof c->d);
+		c->d.c = TX_Z_XZ;
+		c->d.xz = (lzma_stream)LZMA_STREAM_INIT;
+	}
 	if (lzma_block_header_decode(b, NULL, hdr) != LZMA_OK)
 		return *why = "an xz block header the index points at is corrupt", -EIO;
 	lzma_ret r = lzma_block_decoder(&c->d.xz, b);
@@ -155,12 +163,35 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 	return 0;
 }
 
-/* A cursor at start point s, its decoder's memory charged. */
+/* Lets go of cursor c (one that did not fail): kept as z's spare when it
+ * has none. */
+static void cur_keep(struct tx_z *z, struct zcur *c)
+{
+	pthread_mutex_lock(&z->lock);
+	if (c && !z->spare) {
+		z->spare = c;
+		c = NULL;
+	}
+	pthread_mutex_unlock(&z->lock);
+	cur_free(z, c);
+}
+
+/* A cursor at start point s, its decoder's memory charged: the spare's
+ * buffer and decoder when there is one. */
 static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err *e)
 {
 	const struct tx_zstart *st = &z->st[s];
-	struct zcur *c = calloc(1, sizeof *c);
-	if (!c || !(c->buf = malloc(INBUF))) {
+	pthread_mutex_lock(&z->lock);
+	struct zcur *c = z->spare;
+	z->spare = NULL;
+	pthread_mutex_unlock(&z->lock);
+	if (c) {
+		if (c->charged)
+			sf_cache_uncharge(z->cache, c->charged);
+		c->charged = 0;
+		c->pos = c->len = 0;
+		c->one_block = false;
+	} else if (!(c = calloc(1, sizeof *c)) || !(c->buf = malloc(INBUF))) {
 		free(c);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	}
@@ -318,7 +349,7 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	struct sf_part *past = next && part->aux >= 3 ? z->pc[part->aux - 3].part : NULL;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
-	cur_free(z, stale);
+	cur_keep(z, stale);
 	if (past)
 		sf_cache_drop(cache, past);
 	if (next && alone)
@@ -357,7 +388,7 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 		z->cur = c;
 	}
 	pthread_mutex_unlock(&z->lock);
-	cur_free(z, old);
+	cur_keep(z, old);
 	*out = b;
 	if (next && !alone)
 		sf_cache_ahead(cache, next);
@@ -700,7 +731,7 @@ static void at_block(struct pass *ps, uint64_t at)
 		if (rc) {
 			ps->retry = c->out + RETRY;
 		} else {
-			cur_free(z, ps->ver);
+			cur_keep(z, ps->ver);
 			ps->ver = ver;
 		}
 	}
@@ -783,7 +814,7 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		s0->mem = mem > s0->mem ? mem : s0->mem;
 		if (rc > 0) {
 			/* a start point made inside the frame holds to its end */
-			cur_free(z, ps->ver);
+			cur_keep(z, ps->ver);
 			ps->ver = NULL;
 			return z->codec == TX_Z_XZ ? xz_blocks(ps, c->in - (c->len - c->pos), e) : 0;
 		}
@@ -856,6 +887,8 @@ void tx_zseek_put(struct tx_zseek *s)
 static void index_free(struct tx_z *z)
 {
 	cur_free(z, z->cur);
+	cur_free(z, z->spare);
+	z->spare = NULL;
 	sf_buf_unref(z->last);
 	if (z->seek) {
 		tx_zseek_put(z->seek);

@@ -124,16 +124,24 @@ struct tx_zdec {
 	z_stream gz;
 	ZSTD_DStream *zs;
 	uint8_t *pre;      /* zstd inside a frame: the window it refers to */
+	size_t pre_cap;
 	lzma_stream xz;
 	bz_stream bz;
+	/* bzip2's block table (3.6 MB at 900k): the one in use, and the one
+	 * kept from the stream before for the next (bz_alloc) */
+	void *bz_big, *bz_kept;
+	size_t bz_big_len, bz_kept_len;
 	LZ4F_dctx *lz;
 };
-/* Starts decoding a stream of codec c (ending what d decoded before) at
- * its start (at NULL, or a start point with neither window nor block), or
- * at start point `at` inside it: a gzip member's deflate block boundary
- * (its window), a zstd frame's block (its window) or an lz4 frame's
- * independent block, the decoder then given the stream from at->in on (an
- * xz block is xz_block_begin's, tx_z.c). 0, -ENOMEM, or -EIO with *why. */
+/* Starts decoding a stream of codec c at its start (at NULL, or a start
+ * point with neither window nor block), or at start point `at` inside it:
+ * a gzip member's deflate block boundary (its window), a zstd frame's block
+ * (its window) or an lz4 frame's independent block, the decoder then given
+ * the stream from at->in on (an xz block is xz_block_begin's, tx_z.c). A
+ * decoder of the same codec (d live) starts again in the memory it has:
+ * the first touch of fresh memory costs a fault a page, and bzip2's table
+ * alone is 3.6 MB a stream (pbzip2 writes a stream a block). Other
+ * decoders are ended first. 0, -ENOMEM, or -EIO with *why. */
 int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *at, const char **why);
 /* The decoded size of window `win` (wlen bytes) of a zstd start point,
  * or 0 when it is none (above TX_Z_ZSTD_WINDOW_MAX, or not a zstd frame). */

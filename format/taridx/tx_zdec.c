@@ -44,11 +44,50 @@ void tx_zdec_end(struct tx_zdec *d)
 		free(d->pre);
 		break;
 	case TX_Z_XZ: lzma_end(&d->xz); break;
-	case TX_Z_BZIP2: BZ2_bzDecompressEnd(&d->bz); break;
+	case TX_Z_BZIP2:
+		BZ2_bzDecompressEnd(&d->bz);
+		free(d->bz_kept);
+		break;
 	case TX_Z_LZ4: LZ4F_freeDecompressionContext(d->lz); break;
 	case TX_Z_NONE: break;
 	}
 	d->live = false;
+}
+
+/* bzip2's allocator: its largest block (the table of a stream's blocks,
+ * allocated at the stream's header) is kept at its free for the stream
+ * the decoder starts next, which asks the same size. */
+#define BZ_KEEP_MIN ((size_t)1 << 20)
+
+static void *bz_alloc(void *opaque, int items, int size)
+{
+	struct tx_zdec *d = opaque;
+	size_t n = (size_t)items * (size_t)size;
+	void *p;
+	if (d->bz_kept && d->bz_kept_len == n) {
+		p = d->bz_kept;
+		d->bz_kept = NULL;
+	} else {
+		p = malloc(n);
+	}
+	if (p && n >= BZ_KEEP_MIN) {
+		d->bz_big = p;
+		d->bz_big_len = n;
+	}
+	return p;
+}
+
+static void bz_free(void *opaque, void *p)
+{
+	struct tx_zdec *d = opaque;
+	if (!p || p != d->bz_big) {
+		free(p);
+		return;
+	}
+	free(d->bz_kept);
+	d->bz_kept = p;
+	d->bz_kept_len = d->bz_big_len;
+	d->bz_big = NULL;
 }
 
 uint64_t tx_zdec_window(const uint8_t *win, uint32_t wlen)
@@ -92,16 +131,20 @@ static int frame_header(struct tx_zdec *d, const struct tx_zstart *at, const cha
 
 int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *at, const char **why)
 {
-	tx_zdec_end(d);
-	memset(d, 0, sizeof *d);
+	bool again = d->live && d->c == c;
+	if (!again) {
+		tx_zdec_end(d);
+		memset(d, 0, sizeof *d);
+	}
 	d->c = c;
 	int ok = 0;
 	switch (c) {
 	case TX_Z_GZIP: {
 		/* a member's start reads its gzip header; inside one, raw deflate */
 		uint32_t wlen = at ? at->wlen : 0;
-		if (inflateInit2(&d->gz, wlen ? -15 : 15 + 16) != Z_OK)
-			return -ENOMEM;
+		int bits = wlen ? -15 : 15 + 16;
+		if ((again ? inflateReset2(&d->gz, bits) : inflateInit2(&d->gz, bits)) != Z_OK)
+			return again ? (*why = "the decoder cannot start again", -EIO) : -ENOMEM;
 		d->live = true;
 		if (wlen) {
 			uint8_t w[TX_Z_WINDOW];
@@ -116,15 +159,26 @@ int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *a
 		return 0;
 	}
 	case TX_Z_ZSTD:
-		ok = (d->zs = ZSTD_createDStream()) &&
+		/* a reset forgets the prefix and the parameters too */
+		ok = (again ? !ZSTD_isError(ZSTD_DCtx_reset(d->zs, ZSTD_reset_session_and_parameters)) :
+			      (d->zs = ZSTD_createDStream()) != NULL) &&
 		     !ZSTD_isError(ZSTD_DCtx_setParameter(d->zs, ZSTD_d_windowLogMax, ZSTD_WINDOW_LOG_MAX));
+		d->live = d->zs != NULL;
 		if (ok && at && at->block) {
 			/* the frame's bytes before the point, as a prefix the
-			 * blocks after it refer to (held until the decoder ends) */
+			 * blocks after it refer to (held until the decoder ends
+			 * or starts again) */
 			uint64_t n = tx_zdec_window(at->win, at->wlen);
 			d->live = true;
-			if (!n || !(d->pre = malloc(n)))
-				return n ? -ENOMEM : (*why = "a kept window cannot be restored", -EIO);
+			if (!n)
+				return *why = "a kept window cannot be restored", -EIO;
+			if (n > d->pre_cap) {
+				free(d->pre);
+				d->pre_cap = 0;
+				if (!(d->pre = malloc(n)))
+					return -ENOMEM;
+				d->pre_cap = n;
+			}
 			if (ZSTD_decompress(d->pre, n, at->win, at->wlen) != n ||
 			    ZSTD_isError(ZSTD_DCtx_refPrefix(d->zs, d->pre, n)))
 				return *why = "a kept window cannot be restored", -EIO;
@@ -132,14 +186,26 @@ int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *a
 		}
 		break;
 	case TX_Z_XZ:
-		d->xz = (lzma_stream)LZMA_STREAM_INIT;
+		/* liblzma starts a coder of the same kind in the memory it has */
+		if (!again)
+			d->xz = (lzma_stream)LZMA_STREAM_INIT;
 		ok = lzma_stream_decoder(&d->xz, XZ_MEMLIMIT, 0) == LZMA_OK;
 		break;
 	case TX_Z_BZIP2:
+		if (again)
+			BZ2_bzDecompressEnd(&d->bz);
+		d->bz = (bz_stream){ .bzalloc = bz_alloc, .bzfree = bz_free, .opaque = d };
 		ok = BZ2_bzDecompressInit(&d->bz, 0, 0) == BZ_OK;
+		if (!ok) {
+			free(d->bz_kept);
+			d->bz_kept = NULL;
+			d->live = false;
+		}
 		break;
 	case TX_Z_LZ4:
-		ok = !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
+		if (again)
+			LZ4F_resetDecompressionContext(d->lz);
+		ok = again || !LZ4F_isError(LZ4F_createDecompressionContext(&d->lz, LZ4F_VERSION));
 		d->live = ok;
 		if (ok && at && at->block)
 			return frame_header(d, at, why);
@@ -147,7 +213,8 @@ int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *a
 	case TX_Z_NONE:
 		break;
 	}
-	d->live = ok;
+	/* a decoder started again that fails is still one to end */
+	d->live = d->live || ok;
 	return ok ? 0 : -ENOMEM;
 }
 
