@@ -91,6 +91,16 @@ int main(void)
 	CHECK(parse(&o, 4, a19) == 0 && o.io_uring == IO_URING_ON);
 	const char *a20[] = { "shardfs", "s", "m", "--io-uring", "yes" };
 	CHECK(parse(&o, 5, a20) != 0);
+	/* --readdirplus: small by default, each mode, nothing else */
+	CHECK(parse(&o, 3, a8) == 0 && o.readdirplus == RDP_SMALL);
+	const char *r1[] = { "shardfs", "s", "m", "--readdirplus", "auto" };
+	CHECK(parse(&o, 5, r1) == 0 && o.readdirplus == RDP_AUTO);
+	const char *r2[] = { "shardfs", "s", "m", "--readdirplus=always" };
+	CHECK(parse(&o, 4, r2) == 0 && o.readdirplus == RDP_ALWAYS);
+	const char *r3[] = { "shardfs", "s", "m", "--readdirplus", "small" };
+	CHECK(parse(&o, 5, r3) == 0 && o.readdirplus == RDP_SMALL);
+	const char *r4[] = { "shardfs", "s", "m", "--readdirplus", "never" };
+	CHECK(parse(&o, 5, r4) != 0);
 	/* --max-nodes: default, a value, the range */
 	CHECK(parse(&o, 3, a8) == 0 && o.max_nodes == 131072);
 	const char *a21[] = { "shardfs", "s", "m", "--max-nodes", "2000" };
