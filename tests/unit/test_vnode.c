@@ -96,7 +96,7 @@ int main(void)
 
 	/* entered: it hosts its view's root, and holds the view */
 	fnode_find(&t);
-	fnode_enter(r, v->root);
+	fnode_enter(&t, r, v->root);
 	fnode_found(&t, NULL);
 	CHECK(fnode_vn(r) == v->root && sf_node_host(v->root) == r);
 
