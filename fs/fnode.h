@@ -87,9 +87,10 @@ struct fnode {
 
 /* The daemon's inodes (fs/daemon.h). */
 struct ftree {
-	/* over every fnode's counts, kids table and attachment, and the
-	 * list of all nodes; taken once (fnode_find, fnode_forget), and what
-	 * runs under it never takes it again */
+	/* over every fnode's counts, kids table and attachment, the list
+	 * of all nodes, and the entered view roots and their rings; taken
+	 * once (fnode_find, fnode_forget), and what runs under it never
+	 * takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
 	/* every live node, the one looked up last first, and its last */
