@@ -305,7 +305,9 @@ static bool add_entry(struct entries *e, const struct fnode *n)
 /* Adds the entries the kernel holds of view `v`'s nodes that hold no
  * children (`leaves`) or that do (the tree's lock held): the rings of its
  * roots (one, but for a root placed unopened and entered after another
- * took its view). */
+ * took its view). A ring runs from its newest member, and a node is made
+ * after its parent: a directory's entry comes before its parent's, the
+ * root's last. */
 static bool add_view_entries(struct ftree *t, struct sf_view *v, bool leaves, struct entries *e)
 {
 	for (struct view_root *r = t->views; r; r = r->next_entered) {
@@ -313,9 +315,10 @@ static bool add_view_entries(struct ftree *t, struct sf_view *v, bool leaves, st
 		if (x->view != v)
 			continue;
 		do {
+			x = x->ring_next;
 			if (x->n.nlookup && (x->n.refs == 0) == leaves && !add_entry(e, &x->n))
 				return false;
-		} while ((x = x->ring_next) != &r->v);
+		} while (x != &r->v);
 	}
 	return true;
 }

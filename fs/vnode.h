@@ -20,9 +20,9 @@ struct view_node {
 	struct sf_view *view;
 	struct sf_node *vn;
 	struct view_root *root;       /* its view's root (itself for a root) */
-	/* its root's nodes, a ring through the root (the tree's lock): what
-	 * the kernel holds of a view is found without a walk of every node
-	 * (views_gone_in) */
+	/* its root's nodes, a ring through the root, newest first after it
+	 * (the tree's lock): what the kernel holds of a view is found
+	 * without a walk of every node (views_gone_in) */
 	struct view_node *ring_prev, *ring_next;
 	/* set once view and vn are (a root placed unopened is not until
 	 * entered): read vn through fnode_vn from request threads */

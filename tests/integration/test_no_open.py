@@ -245,7 +245,8 @@ def test_deleted_containers_go_beside_a_large_view(tmp_path, mount):
     stat'ed: the watch dropped the root's entry, and the listing's entry
     alone held the view), nothing keeps the file open once its readers are
     done. A large view whose nodes the kernel holds keeps them, and so do
-    the containers not deleted: their members stat again with no LOOKUP."""
+    the containers not deleted: their members stat again with no LOOKUP
+    (their roots may: SRC's entries last a second)."""
     src = tmp_path / "src"
     src.mkdir()
     (src / "big.tar").write_bytes(tar_of({f"d{i // 500}/f{i:04d}": b"" for i in range(3000)}))
@@ -281,11 +282,13 @@ def test_deleted_containers_go_beside_a_large_view(tmp_path, mount):
     while deleted_maps(pid) & gone and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not deleted_maps(pid) & gone
-    # (reading stats.json is a LOOKUP itself)
+    # (reading stats.json is a LOOKUP itself; the roots' entries, SRC's,
+    # are looked up again once their second is out)
     lookups = [mount_stats(mnt)["requests"]["lookup"] for _ in range(2)]
     for p in big:
         os.stat(p)
     for k in range(8, 12):
         os.stat(mnt / f"s{k}" / "m")
-    assert mount_stats(mnt)["requests"]["lookup"] - lookups[1] == lookups[1] - lookups[0]
+    again = mount_stats(mnt)["requests"]["lookup"] - 2 * lookups[1] + lookups[0]
+    assert again <= 5, again
     assert mount_stats(mnt)["views_open"] == 5  # big, s8 to s11

@@ -166,8 +166,12 @@ int main(void)
 	r2 = fnode_found(&t, r2);
 	struct fnode *gn = looked_up(&t, r2, g);
 	CHECK(entered_are(&t, (struct fnode *[]){ r2, r }, 2));
-	CHECK_EQ_U(ring_count(r, b, &has), 5); /* r, s, fn, e0, b */
-	CHECK(has && (ring_count(r, fn, &has), has) && (ring_count(r, s, &has), has));
+	/* newest first after the root: children before their parents */
+	struct fnode *order[] = { r, b, e0, fn, s };
+	struct view_node *x = view_of(r);
+	for (size_t i = 0; i < 5; i++, x = x->ring_next)
+		CHECK(&x->n == order[i] && x->ring_next->ring_prev == x);
+	CHECK(x == view_of(r));
 	CHECK(!(ring_count(r, gn, &has), has));
 	CHECK_EQ_U(ring_count(r2, gn, &has), 2);
 	CHECK(has);
