@@ -28,6 +28,7 @@ enum fkind {
 struct daemon;
 struct fnode;
 struct ftree;
+struct view_root;
 
 /* What differs by kind, one table a kind (fs/srcnode.c, fs/vnode.c,
  * fs/meta.c): a node's own part lives in its kind's type, which begins
@@ -86,14 +87,18 @@ struct fnode {
 
 /* The daemon's inodes (fs/daemon.h). */
 struct ftree {
-	/* over every fnode's counts, kids table and attachment, and the
-	 * list of all nodes; taken once (fnode_find, fnode_forget), and what
-	 * runs under it never takes it again */
+	/* over every fnode's counts, kids table and attachment, the list
+	 * of all nodes, and the entered view roots and their rings; taken
+	 * once (fnode_find, fnode_forget), and what runs under it never
+	 * takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
 	/* every live node, the one looked up last first, and its last */
 	struct fnode *all, *oldest;
 	size_t live;              /* nodes in `all` */
+	/* the view roots entered (fs/vnode.h), each the start of a ring of
+	 * its nodes: a view's nodes are found without a walk of `all` */
+	struct view_root *views;
 	/* --max-nodes: past it the kernel is asked to drop the entries
 	 * looked up longest ago (fs/prune.h); 0: no cap. `crowded` is
 	 * signalled (the lock held) as a node is made past it. */

@@ -181,6 +181,16 @@ struct sf_view *openviews_put(struct openviews *ov, struct vopen **slot, struct 
 	return r;
 }
 
+void openviews_each(struct openviews *ov, uint64_t dir, void (*fn)(void *arg, struct sf_view *v),
+		    void *arg)
+{
+	pthread_mutex_lock(&ov->lock);
+	for (struct vopen *o = ov->head; o; o = o->next)
+		if (o->dir == dir)
+			fn(arg, o->view);
+	pthread_mutex_unlock(&ov->lock);
+}
+
 void openviews_drop(struct openviews *ov, struct vopen **slot)
 {
 	pthread_mutex_lock(&ov->lock);

@@ -91,6 +91,11 @@ struct sf_view *openviews_put(struct openviews *ov, struct vopen **slot, struct 
  * but readers still reading. Takes over the names. */
 void openviews_gone(struct openviews *ov, struct sf_view *v, const uint64_t *dirs, char **names,
 		    size_t n);
+/* Calls fn(arg, v) for the view v of every linked entry of the directory
+ * the kernel knows as inode `dir` (the list's lock held: fn takes a
+ * reference to keep v). */
+void openviews_each(struct openviews *ov, uint64_t dir, void (*fn)(void *arg, struct sf_view *v),
+		    void *arg);
 /* Empties the slot, dropping its view (the entry is freed). */
 void openviews_drop(struct openviews *ov, struct vopen **slot);
 

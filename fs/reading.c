@@ -303,13 +303,23 @@ static bool add_entry(struct entries *e, const struct fnode *n)
 }
 
 /* Adds the entries the kernel holds of view `v`'s nodes that hold no
- * children (`leaves`) or that do (the tree's lock held). */
+ * children (`leaves`) or that do (the tree's lock held): the rings of its
+ * roots (one, but for a root placed unopened and entered after another
+ * took its view). A ring runs from its newest member, and a node is made
+ * after its parent: a directory's entry comes before its parent's, the
+ * root's last. */
 static bool add_view_entries(struct ftree *t, struct sf_view *v, bool leaves, struct entries *e)
 {
-	for (struct fnode *n = t->all; n; n = n->all_next)
-		if (fnode_vn(n) && fnode_view(n) == v && n->nlookup && n->parent &&
-		    (n->refs == 0) == leaves && !add_entry(e, n))
-			return false;
+	for (struct view_root *r = t->views; r; r = r->next_entered) {
+		struct view_node *x = &r->v;
+		if (x->view != v)
+			continue;
+		do {
+			x = x->ring_next;
+			if (x->n.nlookup && (x->n.refs == 0) == leaves && !add_entry(e, &x->n))
+				return false;
+		} while (x != &r->v);
+	}
 	return true;
 }
 
@@ -317,7 +327,8 @@ static bool add_view_entries(struct ftree *t, struct sf_view *v, bool leaves, st
  * last reader (no-open): the listing's entry drops it, and the kernel is
  * told to drop every entry it holds of the view, the leaves' first, so
  * that the entries a reader holds die with its last close (the kernel
- * drops an entry in use as soon as it is let go) and the rest at once. */
+ * drops an entry in use as soon as it is let go) and the rest at once.
+ * The tree's lock is held over the view's nodes, not every node. */
 static void let_whole_view_go(struct daemon *dm, struct sf_view *v)
 {
 	struct entries e = { 0 };
@@ -330,36 +341,51 @@ static void let_whole_view_go(struct daemon *dm, struct sf_view *v)
 	free(e.names);
 }
 
-/* Whether view `v` stands for the file named `name` (its container's
- * path ends so). */
-static bool view_of_file(const struct sf_view *v, const char *name)
+/* The views of a file gone from a directory (new references). */
+struct found {
+	const char *name;
+	struct sf_view **v;
+	size_t n, cap;
+};
+
+/* Adds view `v` when it stands for the file (its container's path ends
+ * with the name), once. */
+static void found_add(void *arg, struct sf_view *v)
 {
+	struct found *f = arg;
 	const struct sf_map *m = sf_view_source(v);
-	if (!m || !m->path)
-		return false;
-	const char *base = strrchr(m->path, '/');
-	return strcmp(base ? base + 1 : m->path, name) == 0;
+	const char *base = m && m->path ? strrchr(m->path, '/') : NULL;
+	if (!m || !m->path || strcmp(base ? base + 1 : m->path, f->name) != 0)
+		return;
+	for (size_t i = 0; i < f->n; i++)
+		if (f->v[i] == v)
+			return;
+	if (sf_grow(&f->v, &f->cap, f->n, sizeof *f->v, 4) == 0)
+		f->v[f->n++] = sf_view_ref(v);
 }
 
 void views_gone_in(void *arg, uint64_t dir, const char *name)
 {
 	struct daemon *dm = arg;
-	struct sf_view **views = NULL;
-	size_t nv = 0, cap = 0;
+	struct found f = { .name = name };
+	/* the views the directory's listing holds (their nodes may be
+	 * forgotten already: the watch had the kernel drop the root's entry),
+	 * and those the kernel holds nodes of (a listing made anew may have
+	 * dropped the entry): the open views and the entered roots, not
+	 * every node */
+	openviews_each(&dm->views, dir, found_add, &f);
 	pthread_mutex_lock(&dm->tree.lock);
-	for (struct fnode *n = dm->tree.all; n; n = n->all_next)
-		if (view_root_of(n) && fnode_vn(n) && n->parent && fnode_ino(n->parent) == dir &&
-		    view_of_file(fnode_view(n), name) &&
-		    sf_grow(&views, &cap, nv, sizeof *views, 4) == 0)
-			views[nv++] = sf_view_ref(fnode_view(n));
+	for (struct view_root *r = dm->tree.views; r; r = r->next_entered)
+		if (fnode_ino(r->v.n.parent) == dir)
+			found_add(&f, r->v.view);
 	pthread_mutex_unlock(&dm->tree.lock);
 	/* checked outside the lock: the source may be slow to answer */
-	for (size_t i = 0; i < nv; i++) {
-		if (container_gone(dm, views[i]))
-			let_whole_view_go(dm, views[i]);
-		sf_view_unref(views[i]);
+	for (size_t i = 0; i < f.n; i++) {
+		if (container_gone(dm, f.v[i]))
+			let_whole_view_go(dm, f.v[i]);
+		sf_view_unref(f.v[i]);
 	}
-	free(views);
+	free(f.v);
 }
 
 /* Only the live files ask for FLUSH (noflush elsewhere): close() waits for

@@ -26,7 +26,7 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 		/* its inode keeps naming the view: it takes the one opened
 		 * meanwhile, if not entered yet */
 		if (v)
-			fnode_enter(n, sf_view_root(v));
+			fnode_enter(t, n, sf_view_root(v));
 		return n;
 	}
 	if (!v) {
@@ -38,7 +38,7 @@ struct fnode *root_place(struct ftree *t, struct fnode *dir, const struct lentry
 		access_narrow(&st, v);
 		if (!(n = fnode_for_root(t, dir, le->name, NULL, &st)))
 			return NULL;
-		fnode_enter(n, sf_view_root(v));
+		fnode_enter(t, n, sf_view_root(v));
 	}
 	if (n)
 		fnode_attach(n);
@@ -66,7 +66,7 @@ int root_enter(struct daemon *dm, struct fnode *n)
 	/* another thread may have entered it meanwhile (the same view) */
 	pthread_mutex_lock(&dm->tree.lock);
 	if (!view_of(n)->vn)
-		fnode_enter(n, sf_view_root(v));
+		fnode_enter(&dm->tree, n, sf_view_root(v));
 	pthread_mutex_unlock(&dm->tree.lock);
 	sf_view_unref(v); /* the node holds it */
 	return 0;

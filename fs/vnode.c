@@ -47,12 +47,25 @@ static void view_attr(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup
 	}
 }
 
-/* Its view node may outlive it (the view keeps it): it no longer hosts it. */
+/* Its view node may outlive it (the view keeps it): it no longer hosts it.
+ * It leaves its root's ring, and a root the tree's list of entered ones
+ * (a root leaves last: its members hold it). */
 static void view_detach(struct ftree *t, struct fnode *n)
 {
 	struct view_node *v = view_of(n);
 	if (v->vn && sf_node_host(v->vn) == n)
 		sf_node_set_host(v->vn, NULL);
+	v->ring_prev->ring_next = v->ring_next;
+	v->ring_next->ring_prev = v->ring_prev;
+	struct view_root *r = view_root_of(n);
+	if (!r || !v->vn)
+		return;
+	if (r->prev_entered)
+		r->prev_entered->next_entered = r->next_entered;
+	else
+		t->views = r->next_entered;
+	if (r->next_entered)
+		r->next_entered->prev_entered = r->prev_entered;
 }
 
 /* A view's reference closes files of SRC only if it is the last (most
@@ -92,11 +105,19 @@ static const struct fnode_ops root_ops = {
 	.drop = root_drop,
 };
 
-void fnode_enter(struct fnode *n, struct sf_node *vn)
+void fnode_enter(struct ftree *t, struct fnode *n, struct sf_node *vn)
 {
 	struct view_node *v = view_of(n);
 	v->view = sf_view_ref(sf_node_view(vn));
 	v->vn = vn;
+	struct view_root *r = view_root_of(n);
+	if (r) {
+		r->prev_entered = NULL;
+		r->next_entered = t->views;
+		if (t->views)
+			t->views->prev_entered = r;
+		t->views = r;
+	}
 	/* a root placed unopened may find its view's root hosted already */
 	if (!sf_node_host(vn))
 		sf_node_set_host(vn, n);
@@ -111,8 +132,13 @@ struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_no
 	n = fnode_new(t, &member_ops, sizeof(struct view_node), parent, NULL);
 	if (!n)
 		return NULL;
-	view_of(n)->root = view_of(parent)->root;
-	fnode_enter(n, vn);
+	struct view_node *m = view_of(n), *r = &view_of(parent)->root->v;
+	m->root = view_of(parent)->root;
+	m->ring_prev = r;
+	m->ring_next = r->ring_next;
+	r->ring_next->ring_prev = m;
+	r->ring_next = m;
+	fnode_enter(t, n, vn);
 	return n;
 }
 
@@ -124,6 +150,7 @@ struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *nam
 		return NULL;
 	struct view_root *r = (struct view_root *)n;
 	r->v.root = r;
+	r->v.ring_prev = r->v.ring_next = &r->v;
 	r->st = *st;
 	if (file && !(r->file = strdup(file))) {
 		fnode_discard(t, n);

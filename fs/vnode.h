@@ -20,6 +20,10 @@ struct view_node {
 	struct sf_view *view;
 	struct sf_node *vn;
 	struct view_root *root;       /* its view's root (itself for a root) */
+	/* its root's nodes, a ring through the root, newest first after it
+	 * (the tree's lock): what the kernel holds of a view is found
+	 * without a walk of every node (views_gone_in) */
+	struct view_node *ring_prev, *ring_next;
 	/* set once view and vn are (a root placed unopened is not until
 	 * entered): read vn through fnode_vn from request threads */
 	atomic_bool entered;
@@ -28,6 +32,8 @@ struct view_node {
 /* FK_VIEW: a view's root. */
 struct view_root {
 	struct view_node v;
+	/* once entered, in the tree's list of entered roots (`views`) */
+	struct view_root *prev_entered, *next_entered;
 	struct stat st;               /* its container's version, narrowed */
 	/* A root placed from its listing entry, its container not opened
 	 * (fs/roots.h): the container's file name in its directory (which
@@ -87,8 +93,8 @@ struct fnode *fnode_for_view(struct ftree *t, struct fnode *parent, struct sf_no
  * of one opened, to be entered at once (the tree's lock held). */
 struct fnode *fnode_for_root(struct ftree *t, struct fnode *dir, const char *name,
 			     const char *file, const struct stat *st);
-/* Gives view root `n` (placed unopened) its view's root `vn`, taking a
- * reference on the view (the tree's lock held). */
-void fnode_enter(struct fnode *n, struct sf_node *vn);
+/* Gives view root `n` (placed unopened) its view's root `vn`, once,
+ * taking a reference on the view (the tree's lock held). */
+void fnode_enter(struct ftree *t, struct fnode *n, struct sf_node *vn);
 
 #endif

@@ -224,3 +224,71 @@ def test_live_files_stay_live(tmp_path, mount):
         counts.append(req["lookup"] + req["getattr"])
         time.sleep(0.05)
     assert counts[0] < counts[1] < counts[2], counts
+
+
+def tar_of(members):
+    """A tar of {name: bytes}, written by hand."""
+    body = b"".join(xw.member(n.encode(), d) for n, d in members.items())
+    return body + xw.end_of_archive(len(body))
+
+
+def deleted_maps(pid):
+    """The files the daemon still maps though they are deleted."""
+    with open(f"/proc/{pid}/maps") as f:
+        return {line.split()[-2] for line in f if line.rstrip().endswith("(deleted)")}
+
+
+def test_deleted_containers_go_beside_a_large_view(tmp_path, mount):
+    """Deleting containers lets each one's view go (inotify, no RELEASE to
+    wait for): whether the kernel still holds its nodes (a member open,
+    which keeps reading its bytes) or has forgotten them first (only
+    stat'ed: the watch dropped the root's entry, and the listing's entry
+    alone held the view), nothing keeps the file open once its readers are
+    done. A large view whose nodes the kernel holds keeps them, and so do
+    the containers not deleted: their members stat again with no LOOKUP
+    (their roots may: SRC's entries last a second)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "big.tar").write_bytes(tar_of({f"d{i // 500}/f{i:04d}": b"" for i in range(3000)}))
+    small = {k: f"member of s{k}\n".encode() for k in range(12)}
+    for k, data in small.items():
+        (src / f"s{k}.tar").write_bytes(tar_of({"m": data}))
+    mnt = mount(src)
+    pid = mount.last.proc.pid
+    big = [mnt / "big" / f"d{i // 500}" / f"f{i:04d}" for i in range(3000)]
+    for p in big:
+        os.stat(p)
+    held = {k: open(mnt / f"s{k}" / "m", "rb") for k in range(4)}
+    try:
+        assert all(f.read() == small[k] for k, f in held.items())
+        for k in range(4, 12):
+            assert (mnt / f"s{k}" / "m").read_bytes() == small[k]
+        closed = mount_stats(mnt)["views_closed"]
+        for k in range(8):
+            os.unlink(src / f"s{k}.tar")
+        deadline = time.monotonic() + 20
+        while (mount_stats(mnt)["views_closed"] < closed + 8
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
+        assert mount_stats(mnt)["views_closed"] == closed + 8
+        for k, f in held.items():
+            f.seek(0)
+            assert f.read() == small[k]
+    finally:
+        for f in held.values():
+            f.close()
+    gone = {str(src / f"s{k}.tar") for k in range(8)}
+    deadline = time.monotonic() + 20
+    while deleted_maps(pid) & gone and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not deleted_maps(pid) & gone
+    # (reading stats.json is a LOOKUP itself; the roots' entries, SRC's,
+    # are looked up again once their second is out)
+    lookups = [mount_stats(mnt)["requests"]["lookup"] for _ in range(2)]
+    for p in big:
+        os.stat(p)
+    for k in range(8, 12):
+        os.stat(mnt / f"s{k}" / "m")
+    again = mount_stats(mnt)["requests"]["lookup"] - 2 * lookups[1] + lookups[0]
+    assert again <= 5, again
+    assert mount_stats(mnt)["views_open"] == 5  # big, s8 to s11

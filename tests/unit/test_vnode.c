@@ -1,8 +1,10 @@
 /* View nodes without a mount (fs/vnode.c): a root placed unopened and
  * entered, members named by their view node and showing their root's
  * version, what stat shows of each (type, size, the one byte a failed
- * empty file claims, read-only permission bits) and the view node's host
- * slot, which a member takes and gives back when freed. */
+ * empty file claims, read-only permission bits), the view node's host
+ * slot, which a member takes and gives back when freed, and the ring of
+ * each root's nodes and the tree's list of entered roots, through which a
+ * deleted container's view finds its nodes (views_gone_in). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +63,30 @@ static struct fnode *looked_up(struct ftree *t, struct fnode *dir, struct sf_nod
 	return fnode_found(t, fnode_for_view(t, dir, vn));
 }
 
+/* How many nodes root r's ring holds (r too), and whether n is one. */
+static size_t ring_count(struct fnode *r, const struct fnode *n, bool *has)
+{
+	size_t k = 0;
+	*has = false;
+	struct view_node *x = view_of(r);
+	do {
+		*has = *has || &x->n == n;
+		k++;
+	} while ((x = x->ring_next) != view_of(r));
+	return k;
+}
+
+/* Whether the tree's list of entered roots is exactly `want` (in order). */
+static bool entered_are(const struct ftree *t, struct fnode *const *want, size_t n)
+{
+	size_t k = 0;
+	for (const struct view_root *r = t->views; r; r = r->next_entered, k++)
+		if (k >= n || &r->v.n != want[k] ||
+		    (r->prev_entered ? &r->prev_entered->v.n != want[k - 1] : k != 0))
+			return false;
+	return k == n;
+}
+
 int main(void)
 {
 	struct ftree t = { 0 };
@@ -96,9 +122,13 @@ int main(void)
 
 	/* entered: it hosts its view's root, and holds the view */
 	fnode_find(&t);
-	fnode_enter(r, v->root);
+	fnode_enter(&t, r, v->root);
 	fnode_found(&t, NULL);
 	CHECK(fnode_vn(r) == v->root && sf_node_host(v->root) == r);
+	bool has;
+	CHECK(entered_are(&t, &r, 1));
+	CHECK_EQ_U(ring_count(r, r, &has), 1);
+	CHECK(has);
 
 	/* members: named by their view node, their root's version */
 	struct fnode *s = looked_up(&t, r, sub);
@@ -124,6 +154,34 @@ int main(void)
 	CHECK_EQ_U(shown(e0).st_size, 0);
 	CHECK_EQ_U(shown(b).st_size, 1);
 
+	/* another view's root (made opened) and member: each root's ring
+	 * holds its own nodes only, and the tree lists both roots */
+	struct sf_view *v2 = sf_view_new(NULL, "d.tar");
+	struct sf_node *g = sf_dir_add_file(v2->root, "g", 1);
+	CHECK(v2 && g);
+	fnode_find(&t);
+	struct fnode *r2 = fnode_for_root(&t, dir, "d", NULL, &container);
+	fnode_enter(&t, r2, v2->root);
+	fnode_attach(r2);
+	r2 = fnode_found(&t, r2);
+	struct fnode *gn = looked_up(&t, r2, g);
+	CHECK(entered_are(&t, (struct fnode *[]){ r2, r }, 2));
+	/* newest first after the root: children before their parents */
+	struct fnode *order[] = { r, b, e0, fn, s };
+	struct view_node *x = view_of(r);
+	for (size_t i = 0; i < 5; i++, x = x->ring_next)
+		CHECK(&x->n == order[i] && x->ring_next->ring_prev == x);
+	CHECK(x == view_of(r));
+	CHECK(!(ring_count(r, gn, &has), has));
+	CHECK_EQ_U(ring_count(r2, gn, &has), 2);
+	CHECK(has);
+	/* forgotten, a node leaves its ring; a root leaves the list */
+	fnode_forget(&t, gn, 1);
+	CHECK_EQ_U(ring_count(r2, r2, &has), 1);
+	fnode_forget(&t, r2, 1);
+	CHECK(entered_are(&t, &r, 1));
+	sf_view_unref(v2);
+
 	/* forgotten: the view node has no host left; the view is still held
 	 * by the others (no SRC file closed) */
 	fnode_forget(&t, fn, 1);
@@ -133,6 +191,7 @@ int main(void)
 	fnode_forget(&t, b, 1);
 	fnode_forget(&t, s, 1);
 	CHECK(sf_node_host(sub) == NULL);
+	CHECK_EQ_U(ring_count(r, r, &has), 1);
 	CHECK_EQ_U(t.live, 2);
 	fnode_fini(&t);
 	sf_view_unref(v);
