@@ -371,7 +371,6 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	free(held);
 }
 
-/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
 /* Whether a READDIRPLUS request gives names their attributes. With
  * --readdirplus small, every request does in a directory of at most
  * RDP_SMALL_MAX names, where a loader lists and then reads every file (an
@@ -382,7 +381,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
  * and `du` stat each batch of names before reading the next: the names of
  * the first batch are the kernel's already, those of the second are looked
  * up); names-only walks of it (`find`, `os.scandir`) make no node per name
- * and stay twice as fast. (The kernel's automatic choice also sees the
+ * and stay 2-4 times as fast. (The kernel's automatic choice also sees the
  * first batch's names used, which the daemon does not.) The kernel reads
  * one handle's listing one request at a time. */
 static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode *dir, off_t off)
@@ -396,6 +395,7 @@ static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode
 	return s->attrs = s->attrs || looked;
 }
 
+/* One READDIR or READDIRPLUS reply from the handle's snapshot. */
 static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		      struct fuse_file_info *fi, bool plus)
 {
