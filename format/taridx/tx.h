@@ -495,21 +495,31 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 		   bool rank_fids, tx_progress_fn progress, void *parg,
 		   void (*warn)(void *arg, const char *msg), struct sf_buf **out,
 		   struct sf_err *e);
-/* The index of one tar with no index of its own (fid 0), built in memory
- * as tx_build_index builds it, its walk counted in `walked`; with
- * `unkeyed`, also the hashes of the root names the fold's lookup cannot key
- * (tx_fold.c, find_unkeyed), noted by the same walk: sorted u64s, each
- * once (tx_unkeyed_has). The walk's memory is charged to `cache` as it
+/* What a walk of a tar's headers makes (tx_index_tar), a compressed tar's
+ * file in --index-dir keeps (tx_zkeep.c) and one walk per file shares
+ * (tx_walked.c): the tar's index (fid 0), the hashes of the root names the
+ * fold's lookup cannot key (tx_fold.c, find_unkeyed: sorted u64s, each
+ * once, tx_unkeyed_has) and a compressed tar's header blocks kept apart
+ * (tx_zheads.c; NULL for a plain tar, or none kept). Zeroed: none. */
+struct tx_built {
+	struct sf_buf *index, *unkeyed, *heads;
+};
+/* Drops the three, leaving b zeroed. */
+void tx_built_drop(struct tx_built *b);
+/* Their bytes. */
+uint64_t tx_built_bytes(const struct tx_built *b);
+
+/* The index of one tar with no index of its own, built in memory as
+ * tx_build_index builds it, with its unkeyed root names and (a decoded
+ * tar) its header blocks noted by the same walk, into *out; its walk
+ * counted in `walked`. The walk's memory is charged to `cache` as it
  * grows, a chunk ahead; the walk stops when the budget cannot take more:
  * -EIO when the index would need more than the whole budget, -ENOBUFS when
- * there is no room now (e says which). With `heads`, a compressed tar's
- * header blocks kept apart (tx_zheads_note; NULL when none). On success
- * *charged is what stays charged for *out, *unkeyed and *heads (the
- * caller uncharges it); on failure
- * nothing stays charged. */
+ * there is no room now (e says which). On success *charged is what stays
+ * charged for *out (the caller uncharges it); on failure nothing stays
+ * charged and *out is zeroed. */
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e);
+		 struct sf_cache *cache, uint64_t *charged, struct tx_built *out, struct sf_err *e);
 /* Whether hash h is among the sorted u64s of b (tx_index_tar's unkeyed). */
 bool tx_unkeyed_has(const struct sf_buf *b, uint64_t h);
 /* Sorts the n hashes at h and keeps each once, at the front: their count. */

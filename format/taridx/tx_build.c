@@ -497,11 +497,23 @@ int tx_build_index(const struct sf_map *const *tars, const char *const *names, s
 }
 
 int tx_index_tar(const struct sf_map *tar, const char *name, struct sf_progress *walked,
-		 struct sf_cache *cache, uint64_t *charged, struct sf_buf **out,
-		 struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
+		 struct sf_cache *cache, uint64_t *charged, struct tx_built *out, struct sf_err *e)
 {
-	if (heads)
-		*heads = NULL;
-	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged, out,
-			   unkeyed, heads, e);
+	*out = (struct tx_built){ 0 };
+	return build_index(&tar, &name, 1, true, NULL, NULL, NULL, walked, cache, charged,
+			   &out->index, &out->unkeyed, &out->heads, e);
+}
+
+void tx_built_drop(struct tx_built *b)
+{
+	sf_buf_unref(b->index);
+	sf_buf_unref(b->unkeyed);
+	sf_buf_unref(b->heads);
+	*b = (struct tx_built){ 0 };
+}
+
+uint64_t tx_built_bytes(const struct tx_built *b)
+{
+	return (b->index ? b->index->len : 0) + (b->unkeyed ? b->unkeyed->len : 0) +
+	       (b->heads ? b->heads->len : 0);
 }

@@ -24,9 +24,7 @@ struct tx_walked {
 	struct sf_progress *progress; /* the host's that `cache` is */
 	unsigned refs;          /* under `lock` */
 	struct sf_turn turn;    /* the walk, and what follows */
-	struct sf_buf *built;   /* the index, once walked */
-	struct sf_buf *unkeyed; /* and its root names the lookup cannot key */
-	struct sf_buf *heads;   /* a compressed tar's header blocks, or NULL */
+	struct tx_built built;  /* once walked */
 	uint64_t charged;       /* to `cache`, for the three */
 	struct tx_zseek *seek;  /* a compressed tar's, once made */
 	/* The last walk's failure (not for lack of system resources): one
@@ -97,10 +95,7 @@ static void index_drop(struct tx_walked *w)
 {
 	if (w->charged)
 		sf_cache_uncharge(w->cache, w->charged);
-	sf_buf_unref(w->built);
-	sf_buf_unref(w->unkeyed);
-	sf_buf_unref(w->heads);
-	w->built = w->unkeyed = w->heads = NULL;
+	tx_built_drop(&w->built);
 	w->charged = 0;
 }
 
@@ -117,7 +112,7 @@ void tx_walked_put(struct tx_walked *w)
 	pthread_mutex_unlock(&lock);
 	if (!last)
 		return;
-	if (w->built) {
+	if (w->built.index) {
 		SF_PROGRESS_ADD(w->progress, indexes_held, -1);
 		SF_PROGRESS_ADD(w->progress, index_bytes_held, -w->charged);
 	}
@@ -138,11 +133,10 @@ static bool remembered(const struct tx_walked *w)
 static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c,
 			struct tx_walked *w, struct sf_err *e)
 {
-	struct sf_buf *kept, *unkeyed, *heads;
-	if (!tx_z_kept_tar_index(tar, &kept, &unkeyed, &heads))
-		return tx_index_tar(tar, name, w->progress, c, &w->charged, &w->built, &w->unkeyed,
-				    &w->heads, e);
-	uint64_t limit = c ? c->limit : 0, cost = kept->len + unkeyed->len + (heads ? heads->len : 0);
+	struct tx_built kept;
+	if (!tx_z_kept_tar_index(tar, &kept))
+		return tx_index_tar(tar, name, w->progress, c, &w->charged, &w->built, e);
+	uint64_t limit = c ? c->limit : 0, cost = tx_built_bytes(&kept);
 	int rc = 0;
 	if (limit && cost > limit)
 		rc = sf_fail(e, -EIO, "%s: its kept index needs more memory than --cache-size (%llu bytes) holds",
@@ -150,15 +144,11 @@ static int kept_or_walk(struct sf_map *tar, const char *name, struct sf_cache *c
 	else if (c && sf_cache_charge(c, cost, name, "its kept index", e))
 		rc = -ENOBUFS;
 	if (rc) {
-		sf_buf_unref(kept);
-		sf_buf_unref(unkeyed);
-		sf_buf_unref(heads);
+		tx_built_drop(&kept);
 		return rc;
 	}
 	w->charged = c ? cost : 0;
 	w->built = kept;
-	w->unkeyed = unkeyed;
-	w->heads = heads;
 	return 0;
 }
 
@@ -172,8 +162,7 @@ struct beside {
 static int walk_beside(const struct sf_map *tar, struct sf_progress *pr, void *arg, struct sf_err *e)
 {
 	struct beside *b = arg;
-	return tx_index_tar(tar, b->name, pr, b->c, &b->w->charged, &b->w->built, &b->w->unkeyed,
-			    &b->w->heads, e);
+	return tx_index_tar(tar, b->name, pr, b->c, &b->w->charged, &b->w->built, e);
 }
 
 int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held,
@@ -187,14 +176,14 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 	*held = w;
 	sf_turn_take(&w->turn);
 	int rc = 0;
-	if (!w->built && remembered(w)) {
+	if (!w->built.index && remembered(w)) {
 		rc = sf_fail(e, w->rc, "%s", w->why);
 	} else {
 		/* a compressed tar's seek index first (this view's pieces of
 		 * it): it gives the tar's size */
 		struct beside arg = { w, name, c };
 		struct tx_zbeside b = { .walk = walk_beside, .arg = &arg };
-		bool fresh = !w->built;
+		bool fresh = !w->built.index;
 		rc = tx_z_index(tar, v, w->progress, &w->seek, fresh ? &b : NULL, e);
 		if (fresh && b.walked && !rc) {
 			SF_PROGRESS_ADD(w->progress, headers_walked, b.headers);
@@ -205,7 +194,7 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 			/* what a walk beside the pass made does not stand */
 			index_drop(w);
 		}
-		if (!rc && !w->built) {
+		if (!rc && !w->built.index) {
 			rc = kept_or_walk(tar, name, c, w, e);
 			if (!rc) {
 				SF_PROGRESS_ADD(w->progress, indexes_held, 1);
@@ -217,8 +206,8 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 			w->why = NULL;
 			/* kept in --index-dir in the turn, so that a view
 			 * sharing the seek index sees what became of it */
-			tx_z_keep(tar, w->built, w->unkeyed, w->heads, v);
-			tx_z_use_heads(tar, w->heads);
+			tx_z_keep(tar, &w->built, v);
+			tx_z_use_heads(tar, w->built.heads);
 		} else if (rc != -ENOMEM && rc != -EMFILE && rc != -ENFILE) {
 			free(w->why);
 			w->rc = rc;
@@ -227,8 +216,8 @@ int tx_walked_get(struct sf_map *tar, struct sf_view *v, struct tx_walked **held
 		}
 	}
 	if (!rc) {
-		*out = sf_buf_ref(w->built);
-		*unkeyed = sf_buf_ref(w->unkeyed);
+		*out = sf_buf_ref(w->built.index);
+		*unkeyed = sf_buf_ref(w->built.unkeyed);
 	}
 	sf_turn_give(&w->turn);
 	return rc;

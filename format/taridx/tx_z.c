@@ -104,9 +104,7 @@ struct tx_z {
 	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
 	const char *kept;      /* what became of it there, for info */
-	struct sf_buf *tarix;  /* the tar's index read from there, until taken */
-	struct sf_buf *unkeyed; /* and its unkeyed root names */
-	struct sf_buf *kept_heads; /* and its header blocks (tx_zheads.c) */
+	struct tx_built kept_walk; /* what the walk built, read from there, until taken */
 	/* the header blocks a listing reads (the walk's, shared), and the
 	 * chunk of them decoded last (under lock) */
 	struct sf_buf *heads, *hchunk;
@@ -919,9 +917,7 @@ static void z_free(void *arg)
 		return;
 	index_free(z);
 	pthread_mutex_destroy(&z->lock);
-	sf_buf_unref(z->tarix);
-	sf_buf_unref(z->unkeyed);
-	sf_buf_unref(z->kept_heads);
+	tx_built_drop(&z->kept_walk);
 	sf_buf_unref(z->heads);
 	sf_buf_unref(z->hchunk);
 	if (z->keepfd >= 0)
@@ -1016,7 +1012,7 @@ static int load_kept(struct tx_z *z, struct sf_err *e)
 	uint64_t max = z->cache->limit ? z->cache->limit : UINT64_MAX;
 	int rc = z->keepfd < 0 ? 1 :
 		 tx_zkeep_load(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, max, &st, &n, &z->wfd,
-				 &z->tarix, &z->unkeyed, &z->kept_heads, e);
+				 &z->kept_walk, e);
 	if (rc)
 		return rc;
 	z->st = st;
@@ -1172,16 +1168,13 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 	return rc;
 }
 
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed,
-			 struct sf_buf **heads)
+bool tx_z_kept_tar_index(struct sf_map *m, struct tx_built *out)
 {
 	struct tx_z *z = z_of(m);
-	if (!z || !z->tarix)
+	if (!z || !z->kept_walk.index)
 		return false;
-	*out = z->tarix;
-	*unkeyed = z->unkeyed;
-	*heads = z->kept_heads;
-	z->tarix = z->unkeyed = z->kept_heads = NULL;
+	*out = z->kept_walk;
+	z->kept_walk = (struct tx_built){ 0 };
 	return true;
 }
 
@@ -1236,23 +1229,20 @@ bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at,
 }
 
 /* Writes z's kept file, saying so in z->kept: 0 or as tx_zkeep_save. */
-static int keep_now(struct tx_z *z, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-		    const struct sf_buf *heads, struct sf_err *e)
+static int keep_now(struct tx_z *z, const struct tx_built *b, struct sf_err *e)
 {
-	int rc = tx_zkeep_save(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, z->st, z->nst + 1, tarix,
-			       unkeyed, heads, e);
+	int rc = tx_zkeep_save(z->keepfd, z->keeptop, z->keepname, z->src, z->codec, z->st, z->nst + 1, b, e);
 	z->kept = rc ? "not kept (see errors)" : "written to --index-dir";
 	if (z->seek)
 		z->seek->kept = z->kept;
 	return rc;
 }
 
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-	       const struct sf_buf *heads, struct sf_view *v)
+void tx_z_keep(struct sf_map *m, const struct tx_built *b, struct sf_view *v)
 {
 	struct tx_z *z = z_of(m);
 	struct sf_err e;
-	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, tarix, unkeyed, heads, &e))
+	if (z && z->keepfd >= 0 && !z->kept && !z->seek->damage && keep_now(z, b, &e))
 		sf_view_warn(v, "%s", e.msg);
 }
 
@@ -1269,17 +1259,16 @@ int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e)
 
 extern const struct sf_format tx_targz_format;
 
-/* The tool's walk beside the pass: the tar's index, root names and
- * header blocks. */
+/* The tool's walk beside the pass. */
 struct ahead_walk {
 	const char *path;
-	struct sf_buf *tarix, *unkeyed, *heads;
+	struct tx_built built;
 };
 
 static int walk_ahead(const struct sf_map *tar, struct sf_progress *pr, void *arg, struct sf_err *e)
 {
 	struct ahead_walk *a = arg;
-	return tx_index_tar(tar, a->path, pr, NULL, NULL, &a->tarix, &a->unkeyed, &a->heads, e);
+	return tx_index_tar(tar, a->path, pr, NULL, NULL, &a->built, e);
 }
 
 int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_zinfo *info,
@@ -1287,7 +1276,7 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 {
 	struct sf_map *m = NULL;
 	struct sf_view *v = NULL;
-	struct ahead_walk a = { src->path, NULL, NULL, NULL };
+	struct ahead_walk a = { src->path, { 0 } };
 	struct tx_zbeside b = { .walk = walk_ahead, .arg = &a };
 	int rc = tx_z_open(src, &m, e);
 	if (!rc && (rc = tx_z_keep_in(m, dirfd, -1, name)))
@@ -1299,22 +1288,15 @@ int tx_z_keep_ahead(struct sf_map *src, int dirfd, const char *name, struct tx_z
 	struct tx_z *z = m ? m->src : NULL;
 	if (!rc && z->seek->damage)
 		rc = sf_fail(e, -EIO, "%s", z->seek->damage);
-	if (!b.walked) {
-		sf_buf_unref(a.tarix);
-		sf_buf_unref(a.unkeyed);
-		sf_buf_unref(a.heads);
-		a.tarix = a.unkeyed = a.heads = NULL;
-	}
+	if (!b.walked)
+		tx_built_drop(&a.built);
 	/* a kept file that matches the archive is read, not made again */
 	if (!rc && !z->kept &&
-	    (b.walked ||
-	     !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &a.tarix, &a.unkeyed, &a.heads, e))))
-		rc = keep_now(z, a.tarix, a.unkeyed, a.heads, e);
+	    (b.walked || !(rc = tx_index_tar(m, src->path, NULL, NULL, NULL, &a.built, e))))
+		rc = keep_now(z, &a.built, e);
 	if (!rc)
 		tx_z_info(m, info);
-	sf_buf_unref(a.tarix);
-	sf_buf_unref(a.unkeyed);
-	sf_buf_unref(a.heads);
+	tx_built_drop(&a.built);
 	sf_map_unref(m);
 	if (v)
 		sf_view_unref(v);

@@ -20,6 +20,8 @@
 
 #include "sf_err.h"
 #include "sf_format.h"
+
+struct tx_built; /* tx.h */
 #include "sf_map.h"
 #include "sf_view.h"
 
@@ -70,8 +72,8 @@ struct tx_zstart {
  * archive is read: by its key in dirfd, or in topfd (--index-dir's top;
  * -1: none), and linked as `name` and in both (tx_zkeep.c). */
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **st, size_t *n, int *wfd, struct sf_buf **tarix,
-		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e);
+		  uint64_t max, struct tx_zstart **st, size_t *n, int *wfd, struct tx_built *b,
+		  struct sf_err *e);
 /* The window of start point st of archive `path`, read from the kept file
  * fd (tx_zkeep_load) into *out (malloc'd, st->wlen bytes) and checked
  * against the sum taken when the file was read: 0, -ENOMEM, or -EIO when
@@ -85,8 +87,7 @@ int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_
  * -1) for the archive's other names: 0, or a negative errno with e set (a
  * read-only --index-dir: the next mount builds them again). */
 int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
-		  const struct sf_buf *unkeyed, const struct sf_buf *heads, struct sf_err *e);
+		  const struct tx_zstart *st, size_t n, const struct tx_built *b, struct sf_err *e);
 
 /* ---- the tar's header blocks, kept apart (tx_zheads.c) ---- */
 
@@ -210,12 +211,11 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
  * tx_z_index reads it from there when it matches the archive, else writes
  * it there after its pass. 0 or a negative errno. */
 int tx_z_keep_in(struct sf_map *m, int dirfd, int topfd, const char *name);
-/* The tar's index, its unkeyed root names and its header blocks
- * (tx_index_tar; *heads may be NULL) kept with the seek index tx_z_index
- * read from --index-dir (handed over, references): true; false when the
- * tar's headers must be walked (a plain map, or nothing kept). */
-bool tx_z_kept_tar_index(struct sf_map *m, struct sf_buf **out, struct sf_buf **unkeyed,
-			 struct sf_buf **heads);
+/* What the walk of the tar's headers built (tx_index_tar), kept with the
+ * seek index tx_z_index read from --index-dir, handed over into *out:
+ * true; false when the tar's headers must be walked (a plain map, or
+ * nothing kept). */
+bool tx_z_kept_tar_index(struct sf_map *m, struct tx_built *out);
 /* The header blocks the walk kept apart (tx_zheads.c) for m's reads of
  * headers (a reference; NULL: none). */
 void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads);
@@ -224,11 +224,10 @@ void tx_z_use_heads(struct sf_map *m, struct sf_buf *heads);
  * kept there, out of memory) and w as it was. */
 struct tx_window;
 bool tx_z_heads_window(const struct sf_map *m, struct tx_window *w, uint64_t at, uint64_t need);
-/* Keeps m's seek index, the tar's index built by the walk (tarix) and its
- * unkeyed root names in --index-dir, when m has a place there and did not
- * read them from it; a failure is a warning of view v. */
-void tx_z_keep(struct sf_map *m, const struct sf_buf *tarix, const struct sf_buf *unkeyed,
-	       const struct sf_buf *heads, struct sf_view *v);
+/* Keeps m's seek index and what the walk of the tar's headers built in
+ * --index-dir, when m has a place there and did not read them from it; a
+ * failure is a warning of view v. */
+void tx_z_keep(struct sf_map *m, const struct tx_built *b, struct sf_view *v);
 /* A map of the tar compressed in src, of the codec its magic bytes name
  * (tx_z_map): 0, or -EINVAL (no such magic) or as sf_map_read with e set. */
 int tx_z_open(struct sf_map *src, struct sf_map **out, struct sf_err *e);

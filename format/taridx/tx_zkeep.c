@@ -206,6 +206,7 @@ static int names_at(const uint8_t *p, size_t len, size_t *at, struct sf_buf **ou
 		uint64_t h = sf_le64(from + 8 + 8 * i);
 		if (i && h <= prev) {
 			sf_buf_unref(*out);
+			*out = NULL;
 			return 1;
 		}
 		memcpy((*out)->data + 8 * i, &h, sizeof h);
@@ -255,7 +256,7 @@ static bool read_summed(int fd, void *p, size_t len, uint64_t at, XXH64_state_t 
  * touches a few bytes a start point. */
 static int load_one(int dirfd, const char *name, const uint8_t *want, const struct sf_map *src,
 		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd,
-		    struct sf_buf **tarix, struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
+		    struct tx_built *b, struct sf_err *e)
 {
 	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
@@ -290,12 +291,12 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 					   .block = r[30] != 0, .check = r[31] };
 		ok = record_ok(&s[i], i ? &s[i - 1] : NULL, i, n, src, c) && s[i].wlen <= len - 8 - at;
 		if (ok && s[i].wlen > wmax) {
-			uint8_t *b = realloc(win, s[i].wlen);
-			if (!b) {
+			uint8_t *grown = realloc(win, s[i].wlen);
+			if (!grown) {
 				rc = -ENOMEM;
 				break;
 			}
-			win = b;
+			win = grown;
 			wmax = s[i].wlen;
 		}
 		if (ok && s[i].wlen && (ok = read_summed(fd, win, s[i].wlen, at, sum))) {
@@ -315,20 +316,20 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 	size_t tl = len - at, ta = 0;
 	ok = ok && tl - 8 >= 8;
 	uint64_t t = ok ? sf_le64(tail) : 0;
-	ok = ok && t <= tl - 16 && (*tarix = sf_buf_new((size_t)t));
+	*b = (struct tx_built){ 0 };
+	ok = ok && t <= tl - 16 && (b->index = sf_buf_new((size_t)t));
 	if (ok) {
-		memcpy((*tarix)->data, tail + 8, (size_t)t);
+		memcpy(b->index->data, tail + 8, (size_t)t);
 		ta = 8 + (size_t)t;
 		struct tx_index ix = { 0 };
 		struct sf_err ignored;
-		ok = !tx_index_parse((*tarix)->data, (size_t)t, name, &ix, &ignored);
+		ok = !tx_index_parse(b->index->data, (size_t)t, name, &ix, &ignored);
 		tx_index_free(&ix);
-		if (ok && (ok = !names_at(tail, tl, &ta, unkeyed)) &&
-		    !(ok = !heads_at(tail, tl, ta, s[n - 1].out, heads)))
-			sf_buf_unref(*unkeyed);
-		if (!ok)
-			sf_buf_unref(*tarix);
+		ok = ok && !names_at(tail, tl, &ta, &b->unkeyed) &&
+		     !heads_at(tail, tl, ta, s[n - 1].out, &b->heads);
 	}
+	if (!ok)
+		tx_built_drop(b);
 	free(recs);
 	free(win);
 	free(tail);
@@ -362,8 +363,8 @@ int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_
 }
 
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd, struct sf_buf **tarix,
-		  struct sf_buf **unkeyed, struct sf_buf **heads, struct sf_err *e)
+		  uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd, struct tx_built *b,
+		  struct sf_err *e)
 {
 	uint8_t want[HEAD];
 	char key[KEYNAME];
@@ -378,7 +379,7 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 	int rc = 1, i;
 	for (i = 0; i < 3; i++)
 		if (at[i] >= 0 && (rc = load_one(at[i], as[i], want, src, c, max, out, nout, wfd,
-						  tarix, unkeyed, heads, e)) != 1)
+						  b, e)) != 1)
 			break;
 	if (rc)
 		return rc;
@@ -393,9 +394,9 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 }
 
 int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
-		  const struct tx_zstart *st, size_t n, const struct sf_buf *tarix,
-		  const struct sf_buf *unkeyed, const struct sf_buf *heads, struct sf_err *e)
+		  const struct tx_zstart *st, size_t n, const struct tx_built *b, struct sf_err *e)
 {
+	const struct sf_buf *tarix = b->index, *unkeyed = b->unkeyed, *heads = b->heads;
 	uint8_t h[HEAD];
 	/* windows left in another kept file are that file's (tx_zkeep_load):
 	 * only a pass's index is kept */

@@ -233,9 +233,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 	put("e.tar", zeros, sizeof zeros);
 	snprintf(path, sizeof path, "%s/e.tar", dir);
 	struct sf_map *et;
-	struct sf_buf *tarix = NULL, *gotix = NULL, *unk = NULL, *gotunk = NULL, *gotheads = NULL;
+	struct sf_buf *tarix = NULL, *unk = NULL;
+	struct tx_built walked, gb = { 0 };
 	CHECK(sf_map_open(path, &et, &e) == 0 &&
-	      tx_index_tar(et, "e.tar", NULL, NULL, NULL, &tarix, &unk, NULL, &e) == 0);
+	      tx_index_tar(et, "e.tar", NULL, NULL, NULL, &walked, &e) == 0 && !walked.heads);
+	tarix = walked.index;
+	unk = walked.unkeyed;
 	sf_map_unref(et);
 	CHECK(unk && unk->len == 0);
 	sf_buf_unref(unk);
@@ -270,20 +273,21 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(raw && raw->len == 1536 && raw->data[0] == 'a' && raw->data[600] == 'b' &&
 	      raw->data[1535] == 'c');
 	sf_buf_unref(raw);
-	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, tarix, unk, heads, &e) == 0);
+	struct tx_built mine = { tarix, unk, heads };
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", src, TX_Z_GZIP, st, 3, &mine, &e) == 0);
 	struct tx_zstart *got = NULL;
 	size_t ngot = 0;
 	int wfd = -1;
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
-	CHECK(gotix && gotix->len == tarix->len && !memcmp(gotix->data, tarix->data, tarix->len));
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 0);
+	CHECK(gb.index && gb.index->len == tarix->len && !memcmp(gb.index->data, tarix->data, tarix->len));
 	size_t ix_len = tarix->len;
-	CHECK(gotunk && gotunk->len == sizeof names && !memcmp(gotunk->data, names, sizeof names));
-	CHECK(tx_unkeyed_has(gotunk, 1ull << 40) && tx_unkeyed_has(gotunk, UINT64_MAX) &&
-	      !tx_unkeyed_has(gotunk, 6));
-	CHECK(gotheads && gotheads->len == heads->len && !memcmp(gotheads->data, heads->data, heads->len));
-	sf_buf_unref(gotix);
-	sf_buf_unref(gotunk);
-	sf_buf_unref(gotheads);
+	CHECK(gb.unkeyed && gb.unkeyed->len == sizeof names && !memcmp(gb.unkeyed->data, names, sizeof names));
+	CHECK(tx_unkeyed_has(gb.unkeyed, 1ull << 40) && tx_unkeyed_has(gb.unkeyed, UINT64_MAX) &&
+	      !tx_unkeyed_has(gb.unkeyed, 6));
+	CHECK(gb.heads && gb.heads->len == heads->len && !memcmp(gb.heads->data, heads->data, heads->len));
+	sf_buf_unref(gb.index);
+	sf_buf_unref(gb.unkeyed);
+	sf_buf_unref(gb.heads);
 	/* the window stays in the file, read back when used */
 	uint8_t *gotw = NULL;
 	CHECK(ngot == 3 && got && got[1].in == 100 && got[1].out == 5000 && got[1].wlen == 8 &&
@@ -291,7 +295,7 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(wfd >= 0 && tx_zkeep_window(wfd, "k", &got[1], &gotw, &e) == 0 && !memcmp(gotw, w, 8));
 	free(gotw);
 	/* a kept index is not kept again: its windows are its file's */
-	CHECK(tx_zkeep_save(dfd, -1, "again.zidx", src, TX_Z_GZIP, got, 3, tarix, unk, heads, &e) == -EINVAL);
+	CHECK(tx_zkeep_save(dfd, -1, "again.zidx", src, TX_Z_GZIP, got, 3, &mine, &e) == -EINVAL);
 	/* the file changed in place after it was read: the window says so;
 	 * put back, it reads again */
 	char kp0[300];
@@ -306,18 +310,18 @@ static void test_keep(const uint8_t *plain, size_t n)
 	close(wfd);
 	free(got);
 	/* another codec, a bound too small, a byte changed, cut short */
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_ZSTD, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 100, &got, &ngot, &wfd, &gb, &e) == 1);
 	/* another name of the archive (a hard link) finds it by its key,
 	 * and is linked to it */
 	struct stat ks, ns;
-	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
-	CHECK(ngot == 3 && got[1].in == 100 && gotix && gotix->len == ix_len);
+	CHECK(tx_zkeep_load(dfd, -1, "other.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 0);
+	CHECK(ngot == 3 && got[1].in == 100 && gb.index && gb.index->len == ix_len);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && fstatat(dfd, "other.zidx", &ns, 0) == 0 &&
 	      ks.st_ino == ns.st_ino);
-	sf_buf_unref(gotix);
-	sf_buf_unref(gotunk);
-	sf_buf_unref(gotheads);
+	sf_buf_unref(gb.index);
+	sf_buf_unref(gb.unkeyed);
+	sf_buf_unref(gb.heads);
 	close(wfd);
 	free(got);
 	/* k.zidx, other.zidx and the key */
@@ -327,15 +331,15 @@ static void test_keep(const uint8_t *plain, size_t n)
 	FILE *f = fopen(kp, "r+b");
 	CHECK(f && fseek(f, 60, SEEK_SET) == 0 && fputc(0x55, f) != EOF);
 	fclose(f);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 1);
 	CHECK(truncate(kp, 70) == 0);
-	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
+	CHECK(tx_zkeep_load(dfd, -1, "k.zidx", src, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 1);
 	/* kept anew for the archive changed since (its mtime): the old
 	 * file's key goes, the other name alone keeps its bytes */
 	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 12345, 0 } };
 	struct sf_map *changed;
 	CHECK(utimensat(AT_FDCWD, path_k, ts, 0) == 0 && sf_map_open(path_k, &changed, &e) == 0);
-	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, tarix, unk, heads, &e) == 0);
+	CHECK(tx_zkeep_save(dfd, -1, "k.zidx", changed, TX_Z_GZIP, st, 3, &mine, &e) == 0);
 	CHECK(fstatat(dfd, "other.zidx", &ns, 0) == 0 && ns.st_nlink == 1);
 	CHECK(fstatat(dfd, "k.zidx", &ks, 0) == 0 && ks.st_nlink == 2);
 	/* a name in another directory finds it by its key at the top */
@@ -343,12 +347,12 @@ static void test_keep(const uint8_t *plain, size_t n)
 	snprintf(far, sizeof far, "%s/far", dir);
 	int ffd = mkdir(far, 0755) == 0 ? open(far, O_RDONLY | O_DIRECTORY) : -1;
 	CHECK(ffd >= 0);
-	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 1);
-	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gotix, &gotunk, &gotheads, &e) == 0);
+	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 1);
+	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 0);
 	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
-	sf_buf_unref(gotix);
-	sf_buf_unref(gotunk);
-	sf_buf_unref(gotheads);
+	sf_buf_unref(gb.index);
+	sf_buf_unref(gb.unkeyed);
+	sf_buf_unref(gb.heads);
 	close(wfd);
 	free(got);
 	close(ffd);
