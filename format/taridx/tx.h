@@ -191,8 +191,12 @@ struct tx_fold;
 /* Sets how far w reads ahead for row r of a pass over every row of f: a
  * TX_WINDOW_BYTES stretch when the headers of the rows just after it lie
  * in one (small members), else TX_WINDOW_SMALL (large ones, whose data
- * would be copied for nothing). 0, or as tx_rows_get. */
-int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, struct sf_err *e);
+ * would be copied for nothing). A pass that needs `headers_only` reads
+ * the header alone instead, and a stretch only where its rows are small
+ * enough that copying them costs less than a read each. 0, or as
+ * tx_rows_get. */
+int tx_window_plan(const struct tx_fold *f, struct tx_window *w, uint64_t r, bool headers_only,
+		   struct sf_err *e);
 
 /* ---- the index file (tx_index.c) -------------------------------------- */
 

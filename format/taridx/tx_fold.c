@@ -352,7 +352,7 @@ static bool member_at(struct walk *k, uint32_t r, struct tx_member *m, size_t *p
 		      struct tx_str *link)
 {
 	if (!k->rc)
-		k->rc = tx_window_plan(k->f, &k->cur, r, k->e);
+		k->rc = tx_window_plan(k->f, &k->cur, r, false, k->e);
 	return walk_check(k, r, m, &k->cur) && !m->bad && (m->kind != TX_OTHER || is_dir(m)) &&
 	       !tx_member_names(k->f, r, m, k->path, TX_PATH_MAX, plen, link);
 }
@@ -385,13 +385,11 @@ static int row_header(const struct tx_fold *f, struct tx_window *w, uint32_t r,
 	const struct sf_map *map = f->shards[row.fid].map;
 	if (!sf_range_ok(map->size, row.off, TX_BLOCK))
 		return 0;
-	if ((rc = tx_window_plan(f, w, r, e)))
+	/* where the next headers lie apart, the header alone: the check needs
+	 * no more, and 16 KiB a header was most of the pass over a fold of
+	 * 100 KiB members */
+	if ((rc = tx_window_plan(f, w, r, true, e)))
 		return rc;
-	/* where the next headers lie far apart (large members), the header
-	 * alone: the check needs no more, and 16 KiB a header was most of the
-	 * pass over a fold of 100 KiB members */
-	if (!w->ahead)
-		w->ahead = TX_BLOCK;
 	return tx_window_get(w, map, row.off, TX_BLOCK, hdr, e);
 }
 

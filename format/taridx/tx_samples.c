@@ -137,7 +137,7 @@ static bool member_path(struct scratch *s, uint32_t r, struct smember *out, bool
 	struct tx_member m;
 	struct tx_str link;
 	size_t rlen;
-	if (s->rc || (s->rc = tx_window_plan(s->f, &s->tar, r, &s->e)) ||
+	if (s->rc || (s->rc = tx_window_plan(s->f, &s->tar, r, false, &s->e)) ||
 	    (s->rc = tx_member_check(s->f, r, &m, &s->tar, &s->e)))
 		return false;
 	if (m.bad || m.kind == TX_OTHER ||

@@ -16,7 +16,7 @@ static int check_row(struct tx_fold *f, uint64_t r, struct sf_report *rep, uint6
 		     uint8_t *path, struct tx_window *w, struct sf_err *e)
 {
 	struct tx_member m;
-	int rc = tx_window_plan(f, w, r, e);
+	int rc = tx_window_plan(f, w, r, false, e);
 	if (rc || (rc = tx_member_check(f, r, &m, w, e)))
 		return rc;
 	const struct tx_row *row = &m.row;

@@ -539,6 +539,42 @@ def test_first_lookup_charges_the_names_it_keeps(mount, tmp_path):
     assert read_through(view / f"d{n - 1:05d}" / "x.bin") == b"%d\n" % (n - 1)
 
 
+def test_first_lookup_pass_over_a_truncated_tar(mount, tmp_path):
+    """A tar of a fold cut to a quarter after its view opened, before the
+    first lookup: the pass over the headers (10,000 rows, so both threads)
+    meets the tar's early end through its copies (a read of the mapping
+    there would be SIGBUS), and a hit and a miss alike fail with EIO and an
+    error naming the tar; the daemon lives on. Ten tars, more than the
+    eight a view checks at each lookup (sf_mapcheck.c), so the cut is met
+    by the pass itself, not by a check before it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for s in range(10):
+        with tarfile.open(src / f"f_{s}.tar", "w", format=tarfile.USTAR_FORMAT) as t:
+            for i in range(s * 1000, (s + 1) * 1000):
+                data = b"%d\n" % i
+                ti = tarfile.TarInfo(f"k{i:05d}.bin")
+                ti.size = len(data)
+                t.addfile(ti, io.BytesIO(data))
+    index(src, "f")
+    mnt = mount(src)
+    view = mnt / "f"
+    cut = src / "f_9.tar"
+    size = cut.stat().st_size
+    # an open file keeps the view (and its mappings) open; opening it looks
+    # up no member, and lists nothing, so the pass has not run
+    with open(view / ".shardfs" / "info.txt", "rb"):
+        os.truncate(cut, size // 4)
+        for name in ("k00000.bin", "nope.bin"):
+            with pytest.raises(OSError) as e:
+                os.stat(view / name)
+            assert e.value.errno == errno.EIO, name
+        errors = (mnt / ".shardfs" / "errors").read_text()
+    assert f"f_9.tar: tar headers: the file ends at byte {size // 4}, was {size} bytes " \
+        "(truncated)" in errors, errors
+    assert mount.last.proc.poll() is None
+
+
 def rchar(pid):
     with open(f"/proc/{pid}/io") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
