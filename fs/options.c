@@ -38,7 +38,7 @@ void options_usage(FILE *to)
 	      "  --spin-us N         how long the thread waiting for the next request polls\n"
 	      "                      before it sleeps, in microseconds (default 200; 0 sleeps\n"
 	      "                      at once: no CPU spent waiting, slower round trips);\n"
-	      "                      none for 1 s after another task held its CPU\n"
+	      "                      none for 20 ms after another task held its CPU\n"
 	      "  --io-uring MODE     off (default): /dev/fuse; on: FUSE over io_uring or no\n"
 	      "                      mount; auto: io_uring when the kernel allows it, else\n"
 	      "                      /dev/fuse. io_uring serves each CPU's requests on that\n"
