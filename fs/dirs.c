@@ -372,11 +372,14 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 }
 
 /* Whether a READDIRPLUS request gives names their attributes. With
- * --readdirplus small, every request does in a directory of at most
+ * --readdirplus small, every request does in a view directory of at most
  * RDP_SMALL_MAX names, where a loader lists and then reads every file (an
  * attribute saves it a LOOKUP), while the kernel and the daemon then hold
- * a node per name, which a directory that size keeps small. A larger
- * one's listing gives them in its first request, and in every request
+ * a node per name, which a directory that size keeps small. A SRC
+ * directory's name costs a stat, and a file's an open and a mapping at the
+ * source (a lookup pins its version, fs/src.c): `ls` of 5,000 containers
+ * made 12 system calls and 1.2 mappings a container. So a SRC directory,
+ * and a larger view directory, gives them in a listing's first request, and in every request
  * once names of the directory were looked up while it went on (`ls -l`
  * and `du` stat each batch of names before reading the next: the names of
  * the first batch are the kernel's already, those of the second are looked
@@ -386,7 +389,8 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
  * one handle's listing one request at a time. */
 static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode *dir, off_t off)
 {
-	if (dm->readdirplus != RDP_SMALL || dent_count(s) <= RDP_SMALL_MAX)
+	if (dm->readdirplus != RDP_SMALL ||
+	    (fnode_kind(dir) == FK_VIEW && dent_count(s) <= RDP_SMALL_MAX))
 		return true;
 	/* only lookups while this listing goes on count */
 	bool looked = atomic_exchange_explicit(&dir->looked_in, false, memory_order_relaxed);

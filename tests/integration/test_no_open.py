@@ -88,6 +88,22 @@ def test_listed_names_cost_no_lookup(tmp_path, mount):
     assert cost["auto"]["lookup"] > len(want) // 2, cost
 
 
+def test_src_directory_lists_names_alone(tmp_path, mount):
+    """By default a SRC directory is listed as the kernel's automatic choice
+    would: a name's attributes there cost a stat at the source and a file's
+    an open and a mapping, so a names-only listing gives names alone and its
+    reader looks the files up."""
+    src = tmp_path / "src"
+    (src / "d").mkdir(parents=True)
+    want = {f"d/{i:04d}.bin": os.urandom(i % 97 + 1) for i in range(1500)}
+    for rel, data in want.items():
+        (src / rel).write_bytes(data)
+    mnt = mount(src)
+    assert len(os.listdir(mnt / "d")) == len(want)
+    read = one_pass(mnt, want)
+    assert read["lookup"] > len(want) // 2, read
+
+
 def test_large_directory_lists_names_alone(tmp_path, mount):
     """By default, a directory of more than 16,384 names is listed as the
     kernel's automatic choice would: a names-only listing gives the names
