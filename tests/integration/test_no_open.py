@@ -70,14 +70,14 @@ def test_second_pass_costs_no_request(tmp_path, mount):
 
 
 def test_listed_names_cost_no_lookup(tmp_path, mount):
-    """By default (--readdirplus small) and with always, a listing of a
-    directory of at most 16,384 names gives every name its attributes, so
-    a reader of the files it listed sends one request per file, the READ;
-    the kernel's automatic choice (auto) gives them in the first of the
+    """With --readdirplus small and always, a listing of a view directory
+    of at most 16,384 names gives every name its attributes, so a reader of
+    the files it listed sends one request per file, the READ; the kernel's
+    automatic choice (auto, the default) gives them in the first of the
     listing's requests only, and its reader looks the rest up."""
     src = tmp_path / "src"
     want = make(src, 2000, 8)
-    mnts = {"small": mount(src), "auto": mount(src, "--readdirplus", "auto"),
+    mnts = {"small": mount(src, "--readdirplus", "small"), "auto": mount(src),
             "always": mount(src, "--readdirplus", "always")}
     cost = {}
     for name, mnt in mnts.items():
@@ -89,8 +89,8 @@ def test_listed_names_cost_no_lookup(tmp_path, mount):
 
 
 def test_src_directory_lists_names_alone(tmp_path, mount):
-    """By default a SRC directory is listed as the kernel's automatic choice
-    would: a name's attributes there cost a stat at the source and a file's
+    """With --readdirplus small a SRC directory is listed as the kernel's
+    automatic choice would: a name's attributes there cost a stat at the source and a file's
     an open and a mapping, so a names-only listing gives names alone and its
     reader looks the files up."""
     src = tmp_path / "src"
@@ -98,26 +98,26 @@ def test_src_directory_lists_names_alone(tmp_path, mount):
     want = {f"d/{i:04d}.bin": os.urandom(i % 97 + 1) for i in range(1500)}
     for rel, data in want.items():
         (src / rel).write_bytes(data)
-    mnt = mount(src)
+    mnt = mount(src, "--readdirplus", "small")
     assert len(os.listdir(mnt / "d")) == len(want)
     read = one_pass(mnt, want)
     assert read["lookup"] > len(want) // 2, read
 
 
 def test_large_directory_lists_names_alone(tmp_path, mount):
-    """By default, a directory of more than 16,384 names is listed as the
-    kernel's automatic choice would: a names-only listing gives the names
+    """With --readdirplus small, a view directory of more than 16,384 names
+    is listed as the kernel's automatic choice would: a names-only listing gives the names
     alone (no node per name; its reader then looks them up), while a
     listing whose names are looked up as it goes (ls -l: a stat of each
     batch of names before the next) gives the rest their attributes."""
     src = tmp_path / "src"
     n = 16384 + 600
     want = make(src, n, 8)
-    mnt = mount(src)
+    mnt = mount(src, "--readdirplus", "small")
     assert len(os.listdir(mnt / "f")) == n
     read = one_pass(mnt, want)
     assert read["lookup"] > n // 2, read
-    mnt = mount(src)
+    mnt = mount(src, "--readdirplus", "small")
     before = mount_stats(mnt)["requests"]["lookup"]
     with os.scandir(mnt / "f") as it:
         sizes = {f"f/{e.name}": e.stat().st_size for e in it}
