@@ -135,9 +135,14 @@ def find_members(c, build, src, view, n, what, forget_limit):
 
 
 def fold(c, build, work, n):
-    """find of an n-member fold: 64 bytes a member left after forget."""
+    """find of an n-member fold: 80 bytes a member left after forget. It
+    is anonymous memory the heap keeps after the FORGETs (the view itself
+    stays open), and it varies with how the freed nodes lay: 47-70 bytes in
+    eight runs of one build on a quiet machine (session 18), once view
+    nodes grew 16 bytes for their root's ring (a 112-byte chunk, not 96);
+    51-58 before. 64 failed two fresh-clone runs in a row (68.0, 67.1)."""
     src, _, _, _ = data.small_fold(work, build / "tools", n, 10, lo=16, hi=64, native=False)
-    find_members(c, build, src, "f", n, "fold", 64)
+    find_members(c, build, src, "f", n, "fold", 80)
 
 
 def tar_alone(c, build, work, n):
