@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "access.h"
+#include "dirs.h"
 #include "listing.h"
 #include "transport.h"
 #include "request.h"
@@ -67,6 +68,8 @@ void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	count(req, REQ_GETATTR);
 	struct fnode *n = fn_of(req, ino);
 	struct daemon *dm = daemon_of(req);
+	/* a listing's probe used (fs/dirs.c), or another of its names */
+	dir_mark_used(dm, n->parent);
 	struct stat st;
 	if (fnode_view_is(n, SF_FILE)) {
 		/* a build reads the container: refused like any request at the

@@ -312,10 +312,21 @@ struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent
 	return n;
 }
 
+/* A reply that gives names their attributes in a directory where they are
+ * worth it only if the listing's reader uses them (gives_attrs) makes
+ * some of them probes: attributes with a timeout of 0, so that their use
+ * comes to the daemon as a GETATTR (dir_mark_used), as a LOOKUP would.
+ * The first name and one in RDP_PROBE_GAP after it, none a dot name
+ * (`ls -l` does not stat those), so that a reader that uses only some
+ * names of a batch still meets one: `ls -l` of a request's 400 names costs
+ * 4 GETATTRs, not a LOOKUP for each name of the next request. */
+#define RDP_PROBE_GAP 128
+
 /* The entries of a handle from `off` that fit in `size`, as one reply: a
- * READDIRPLUS's (`plus`) with the names' attributes (`attrs`) or not. */
+ * READDIRPLUS's (`plus`) with the names' attributes (`attrs`, some of them
+ * probes with `probe`) or not. */
 static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_t size, off_t off,
-		     bool plus, bool attrs)
+		     bool plus, bool attrs, bool probe)
 {
 	char *buf = malloc(size);
 	/* the nodes this reply gives the kernel a reference on; an entry
@@ -327,7 +338,7 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	size_t used = 0, nheld = 0;
+	size_t used = 0, nheld = 0, since_probe = RDP_PROBE_GAP;
 	struct listing *l = NULL;
 	size_t total = dent_count(s);
 	for (size_t i = (size_t)off; i < total; i++) {
@@ -347,8 +358,15 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 			ep.attr.st_ino = d->ino;
 			ep.attr.st_mode = (mode_t)d->type << 12;
 			struct fnode *n = attrs ? plus_entry(daemon_of(req), dir, d, &l, &ep) : NULL;
-			if (n)
+			if (n) {
 				held[nheld++] = n;
+				if (probe && since_probe >= RDP_PROBE_GAP && d->name[0] != '.') {
+					ep.attr_timeout = 0;
+					since_probe = 0;
+				} else {
+					since_probe++;
+				}
+			}
 			fuse_add_direntry_plus(req, buf + used, size - used, d->name, &ep,
 					       (off_t)(i + 1));
 		} else {
@@ -371,32 +389,43 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	free(held);
 }
 
-/* Whether a READDIRPLUS request gives names their attributes. With
- * --readdirplus small, every request does in a view directory of at most
+void dir_mark_used(const struct daemon *dm, struct fnode *dir)
+{
+	/* read before written: a loader's lookups in one directory would
+	 * otherwise all write the one line */
+	if (dir && dm->readdirplus == RDP_SMALL &&
+	    !atomic_load_explicit(&dir->looked_in, memory_order_relaxed))
+		atomic_store_explicit(&dir->looked_in, true, memory_order_relaxed);
+}
+
+/* Whether a READDIRPLUS request gives names their attributes, and whether
+ * some of them are probes (*probe). With --readdirplus small (the
+ * default), every request does in a view directory of at most
  * RDP_SMALL_MAX names, where a loader lists and then reads every file (an
  * attribute saves it a LOOKUP), while the kernel and the daemon then hold
  * a node per name, which a directory that size keeps small. A SRC
  * directory's name costs a stat, and a file's an open and a mapping at the
  * source (a lookup pins its version, fs/src.c): `ls` of 5,000 containers
  * made 12 system calls and 1.2 mappings a container. So a SRC directory,
- * and a larger view directory, gives them in a listing's first request, and in every request
- * once names of the directory were looked up while it went on (`ls -l`
- * and `du` stat each batch of names before reading the next: the names of
- * the first batch are the kernel's already, those of the second are looked
- * up); names-only walks of it (`find`, `os.scandir`) make no node per name
- * and stay 2-4 times as fast. (The kernel's automatic choice also sees the
- * first batch's names used, which the daemon does not.) The kernel reads
- * one handle's listing one request at a time. */
-static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode *dir, off_t off)
+ * and a larger view directory, gives them as the kernel's automatic choice
+ * (--readdirplus auto) would: in a listing's first request, and in later
+ * ones once names of the directory were used while it went on (`ls -l`
+ * and `du` stat each batch of names before reading the next), which the
+ * daemon sees as LOOKUPs and as the probes' GETATTRs; names-only walks
+ * (`find`, `os.scandir`) make no node per name and stay 2-4 times as
+ * fast. The kernel reads one handle's listing one request at a time. */
+static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode *dir, off_t off,
+			bool *probe)
 {
+	*probe = false;
 	if (dm->readdirplus != RDP_SMALL ||
 	    (fnode_kind(dir) == FK_VIEW && dent_count(s) <= RDP_SMALL_MAX))
 		return true;
-	/* only lookups while this listing goes on count */
-	bool looked = atomic_exchange_explicit(&dir->looked_in, false, memory_order_relaxed);
-	if (off == 0)
-		return true;
-	return s->attrs = s->attrs || looked;
+	/* only uses while this listing goes on count */
+	bool used = atomic_exchange_explicit(&dir->looked_in, false, memory_order_relaxed);
+	s->attrs = s->attrs || (off != 0 && used);
+	*probe = !s->attrs;
+	return off == 0 || s->attrs;
 }
 
 /* One READDIR or READDIRPLUS reply from the handle's snapshot. */
@@ -406,13 +435,14 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct dirsnap *s = (struct dirsnap *)(uintptr_t)fi->fh;
 	struct fnode *dir = fn_of(req, ino);
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
-	bool attrs = plus && gives_attrs(dm, s, dir, off);
+	bool probe = false;
+	bool attrs = plus && gives_attrs(dm, s, dir, off, &probe);
 	/* names alone are read from memory */
 	bool src = attrs && dir_kinds[fnode_kind(dir)].plus_at_source;
 	char pb[FNODE_PATH_MAX];
 	if (src && !section_begin(req, "readdir", node_path(dir, pb), NULL))
 		return;
-	list_dir(req, s, dir, size, off, plus, attrs);
+	list_dir(req, s, dir, size, off, plus, attrs, probe);
 	if (src)
 		section_end(dm);
 }
@@ -426,9 +456,10 @@ void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 /* libfuse 3.14 asks for READDIRPLUS and READDIRPLUS_AUTO when this is set;
  * with --readdirplus auto, the kernel uses it for the first request of a
- * listing and for later ones only when names of the directory were looked
- * up in between (`ls -l`, `du`), and plain READDIR otherwise (names-only
- * walks); with small or always, for every request (gives_attrs). */
+ * listing and for later ones only when names of the directory were used
+ * in between (`ls -l`, `du`), and plain READDIR otherwise (names-only
+ * walks); with small (the default) or always, for every request
+ * (gives_attrs). */
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {

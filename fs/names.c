@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "attr.h"
+#include "dirs.h"
 #include "meta.h"
 #include "transport.h"
 #include "request.h"
@@ -202,12 +203,7 @@ void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	count(req, REQ_LOOKUP);
 	struct fnode *dir = fn_of(req, parent);
-	/* only --readdirplus small reads it (fs/dirs.c); read before
-	 * written: a loader's lookups in one directory would otherwise all
-	 * write the one line */
-	if (daemon_of(req)->readdirplus == RDP_SMALL &&
-	    !atomic_load_explicit(&dir->looked_in, memory_order_relaxed))
-		atomic_store_explicit(&dir->looked_in, true, memory_order_relaxed);
+	dir_mark_used(daemon_of(req), dir);
 	if (lookup_in[fnode_kind(dir)])
 		lookup_in[fnode_kind(dir)](req, dir, name);
 	else

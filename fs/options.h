@@ -13,9 +13,10 @@ enum io_uring_mode { IO_URING_AUTO, IO_URING_ON, IO_URING_OFF };
 
 /* --readdirplus: which listing requests give names their attributes */
 enum readdirplus {
-	RDP_AUTO,   /* the kernel's automatic choice (the default) */
 	RDP_SMALL,  /* every one of a view directory of at most RDP_SMALL_MAX
-		     * names, else as RDP_AUTO (the daemon decides: fs/dirs.c) */
+		     * names, else as RDP_AUTO (the daemon decides: fs/dirs.c);
+		     * the default */
+	RDP_AUTO,   /* the kernel's automatic choice */
 	RDP_ALWAYS, /* every one */
 };
 #define RDP_SMALL_MAX 16384

@@ -91,8 +91,8 @@ int main(void)
 	CHECK(parse(&o, 4, a19) == 0 && o.io_uring == IO_URING_ON);
 	const char *a20[] = { "shardfs", "s", "m", "--io-uring", "yes" };
 	CHECK(parse(&o, 5, a20) != 0);
-	/* --readdirplus: auto by default, each mode, nothing else */
-	CHECK(parse(&o, 3, a8) == 0 && o.readdirplus == RDP_AUTO);
+	/* --readdirplus: small by default, each mode, nothing else */
+	CHECK(parse(&o, 3, a8) == 0 && o.readdirplus == RDP_SMALL);
 	const char *r1[] = { "shardfs", "s", "m", "--readdirplus", "auto" };
 	CHECK(parse(&o, 5, r1) == 0 && o.readdirplus == RDP_AUTO);
 	const char *r2[] = { "shardfs", "s", "m", "--readdirplus=always" };
