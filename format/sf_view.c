@@ -475,21 +475,6 @@ void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out)
 	out->name = lazy_name(dir, i, out->own);
 }
 
-bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out)
-{
-	struct sf_dir *d = &dir->u.dir;
-	pthread_mutex_lock(&dir->view->names_lock);
-	struct sf_node *k = dir_get(d, name);
-	long i = k ? -1 : lazy_find(dir, name);
-	if (k)
-		*out = (struct sf_dirent){ .name = k->name, .kind = k->kind, .hidden = k->hidden,
-					   .node = k, .id = k };
-	else if (i >= 0)
-		sf_dir_entry(dir, d->n + (size_t)i, out);
-	pthread_mutex_unlock(&dir->view->names_lock);
-	return k || i >= 0;
-}
-
 struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e)
 {
 	if (i < dir->u.dir.n)
@@ -597,18 +582,6 @@ struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len)
 struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len)
 {
 	return add_named(dir, SF_FILE, raw, len);
-}
-
-struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len,
-				const char *target)
-{
-	struct sf_node *n = add_named(dir, SF_LINK, raw, len);
-	if (n) {
-		n->u.target = strdup(target);
-		if (!n->u.target)
-			return NULL; /* stays in dir, freed with it */
-	}
-	return n;
 }
 
 void sf_dir_set_populate(struct sf_node *dir, sf_populate_fn fn, void *arg)
@@ -747,11 +720,6 @@ int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len)
 	int rc = sf_file_add_buf(f, b, 0, len);
 	sf_buf_unref(b);
 	return rc;
-}
-
-int sf_file_set_text(struct sf_node *f, const char *s)
-{
-	return sf_file_set_bytes(f, s, strlen(s));
 }
 
 void sf_file_set_whole(struct sf_node *f, struct sf_part *p)

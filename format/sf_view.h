@@ -240,8 +240,6 @@ struct sf_part *sf_view_part(struct sf_view *v, sf_produce_fn fn, void *arg,
 
 struct sf_node *sf_dir_add_dir(struct sf_node *dir, const void *raw, size_t len);
 struct sf_node *sf_dir_add_file(struct sf_node *dir, const void *raw, size_t len);
-struct sf_node *sf_dir_add_link(struct sf_node *dir, const void *raw, size_t len,
-				const char *target);
 /* The same, for a name already escaped and made unique by the caller. */
 struct sf_node *sf_dir_add_exact(struct sf_node *dir, enum sf_kind kind, const char *name);
 
@@ -313,9 +311,8 @@ int sf_file_charge(struct sf_node *f, uint64_t bytes, const char *what, struct s
 /* Appends what s holds, taking it (s is left empty); -ENOMEM if building s
  * ran out of memory. */
 int sf_file_add_str(struct sf_node *f, struct sf_str *s);
-/* Convenience: the file's content is a copy of these bytes / this string. */
+/* Convenience: the file's content is a copy of these bytes. */
 int sf_file_set_bytes(struct sf_node *f, const void *p, size_t len);
-int sf_file_set_text(struct sf_node *f, const char *s);
 /* The file is exactly one part (size may be unknown until produced). */
 void sf_file_set_whole(struct sf_node *f, struct sf_part *p);
 /* The file's extents are built on first use. */
@@ -365,8 +362,6 @@ struct sf_dirent {
 	char own[SF_COUNTED_NAME];
 };
 void sf_dir_entry(const struct sf_node *dir, size_t i, struct sf_dirent *out);
-/* Whether dir has an entry `name`, described in *out (no node is made). */
-bool sf_dir_peek(struct sf_node *dir, const char *name, struct sf_dirent *out);
 /* The node of entry i, made if needed (pinned when on demand); NULL when
  * out of memory or its make failed (e says why). */
 struct sf_node *sf_dir_child(struct sf_node *dir, size_t i, struct sf_err *e);
