@@ -159,6 +159,10 @@ static void test_view_requests(void)
 	CHECK_EQ_U(dm.tree.live, live);
 }
 
+/* The entries of the last list() given attributes that expire at once
+ * (the probes of --readdirplus small, fs/dirs.c). */
+static size_t probes;
+
 /* One READDIR(PLUS) reply of the handle `fi` from `off`, its names joined
  * by "/" in `names`; with attributes, the entries given a node are counted
  * in *nodes (and their references given back). */
@@ -171,6 +175,7 @@ static size_t list(fuse_ino_t dir, struct fuse_file_info *fi, off_t off, bool pl
 	size_t n = 0, at = 0;
 	names[0] = 0;
 	*nodes = 0;
+	probes = 0;
 	char *data = req.data;
 	size_t len = req.len;
 	req.data = NULL;
@@ -181,6 +186,7 @@ static size_t list(fuse_ino_t dir, struct fuse_file_info *fi, off_t off, bool pl
 			d = &p->dirent;
 			if (p->entry_out.nodeid) {
 				(*nodes)++;
+				probes += !p->entry_out.attr_valid && !p->entry_out.attr_valid_nsec;
 				CHECK(p->entry_out.attr.ino == p->entry_out.nodeid);
 				struct fuse_req keep = req;
 				req_init(&req, &dm);
@@ -206,9 +212,11 @@ static size_t list(fuse_ino_t dir, struct fuse_file_info *fi, off_t off, bool pl
 static void test_dir_requests(void)
 {
 	size_t live = dm.tree.live;
+	enum readdirplus mode = dm.readdirplus;
 	char names[512];
 	size_t nodes;
 	struct fuse_file_info fi = { 0 };
+	dm.readdirplus = RDP_ALWAYS;
 	req_clear(&req);
 	op_opendir(&req, FUSE_ROOT_ID, &fi);
 	CHECK(req.reply == REPLY_OPEN && !req.fi.cache_readdir);
@@ -221,41 +229,55 @@ static void test_dir_requests(void)
 	CHECK_EQ_U(list(FUSE_ROOT_ID, &fi, 2, true, names, sizeof names, &nodes), 9);
 	CHECK_STR(names, "a.txt/deep/ln/sub/t.tar/u/u.tar/t/u.tar.d");
 	CHECK_EQ_U(nodes, 9);
+	CHECK_EQ_U(probes, 0);
 	req_clear(&req);
 	op_releasedir(&req, FUSE_ROOT_ID, &fi);
 	CHECK(req.reply == REPLY_ERR && req.err == 0);
 
+	/* --readdirplus small: a view directory's names always come with
+	 * their attributes, and none is a probe */
+	dm.readdirplus = RDP_SMALL;
 	fuse_ino_t t = lookup(FUSE_ROOT_ID, "t");
 	fi = (struct fuse_file_info){ 0 };
 	req_clear(&req);
 	op_opendir(&req, t, &fi);
 	CHECK(req.reply == REPLY_OPEN && req.fi.cache_readdir && req.fi.keep_cache);
 	fi = req.fi;
-	CHECK_EQ_U(list(t, &fi, 0, true, names, sizeof names, &nodes), 3);
-	CHECK_STR(names, "./../sub"); /* .shardfs/ is looked up, never listed */
+	CHECK_EQ_U(list(t, &fi, 1, true, names, sizeof names, &nodes), 2);
+	CHECK_STR(names, "../sub"); /* .shardfs/ is looked up, never listed */
 	CHECK_EQ_U(nodes, 1);
+	CHECK_EQ_U(probes, 0);
 	req_clear(&req);
 	op_releasedir(&req, t, &fi);
 	forget(t);
 
-	/* --readdirplus small: past the first request, a SRC directory's
-	 * names come alone until a name of it is looked up */
-	dm.readdirplus = RDP_SMALL;
-	fi = (struct fuse_file_info){ 0 };
-	req_clear(&req);
-	op_opendir(&req, FUSE_ROOT_ID, &fi);
-	fi = req.fi;
-	list(FUSE_ROOT_ID, &fi, 0, true, names, sizeof names, &nodes);
-	CHECK_EQ_U(nodes, 9);
-	list(FUSE_ROOT_ID, &fi, 3, true, names, sizeof names, &nodes);
-	CHECK_EQ_U(nodes, 0);
+	/* past the first request, a SRC directory's names come alone until a
+	 * name of it is used: looked up, or a probe's attributes asked for
+	 * (the first name given them) */
 	fuse_ino_t a = lookup(FUSE_ROOT_ID, "a.txt");
-	list(FUSE_ROOT_ID, &fi, 3, true, names, sizeof names, &nodes);
-	CHECK_EQ_U(nodes, 8);
+	for (int use = 0; use < 2; use++) {
+		fi = (struct fuse_file_info){ 0 };
+		req_clear(&req);
+		op_opendir(&req, FUSE_ROOT_ID, &fi);
+		fi = req.fi;
+		list(FUSE_ROOT_ID, &fi, 0, true, names, sizeof names, &nodes);
+		CHECK_EQ_U(nodes, 9);
+		CHECK_EQ_U(probes, 1);
+		list(FUSE_ROOT_ID, &fi, 3, true, names, sizeof names, &nodes);
+		CHECK_EQ_U(nodes, 0);
+		req_clear(&req);
+		if (use)
+			op_getattr(&req, a, NULL);
+		else
+			forget(lookup(FUSE_ROOT_ID, "a.txt"));
+		list(FUSE_ROOT_ID, &fi, 3, true, names, sizeof names, &nodes);
+		CHECK_EQ_U(nodes, 8);
+		CHECK_EQ_U(probes, 0); /* used: the rest are given for good */
+		req_clear(&req);
+		op_releasedir(&req, FUSE_ROOT_ID, &fi);
+	}
 	forget(a);
-	req_clear(&req);
-	op_releasedir(&req, FUSE_ROOT_ID, &fi);
-	dm.readdirplus = RDP_AUTO;
+	dm.readdirplus = mode;
 	CHECK_EQ_U(dm.tree.live, live);
 }
 
