@@ -103,7 +103,9 @@ def test_stat_of_every_view_root_opens_none(tmp_path, mount):
 
 def test_listing_with_attributes_places_view_roots(tmp_path, mount):
     """READDIRPLUS gives a view root not opened yet its attributes too, as
-    its lookup would: `ls -l` then looks none of them up, and opens none."""
+    its lookup would: `ls -l` then looks none of them up (past the first
+    request too: the GETATTRs of its probes, fs/dirs.c, showed the names
+    used), and opens none."""
     src = containers(tmp_path)
     mnt = mount(src)
 
@@ -113,7 +115,8 @@ def test_listing_with_attributes_places_view_roots(tmp_path, mount):
     before = lookups()
     with os.scandir(mnt) as it:
         seen = {e.name: e.stat(follow_symlinks=False) for e in it}
-    assert lookups() - before < COUNT / 4, lookups() - before
+    # the stats.json reads: a LOOKUP or two
+    assert lookups() - before <= 8, lookups() - before
     assert opened(mnt) == 0
     for i in range(COUNT):
         st = seen[f"c{i:03}"]
