@@ -475,6 +475,37 @@ static void *ahead_main(void *arg)
 	return NULL;
 }
 
+/* A reader gets e's copy (lock held). */
+static void hit(struct sf_dcache *c, struct entry *e, struct sf_buf **out)
+{
+	count(&c->counts->hits, 1);
+	lru_unlink(c, e);
+	lru_front(c, e);
+	*out = sf_buf_ref(e->buf);
+	/* decoded ahead and got at last: the next one goes ahead (the reader
+	 * holds the view, so the part named is alive) */
+	c->unread -= e->unread;
+	e->unread = false;
+	if (e->then) {
+		struct sf_part *then = e->then;
+		e->then = NULL;
+		launch(c, then);
+	}
+	holding = !depth || holding;
+}
+
+static bool cache_held(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out)
+{
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = find(c, part->id);
+	bool held = e && !e->loading && e->buf;
+	if (held)
+		hit(c, e, out);
+	pthread_mutex_unlock(&c->lock);
+	return held;
+}
+
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err)
 {
@@ -501,20 +532,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		}
 	}
 	if (e) {
-		count(&c->counts->hits, 1);
-		lru_unlink(c, e);
-		lru_front(c, e);
-		*out = sf_buf_ref(e->buf);
-		/* decoded ahead and got at last: the next one goes ahead (the
-		 * reader holds the view, so the part named is alive) */
-		c->unread -= e->unread;
-		e->unread = false;
-		if (e->then) {
-			struct sf_part *then = e->then;
-			e->then = NULL;
-			launch(c, then);
-		}
-		holding = !depth || holding;
+		hit(c, e, out);
 		pthread_mutex_unlock(&c->lock);
 		return 0;
 	}
@@ -687,6 +705,7 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->iface.idle = cache_idle;
 	c->iface.buf = cache_buf;
 	c->iface.drop = cache_drop;
+	c->iface.held = cache_held;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->counts = counts;

@@ -137,7 +137,7 @@ static int run_gen(void *ctx, struct sf_err *e)
 
 /* Appends [off, off+len) of extent x. */
 static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_map *m,
-		    uint64_t off, size_t len, struct sf_cache *c, struct sf_readv *rv,
+		    uint64_t off, size_t len, struct sf_cache *c, bool held, struct sf_readv *rv,
 		    struct sf_err *e)
 {
 	int rc;
@@ -150,7 +150,9 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_m
 		rv->from_synth += len;
 		return rv_push(rv, x->u.buf->data + x->off + off, len, NULL);
 	case SF_EXT_PART:
-		rc = sf_part_get(c, x->u.part, &b, e);
+		if (held && !(c->held && c->held(c, x->u.part, &b)))
+			return -EAGAIN;
+		rc = held ? 0 : sf_part_get(c, x->u.part, &b, e);
 		if (rc)
 			return rc;
 		if (!sf_range_ok(b->len, x->off + off, len)) {
@@ -187,11 +189,14 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_m
 }
 
 static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
-		      struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+		      struct sf_cache *c, bool held, struct sf_readv *rv, struct sf_err *e)
 {
 	struct sf_file *fl = &f->u.file;
 	if (fl->broken)
 		return sf_fail(e, -EIO, "%s", fl->broken);
+	/* a check of the mappings reads the source */
+	if (held && atomic_load(&f->view->intact_at) != sf_map_changes())
+		return -EAGAIN;
 	/* a view whose source changed in place serves nothing more, not even
 	 * parts decoded before the change */
 	int changed = sf_view_failed_by_change(f->view, e);
@@ -218,6 +223,10 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 		uint64_t in = off - fl->start[i];
 		uint64_t k = x->len - in < len ? x->len - in : len;
 		int rc = 0;
+		/* the kernel's copy of a mapping, and its check, read the
+		 * source; a rendering may */
+		if (held && (x->kind == SF_EXT_MAP || x->kind == SF_EXT_GEN))
+			return -EAGAIN;
 		if (x->kind == SF_EXT_MAP) {
 			/* served without being read here: the file is checked
 			 * instead (once per read), as a page past its new end
@@ -227,7 +236,7 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 				return rc;
 			checked = m;
 		}
-		rc = read_ext(f, x, m, in, (size_t)k, c, rv, e);
+		rc = read_ext(f, x, m, in, (size_t)k, c, held, rv, e);
 		if (rc)
 			return rc;
 		off += k;
@@ -245,7 +254,7 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 {
 	struct sf_file_idle *k = atomic_load(&f->u.file.idle);
 	if (!k)
-		return read_built(f, off, len, c, rv, e);
+		return read_built(f, off, len, c, false, rv, e);
 	for (;;) {
 		unsigned u = atomic_load(&k->users);
 		if (u == SF_FILE_DROPPING) {
@@ -261,9 +270,18 @@ int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		if (rc)
 			return rc;
 	}
-	int rc = read_built(f, off, len, c, rv, e);
+	int rc = read_built(f, off, len, c, false, rv, e);
 	atomic_fetch_sub(&k->users, 1);
 	return rc;
+}
+
+int sf_file_read_held(struct sf_node *f, uint64_t off, uint64_t len,
+		      struct sf_cache *c, struct sf_readv *rv, struct sf_err *e)
+{
+	/* extents that may be dropped are a mapping's (sparse members) */
+	if (f->kind != SF_FILE || atomic_load(&f->u.file.idle) || !atomic_load(&f->u.file.built))
+		return -EAGAIN;
+	return read_built(f, off, len, c, true, rv, e);
 }
 
 int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,

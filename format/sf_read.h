@@ -43,6 +43,12 @@ struct sf_readv {
 /* Collects [off, off+len) of a ready file (len clipped to the size). */
 int sf_file_read(struct sf_node *f, uint64_t off, uint64_t len,
 		 struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
+/* The same read, of bytes memory holds already only: -EAGAIN where it
+ * would need more (the file not built, a mapping, a part the cache does not
+ * hold, a rendering per read, a view that must check its mappings first),
+ * so that a host may answer it as a request that reads no source. */
+int sf_file_read_held(struct sf_node *f, uint64_t off, uint64_t len,
+		      struct sf_cache *c, struct sf_readv *rv, struct sf_err *e);
 /* Collects [off, off+len) of a file whose bytes sf_view_locate found in
  * view v (len clipped to the size), checked as sf_file_read checks. */
 int sf_stored_read(struct sf_view *v, const struct sf_stored *s, uint64_t off, uint64_t len,

@@ -89,6 +89,10 @@ struct sf_cache {
 	 * made out of one a part let go of, and letting go of a part. */
 	struct sf_buf *(*buf)(struct sf_cache *c, size_t len);
 	void (*drop)(struct sf_cache *c, struct sf_part *part);
+	/* Optional (sf_file_read_held): the decoded copy of `part` the cache
+	 * holds now, got as `get` gets it; false when it holds none (nothing
+	 * is decoded, nothing waited for). */
+	bool (*held)(struct sf_cache *c, struct sf_part *part, struct sf_buf **out);
 };
 extern struct sf_cache sf_nocache;
 

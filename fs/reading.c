@@ -206,10 +206,33 @@ static void read_src_file(fuse_req_t req, struct fnode *n, size_t size, off_t of
 	read_at_source(req, n, size, off, read_src);
 }
 
+/* Answers a READ of bytes memory holds already (a rendered info.json in
+ * the cache) with no section at the source: it answers while the source
+ * holds every thread the pool gives it. False when it needs more. */
+static bool read_held(fuse_req_t req, struct fnode *n, size_t size, off_t off)
+{
+	struct daemon *dm = daemon_of(req);
+	struct sf_node *vn = fnode_vn(n);
+	struct sf_readv rv = { 0 };
+	struct sf_err e = { { 0 } };
+	int rc = vn ? sf_file_read_held(vn, (uint64_t)off, size, dm->view_cache, &rv, &e) : -EAGAIN;
+	if (rc == 0) {
+		atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
+		reply_readv(req, &rv, n);
+	} else if (rc != -EAGAIN) {
+		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
+		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
+	}
+	sf_readv_release(&rv);
+	sf_dcache_read_done();
+	return rc != -EAGAIN;
+}
+
 static void read_view_file(fuse_req_t req, struct fnode *n, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	read_at_source(req, n, size, off, read_view);
+	if (!read_held(req, n, size, off))
+		read_at_source(req, n, size, off, read_view);
 }
 
 static void read_live(fuse_req_t req, struct fnode *n, size_t size, off_t off,

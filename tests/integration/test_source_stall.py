@@ -333,10 +333,14 @@ def errors_name(mnt, path):
     return text
 
 
-def read_closed(dir_fd, name):
-    """The bytes of file `name` of directory `dir_fd`, opened and closed."""
+def read_closed(dir_fd, name, drop=False):
+    """The bytes of file `name` of directory `dir_fd`, opened and closed;
+    with `drop`, its pages dropped from the page cache first, so that the
+    read reaches the daemon."""
     fd = os.open(name, os.O_RDONLY, dir_fd=dir_fd)
     try:
+        if drop:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return os.read(fd, 1 << 20)
     finally:
         os.close(fd)
@@ -497,8 +501,9 @@ def test_known_names_answer_while_the_source_holds_the_pool(source, mount):
     knows absent, reads nothing and answers (it took a place at the source
     too, and was refused whenever a release or a forget was in flight
     beside a stuck request), and so do an OPENDIR and a READDIRPLUS of a
-    view's directory listed before (both were refused) and the RELEASE of a view's file (whose
-    check of a gone container took the last threads). Over /dev/fuse in both passes: one pool, so
+    view's directory listed before (both were refused), the RELEASE of a view's file (whose
+    check of a gone container took the last threads), and a READ of a file held in memory
+    (info.json, refused once its pages left the page cache). Over /dev/fuse in both passes: one pool, so
     all four readers are surely in the lookup's (io_uring has a pool per CPU;
     test_stall_holding_a_view covers it)."""
     src = source()
@@ -555,6 +560,9 @@ def known_names(src, mnt, members, meta, handles):
             listed = timed(lambda: read_dir_fresh(meta))[0]
             assert {"info.json", "info.txt", "rows"} <= set(listed), listed
             assert timed(lambda: read_closed(meta, "info.json"))[0] == info
+            # its pages gone from the page cache (this VM's DAMON drops
+            # cold ones within seconds): its READ reads memory only
+            assert timed(lambda: read_closed(meta, "info.json", drop=True))[0] == info
     finally:
         src.cont()
     readers_done(readers, results)

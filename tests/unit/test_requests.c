@@ -339,13 +339,32 @@ static int refuse_all(bool may_refuse)
 
 static void test_refusal(void)
 {
+	/* a view's rendered info.json (a part the cache holds once read) and
+	 * a member (bytes of the tar's mapping), each read once */
+	fuse_ino_t t = lookup(FUSE_ROOT_ID, "t"), meta = lookup(t, ".shardfs");
+	fuse_ino_t info = lookup(meta, "info.json"), sub = lookup(t, "sub");
+	fuse_ino_t x = lookup(sub, "x.txt");
+	struct fuse_file_info fi = { 0 };
+	const char *b = read_at(info, &fi, 1 << 16, 0);
+	CHECK(b && b[0] == '{');
+	char *json = b ? strdup(b) : NULL;
+	CHECK(read_at(x, &fi, 100, 0) != NULL);
 	dm.stats.sections.on_open = refuse_all;
 	CHECK(lookup(FUSE_ROOT_ID, "a.txt") == 0 && req.reply == REPLY_ERR && req.err == EIO);
 	fuse_ino_t d = lookup(FUSE_ROOT_ID, ".shardfs");
 	CHECK(d != 0);
+	/* the page cache let go of them: the one memory holds answers */
+	b = read_at(info, &fi, 1 << 16, 0);
+	CHECK(b && json && strcmp(b, json) == 0);
+	CHECK(read_at(x, &fi, 100, 0) == NULL && req.reply == REPLY_ERR && req.err == EIO);
 	dm.stats.sections.on_open = NULL;
+	free(json);
 	if (d)
 		forget(d);
+	fuse_ino_t held[] = { x, sub, info, meta, t };
+	for (size_t i = 0; i < sizeof held / sizeof *held; i++)
+		if (held[i])
+			forget(held[i]);
 	struct sf_buf *log = errlog_text(&dm.stats);
 	CHECK(log && memmem(log->data, log->len, "refused", 7));
 	sf_buf_unref(log);
