@@ -139,7 +139,9 @@ def fold(c, build, work, n):
     of it the open view's own tables (about 40). It read 47-71 from run to
     run of one build while malloc's fastbins kept freed nodes apart from
     the arenas' tops, which malloc_trim never trims but the main arena's
-    (fs/main.c); 44.6-48.2 in eight runs since."""
+    (fs/main.c), and each request thread the pool started during the find
+    held 128 KiB of zeroed thread-local scratch (format/sf_codec.c):
+    44.4-50.3 in seven runs since."""
     src, _, _, _ = data.small_fold(work, build / "tools", n, 10, lo=16, hi=64, native=False)
     find_members(c, build, src, "f", n, "fold", 64)
 
