@@ -370,7 +370,13 @@ int sf_zstd_bound_map(const struct sf_map *m, uint64_t off, uint64_t srclen, uin
 int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *dict,
 		  size_t dictlen, uint64_t limit, const char *what, struct sf_err *e)
 {
-	static _Thread_local uint8_t scratch[1 << 17];
+	/* the output's sink, allocated per call: as a thread-local array it
+	 * was zeroed at every thread's start, 128 KiB resident in each request
+	 * thread whether it checked a frame or not */
+	enum { SCRATCH = 1 << 17 };
+	uint8_t *scratch = malloc(SCRATCH);
+	if (!scratch)
+		return sf_fail(e, -ENOMEM, "%s: out of memory", what);
 	/* the window is allocated whole as the frame declares it: never more
 	 * than the budget, nor than the output needs (a frame of a few bytes
 	 * may declare 2 GiB); a frame asking for more is decoded whole below */
@@ -378,8 +384,9 @@ int sf_zstd_check(const uint8_t *src, size_t srclen, uint64_t want, const void *
 	while (wlog > 10 && ((limit && (1ull << wlog) > limit) || (1ull << (wlog - 1)) >= want))
 		wlog--;
 	uint64_t flushed = 0;
-	ZSTD_outBuffer ob = { scratch, sizeof scratch, 0 };
+	ZSTD_outBuffer ob = { scratch, SCRATCH, 0 };
 	int rc = decode_all(src, srclen, &ob, &flushed, wlog, dict, dictlen, what, e);
+	free(scratch);
 	if (rc == -E2BIG) {
 		/* a window over the limit: the whole output is smaller, if it fits */
 		if (limit && want > limit)

@@ -304,6 +304,15 @@ int main(int argc, char **argv)
 	 * the system when evicted, instead of glibc raising the threshold and
 	 * keeping freed parts in its arenas (resident memory over the budget). */
 	mallopt(M_MMAP_THRESHOLD, 256 << 10);
+	/* No fastbins: a freed node (a view node's 112 bytes is one) merges
+	 * with its free neighbours at once (past the 7 a size each thread's
+	 * tcache keeps), and a free that reaches an arena's top trims it.
+	 * Fastbin chunks stay apart until a consolidation, which merges them
+	 * into the top but trims only the main arena's (malloc_trim never
+	 * trims another's top): what a FORGET burst freed stayed resident
+	 * there, 0-4 MiB from run to run after find of a 200,000-member fold
+	 * (tests/scale/check.py). */
+	mallopt(M_MXFAST, 0);
 	dm.src_fd = open(src, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	struct sf_err e = { { 0 } };
 	if (dm.src_fd < 0) {
