@@ -32,6 +32,9 @@
 #define ZSTD_EVERY 8u
 /* a block that turned out no start point: the next tried this far on */
 #define RETRY (1u << 20)
+/* a piece read in order that a reply still holds is let go at the next
+ * pieces' turns, up to this many pieces back (produce) */
+#define HELD_BACK 8u
 /* and an archive's zstd windows, raw, stay within an eighth of the cache
  * budget (this much with none): the points are spread over the archive's
  * compressed bytes when it is large */
@@ -100,6 +103,7 @@ struct tx_z {
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
 	uint64_t run;          /* the bytes of the pieces begun in order up to it */
+	size_t held;           /* the first piece of that run the cache may still hold */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
@@ -315,10 +319,12 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
  * reader copies out this one: at once when it begins a start point (so
  * that the two decode on two CPUs), else once the cursor is back for it
  * to go on from. A piece read out of turn names none, so random reads
- * decode no more. In such a run, the piece three before this one is let
- * go (sf_cache_drop): its reader is past it and the kernel holds its
- * pages, and its memory makes the next piece (sf_cache_buf) rather than
- * fresh pages that each cost a fault. */
+ * decode no more. In such a run, the pieces from three before this one
+ * back are let go (sf_cache_drop): their reader is past them and the
+ * kernel holds their pages, and their memory makes the next pieces
+ * (sf_cache_buf) rather than fresh pages that each cost a fault. One a
+ * reply still holds is let go at a later piece's turn: were it left to
+ * the cache's eviction, every piece after would take fresh pages. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
@@ -341,15 +347,29 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 		c->start = p->start;
 	/* a reader in order for TX_Z_PIECE bytes at least: not the few fine
 	 * pieces of one member read at random */
-	z->run = part->aux && z->made == part->aux ? z->run + len : len;
-	if (!part->aux || z->made != part->aux || z->run < TX_Z_PIECE)
+	bool in_run = part->aux && z->made == part->aux;
+	z->run = in_run ? z->run + len : len;
+	if (!in_run)
+		z->held = part->aux;
+	if (!in_run || z->run < TX_Z_PIECE)
 		next = NULL;
-	struct sf_part *past = next && part->aux >= 3 ? z->pc[part->aux - 3].part : NULL;
+	/* [from, to): the pieces to let go; one held that far back stays
+	 * the cache's to evict */
+	size_t to = next && part->aux >= 3 ? part->aux - 2 : 0;
+	size_t from = to > HELD_BACK && z->held < to - HELD_BACK ? to - HELD_BACK : z->held;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
 	cur_keep(z, stale);
-	if (past)
-		sf_cache_drop(cache, past);
+	size_t gone = from;
+	for (size_t i = from; i < to; i++)
+		if (sf_cache_drop(cache, z->pc[i].part) && gone == i)
+			gone = i + 1;
+	if (gone > from) {
+		pthread_mutex_lock(&z->lock);
+		if (z->held < gone && z->held >= from)
+			z->held = gone;
+		pthread_mutex_unlock(&z->lock);
+	}
 	if (next && alone)
 		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
