@@ -682,16 +682,21 @@ static struct sf_buf *cache_buf(struct sf_cache *iface, size_t len)
 	return b;
 }
 
-static void cache_drop(struct sf_cache *iface, struct sf_part *part)
+static bool cache_drop(struct sf_cache *iface, struct sf_part *part, struct sf_part *past)
 {
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
-	struct entry *e = find(c, part->id);
-	if (e && !e->loading && !e->waiters && !e->unread && atomic_load(&e->buf->refs) == 1) {
+	struct entry *e = find(c, part->id), *after = find(c, past->id);
+	/* a reader has got `past` (made by its own get, or decoded ahead
+	 * and got since): in order, it is done with `part` */
+	if (e && after && !after->loading && !after->unread && !e->loading && !e->waiters &&
+	    !e->unread && atomic_load(&e->buf->refs) == 1) {
 		drop(c, e);
 		pthread_cond_broadcast(&c->loaded);
+		e = NULL;
 	}
 	pthread_mutex_unlock(&c->lock);
+	return !e;
 }
 
 struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts)

@@ -64,10 +64,9 @@ struct sf_buf *sf_cache_buf(struct sf_cache *c, size_t len)
 	return c->buf ? c->buf(c, len) : sf_buf_new(len);
 }
 
-void sf_cache_drop(struct sf_cache *c, struct sf_part *part)
+bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *past)
 {
-	if (c->drop)
-		c->drop(c, part);
+	return c->drop && c->drop(c, part, past);
 }
 
 void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)

@@ -88,7 +88,7 @@ struct sf_cache {
 	/* Optional (sf_cache_buf, sf_cache_drop): a buffer for a part being
 	 * made out of one a part let go of, and letting go of a part. */
 	struct sf_buf *(*buf)(struct sf_cache *c, size_t len);
-	void (*drop)(struct sf_cache *c, struct sf_part *part);
+	bool (*drop)(struct sf_cache *c, struct sf_part *part, struct sf_part *past);
 	/* Optional (sf_file_read_held): the decoded copy of `part` the cache
 	 * holds now, got as `get` gets it; false when it holds none (nothing
 	 * is decoded, nothing waited for). */
@@ -133,10 +133,13 @@ void sf_cache_uncharge(struct sf_cache *c, uint64_t bytes);
  * page fault per 4 KiB (8-15 us each on the VMs measured), else new. NULL
  * when out of memory. */
 struct sf_buf *sf_cache_buf(struct sf_cache *c, size_t len);
-/* Lets go of `part`'s decoded copy now, unless a reader holds it or it is
- * being made: a stream read through in order is in the kernel's page cache,
- * and its pieces' memory serves the pieces after them (sf_cache_buf). */
-void sf_cache_drop(struct sf_cache *c, struct sf_part *part);
+/* Lets go of `part`'s decoded copy now that a reader has got `past`, the
+ * part after it, unless a reader holds it or it is being made: a stream
+ * read through in order is in the kernel's page cache, and its pieces'
+ * memory serves the pieces after them (sf_cache_buf). True when the cache
+ * holds no copy of it after (false: one kept, `past` not got yet or no
+ * longer held, or a cache that cannot drop). */
+bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *past);
 
 /* ---- extents ---------------------------------------------------------- */
 

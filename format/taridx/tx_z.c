@@ -19,6 +19,9 @@
  * past the last one, so that a stretch is mostly one piece */
 #define GZ_EVERY (TX_Z_PIECE - (512u << 10))
 #define INBUF (256u << 10)
+/* lz4's: its largest block (4 MiB), with its header and checksum and the
+ * next header, read whole (tx_zdec's need) */
+#define LZ4_INBUF ((4u << 20) + (64u << 10))
 #define OUTBUF (256u << 10)
 /* the pass's buffer: a gzip window, what it decodes, what the decoder
  * checking a start point decodes */
@@ -32,6 +35,9 @@
 #define ZSTD_EVERY 8u
 /* a block that turned out no start point: the next tried this far on */
 #define RETRY (1u << 20)
+/* a piece read in order that was not let go at its turn is at the next
+ * pieces', up to this many pieces back (produce) */
+#define HELD_BACK 8u
 /* and an archive's zstd windows, raw, stay within an eighth of the cache
  * budget (this much with none): the points are spread over the archive's
  * compressed bytes when it is large */
@@ -100,6 +106,7 @@ struct tx_z {
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
 	uint64_t run;          /* the bytes of the pieces begun in order up to it */
+	size_t held;           /* the first piece of that run the cache may still hold */
 	int keepfd;            /* where the index is kept (--index-dir), or -1 */
 	int keeptop;           /* --index-dir's top, or -1 (tx_zkeep_load) */
 	char *keepname;
@@ -113,6 +120,12 @@ struct tx_z {
 };
 
 /* ---- a cursor over the archive ----------------------------------------- */
+
+/* A cursor's input buffer. */
+static size_t inbuf(const struct tx_z *z)
+{
+	return z->codec == TX_Z_LZ4 ? LZ4_INBUF : INBUF;
+}
 
 static void cur_free(struct tx_z *z, struct zcur *c)
 {
@@ -189,14 +202,14 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 		c->charged = 0;
 		c->pos = c->len = 0;
 		c->one_block = false;
-	} else if (!(c = calloc(1, sizeof *c)) || !(c->buf = malloc(INBUF))) {
+	} else if (!(c = calloc(1, sizeof *c)) || !(c->buf = malloc(inbuf(z)))) {
 		free(c);
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	}
 	c->start = s;
 	c->out = st->out;
 	c->in = st->in;
-	uint64_t mem = st->mem + INBUF;
+	uint64_t mem = st->mem + inbuf(z);
 	int rc = sf_cache_charge(z->cache, mem, z->src->path, "a decoder", e);
 	if (!rc)
 		c->charged = z->cache->charge ? mem : 0;
@@ -222,11 +235,15 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	return 0;
 }
 
-/* Refills c's buffer from the archive: 0, 1 at the archive's end, or as
- * sf_map_read. */
+/* Refills c's buffer from the archive: INBUF bytes, the whole of a larger
+ * input the decoder asks next (read once, not again as the next block's
+ * start), or all the buffer holds at a start point (lz4: its first
+ * block). 0, 1 at the archive's end, or as sf_map_read. */
 static int cur_fill(const struct tx_z *z, struct zcur *c, struct sf_err *e)
 {
-	uint64_t k = z->src->size - c->in < INBUF ? z->src->size - c->in : INBUF;
+	uint64_t want = !c->d.need ? inbuf(z) :
+			c->d.need > INBUF && c->d.need <= inbuf(z) ? c->d.need : INBUF;
+	uint64_t k = z->src->size - c->in < want ? z->src->size - c->in : want;
 	if (!k)
 		return 1;
 	int rc = sf_map_read(z->src, c->in, k, c->buf, "compressed data", e);
@@ -266,6 +283,12 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 	uint64_t done = 0;
 	int rc = 0;
 	while (done < n) {
+		/* the block the decoder asks next is read again whole, from
+		 * where it stopped, rather than given in parts */
+		if (c->d.need > c->len - c->pos && c->d.need <= inbuf(z) && c->pos) {
+			c->in -= c->len - c->pos;
+			c->pos = c->len;
+		}
 		if (c->pos == c->len && (rc = cur_fill(z, c, e))) {
 			rc = rc > 0 ? truncated(z, c, e) : rc;
 			break;
@@ -315,10 +338,13 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
  * reader copies out this one: at once when it begins a start point (so
  * that the two decode on two CPUs), else once the cursor is back for it
  * to go on from. A piece read out of turn names none, so random reads
- * decode no more. In such a run, the piece three before this one is let
- * go (sf_cache_drop): its reader is past it and the kernel holds its
- * pages, and its memory makes the next piece (sf_cache_buf) rather than
- * fresh pages that each cost a fault. */
+ * decode no more. In such a run, the pieces before this one whose next a
+ * reader has got are let go (sf_cache_drop): their reader is past them
+ * and the kernel holds their pages, and their memory makes the next
+ * pieces (sf_cache_buf) rather than fresh pages that each cost a fault.
+ * One not let go yet (held by a reply, its next not got) is at a later
+ * piece's turn: were it left to the cache's eviction, every piece after
+ * would take fresh pages. */
 static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf_buf **out,
 		   struct sf_err *e)
 {
@@ -341,15 +367,29 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 		c->start = p->start;
 	/* a reader in order for TX_Z_PIECE bytes at least: not the few fine
 	 * pieces of one member read at random */
-	z->run = part->aux && z->made == part->aux ? z->run + len : len;
-	if (!part->aux || z->made != part->aux || z->run < TX_Z_PIECE)
+	bool in_run = part->aux && z->made == part->aux;
+	z->run = in_run ? z->run + len : len;
+	if (!in_run)
+		z->held = part->aux;
+	if (!in_run || z->run < TX_Z_PIECE)
 		next = NULL;
-	struct sf_part *past = next && part->aux >= 3 ? z->pc[part->aux - 3].part : NULL;
+	/* [from, to): the pieces to let go; one held that far back stays
+	 * the cache's to evict */
+	size_t to = next ? part->aux : 0;
+	size_t from = to > HELD_BACK && z->held < to - HELD_BACK ? to - HELD_BACK : z->held;
 	z->made = part->aux + 1;
 	pthread_mutex_unlock(&z->lock);
 	cur_keep(z, stale);
-	if (past)
-		sf_cache_drop(cache, past);
+	size_t gone = from;
+	for (size_t i = from; i < to; i++)
+		if (sf_cache_drop(cache, z->pc[i].part, z->pc[i + 1].part) && gone == i)
+			gone = i + 1;
+	if (gone > from) {
+		pthread_mutex_lock(&z->lock);
+		if (z->held < gone && z->held >= from)
+			z->held = gone;
+		pthread_mutex_unlock(&z->lock);
+	}
 	if (next && alone)
 		sf_cache_ahead(cache, next);
 	int rc = c ? 0 : cur_new(z, p->start, &c, e);
@@ -796,11 +836,12 @@ static int pass_stream(struct pass *ps, struct sf_err *e)
 		/* the decoder's memory (a zstd window, an xz dictionary) is
 		 * known once a stream's header is read: held in the budget */
 		uint64_t mem = tx_zdec_mem(&c->d);
-		if (z->cache->charge && mem + INBUF > c->charged) {
-			int cr = sf_cache_charge(z->cache, mem + INBUF - c->charged, z->src->path, "a decoder", e);
+		if (z->cache->charge && mem + inbuf(z) > c->charged) {
+			int cr = sf_cache_charge(z->cache, mem + inbuf(z) - c->charged, z->src->path,
+						 "a decoder", e);
 			if (cr)
 				return cr;
-			c->charged = mem + INBUF;
+			c->charged = mem + inbuf(z);
 		}
 		if (gz)
 			window_push(ps, ps->out + TX_Z_WINDOW, ol);

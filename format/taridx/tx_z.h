@@ -133,6 +133,10 @@ struct tx_zdec {
 	void *bz_big, *bz_kept;
 	size_t bz_big_len, bz_kept_len;
 	LZ4F_dctx *lz;
+	/* lz4: the input its decoder asks next (LZ4F's hint, a block and the
+	 * header after it): given whole, a block is decoded straight from
+	 * it, given in parts it is copied first. 0: any */
+	size_t need;
 };
 /* Starts decoding a stream of codec c at its start (at NULL, or a start
  * point with neither window nor block), or at start point `at` inside it:

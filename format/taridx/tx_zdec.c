@@ -132,6 +132,7 @@ static int frame_header(struct tx_zdec *d, const struct tx_zstart *at, const cha
 int tx_zdec_begin(struct tx_zdec *d, enum tx_zcodec c, const struct tx_zstart *at, const char **why)
 {
 	bool again = d->live && d->c == c;
+	d->need = 0;
 	if (!again) {
 		tx_zdec_end(d);
 		memset(d, 0, sizeof *d);
@@ -285,6 +286,7 @@ int tx_zdec_step(struct tx_zdec *d, const uint8_t *in, size_t *inlen, uint8_t *o
 	}
 	case TX_Z_LZ4: {
 		size_t r = LZ4F_decompress(d->lz, out, outlen, in, inlen, NULL);
+		d->need = r;
 		if (LZ4F_isError(r)) {
 			*why = LZ4F_getErrorName(r);
 			return -EIO;

@@ -156,9 +156,10 @@ static int produce_spare(const struct sf_part *p, struct sf_cache *cache, struct
 	return 0;
 }
 
-/* A part let go of (sf_cache_drop) is made again when next asked for; its
- * memory makes the next part of its size rather than fresh pages, and the
- * spares count within the budget: a part that needs their room frees them. */
+/* A part let go of (sf_cache_drop) once a reader got the part after it is
+ * made again when next asked for; its memory makes the next part of its
+ * size rather than fresh pages, and the spares count within the budget: a
+ * part that needs their room frees them. */
 static void spares(void)
 {
 	const size_t k = 1 << 20;
@@ -176,16 +177,22 @@ static void spares(void)
 	atomic_store(&produced, 0);
 	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
 	uint8_t *mem = b->data;
+	/* the part after it not got yet: kept */
+	CHECK(!sf_cache_drop(ic, p[0], p[1]));
+	struct sf_buf *b1 = NULL;
+	CHECK_EQ_U(sf_part_get(ic, p[1], &b1, &e), 0);
+	sf_buf_unref(b1);
 	/* held by a reader: kept */
-	sf_cache_drop(ic, p[0]);
+	CHECK(!sf_cache_drop(ic, p[0], p[1]));
+	CHECK_EQ_U(sf_dcache_bytes(c), 2 * k);
+	sf_buf_unref(b);
+	CHECK(sf_cache_drop(ic, p[0], p[1]));
+	CHECK(sf_cache_drop(ic, p[0], p[1]));
 	CHECK_EQ_U(sf_dcache_bytes(c), k);
+	CHECK_EQ_U(sf_part_get(ic, p[2], &b, &e), 0);
+	CHECK(b->data == mem && b->data[0] == (p[2]->id & 0xff) && b->data[k - 1] == b->data[0]);
 	sf_buf_unref(b);
-	sf_cache_drop(ic, p[0]);
-	CHECK_EQ_U(sf_dcache_bytes(c), 0);
-	CHECK_EQ_U(sf_part_get(ic, p[1], &b, &e), 0);
-	CHECK(b->data == mem && b->data[0] == (p[1]->id & 0xff) && b->data[k - 1] == b->data[0]);
-	sf_buf_unref(b);
-	sf_cache_drop(ic, p[1]);
+	CHECK(sf_cache_drop(ic, p[1], p[2]));
 	/* two parts held and a spare: the third part's room frees the spare */
 	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
 	sf_buf_unref(b);
@@ -201,7 +208,7 @@ static void spares(void)
 	CHECK_EQ_U(sf_part_get(ic, small, &b, &e), 0);
 	CHECK(b->data[99] == (small->id & 0xff));
 	sf_buf_unref(b);
-	sf_cache_drop(ic, small);
+	CHECK(sf_cache_drop(ic, small, p[2]));
 	sf_dcache_free(c);
 	sf_view_unref(v);
 	atomic_store(&produced, 0);
