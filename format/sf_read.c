@@ -75,13 +75,9 @@ void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)
 		c->idle(c, i, keep);
 }
 
-int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
-		struct sf_err *e)
+/* Takes b, p's decoded copy a cache gave, as *out once its size is p's. */
+static int part_sized(struct sf_part *p, struct sf_buf *b, struct sf_buf **out, struct sf_err *e)
 {
-	struct sf_buf *b = NULL;
-	int rc = c->get(c, p, &b, e);
-	if (rc)
-		return rc;
 	uint64_t known = atomic_load(&p->size);
 	if (known == SF_SIZE_UNKNOWN) {
 		atomic_store(&p->size, b->len);
@@ -93,6 +89,23 @@ int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
 	}
 	*out = b;
 	return 0;
+}
+
+int sf_part_get(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		struct sf_err *e)
+{
+	struct sf_buf *b = NULL;
+	int rc = c->get(c, p, &b, e);
+	return rc ? rc : part_sized(p, b, out, e);
+}
+
+/* sf_part_get of a copy the cache holds now only: -EAGAIN when it holds
+ * none (sf_file_read_held). */
+static int part_held(struct sf_cache *c, struct sf_part *p, struct sf_buf **out,
+		     struct sf_err *e)
+{
+	struct sf_buf *b = NULL;
+	return c->held && c->held(c, p, &b) ? part_sized(p, b, out, e) : -EAGAIN;
 }
 
 static int rv_push(struct sf_readv *rv, const void *p, size_t len, const struct sf_map *m)
@@ -149,9 +162,7 @@ static int read_ext(struct sf_node *f, const struct sf_ext *x, const struct sf_m
 		rv->from_synth += len;
 		return rv_push(rv, x->u.buf->data + x->off + off, len, NULL);
 	case SF_EXT_PART:
-		if (held && !(c->held && c->held(c, x->u.part, &b)))
-			return -EAGAIN;
-		rc = held ? 0 : sf_part_get(c, x->u.part, &b, e);
+		rc = (held ? part_held : sf_part_get)(c, x->u.part, &b, e);
 		if (rc)
 			return rc;
 		if (!sf_range_ok(b->len, x->off + off, len)) {
@@ -203,8 +214,6 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 		return changed;
 	if (off >= fl->size)
 		return 0;
-	if (!rv->view)
-		rv->view = sf_view_ref(f->view);
 	if (len > fl->size - off)
 		len = fl->size - off;
 	/* first extent whose range contains off */
@@ -216,16 +225,19 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 		else
 			hi = mid;
 	}
+	/* the kernel's copy of a mapping, and its check, read the source; a
+	 * rendering may: a held read stops before it takes anything */
+	for (size_t i = lo; held && i < fl->n && fl->start[i] < off + len; i++)
+		if (fl->ext[i].kind == SF_EXT_MAP || fl->ext[i].kind == SF_EXT_GEN)
+			return -EAGAIN;
+	if (!rv->view)
+		rv->view = sf_view_ref(f->view);
 	struct sf_map *m = NULL, *checked = NULL;
 	for (size_t i = lo; i < fl->n && len; i++) {
 		const struct sf_ext *x = &fl->ext[i];
 		uint64_t in = off - fl->start[i];
 		uint64_t k = x->len - in < len ? x->len - in : len;
 		int rc = 0;
-		/* the kernel's copy of a mapping, and its check, read the
-		 * source; a rendering may */
-		if (held && (x->kind == SF_EXT_MAP || x->kind == SF_EXT_GEN))
-			return -EAGAIN;
 		if (x->kind == SF_EXT_MAP) {
 			/* served without being read here: the file is checked
 			 * instead (once per read), as a page past its new end

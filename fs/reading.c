@@ -161,37 +161,55 @@ static void read_src(fuse_req_t req, struct fnode *n, size_t size, off_t off)
 	sf_readv_release(&rv);
 }
 
-static void read_view(fuse_req_t req, struct fnode *n, size_t size, off_t off)
+/* Answers a READ of view node n; with `held`, only from bytes memory holds
+ * already (sf_file_read_held): false then, with nothing answered, where
+ * it needs more. */
+static bool answer_view(fuse_req_t req, struct fnode *n, size_t size, off_t off, bool held)
 {
 	struct daemon *dm = daemon_of(req);
+	if (held && !fnode_vn(n))
+		return false; /* a root not entered yet */
 	if (!fnode_view_is(n, SF_FILE)) {
 		fuse_reply_err(req, EISDIR);
-		return;
+		return true;
 	}
-	if (view_file_ready(dm, n)) {
+	if (!held && view_file_ready(dm, n)) {
 		fuse_reply_err(req, EIO);
-		return;
+		return true;
 	}
 	/* the answer holds the view until the reply is written (sf_read.h) */
 	struct sf_readv rv = { 0 };
 	struct sf_err e = { { 0 } };
-	int rc = sf_file_read(view_of(n)->vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
-	if (rc) {
+	struct sf_node *vn = view_of(n)->vn;
+	int rc = held ? sf_file_read_held(vn, (uint64_t)off, size, dm->view_cache, &rv, &e)
+		      : sf_file_read(vn, (uint64_t)off, size, dm->view_cache, &rv, &e);
+	if (rc == 0) {
+		reply_readv(req, &rv, n);
+	} else if (rc != -EAGAIN) {
 		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
 		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
-	} else {
-		reply_readv(req, &rv, n);
 	}
 	sf_readv_release(&rv);
 	sf_dcache_read_done();
+	return rc != -EAGAIN;
+}
+
+static void read_view(fuse_req_t req, struct fnode *n, size_t size, off_t off)
+{
+	answer_view(req, n, size, off, false);
+}
+
+/* The kernel gets n's pages with a READ's answer: pushing them would copy
+ * them again. */
+static void read_by_kernel(struct fnode *n)
+{
+	atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
 }
 
 /* Reads n's content with `read`, in a section at the source. */
 static void read_at_source(fuse_req_t req, struct fnode *n, size_t size, off_t off,
 			   void (*read)(fuse_req_t req, struct fnode *n, size_t size, off_t off))
 {
-	/* the kernel gets its pages now: pushing them would copy them again */
-	atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
 	struct daemon *dm = daemon_of(req); /* req is gone once answered */
 	char pb[FNODE_PATH_MAX];
 	if (!section_begin(req, "read", node_path(n, pb), NULL))
@@ -203,35 +221,18 @@ static void read_at_source(fuse_req_t req, struct fnode *n, size_t size, off_t o
 static void read_src_file(fuse_req_t req, struct fnode *n, size_t size, off_t off,
 			  struct fuse_file_info *fi)
 {
+	read_by_kernel(n);
 	read_at_source(req, n, size, off, read_src);
-}
-
-/* Answers a READ of bytes memory holds already (a rendered info.json in
- * the cache) with no section at the source: it answers while the source
- * holds every thread the pool gives it. False when it needs more. */
-static bool read_held(fuse_req_t req, struct fnode *n, size_t size, off_t off)
-{
-	struct daemon *dm = daemon_of(req);
-	struct sf_node *vn = fnode_vn(n);
-	struct sf_readv rv = { 0 };
-	struct sf_err e = { { 0 } };
-	int rc = vn ? sf_file_read_held(vn, (uint64_t)off, size, dm->view_cache, &rv, &e) : -EAGAIN;
-	if (rc == 0) {
-		atomic_store_explicit(&n->pushed, true, memory_order_relaxed);
-		reply_readv(req, &rv, n);
-	} else if (rc != -EAGAIN) {
-		fnode_errlog(&dm->stats, n, sf_err_msg(&e, rc));
-		fuse_reply_err(req, rc == -ENOMEM ? ENOMEM : EIO);
-	}
-	sf_readv_release(&rv);
-	sf_dcache_read_done();
-	return rc != -EAGAIN;
 }
 
 static void read_view_file(fuse_req_t req, struct fnode *n, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
-	if (!read_held(req, n, size, off))
+	/* bytes memory holds (a rendered info.json in the cache) need no
+	 * section at the source: they answer while the source holds every
+	 * thread the pool gives it */
+	read_by_kernel(n);
+	if (!answer_view(req, n, size, off, true))
 		read_at_source(req, n, size, off, read_view);
 }
 
