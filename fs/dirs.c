@@ -191,11 +191,14 @@ static const struct dir_kind {
 	bool plus_at_source;
 	/* its listed files are pushed ahead (fs/push.h) */
 	bool push;
+	/* --readdirplus small: every name of a listing of at most
+	 * RDP_SMALL_MAX gets its attributes (gives_attrs) */
+	bool attrs_when_small;
 } dir_kinds[FK_KINDS] = {
 	[FK_SRC_DIR] = { .snap = snap_src, .at_source = src_at_source, .plus = plus_src,
 			 .plus_at_source = true },
 	[FK_VIEW] = { .snap = snap_view, .at_source = view_at_source, .plus = plus_view,
-		      .push = true },
+		      .push = true, .attrs_when_small = true },
 	[FK_META_DIR] = { .snap = snap_meta },
 };
 
@@ -419,7 +422,7 @@ static bool gives_attrs(const struct daemon *dm, struct dirsnap *s, struct fnode
 {
 	*probe = false;
 	if (dm->readdirplus != RDP_SMALL ||
-	    (fnode_kind(dir) == FK_VIEW && dent_count(s) <= RDP_SMALL_MAX))
+	    (dir_kinds[fnode_kind(dir)].attrs_when_small && dent_count(s) <= RDP_SMALL_MAX))
 		return true;
 	/* only uses while this listing goes on count */
 	bool used = atomic_exchange_explicit(&dir->looked_in, false, memory_order_relaxed);
