@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "access.h"
-#include "dirs.h"
 #include "listing.h"
 #include "transport.h"
 #include "request.h"

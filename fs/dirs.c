@@ -392,15 +392,6 @@ static void list_dir(fuse_req_t req, struct dirsnap *s, struct fnode *dir, size_
 	free(held);
 }
 
-void dir_mark_used(const struct daemon *dm, struct fnode *dir)
-{
-	/* read before written: a loader's lookups in one directory would
-	 * otherwise all write the one line */
-	if (dir && dm->readdirplus == RDP_SMALL &&
-	    !atomic_load_explicit(&dir->looked_in, memory_order_relaxed))
-		atomic_store_explicit(&dir->looked_in, true, memory_order_relaxed);
-}
-
 /* Whether a READDIRPLUS request gives names their attributes, and whether
  * some of them are probes (*probe). With --readdirplus small (the
  * default), every request does in a view directory of at most

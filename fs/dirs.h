@@ -43,10 +43,6 @@ struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd);
 struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
 			 struct listing **l, struct fuse_entry_param *ep);
 
-/* A name in `dir` (NULL: none) was looked up, or its node's attributes
- * asked for: with --readdirplus small, the listing going on in `dir` gives
- * the rest of its names their attributes (fs/dirs.c gives_attrs). */
-void dir_mark_used(const struct daemon *dm, struct fnode *dir);
 
 /* Frees the snapshots of handles the kernel never released (after the
  * session ended). */

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "attr.h"
-#include "dirs.h"
 #include "meta.h"
 #include "transport.h"
 #include "request.h"

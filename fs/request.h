@@ -30,6 +30,18 @@ static inline void count(fuse_req_t req, enum req_kind k)
 	stat_add(&daemon_of(req)->stats.requests[k], 1);
 }
 
+/* A name in `dir` (NULL: none) was looked up, or its node's attributes
+ * asked for: with --readdirplus small, the listing going on in `dir` gives
+ * the rest of its names their attributes (fs/dirs.c gives_attrs). Read
+ * before written: a loader's lookups in one directory would otherwise all
+ * write the one line. */
+static inline void dir_mark_used(const struct daemon *dm, struct fnode *dir)
+{
+	if (dir && dm->readdirplus == RDP_SMALL &&
+	    !atomic_load_explicit(&dir->looked_in, memory_order_relaxed))
+		atomic_store_explicit(&dir->looked_in, true, memory_order_relaxed);
+}
+
 /* Replies with an error met in SRC. A source on a network filesystem that
  * lost its server answers ENOTCONN, which the kernel also gives readers of
  * a mount whose daemon has died: it goes out as EIO, so that only a dead
