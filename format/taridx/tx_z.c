@@ -217,9 +217,14 @@ static int cur_new(struct tx_z *z, uint32_t s, struct zcur **out, struct sf_err 
 	 * from, and let go once it has (it keeps what it needs) */
 	struct tx_zstart at = *st;
 	uint8_t *win = NULL;
-	if (!rc && at.wlen && !at.win &&
-	    !(rc = tx_zkeep_window(z->seek ? z->seek->wfd : z->wfd, z->src->path, st, &win, e)))
+	if (!rc && at.wlen && !at.win) {
+		int wfd = z->seek ? z->seek->wfd : z->wfd;
+		rc = tx_zkeep_window(wfd, z->src->path, st, &win, e);
 		at.win = win;
+		/* a damaged file is not read again: the next open builds it anew */
+		if (rc == -EIO)
+			tx_zkeep_forget(wfd, z->keepfd, z->keeptop, z->keepname);
+	}
 	const char *why = NULL;
 	if (!rc && (rc = st->block && z->codec == TX_Z_XZ ? xz_block_begin(z, c, st, &why, e) :
 			 tx_zdec_begin(&c->d, z->codec, &at, &why)))

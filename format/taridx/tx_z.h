@@ -76,10 +76,14 @@ int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *s
 		  struct sf_err *e);
 /* The window of start point st of archive `path`, read from the kept file
  * fd (tx_zkeep_load) into *out (malloc'd, st->wlen bytes) and checked
- * against the sum taken when the file was read: 0, -ENOMEM, or -EIO when
- * it changed since. */
+ * against its record's sum: 0, -ENOMEM, or -EIO when it differs (the file
+ * is damaged, or changed since it was read). */
 int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_t **out,
 		    struct sf_err *e);
+/* Removes the names of the kept file fd (a window found damaged): `name`
+ * in dirfd and its key in dirfd and topfd (if not -1), where they name
+ * it, so that the archive's next open builds it again. */
+void tx_zkeep_forget(int fd, int dirfd, int topfd, const char *name);
 /* Writes the seek index (n start points, the end included), the tar's
  * index, its unkeyed root names and its header blocks (or NULL) as `name`
  * in dirfd, whole or not at all

@@ -1,14 +1,14 @@
 /* A compressed tar's seek index kept in --index-dir (tx_z.h), so that the
  * next mount skips the pass over the archive. The file, little-endian:
  *
- *   0  "SFZIDX\0\4"
+ *   0  "SFZIDX\0\5"
  *   8  u32 codec, u32 zero
  *  16  u64 archive size, u64 mtime seconds, u64 mtime nanoseconds
  *  40  u64 XXH64 of the archive's sampled bytes (4 KiB at its start,
  *      middle and end)
  *  48  u64 n: start points, the last one the end
- *  56  n records of 40 bytes: u64 in, out, mem; u32 wlen; u8 bits, byte,
- *      block, check
+ *  56  n records of 48 bytes: u64 in, out, mem; u32 wlen; u8 bits, byte,
+ *      block, check; u64 XXH64 of its window (0 with none)
  *      the windows, wlen bytes each, in order
  *      u64 t, and t bytes: the tar's index as tx_index_tar builds it
  *      u64 u, and u u64s: the hashes of the root names that index cannot
@@ -16,12 +16,14 @@
  *      u64 k, and k bytes: the tar's header blocks the walk read
  *      (tx_zheads.c), so that a listing decodes none; k is 0 when none
  *      were kept
- *      u64 XXH64 of every byte before it
+ *      u64 XXH64 of every byte before it but the windows'
  *
  * Version 1 kept no root names, so its first lookup read every header
  * again; version 2 no start points inside a zstd or lz4 frame (its reads
  * decoded from the frame's start); version 3 no header blocks (a listing
- * decoded the whole archive): all are made anew.
+ * decoded the whole archive); version 4 summed the windows with the rest,
+ * so a mount read them all at its first lookup (22 MB for the bench's
+ * zstd archive): all are made anew.
  *
  * Every name of one archive (hard links) finds the file: besides
  * `<name>.zidx` it is linked as `.archive-<K>.zidx` in the same directory
@@ -49,11 +51,11 @@
 #include "tx_z.h"
 
 #define HEAD 56
-#define REC 40
+#define REC 48
 #define SAMPLE 4096u
 /* ".archive-" 16 hex digits ".zidx" */
 #define KEYNAME 32
-static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 4 };
+static const uint8_t magic[8] = { 'S', 'F', 'Z', 'I', 'D', 'X', 0, 5 };
 
 /* The name every name of the archive whose header is h finds it by. */
 static void key_name(const uint8_t *h, char *out)
@@ -250,10 +252,10 @@ static bool read_summed(int fd, void *p, size_t len, uint64_t at, XXH64_state_t 
 
 /* tx_zkeep_load of the file `name`, for the archive whose header (but its
  * count of start points) is `want`. The windows stay in the file (*wfd,
- * kept open): each is summed here, and read and checked again when a
- * decoder starts there (tx_zkeep_window), so that the index holds none of
- * them (a zstd frame's are an eighth of the tar) and a mount reading it
- * touches a few bytes a start point. */
+ * kept open), unread: each is read and checked against its record's sum
+ * when a decoder starts there (tx_zkeep_window), so that the index holds
+ * none of them (a zstd frame's are an eighth of the tar) and a mount
+ * reading it touches a few bytes a start point. */
 static int load_one(int dirfd, const char *name, const uint8_t *want, const struct sf_map *src,
 		    enum tx_zcodec c, uint64_t max, struct tx_zstart **out, size_t *nout, int *wfd,
 		    struct tx_built *b, struct sf_err *e)
@@ -262,11 +264,11 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 	struct stat st;
 	if (fd < 0)
 		return 1;
-	uint8_t h[HEAD], *recs = NULL, *win = NULL, *tail = NULL;
+	uint8_t h[HEAD], *recs = NULL, *tail = NULL;
 	struct tx_zstart *s = NULL;
 	XXH64_state_t *sum = XXH64_createState();
 	uint64_t n = 0;
-	size_t len = 0, at = HEAD, wmax = 0;
+	size_t len = 0, at = HEAD;
 	int rc = sum ? 1 : -ENOMEM;
 	bool ok = rc == 1 && !fstat(fd, &st) && S_ISREG(st.st_mode) && st.st_size >= HEAD + 8 &&
 		  (uint64_t)st.st_size <= max;
@@ -275,7 +277,7 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 		XXH64_reset(sum, 0);
 		ok = read_summed(fd, h, HEAD, 0, sum) && !memcmp(h, want, HEAD - 8);
 	}
-	/* the records, then the windows they say, summed one by one */
+	/* the records, then where the windows they say lie */
 	if (ok) {
 		n = sf_le64(h + 48);
 		ok = n >= 2 && n <= (len - HEAD - 8) / REC;
@@ -288,24 +290,14 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 		const uint8_t *r = recs + i * REC;
 		s[i] = (struct tx_zstart){ .in = sf_le64(r), .out = sf_le64(r + 8), .mem = sf_le64(r + 16),
 					   .wlen = sf_le32(r + 24), .bits = r[28], .byte = r[29],
-					   .block = r[30] != 0, .check = r[31] };
+					   .block = r[30] != 0, .check = r[31], .wsum = sf_le64(r + 40) };
 		ok = record_ok(&s[i], i ? &s[i - 1] : NULL, i, n, src, c) && s[i].wlen <= len - 8 - at;
-		if (ok && s[i].wlen > wmax) {
-			uint8_t *grown = realloc(win, s[i].wlen);
-			if (!grown) {
-				rc = -ENOMEM;
-				break;
-			}
-			win = grown;
-			wmax = s[i].wlen;
-		}
-		if (ok && s[i].wlen && (ok = read_summed(fd, win, s[i].wlen, at, sum))) {
+		if (ok && s[i].wlen) {
 			s[i].wat = at;
-			s[i].wsum = XXH64(win, s[i].wlen, 0);
 			at += s[i].wlen;
 		}
 	}
-	/* the rest, the sum of every byte before it last */
+	/* the rest, the sum of every byte before it but the windows last */
 	if (ok && rc == 1 && !(tail = malloc(len - at)))
 		rc = -ENOMEM;
 	ok = ok && rc == 1 && read_summed(fd, tail, len - at - 8, at, sum) &&
@@ -331,7 +323,6 @@ static int load_one(int dirfd, const char *name, const uint8_t *want, const stru
 	if (!ok)
 		tx_built_drop(b);
 	free(recs);
-	free(win);
 	free(tail);
 	XXH64_freeState(sum);
 	if (ok && rc == 1) {
@@ -354,12 +345,29 @@ int tx_zkeep_window(int fd, const char *path, const struct tx_zstart *st, uint8_
 	if (pread(fd, w, st->wlen, (off_t)st->wat) != (ssize_t)st->wlen ||
 	    XXH64(w, st->wlen, 0) != st->wsum) {
 		free(w);
-		return sf_fail(e, -EIO, "%s: its seek index kept in --index-dir changed after it was "
-			       "read (the window of the start point at archive byte %llu differs)",
+		return sf_fail(e, -EIO, "%s: its seek index kept in --index-dir is damaged, or changed "
+			       "after it was read (the window of the start point at archive byte "
+			       "%llu is not the one its record sums)",
 			       path, (unsigned long long)st->in);
 	}
 	*out = w;
 	return 0;
+}
+
+void tx_zkeep_forget(int fd, int dirfd, int topfd, const char *name)
+{
+	uint8_t h[HEAD];
+	char key[KEYNAME];
+	struct stat a, b;
+	if (fd < 0 || fstat(fd, &a) || pread(fd, h, HEAD, 0) != HEAD)
+		return;
+	key_name(h, key);
+	const int at[3] = { dirfd, dirfd, topfd };
+	const char *as[3] = { name, key, key };
+	for (int i = 0; i < 3; i++)
+		if (at[i] >= 0 && as[i] && !fstatat(at[i], as[i], &b, AT_SYMLINK_NOFOLLOW) &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev)
+			unlinkat(at[i], as[i], 0);
 }
 
 int tx_zkeep_load(int dirfd, int topfd, const char *name, const struct sf_map *src, enum tx_zcodec c,
@@ -418,10 +426,13 @@ int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *s
 		r[29] = st[i].byte;
 		r[30] = st[i].block;
 		r[31] = st[i].check;
+		sf_put_le64(r + 40, st[i].wlen ? XXH64(st[i].win, st[i].wlen, 0) : 0);
 		sf_str_add(&f, r, REC);
 	}
+	size_t wat = f.len;
 	for (size_t i = 0; i < n; i++)
 		sf_str_add(&f, st[i].win, st[i].wlen);
+	size_t wend = f.len;
 	uint8_t t[8];
 	sf_put_le64(t, tarix->len);
 	sf_str_add(&f, t, sizeof t);
@@ -439,9 +450,16 @@ int tx_zkeep_save(int dirfd, int topfd, const char *name, const struct sf_map *s
 	if (heads)
 		sf_str_add(&f, heads->data, heads->len);
 	uint8_t sum[8];
-	sf_put_le64(sum, XXH64(f.p, f.len, 0));
-	sf_str_add(&f, sum, sizeof sum);
-	if (f.oom) {
+	XXH64_state_t *all = f.oom ? NULL : XXH64_createState();
+	if (all) {
+		XXH64_reset(all, 0);
+		XXH64_update(all, f.p, wat);
+		XXH64_update(all, f.p + wend, f.len - wend);
+		sf_put_le64(sum, XXH64_digest(all));
+		XXH64_freeState(all);
+		sf_str_add(&f, sum, sizeof sum);
+	}
+	if (f.oom || !all) {
 		sf_str_free(&f);
 		return sf_fail(e, -ENOMEM, "out of memory");
 	}

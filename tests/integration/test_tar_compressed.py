@@ -439,13 +439,14 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
     # the windows stay in the kept file (index_bytes: what is held)
     assert again == {**first, "kept": "read from --index-dir", "index_bytes": again["index_bytes"]}
     assert again["index_bytes"] < first["index_bytes"] - 4096 * (first["starts"] - 1), (first, again)
-    # and are read when a decoder starts there: one changed in place after
-    # the mount read the file is refused, with the reason
+    # and are read, and checked against their records' sums, only when a
+    # decoder starts there: one damaged is refused with the reason, and
+    # the file let go, so that the next mount makes it anew
     mnt = mount(src, "--index-dir", str(idx))
     view = mnt / "sub" / "x"
     assert (view / "after.txt").read_bytes() == b"after\n"
     with open(kept, "r+b") as f:
-        at = 56 + 40 * (first["starts"] + 1) + 16  # inside the first window
+        at = 56 + 48 * (first["starts"] + 1) + 16  # inside the first window
         f.seek(at)
         c = f.read(1)[0]
         f.seek(at)
@@ -454,10 +455,9 @@ def test_seek_index_kept_in_index_dir(mount, tmp_path):
         with pytest.raises(OSError) as err:
             os.pread(f.fileno(), 4096, 4 << 20)
     assert err.value.errno == errno.EIO
-    assert "changed after it was read" in (mnt / ".shardfs" / "errors").read_text()
-    with open(kept, "r+b") as f:
-        f.seek(at)
-        f.write(bytes([c]))
+    assert "is not the one its record sums" in (mnt / ".shardfs" / "errors").read_text()
+    assert not kept.exists()
+    check("written to --index-dir")
     check("read from --index-dir")
     b = bytearray(kept.read_bytes())
     b[70] ^= 1
@@ -567,11 +567,11 @@ def test_kept_index_lists_without_decoding(mount, tmp_path, ext, how):
         tw.check_fold(view, archive)
         assert (view / ".shardfs" / "verify").read_text() == "status: ok\n"
         assert mount.last.stop() == 0
-    # a version 3 file (no header blocks) is made anew
+    # a version 4 file (its windows summed with the rest) is made anew
     zidx = idx / f"x.{ext}.zidx"
     b = bytearray(zidx.read_bytes())
-    assert b[:8] == b"SFZIDX\0\4"
-    b[7] = 3
+    assert b[:8] == b"SFZIDX\0\5"
+    b[7] = 4
     zidx.write_bytes(bytes(b))
     mnt = mount(one, "--index-dir", str(idx))
     assert (mnt / "x" / "d3" / "link").read_bytes() == (root / "d3" / "f0.bin").read_bytes()

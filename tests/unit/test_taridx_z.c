@@ -350,6 +350,10 @@ static void test_keep(const uint8_t *plain, size_t n)
 	CHECK(tx_zkeep_load(ffd, -1, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 1);
 	CHECK(tx_zkeep_load(ffd, dfd, "f.zidx", changed, TX_Z_GZIP, 1 << 20, &got, &ngot, &wfd, &gb, &e) == 0);
 	CHECK(ngot == 3 && fstatat(ffd, "f.zidx", &ns, 0) == 0 && ns.st_ino == ks.st_ino);
+	/* let go as damaged: the names that name it go, k.zidx alone stays */
+	tx_zkeep_forget(wfd, ffd, dfd, "f.zidx");
+	CHECK(fstatat(ffd, "f.zidx", &ns, 0) == -1 && fstatat(dfd, "k.zidx", &ks, 0) == 0 &&
+	      ks.st_nlink == 1);
 	sf_buf_unref(gb.index);
 	sf_buf_unref(gb.unkeyed);
 	sf_buf_unref(gb.heads);
