@@ -340,9 +340,10 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
  * before it (a member or a walk read in order), once the pieces begun in
  * order hold TX_Z_PIECE bytes, names the next to the
  * cache (sf_cache_ahead), which decodes it on another thread while the
- * reader copies out this one: at once when it begins a start point (so
- * that the two decode on two CPUs), else once the cursor is back for it
- * to go on from. A piece read out of turn names none, so random reads
+ * reader copies out this one: at once when it begins a start point a
+ * decoder starts at cheaply (so that the two decode on two CPUs), else
+ * once the cursor is back for it to go on from. A piece read out of turn
+ * names none, so random reads
  * decode no more. In such a run, the pieces before this one whose next a
  * reader has got are let go (sf_cache_drop): their reader is past them
  * and the kernel holds their pages, and their memory makes the next
@@ -357,7 +358,11 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
 	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
-	bool alone = next && p[1].out == z->st[p[1].start].out;
+	/* restoring a zstd window (2 MiB and more) costs a decoder more CPU
+	 * than the piece (5 against 3 ms here), which the reader's copy
+	 * wants: the cursor goes on across such a point instead */
+	bool alone = next && p[1].out == z->st[p[1].start].out &&
+		     (!z->st[p[1].start].wlen || z->codec == TX_Z_GZIP);
 	pthread_mutex_lock(&z->lock);
 	/* the cursor goes on where it stopped (or skips on to the piece),
 	 * across a start point inside its stream too; one that cannot is
