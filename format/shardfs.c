@@ -331,7 +331,10 @@ static int gather(struct shardfs *h, const char *path, uint64_t off, size_t len,
 				    "%s: %s is not a file", sf_view_path(h->view), path), &e);
 	if ((rc = sf_file_ready(f, h->cache, &e)))
 		return fail(rc, &e);
-	if (off >= sf_file_size(f).size)
+	/* a broken file fails every read, at its end too, as through the
+	 * mount (docs/design.md §3.4), never an empty success */
+	struct sf_file_size sz = sf_file_size(f);
+	if (off >= sz.size && !sz.broken)
 		return 0;
 	if (len > SSIZE_MAX)
 		len = SSIZE_MAX;

@@ -14,7 +14,7 @@ import threading
 import numpy as np
 import pytest
 
-from conftest import BUILD, SAMPLES, WRITERS
+from conftest import BUILD, REPO, SAMPLES, WRITERS
 
 import shardfs
 
@@ -356,3 +356,38 @@ def test_tree_shows_the_views_beside_tars(tmp_path, mount):
     assert sorted(got) == sorted(want)
     for path in want:
         assert got[path] == want[path], path
+
+
+def test_damaged_container_reads_as_through_the_mount(tmp_path, mount):
+    """A .tsumugi whose forward region fails its CRC (issue 39): each path of
+    its view gives the same bytes, or fails with the same errno, through the
+    module as through the mount. docs.jsonl, which that region makes, fails
+    with EIO on both: through the module it read as an empty file."""
+    src = tmp_path / "src"
+    src.mkdir()
+    data = bytearray((REPO / "tests" / "fixtures" / "tsumugi" / "gold_prod.tsumugi").read_bytes())
+    data[30000] ^= 0x55  # inside the forward region, the fixture's largest
+    (src / "a.tsumugi").write_bytes(bytes(data))
+    mnt = mount(src)
+
+    def outcome(call):
+        try:
+            return call()
+        except OSError as e:
+            return e.errno
+
+    paths = ["docs.jsonl", "features.csv", "features.npy", "docs", "regions"]
+    paths += [f"regions/{n}" for n in os.listdir(mnt / "a" / "regions")]
+    with shardfs.open(src / "a.tsumugi") as v:
+        for p in paths:
+            on_mnt = mnt / "a" / p
+            if os.path.isdir(on_mnt):
+                want, got = outcome(lambda: sorted(os.listdir(on_mnt))), \
+                    outcome(lambda: sorted(v.listdir(p)))
+            else:
+                want, got = outcome(on_mnt.read_bytes), outcome(lambda: v.read(p))
+            assert got == want, p
+    # what the damage reaches, and what it leaves
+    assert outcome((mnt / "a" / "docs.jsonl").read_bytes) == errno.EIO
+    assert outcome(lambda: os.listdir(mnt / "a" / "docs")) == errno.EIO
+    assert isinstance(outcome((mnt / "a" / "features.csv").read_bytes), bytes)
