@@ -43,7 +43,6 @@ struct dent dent_at(const struct dirsnap *s, size_t i, struct sf_dirent *vd);
 struct fnode *plus_entry(struct daemon *dm, struct fnode *dir, const struct dent *d,
 			 struct listing **l, struct fuse_entry_param *ep);
 
-
 /* Frees the snapshots of handles the kernel never released (after the
  * session ended). */
 void dirs_fini(struct daemon *dm);
