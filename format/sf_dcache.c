@@ -699,6 +699,30 @@ static bool cache_drop(struct sf_cache *iface, struct sf_part *part, struct sf_p
 	return !e;
 }
 
+static bool cache_keep(struct sf_cache *iface, struct sf_part *part, struct sf_buf *buf)
+{
+	struct sf_dcache *c = (struct sf_dcache *)iface;
+	pthread_mutex_lock(&c->lock);
+	struct entry *e = NULL;
+	bool kept = !find(c, part->id) && make_room(c, buf->len) && (e = calloc(1, sizeof *e));
+	if (kept) {
+		e->id = part->id;
+		e->buf = sf_buf_ref(buf);
+		kept = !sf_hash_put(&c->entries, id_hash(e->id), e);
+	}
+	if (kept) {
+		lru_front(c, e);
+		c->bytes += buf->len;
+		count(&c->counts->parts_decoded, 1);
+		count(&c->counts->bytes_decoded, buf->len);
+	} else if (e) {
+		sf_buf_unref(e->buf);
+		free(e);
+	}
+	pthread_mutex_unlock(&c->lock);
+	return kept;
+}
+
 struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts)
 {
 	struct sf_dcache *c = calloc(1, sizeof *c);
@@ -711,6 +735,7 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->iface.buf = cache_buf;
 	c->iface.drop = cache_drop;
 	c->iface.held = cache_held;
+	c->iface.keep = cache_keep;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->counts = counts;

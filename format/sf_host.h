@@ -25,6 +25,9 @@ struct sf_progress {
 	atomic_uint_fast64_t file_bytes_held, table_bytes_held;
 	/* files whose idle extents the cache dropped (sf_view.c file_drop) */
 	atomic_uint_fast64_t files_dropped;
+	/* decoded bytes a compressed tar's decoders ran through to reach the
+	 * piece a read wanted (tx_z.c produce) */
+	atomic_uint_fast64_t bytes_skipped;
 };
 
 /* Adds n (which may wrap: a subtraction) to a counter of `pr`, when the

@@ -69,6 +69,11 @@ bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *pas
 	return c->drop && c->drop(c, part, past);
 }
 
+bool sf_cache_keep(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf)
+{
+	return c->keep && c->keep(c, part, buf);
+}
+
 void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)
 {
 	if (c->idle)

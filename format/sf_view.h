@@ -93,6 +93,9 @@ struct sf_cache {
 	 * holds now, got as `get` gets it; false when it holds none (nothing
 	 * is decoded, nothing waited for). */
 	bool (*held)(struct sf_cache *c, struct sf_part *part, struct sf_buf **out);
+	/* Optional (sf_cache_keep): holds a part decoded on the way to
+	 * another. */
+	bool (*keep)(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf);
 };
 extern struct sf_cache sf_nocache;
 
@@ -140,6 +143,13 @@ struct sf_buf *sf_cache_buf(struct sf_cache *c, size_t len);
  * holds no copy of it after (false: one kept, `past` not got yet or no
  * longer held, or a cache that cannot drop). */
 bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *past);
+/* Holds buf as `part`'s decoded copy (a reference of its own), as though
+ * a reader had got it: a decoder that had to run through `part` to reach
+ * the part it makes offers it, so that a read of it later decodes
+ * nothing. Only when the cache holds no copy of `part` nor makes one, and
+ * buf fits in the budget without waiting (evicting what no reader holds).
+ * True when kept (false: not, or a cache that holds nothing). */
+bool sf_cache_keep(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf);
 
 /* ---- extents ---------------------------------------------------------- */
 

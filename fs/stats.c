@@ -220,6 +220,8 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 	json_object_set_new(cache, "charged", kinds);
 	/* files whose extents went while idle, made again at their next read */
 	json_object_set_new(cache, "file_extents_dropped", num(&s->progress.files_dropped));
+	/* a compressed tar's decoded bytes run through before a read's piece */
+	json_object_set_new(cache, "bytes_skipped", num(&s->progress.bytes_skipped));
 	json_object_set_new(cache, "budget", json_integer((json_int_t)cache_budget));
 	json_t *root = json_object();
 	json_object_set_new(root, "requests", req);

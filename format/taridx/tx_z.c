@@ -95,6 +95,7 @@ struct tx_z {
 	struct zpiece *pc;     /* npc pieces, then one at the end */
 	size_t npc;
 	struct sf_cache *cache;
+	struct sf_progress *pr; /* the host's counters (bytes_skipped), or NULL */
 	uint64_t charged;
 	pthread_mutex_t lock;  /* guards cur and last, never held over work */
 	struct zcur *cur;      /* left where the last piece it made ends */
@@ -321,16 +322,43 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 
 /* ---- pieces ------------------------------------------------------------ */
 
+/* Whether a decoder starts at start point s cheaply: anywhere but a zstd
+ * block inside a frame, whose window (2 MiB and more) costs more to
+ * restore than a piece to decode (5 against 3 ms here). */
+static bool start_cheap(const struct tx_z *z, uint32_t s)
+{
+	return !z->st[s].wlen || z->codec == TX_Z_GZIP;
+}
+
 /* Whether cursor c decodes the stretch of start point s: its own, or one
- * later in the same stream (every start point between them inside it). */
+ * later in the same stream (every start point between them inside it),
+ * and is worth going on with: it stands in that stretch, or, before a
+ * start point that is costly to start at, a piece before it at most. A
+ * cursor further back would decode what a decoder started at s skips. */
 static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
 {
 	if (s < c->start || (c->one_block && s != c->start))
+		return false;
+	if (c->out + (start_cheap(z, s) ? 0 : TX_Z_PIECE) < z->st[s].out)
 		return false;
 	for (uint32_t i = c->start + 1; i <= s; i++)
 		if (!z->st[i].block && !z->st[i].wlen)
 			return false;
 	return true;
+}
+
+/* The piece holding decoded byte off (below the size). */
+static size_t piece_of(const struct tx_z *z, uint64_t off)
+{
+	size_t lo = 0, hi = z->npc;
+	while (hi - lo > 1) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (z->pc[mid].out <= off)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 /* A piece's bytes: from the cursor left where the last piece ended when
@@ -358,11 +386,9 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	const struct zpiece *p = &z->pc[part->aux];
 	uint64_t len = p[1].out - p->out;
 	struct sf_part *next = part->aux + 1 < z->npc ? p[1].part : NULL;
-	/* restoring a zstd window (2 MiB and more) costs a decoder more CPU
-	 * than the piece (5 against 3 ms here), which the reader's copy
-	 * wants: the cursor goes on across such a point instead */
-	bool alone = next && p[1].out == z->st[p[1].start].out &&
-		     (!z->st[p[1].start].wlen || z->codec == TX_Z_GZIP);
+	/* at a costly start point the cursor goes on across it instead: the
+	 * CPU restoring the window would be the reader's copy's */
+	bool alone = next && p[1].out == z->st[p[1].start].out && start_cheap(z, p[1].start);
 	pthread_mutex_lock(&z->lock);
 	/* the cursor goes on where it stopped (or skips on to the piece),
 	 * across a start point inside its stream too; one that cannot is
@@ -407,14 +433,27 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	uint64_t got = 0;
 	if (!rc && !b)
 		rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
-	/* what lies before the piece is decoded into its buffer, in turns
-	 * as large as it: a small scratch costs the decoder a copy and a call
-	 * per few kB, when a single-frame archive's member may lie 100 MB in */
+	/* what lies before the piece is decoded into its buffer, a piece at
+	 * a time (in turns as large as the buffer: a small scratch costs the
+	 * decoder a copy and a call per few kB), and each piece decoded whole
+	 * is offered to the cache, so that a read of it later decodes nothing:
+	 * the buffer is then the cache's, and another takes its place */
 	while (!rc && c->out < p->out) {
-		uint64_t k = p->out - c->out < len ? p->out - c->out : len;
+		const struct zpiece *q = &z->pc[piece_of(z, c->out)];
+		uint64_t k = q[1].out - c->out < len ? q[1].out - c->out : len;
+		bool whole = q->out == c->out && q[1].out - q->out <= len;
 		if ((rc = cur_read(z, c, b->data, k, &got, e)) > 0)
 			rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
 				     z->src->path, (unsigned long long)p->out);
+		b->len = (size_t)k;
+		if (!rc && whole && sf_cache_keep(cache, q->part, b)) {
+			sf_buf_unref(b);
+			if (!(b = sf_cache_buf(cache, (size_t)len)))
+				rc = sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
+		} else {
+			b->len = (size_t)len;
+			SF_PROGRESS_ADD(z->pr, bytes_skipped, got);
+		}
 	}
 	if (!rc && (rc = cur_read(z, c, b->data, len, &got, e)) > 0 && got < len)
 		rc = sf_fail(e, -EIO, "%s: a stream ends before decoded byte %llu, where the index says it goes on",
@@ -441,20 +480,6 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	if (next && !alone)
 		sf_cache_ahead(cache, next);
 	return 0;
-}
-
-/* The piece holding decoded byte off (below the size). */
-static size_t piece_of(const struct tx_z *z, uint64_t off)
-{
-	size_t lo = 0, hi = z->npc;
-	while (hi - lo > 1) {
-		size_t mid = lo + (hi - lo) / 2;
-		if (z->pc[mid].out <= off)
-			lo = mid;
-		else
-			hi = mid;
-	}
-	return lo;
 }
 
 /* The map's read hook: copies from the pieces, the last one kept at hand. */
@@ -1186,6 +1211,7 @@ int tx_z_index(struct sf_map *m, struct sf_view *v, struct sf_progress *pr,
 		return 0;
 	}
 	z->cache = v->cache;
+	z->pr = pr;
 	struct tx_zseek *s = shared ? *shared : NULL;
 	int rc = 0;
 	if (s) {

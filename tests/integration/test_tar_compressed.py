@@ -871,3 +871,74 @@ def test_single_frames_out_of_order_and_two_readers(mount, single_frames):
         for th in threads:
             th.join(timeout=300)
         assert not failed and not any(th.is_alive() for th in threads), failed
+
+
+def decode_work(mnt):
+    """Decoded bytes so far: the pieces made, and what decoders ran through
+    to reach a piece without keeping it."""
+    cache = mount_stats(mnt)["cache"]
+    return cache["bytes_decoded"] + cache["bytes_skipped"]
+
+
+@pytest.fixture(scope="module")
+def far_reads(single_frames, tmp_path_factory):
+    """The single frames beside the same tar as one gzip member (start
+    points every ~3.5 MiB) and as xz blocks of 8 MiB (`xz -T2`), with
+    each member's data offset in the tar."""
+    src, plain = single_frames
+    out = tmp_path_factory.mktemp("far")
+    for name in FRAMES:
+        os.link(src / name, out / name)
+    with open(plain / "all.tar", "rb") as i, open(out / "g.tar.gz", "wb") as o:
+        subprocess.run(["gzip", "-1", "-c"], stdin=i, stdout=o, check=True)
+    with open(plain / "all.tar", "rb") as i, open(out / "x.tar.xz", "wb") as o:
+        subprocess.run(["xz", "-T2", "-1", "--block-size=8MiB", "-c"], stdin=i, stdout=o,
+                       check=True)
+    with tarfile.open(plain / "all.tar") as t:
+        members = {m.name: (m.offset_data, t.extractfile(m).read()) for m in t.getmembers()
+                   if m.isfile()}
+    yield out, members
+
+
+def test_a_far_read_starts_at_its_own_point(mount, far_reads):
+    """After a member near the start is read, its decoder left there, the
+    last member's read decodes from the start point before that member,
+    not on from the earlier decoder across the archive (38 MB here): in
+    one frame of zstd or lz4, one gzip member and an xz stream of blocks."""
+    src, members = far_reads
+    last = max(members, key=lambda n: members[n][0])
+    mnt = mount(src, "--cache-size", "64M")
+    for name in [*FRAMES, "g.tar.gz", "x.tar.xz"]:
+        view = mnt / view_name(name)
+        assert (view / "m00.bin").read_bytes() == members["m00.bin"][1], name
+        before = decode_work(mnt)
+        assert (view / last).read_bytes() == members[last][1], name
+        decoded = decode_work(mnt) - before
+        # the stretch before it (16 MiB in zstd, a piece more where a
+        # window costs more to restore; 3.5-8 MiB in the others) and the
+        # pieces of the member
+        assert decoded <= (28 << 20 if name.endswith(".zst") else 16 << 20), (name, decoded)
+
+
+def test_pieces_run_through_are_kept(mount, far_reads):
+    """A read that decodes on from its start point through a whole piece
+    before its own offers that piece to the cache: a member inside it then
+    reads with nothing decoded. In xz blocks of 8 MiB (two pieces each): a
+    member in a block's second half, then one wholly in its first half."""
+    src, members = far_reads
+    block, piece = 8 << 20, 4 << 20
+    pairs = [(m, n) for m, (mo, _) in members.items() for n, (no, nd) in members.items()
+             if mo % block >= piece + 512 and no // block == mo // block and no % block >= 512 and
+             no % block + len(nd) <= piece]
+    assert pairs, "the fixture has no such pair of members"
+    second, first = pairs[0]
+    mnt = mount(src, "--cache-size", "64M")
+    view = mnt / "x"
+    os.listdir(view)
+    before = decode_work(mnt)
+    assert (view / second).read_bytes() == members[second][1]
+    decoded = decode_work(mnt) - before
+    assert piece <= decoded <= 3 * piece, decoded
+    before = decode_work(mnt)
+    assert (view / first).read_bytes() == members[first][1]
+    assert decode_work(mnt) - before == 0
