@@ -34,7 +34,8 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
              f"{m}_open_2_readers"
              for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
-             for c in ("first_member", "kept_first_member", "random_read", "large_read")}
+             for c in ("first_member", "kept_first_member", "random_read", "random_read_cold",
+                       "large_read")}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
         "target_op", "met"}
 
