@@ -379,6 +379,27 @@ static void *ahead_main(void *arg);
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err);
 
+/* With AHEAD parts ahead and not read, the oldest of them decoded already
+ * counts as ahead no more (lock held): its reader went elsewhere (a member
+ * read in part), and were it left to count, no part would be decoded
+ * ahead again until the cache evicts it. It stays cached, and a reader
+ * that gets it still names the part after it. */
+static void forget_oldest_unread(struct sf_dcache *c)
+{
+	struct entry *oldest = NULL;
+	unsigned seen = 0;
+	for (struct entry *e = c->head; e && seen < c->unread; e = e->next)
+		if (e->unread) {
+			seen++;
+			if (!e->loading)
+				oldest = e;
+		}
+	if (oldest) {
+		oldest->unread = false;
+		c->unread--;
+	}
+}
+
 /* Hands p to a thread that decodes ahead (lock held), when fewer than
  * AHEAD parts are ahead, p is neither cached nor decoding, and its size
  * fits now. Its placeholder goes in at once: a reader that gets there
@@ -389,6 +410,8 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	uint64_t size = atomic_load(&p->size);
 	if (find(c, p->id))
 		return true;
+	if (c->unread >= AHEAD)
+		forget_oldest_unread(c);
 	/* what cannot be evicted (charges, decodes running) stays under half
 	 * the budget with it: the rest is for readers' decodes and charges,
 	 * which would otherwise wait for parts no reader asked for yet */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
+#include "sf_dcache.h"
 #include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_view_impl.h"
@@ -238,7 +239,9 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 	if (!rv->view)
 		rv->view = sf_view_ref(f->view);
 	struct sf_map *m = NULL, *checked = NULL;
-	for (size_t i = lo; i < fl->n && len; i++) {
+	bool from_start = off == 0;
+	size_t i;
+	for (i = lo; i < fl->n && len; i++) {
 		const struct sf_ext *x = &fl->ext[i];
 		uint64_t in = off - fl->start[i];
 		uint64_t k = x->len - in < len ? x->len - in : len;
@@ -258,6 +261,13 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 		off += k;
 		len -= k;
 	}
+	/* a file read from its start, ending in a part while the file goes on
+	 * in the next: that one is decoded ahead while the reader takes this
+	 * one (a format names the parts after it as the reader goes on, as a
+	 * compressed tar's pieces do, but the first part read names none) */
+	if (from_start && i < fl->n && fl->ext[i - 1].kind == SF_EXT_PART &&
+	    fl->ext[i].kind == SF_EXT_PART)
+		sf_cache_ahead(c, fl->ext[i].u.part);
 	return 0;
 }
 

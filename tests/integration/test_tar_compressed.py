@@ -356,8 +356,8 @@ def test_bomb_stays_in_the_budget(mount, tmp_path):
 
 
 def test_sequential_read_decodes_ahead(mount, tmp_path):
-    """A member of 24 MiB (six pieces) read in order: from its third piece
-    on, each next one is decoded ahead on the cache's own threads
+    """A member of 24 MiB (six pieces) read in order: from its second
+    piece on, each next one is decoded ahead on the cache's own threads
     (stats.json's cache.parts_ahead) while the one before is read, each
     piece once, and every byte is the member's: in a zstd frame (one start
     point) and a gzip member (start points every few MiB). A member read
@@ -390,6 +390,48 @@ def test_sequential_read_decodes_ahead(mount, tmp_path):
             assert os.pread(f.fileno(), 1 << 20, at) == big[at:at + (1 << 20)], at
     cache = mount_stats(mnt)["cache"]
     assert cache["parts_ahead"] == before["parts_ahead"], (before, cache)
+
+
+def test_first_read_of_a_member_names_the_next_piece(mount, tmp_path):
+    """A read from a member's start that ends in a piece while the member
+    goes on: the next piece is decoded ahead at once (in a zstd frame and
+    a gzip member), so that the reader's next read there decodes nothing.
+    Readers that stop after their first read leave pieces decoded ahead
+    that nobody reads: the next reader's is decoded ahead all the same."""
+    import time
+    rng = random.Random(8)
+    big = rng.randbytes(12 << 20)
+    raw = small_tar_bytes({"a.txt": b"before\n", "big.bin": big})
+    src, idx = tmp_path / "src", tmp_path / "idx"
+    src.mkdir()
+    idx.mkdir()
+    zst = subprocess.run(["zstd", "-1", "-c"], input=raw, check=True, capture_output=True).stdout
+    views = ["firstz", "firstg", "thirdz"]
+    (src / "firstz.tar.zst").write_bytes(zst)
+    (src / "firstg.tar.gz").write_bytes(gzip_bytes(raw, level=1))
+    (src / "thirdz.tar.zst").write_bytes(zst)
+    # the pass of a first mount may leave pieces in the cache: the seek
+    # index is kept, and a second mount decodes only what is read
+    mnt = mount(src, "--index-dir", str(idx))
+    for view in views:
+        assert (mnt / view / "big.bin").stat().st_size == len(big)
+    mnt = mount(src, "--index-dir", str(idx), "--cache-size", "64M")
+    for view in views:
+        assert (mnt / view / "big.bin").stat().st_size == len(big)
+        ahead = mount_stats(mnt)["cache"]["parts_ahead"]
+        with open(mnt / view / "big.bin", "rb", buffering=0) as f:
+            assert os.pread(f.fileno(), 1 << 20, 0) == big[:1 << 20]
+        deadline = time.monotonic() + 30
+        while mount_stats(mnt)["cache"]["parts_ahead"] == ahead:
+            assert time.monotonic() < deadline, (view, mount_stats(mnt)["cache"])
+            time.sleep(0.01)
+    misses = mount_stats(mnt)["cache"]["misses"]
+    for view in views:
+        # the second piece: 4-8 MiB of a zstd frame's, about 3.5-7 of a
+        # gzip member's
+        with open(mnt / view / "big.bin", "rb", buffering=0) as f:
+            assert os.pread(f.fileno(), 1 << 20, 5 << 20) == big[5 << 20:6 << 20]
+    assert mount_stats(mnt)["cache"]["misses"] == misses
 
 
 def test_tools_and_python_read_compressed(tmp_path):
