@@ -379,11 +379,12 @@ static void *ahead_main(void *arg);
 static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
 		     struct sf_err *err);
 
-/* With AHEAD parts ahead and not read, the oldest of them decoded already
- * counts as ahead no more (lock held): its reader went elsewhere (a member
- * read in part), and were it left to count, no part would be decoded
- * ahead again until the cache evicts it. It stays cached, and a reader
- * that gets it still names the part after it. */
+/* With AHEAD parts ahead and not read when a reader names another, the
+ * oldest of them decoded already counts as ahead no more (lock held): its
+ * reader may have gone elsewhere (a member read in part), and were it
+ * left to count, no part would be decoded ahead again until the cache
+ * evicts it. It stays cached, and a reader that gets it still names the
+ * part after it. */
 static void forget_oldest_unread(struct sf_dcache *c)
 {
 	struct entry *oldest = NULL;
@@ -410,7 +411,9 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	uint64_t size = atomic_load(&p->size);
 	if (find(c, p->id))
 		return true;
-	if (c->unread >= AHEAD)
+	/* a thread decoding ahead names the next part itself, at its pace,
+	 * not the reader's: it never pushes an earlier one out of the count */
+	if (c->unread >= AHEAD && !ahead_thread)
 		forget_oldest_unread(c);
 	/* what cannot be evicted (charges, decodes running) stays under half
 	 * the budget with it: the rest is for readers' decodes and charges,
