@@ -265,7 +265,7 @@ static int read_built(struct sf_node *f, uint64_t off, uint64_t len,
 	 * in the next: that one is decoded ahead while the reader takes this
 	 * one (a format names the parts after it as the reader goes on, as a
 	 * compressed tar's pieces do, but the first part read names none) */
-	if (from_start && i < fl->n && fl->ext[i - 1].kind == SF_EXT_PART &&
+	if (from_start && i > lo && i < fl->n && fl->ext[i - 1].kind == SF_EXT_PART &&
 	    fl->ext[i].kind == SF_EXT_PART)
 		sf_cache_ahead(c, fl->ext[i].u.part);
 	return 0;
