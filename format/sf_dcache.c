@@ -376,8 +376,6 @@ static int settle(struct sf_dcache *c, struct entry *e, struct sf_part *part, ui
 }
 
 static void *ahead_main(void *arg);
-static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf **out,
-		     struct sf_err *err);
 
 /* With AHEAD parts ahead and not read when a reader names another, the
  * oldest of them decoded already counts as ahead no more (lock held): its
@@ -446,10 +444,8 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	return true;
 }
 
-void sf_cache_ahead(struct sf_cache *iface, struct sf_part *next)
+static void cache_ahead(struct sf_cache *iface, struct sf_part *next)
 {
-	if (iface->get != cache_get)
-		return;
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	if (!launch(c, next) && ahead_thread)
@@ -762,6 +758,7 @@ struct sf_dcache *sf_dcache_new(uint64_t budget, struct sf_dcache_counts *counts
 	c->iface.drop = cache_drop;
 	c->iface.held = cache_held;
 	c->iface.keep = cache_keep;
+	c->iface.ahead = cache_ahead;
 	c->iface.limit = budget;
 	c->budget = budget;
 	c->counts = counts;

@@ -50,16 +50,4 @@ void sf_dcache_on_slow(struct sf_dcache *c, void (*fn)(void));
  * sheds what its idle handles hold (shardfs.c). */
 void sf_dcache_on_short(struct sf_dcache *c, void (*fn)(void *arg), void *arg);
 
-/* Decode ahead: a part's produce names the part of the same view a reader
- * reading in order asks for next (the next piece of a decoded stream). The
- * cache decodes it on a thread of its own while the reader uses this one:
- * at once when a reader's decode names it, or, when the naming part was
- * itself decoded ahead, once a reader first gets that part, so that the
- * thread stays one part ahead and stops when the reader goes elsewhere.
- * One part at a time per cache, its declared size reserved like any
- * decode's, and nothing when it does not fit at once (the cache is short),
- * its size is unknown, or `c` is no sf_dcache. The decode holds a reference
- * to the part's view: a view closed meanwhile is freed when it ends. */
-void sf_cache_ahead(struct sf_cache *c, struct sf_part *next);
-
 #endif

@@ -10,7 +10,6 @@
 #include <unistd.h>
 
 #include "sf_bytes.h"
-#include "sf_dcache.h"
 #include "sf_mapcheck.h"
 #include "sf_map.h"
 #include "sf_view_impl.h"
@@ -73,6 +72,12 @@ bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *pas
 bool sf_cache_keep(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf)
 {
 	return c->keep && c->keep(c, part, buf);
+}
+
+void sf_cache_ahead(struct sf_cache *c, struct sf_part *next)
+{
+	if (c->ahead)
+		c->ahead(c, next);
 }
 
 void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)

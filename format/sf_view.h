@@ -96,6 +96,8 @@ struct sf_cache {
 	/* Optional (sf_cache_keep): holds a part decoded on the way to
 	 * another. */
 	bool (*keep)(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf);
+	/* Optional (sf_cache_ahead): decodes a part before a reader asks. */
+	void (*ahead)(struct sf_cache *c, struct sf_part *next);
 };
 extern struct sf_cache sf_nocache;
 
@@ -150,6 +152,19 @@ bool sf_cache_drop(struct sf_cache *c, struct sf_part *part, struct sf_part *pas
  * buf fits in the budget without waiting (evicting what no reader holds).
  * True when kept (false: not, or a cache that holds nothing). */
 bool sf_cache_keep(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf);
+/* Decode ahead: a part's produce names the part of the same view a reader
+ * reading in order asks for next (the next piece of a decoded stream), as
+ * does a read from a file's start that ends in a part (sf_read.c). The
+ * cache decodes it on a thread of its own while the reader uses this one:
+ * at once when a reader names it, or, when the naming part was itself
+ * decoded ahead, once a reader first gets that part, so that the thread
+ * stays one part ahead and stops when the reader goes elsewhere. At most
+ * two parts ahead and not yet got, each reserved like any decode, and
+ * nothing when it does not fit at once (the cache is short), its size is
+ * unknown, or the cache decodes nothing ahead (sf_dcache.c does). The
+ * decode holds a reference to the part's view: a view closed meanwhile is
+ * freed when it ends. */
+void sf_cache_ahead(struct sf_cache *c, struct sf_part *next);
 
 /* ---- extents ---------------------------------------------------------- */
 

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sf_dcache.h"
 #include "tx.h"
 #include "sf_view_impl.h"
 
