@@ -19,7 +19,9 @@ def wait_pushed(mnt, least, timeout=30):
     """Waits until the push thread has stored `least` bytes; returns them."""
     deadline = time.monotonic() + timeout
     while (got := mount_stats(mnt)["bytes_served"]["pushed_ahead"]) < least:
-        assert time.monotonic() < deadline, (f"pushed {got} of {least} bytes", mount_stats(mnt))
+        s = mount_stats(mnt)
+        assert time.monotonic() < deadline, (f"pushed {got} of {least} bytes",
+                                             f"push_stops {s['push_stops']}", s)
         time.sleep(0.05)
     return got
 
