@@ -70,7 +70,9 @@ struct sf_dcache {
 	 * entry, reservation and a reference to its view */
 	pthread_t ahead[AHEAD];
 	unsigned nthreads, busy, njobs;
-	unsigned unread;          /* entries decoded (or decoding) ahead, not got yet */
+	/* entries decoded (or decoding) ahead, not got yet, oldest first */
+	struct entry *unread_e[AHEAD];
+	unsigned unread;
 	bool ahead_failed, stop;
 	pthread_cond_t work;
 	struct job {
@@ -214,9 +216,37 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 	sf_hash_del(&c->entries, id_hash(e->id), same_entry, e);
 }
 
+/* A new entry for part `id`, in the table and first in the LRU list (lock
+ * held); NULL when out of memory. */
+static struct entry *entry_add(struct sf_dcache *c, uint64_t id)
+{
+	struct entry *e = calloc(1, sizeof *e);
+	if (!e)
+		return NULL;
+	e->id = id;
+	if (sf_hash_put(&c->entries, id_hash(id), e)) {
+		free(e);
+		return NULL;
+	}
+	lru_front(c, e);
+	return e;
+}
+
+/* e no longer counts as decoded ahead and not got (lock held). */
+static void unread_clear(struct sf_dcache *c, struct entry *e)
+{
+	if (!e->unread)
+		return;
+	e->unread = false;
+	unsigned i = 0;
+	while (c->unread_e[i] != e)
+		i++;
+	memmove(c->unread_e + i, c->unread_e + i + 1, (--c->unread - i) * sizeof *c->unread_e);
+}
+
 static void drop(struct sf_dcache *c, struct entry *e)
 {
-	c->unread -= e->unread;
+	unread_clear(c, e);
 	atomic_fetch_add(&c->iface.freed, 1);
 	hash_remove(c, e);
 	lru_unlink(c, e);
@@ -232,8 +262,7 @@ static void drop(struct sf_dcache *c, struct entry *e)
  * wake, so the last of them frees it. */
 static void abandon(struct sf_dcache *c, struct entry *e)
 {
-	c->unread -= e->unread;
-	e->unread = false;
+	unread_clear(c, e);
 	hash_remove(c, e);
 	lru_unlink(c, e);
 	if (!e->waiters)
@@ -385,18 +414,11 @@ static void *ahead_main(void *arg);
  * part after it. */
 static void forget_oldest_unread(struct sf_dcache *c)
 {
-	struct entry *oldest = NULL;
-	unsigned seen = 0;
-	for (struct entry *e = c->head; e && seen < c->unread; e = e->next)
-		if (e->unread) {
-			seen++;
-			if (!e->loading)
-				oldest = e;
+	for (unsigned i = 0; i < c->unread; i++)
+		if (!c->unread_e[i]->loading) {
+			unread_clear(c, c->unread_e[i]);
+			return;
 		}
-	if (oldest) {
-		oldest->unread = false;
-		c->unread--;
-	}
 }
 
 /* Hands p to a thread that decodes ahead (lock held), when fewer than
@@ -426,18 +448,12 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 		}
 		c->nthreads++;
 	}
-	struct entry *e = calloc(1, sizeof *e);
+	struct entry *e = entry_add(c, p->id);
 	if (!e)
 		return false;
-	e->id = p->id;
 	e->loading = true;
-	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
-		free(e);
-		return false;
-	}
-	lru_front(c, e);
 	e->unread = true;
-	c->unread++;
+	c->unread_e[c->unread++] = e;
 	c->reserved += size;
 	c->jobs[c->njobs++] = (struct job){ p, sf_view_ref(p->view), e };
 	pthread_cond_signal(&c->work);
@@ -506,8 +522,7 @@ static void hit(struct sf_dcache *c, struct entry *e, struct sf_buf **out)
 	*out = sf_buf_ref(e->buf);
 	/* decoded ahead and got at last: the next one goes ahead (the reader
 	 * holds the view, so the part named is alive) */
-	c->unread -= e->unread;
-	e->unread = false;
+	unread_clear(c, e);
 	if (e->then) {
 		struct sf_part *then = e->then;
 		e->then = NULL;
@@ -565,19 +580,11 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		return too_big(c, part, size, err);
 	}
 	count(&c->counts->misses, 1);
-	e = calloc(1, sizeof *e);
-	if (!e) {
+	if (!(e = entry_add(c, part->id))) {
 		pthread_mutex_unlock(&c->lock);
 		return sf_fail(err, -ENOMEM, "out of memory");
 	}
-	e->id = part->id;
 	e->loading = true;
-	if (sf_hash_put(&c->entries, id_hash(e->id), e)) {
-		free(e);
-		pthread_mutex_unlock(&c->lock);
-		return sf_fail(err, -ENOMEM, "out of memory");
-	}
-	lru_front(c, e);
 	/* a part of unknown size reserves nothing: it is counted once made */
 	uint64_t claim = size == SF_SIZE_UNKNOWN ? 0 : size;
 	reserve(c, claim);
@@ -726,20 +733,12 @@ static bool cache_keep(struct sf_cache *iface, struct sf_part *part, struct sf_b
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	struct entry *e = NULL;
-	bool kept = !find(c, part->id) && make_room(c, buf->len) && (e = calloc(1, sizeof *e));
+	bool kept = !find(c, part->id) && make_room(c, buf->len) && (e = entry_add(c, part->id));
 	if (kept) {
-		e->id = part->id;
 		e->buf = sf_buf_ref(buf);
-		kept = !sf_hash_put(&c->entries, id_hash(e->id), e);
-	}
-	if (kept) {
-		lru_front(c, e);
 		c->bytes += buf->len;
 		count(&c->counts->parts_decoded, 1);
 		count(&c->counts->bytes_decoded, buf->len);
-	} else if (e) {
-		sf_buf_unref(e->buf);
-		free(e);
 	}
 	pthread_mutex_unlock(&c->lock);
 	return kept;

@@ -169,10 +169,11 @@ static void *pusher(void *arg)
 		bool stop = hurts(dm, decoded);
 		bool again = false;
 		pthread_mutex_lock(&p->lock);
-		uint64_t wait = RETRY_NS << it.tries;
-		if (rc == -ENOENT && it.tries < RETRIES && !p->stop)
+		if (rc == -ENOENT && it.tries < RETRIES && !p->stop) {
+			uint64_t wait = RETRY_NS << it.tries;
 			again = enqueue(p, it.n, it.cost,
 					now_ns() + (wait < RETRY_MAX ? wait : RETRY_MAX), it.tries + 1);
+		}
 		pthread_mutex_unlock(&p->lock);
 		if (!again)
 			fnode_forget(&dm->tree, it.n, 1);
