@@ -20,7 +20,7 @@ static void fill(struct daemon *dm, struct fnode *n, pid_t tid, bool lookup, str
 {
 	memset(st, 0, sizeof *st);
 	const struct stat *was = fnode_st(n);
-	st->st_ino = fnode_ino(n);
+	st->st_ino = n->ino;
 	st->st_atim = was->st_atim;
 	st->st_mtim = was->st_mtim;
 	st->st_ctim = was->st_ctim;

@@ -218,7 +218,7 @@ int dirsnap_take(struct daemon *dm, struct fnode *dir, struct dirsnap **out)
 	size_t cap = 0;
 	int rc = s ? 0 : -ENOMEM;
 	if (rc == 0)
-		rc = snap_add(s, &cap, ".", DT_DIR, fnode_ino(dir));
+		rc = snap_add(s, &cap, ".", DT_DIR, dir->ino);
 	if (rc == 0)
 		rc = snap_add(s, &cap, "..", DT_DIR, 1);
 	if (rc == 0)

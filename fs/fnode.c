@@ -45,6 +45,7 @@ struct fnode *fnode_new(struct ftree *t, const struct fnode_ops *ops, size_t siz
 	if (!n)
 		return NULL;
 	n->ops = ops;
+	n->ino = ++t->made;
 	if (name && !(n->name = strdup(name))) {
 		free(n);
 		return NULL;

@@ -1,5 +1,6 @@
 /* The daemon's inodes. Each kernel-visible entry is an fnode whose address is
- * its inode number; it lives while the kernel holds lookups on it (or while
+ * its node id (the kernel's handle on it) and whose inode number (st_ino,
+ * d_ino) counts the nodes made before it; it lives while the kernel holds lookups on it (or while
  * it is the current entry of its name). An fnode stands for one version of
  * a source file: a file replaced in SRC gets a new fnode, so open handles of
  * the old one keep reading the old bytes. */
@@ -78,6 +79,12 @@ struct fnode {
 	struct fnode *parent;         /* NULL only for the root */
 	char *name;                   /* NULL: ops->name tells it */
 	struct fnode *all_prev, *all_next; /* every live node, oldest last */
+	/* stat's inode number: 1 for the root, then one more for each node
+	 * made, never used twice. A listing makes its names' nodes in its
+	 * order, so tools that read a directory's files by inode number
+	 * (`cp -r`, which sorts them so) read a view's members in the order
+	 * of the archive, not of the node's address. */
+	uint64_t ino;
 	uint32_t refs;                /* children whose parent this is */
 	atomic_bool pushed;           /* files: content pushed to the kernel once */
 	/* directories: a name in it was looked up since its last listing
@@ -93,6 +100,7 @@ struct ftree {
 	 * takes it again */
 	pthread_mutex_t lock;
 	struct fnode *root;
+	uint64_t made;            /* nodes made: the last inode number given */
 	/* every live node, the one looked up last first, and its last */
 	struct fnode *all, *oldest;
 	size_t live;              /* nodes in `all` */

@@ -11,6 +11,7 @@ import shutil
 import statistics
 import subprocess
 import tarfile
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -805,6 +806,27 @@ def spread(offsets, rng, gap=16 * MiB):
     return out
 
 
+def copy_target():
+    """An empty directory in memory (/dev/shm where there is one), so that
+    copies of the tar's 234 MB time the reading, not the disk."""
+    return Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+
+
+def extract_seconds(cmd, archive):
+    """The decompressor piped into `tar -x`: what extracting costs."""
+    out = copy_target()
+    try:
+        t = time.perf_counter()
+        dc = subprocess.Popen([*cmd, str(archive)], stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", str(out)], stdin=dc.stdout, check=True)
+        dc.stdout.close()
+        if dc.wait() != 0:
+            raise RuntimeError(f"{cmd[0]} of {archive} exited {dc.returncode}")
+        return time.perf_counter() - t
+    finally:
+        shutil.rmtree(out)
+
+
 def _ztar_shardfs(ctx, archive, idx, view, sizes, sample, cold):
     """One format's shardfs side, each figure from the daemon's start or the
     first lookup, so that work a lookup does is counted: the first member's
@@ -812,10 +834,12 @@ def _ztar_shardfs(ctx, archive, idx, view, sizes, sample, cold):
     over the archive, the read); on a second mount that reads the kept
     index, the first member's read again, then the members of `sample` in
     turn (ms each); on a third, the members of `cold` (ms each); on a
-    fourth, the large member's lookup and read in 1 MiB pieces. The archive
-    is read into the page cache before each mount, as before the tool's
-    runs (this VM drops pages unused for seconds). Returns (first s, kept
-    first s, [ms], [cold ms], large s)."""
+    fourth, the large member's lookup and read in 1 MiB pieces; on a fifth,
+    `cp -r` of the view (which lists it, then reads its files in the
+    order of their inode numbers). The archive is read into the page cache
+    before each mount, as before the tool's runs (this VM drops pages
+    unused for seconds). Returns (first s, kept first s, [ms], [cold ms],
+    large s, copy s)."""
     shutil.rmtree(idx, ignore_errors=True)
     idx.mkdir()
     src = archive.parent
@@ -837,7 +861,19 @@ def _ztar_shardfs(ctx, archive, idx, view, sizes, sample, cold):
         t = time.perf_counter()
         os.stat(mnt / view / "large.bin")
         read_in_pieces(mnt / view / "large.bin", MiB)
-        return first_s, kept_s, ms, cold_ms, time.perf_counter() - t
+        large_s = time.perf_counter() - t
+    data.warm([archive])
+    out = copy_target()
+    try:
+        with mounts.shardfs(ctx.shardfs, src, "--index-dir", str(idx)) as (mnt, _, up):
+            t = time.perf_counter()
+            subprocess.run(["cp", "-r", f"{mnt / view}/.", str(out)], check=True)
+            copy_s = up + time.perf_counter() - t
+        if (out / "large.bin").stat().st_size != sizes["large.bin"]:
+            raise RuntimeError(f"{src}: cp -r copied large.bin short")
+    finally:
+        shutil.rmtree(out)
+    return first_s, kept_s, ms, cold_ms, large_s, copy_s
 
 
 def compressed_tars(ctx):
@@ -848,15 +884,17 @@ def compressed_tars(ctx):
     members with the index kept (the median of each run's medians), and
     members 16 MiB apart at least, each the first read of its stretch on a
     mount of its own (`_cold`); the large member looked up and read in 1 MiB pieces against the
-    single-threaded decompressor's rate over the archive; archivemount's
-    random reads of the gzip archive."""
+    single-threaded decompressor's rate over the archive; `cp -r` of the
+    view against the decompressor piped into `tar -x` (both into memory);
+    archivemount's random reads of the gzip archive."""
     members, large = ctx.size(2_000, 50), ctx.size(64 * MiB, 2 * MiB)
     d, srcs, sizes, tar_size = data.compressed_tars(ctx.work, members, large)
     with tarfile.open(d / "z.tar") as t:
         offsets = {m.name: m.offset_data for m in t.getmembers()}
     rng = random.Random(42)
     small = [n for n in sizes if n != "large.bin"]
-    fig = {f: {k: [] for k in ("first", "kept", "dc", "random", "cold", "large", "st")}
+    fig = {f: {k: [] for k in ("first", "kept", "dc", "random", "cold", "large", "st",
+                               "copy", "x")}
            for f in srcs}
     am = []
     for run in range(ctx.runs):
@@ -871,15 +909,17 @@ def compressed_tars(ctx):
                     fig[f]["dc"].append(decompress_seconds(dc, archive))
                     data.warm([archive])
                     fig[f]["st"].append(tar_size / decompress_seconds(st, archive))
+                    data.warm([archive])
+                    fig[f]["x"].append(extract_seconds(dc, archive))
                     continue
-                first, kept, ms, cold, large_s = _ztar_shardfs(ctx, archive, d / f"idx-{f}",
-                                                               view, sizes, sample,
-                                                               spread(offsets, rng))
+                first, kept, ms, cold, large_s, copy_s = _ztar_shardfs(
+                    ctx, archive, d / f"idx-{f}", view, sizes, sample, spread(offsets, rng))
                 fig[f]["first"].append(first)
                 fig[f]["kept"].append(kept)
                 fig[f]["random"].append(median(ms))
                 fig[f]["cold"].append(median(cold))
                 fig[f]["large"].append(large / large_s)
+                fig[f]["copy"].append(copy_s)
         # archivemount decodes from the archive's start for every member:
         # a few members a run
         src, name = srcs["gzip"]
@@ -902,6 +942,7 @@ def compressed_tars(ctx):
             row(f"ztar_{f}_random_read_cold", m["cold"], "ms", "limit", 50.0),
             row(f"ztar_{f}_large_read", m["large"] / mb, "MB/s", f"`{st}` rate", m["st"] / mb,
                 0.8),
+            row(f"ztar_{f}_copy", m["copy"], "s", f"`{dc} | tar -x`", m["x"]),
         ]
         if f == "gzip":
             rows.append(row("ztar_gzip_random_read", m["random"], "ms",

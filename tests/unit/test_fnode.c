@@ -125,8 +125,15 @@ static void children_by_name(void)
 	CHECK(fnode_child(root, "a") == a2);
 	CHECK_EQ_U(fnode_ino(root), 1);
 	CHECK(fnode_ino(a2) == (uint64_t)(uintptr_t)a2);
+	/* inode numbers count the nodes made, the root's first: a name made
+	 * anew gets a number no node had, whatever address it got */
+	CHECK_EQ_U(root->ino, 1);
+	CHECK_EQ_U(a2->ino, 3);
+	struct fnode *b = mk(&t, &dir_ops, root, "b", "b");
+	CHECK_EQ_U(b->ino, 4);
+	fnode_attach(b);
 	fnode_fini(&t);
-	CHECK_EQ_U(dropped, 3);
+	CHECK_EQ_U(dropped, 4);
 }
 
 static void forget_frees_up_the_tree(void)

@@ -56,7 +56,7 @@ static void test_src_requests(void)
 	fuse_ino_t a = lookup(FUSE_ROOT_ID, "a.txt");
 	CHECK(a && S_ISREG(req.entry.attr.st_mode) && req.entry.attr.st_size == 6);
 	CHECK(req.entry.entry_timeout == SRC_TIMEOUT && req.entry.attr_timeout == SRC_TIMEOUT);
-	CHECK(req.entry.attr.st_ino == a);
+	CHECK(req.entry.attr.st_ino == ((struct fnode *)(uintptr_t)a)->ino);
 	req_clear(&req);
 	op_getattr(&req, a, NULL);
 	CHECK(req.reply == REPLY_ATTR && req.attr.st_size == 6 && req.attr_timeout == SRC_TIMEOUT);
@@ -170,6 +170,7 @@ static size_t list(fuse_ino_t dir, struct fuse_file_info *fi, off_t off, bool pl
 		   char *names, size_t cap, size_t *nodes)
 {
 	req_clear(&req);
+	uint64_t made_before = dm.tree.made + 1, last_ino = 0;
 	(plus ? op_readdirplus : op_readdir)(&req, dir, 1 << 16, off, fi);
 	CHECK(req.reply == REPLY_DATA);
 	size_t n = 0, at = 0;
@@ -187,7 +188,12 @@ static size_t list(fuse_ino_t dir, struct fuse_file_info *fi, off_t off, bool pl
 			if (p->entry_out.nodeid) {
 				(*nodes)++;
 				probes += !p->entry_out.attr_valid && !p->entry_out.attr_valid_nsec;
-				CHECK(p->entry_out.attr.ino == p->entry_out.nodeid);
+				/* the node's inode number, which names made in a
+				 * listing's order get in that order */
+				uint64_t ino = ((struct fnode *)(uintptr_t)p->entry_out.nodeid)->ino;
+				CHECK(p->entry_out.attr.ino == ino && d->ino == ino);
+				CHECK(ino > last_ino || ino < made_before);
+				last_ino = ino;
 				struct fuse_req keep = req;
 				req_init(&req, &dm);
 				op_forget(&req, p->entry_out.nodeid, 1);
