@@ -321,6 +321,17 @@ static int cur_read(struct tx_z *z, struct zcur *c, uint8_t *dst, uint64_t n, ui
 
 /* ---- pieces ------------------------------------------------------------ */
 
+/* The bytes of a piece (the last of a stretch shorter): TX_Z_PIECE, half
+ * that in zstd, whose decoder makes 2 MiB in under 2 ms here, so that a
+ * reader waits half as long for its piece's first bytes and a read in
+ * order waits on smaller steps (performance.md, lever 26). lz4's pieces
+ * are its blocks of 4 MiB, and gzip's and xz's start points are spaced
+ * for TX_Z_PIECE. */
+static uint64_t piece_len(const struct tx_z *z)
+{
+	return z->codec == TX_Z_ZSTD ? TX_Z_PIECE / 2 : TX_Z_PIECE;
+}
+
 /* Whether a decoder starts at start point s cheaply: anywhere but a zstd
  * block inside a frame, whose window (2 MiB and more) costs more to
  * restore than a piece to decode (5 against 3 ms here). */
@@ -338,7 +349,7 @@ static bool cur_reaches(const struct tx_z *z, const struct zcur *c, uint32_t s)
 {
 	if (s < c->start || (c->one_block && s != c->start))
 		return false;
-	if (c->out + (start_cheap(z, s) ? 0 : TX_Z_PIECE) < z->st[s].out)
+	if (c->out + (start_cheap(z, s) ? 0 : piece_len(z)) < z->st[s].out)
 		return false;
 	for (uint32_t i = c->start + 1; i <= s; i++)
 		if (!z->st[i].block && !z->st[i].wlen)
@@ -1042,20 +1053,21 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 static int make_pieces(struct tx_z *z, struct sf_view *v, bool charged, struct sf_err *e)
 {
 	uint64_t n = 0, counted = charged ? 2 * (uint64_t)z->nst : 0;
+	uint64_t len = piece_len(z);
 	for (size_t s = 0; s < z->nst; s++)
-		n += (z->st[s + 1].out - z->st[s].out + TX_Z_PIECE - 1) / TX_Z_PIECE;
+		n += (z->st[s + 1].out - z->st[s].out + len - 1) / len;
 	int rc = n > counted ? charge(z, (n - counted) * PIECE_COST, e) : 0;
 	if (rc)
 		return rc;
 	if (n >= SIZE_MAX / sizeof *z->pc || !(z->pc = calloc((size_t)n + 1, sizeof *z->pc)))
 		return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 	for (size_t s = 0; s < z->nst; s++)
-		for (uint64_t o = z->st[s].out; o < z->st[s + 1].out; o += TX_Z_PIECE) {
-			uint64_t len = z->st[s + 1].out - o < TX_Z_PIECE ? z->st[s + 1].out - o : TX_Z_PIECE;
+		for (uint64_t o = z->st[s].out; o < z->st[s + 1].out; o += len) {
 			struct zpiece *p = &z->pc[z->npc];
 			p->out = o;
 			p->start = (uint32_t)s;
-			if (!(p->part = sf_view_part(v, produce, z, len, "decoded tar")))
+			uint64_t end = z->st[s + 1].out - o < len ? z->st[s + 1].out : o + len;
+			if (!(p->part = sf_view_part(v, produce, z, end - o, "decoded tar")))
 				return sf_fail(e, -ENOMEM, "%s: out of memory", z->src->path);
 			p->part->aux = z->npc++;
 		}

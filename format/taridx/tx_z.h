@@ -4,8 +4,8 @@
  * over the archive: points where a decoder can start (a gzip member, a
  * zstd or lz4 frame, an xz or bzip2 stream, and inside a gzip member a
  * deflate block boundary with its 32 KiB window every few MiB). The
- * stretches between them are cut into pieces of at most TX_Z_PIECE bytes,
- * each a part decoded through the view's cache. */
+ * stretches between them are cut into pieces of at most TX_Z_PIECE bytes
+ * (half that in zstd), each a part decoded through the view's cache. */
 #ifndef TX_Z_H
 #define TX_Z_H
 
