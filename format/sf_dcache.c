@@ -32,8 +32,11 @@ struct entry {
 	struct sf_buf *buf;      /* NULL while loading */
 	bool loading;
 	int waiters;
-	/* the part its decode ahead named, asked for once a reader gets it */
+	/* a part named ahead, asked for once a reader gets this one: the
+	 * one its decode ahead named, or one named while no more could go
+	 * ahead (cache_ahead), of the same view */
 	struct sf_part *then;
+	const struct sf_view *view; /* its part's, to compare only */
 	bool unread;             /* decoded ahead, no reader has got it yet */
 	struct entry *prev, *next; /* LRU list, most recent first */
 };
@@ -218,12 +221,14 @@ static void hash_remove(struct sf_dcache *c, struct entry *e)
 
 /* A new entry for part `id`, in the table and first in the LRU list (lock
  * held); NULL when out of memory. */
-static struct entry *entry_add(struct sf_dcache *c, uint64_t id)
+static struct entry *entry_add(struct sf_dcache *c, const struct sf_part *part)
 {
 	struct entry *e = calloc(1, sizeof *e);
 	if (!e)
 		return NULL;
+	uint64_t id = part->id;
 	e->id = id;
+	e->view = part->view;
 	if (sf_hash_put(&c->entries, id_hash(id), e)) {
 		free(e);
 		return NULL;
@@ -448,7 +453,7 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 		}
 		c->nthreads++;
 	}
-	struct entry *e = entry_add(c, p->id);
+	struct entry *e = entry_add(c, p);
 	if (!e)
 		return false;
 	e->loading = true;
@@ -460,12 +465,34 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	return true;
 }
 
+/* A part named while AHEAD were out goes to the oldest of them its view
+ * decoded already, to be asked for once a reader gets that one (lock
+ * held): a part that does not follow the one before it (the next xz
+ * block, named as the second piece of this one begins) is named just
+ * before the reader gets the piece ahead of it, and would otherwise wait
+ * until the reader got the piece before it, one CPU decoding, not two.
+ * The reader that gets it holds the view, so the part is alive then. */
+static void name_later(struct sf_dcache *c, struct sf_part *next)
+{
+	for (unsigned i = 0; i < c->unread; i++) {
+		struct entry *e = c->unread_e[i];
+		if (!e->loading && e->view == next->view && !e->then) {
+			e->then = next;
+			return;
+		}
+	}
+}
+
 static void cache_ahead(struct sf_cache *iface, struct sf_part *next)
 {
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
-	if (!launch(c, next) && ahead_thread)
-		ahead_then = next;
+	if (!launch(c, next)) {
+		if (ahead_thread)
+			ahead_then = next;
+		if (c->unread >= AHEAD)
+			name_later(c, next);
+	}
 	pthread_mutex_unlock(&c->lock);
 }
 
@@ -580,7 +607,7 @@ static int cache_get(struct sf_cache *iface, struct sf_part *part, struct sf_buf
 		return too_big(c, part, size, err);
 	}
 	count(&c->counts->misses, 1);
-	if (!(e = entry_add(c, part->id))) {
+	if (!(e = entry_add(c, part))) {
 		pthread_mutex_unlock(&c->lock);
 		return sf_fail(err, -ENOMEM, "out of memory");
 	}
@@ -733,7 +760,7 @@ static bool cache_keep(struct sf_cache *iface, struct sf_part *part, struct sf_b
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
 	struct entry *e = NULL;
-	bool kept = !find(c, part->id) && make_room(c, buf->len) && (e = entry_add(c, part->id));
+	bool kept = !find(c, part->id) && make_room(c, buf->len) && (e = entry_add(c, part));
 	if (kept) {
 		e->buf = sf_buf_ref(buf);
 		c->bytes += buf->len;

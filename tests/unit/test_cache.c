@@ -2,6 +2,7 @@
  * within the byte budget, evict least recently used, survive failures. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -214,10 +215,79 @@ static void spares(void)
 	atomic_store(&produced, 0);
 }
 
+/* A part decoded ahead that names another (as the second piece of an xz
+ * block names the next block's first), once the part before it is
+ * decoded: waits for that, then names `after`. */
+struct naming {
+	struct sf_dcache_counts *counts;
+	struct sf_part *after;
+};
+
+static int produce_naming(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			  struct sf_err *e)
+{
+	const struct naming *n = p->arg;
+	atomic_fetch_add(&produced, 1);
+	if (n) {
+		for (int i = 0; i < 5000 && atomic_load(&n->counts->parts_ahead) < 1; i++)
+			usleep(1000);
+		sf_cache_ahead(cache, n->after);
+	}
+	*out = sf_buf_new((size_t)p->aux);
+	return *out ? 0 : -ENOMEM;
+}
+
+static bool ahead_reaches(struct sf_dcache_counts *counts, uint64_t n)
+{
+	for (int i = 0; i < 5000 && atomic_load(&counts->parts_ahead) < n; i++)
+		usleep(1000);
+	return atomic_load(&counts->parts_ahead) >= n;
+}
+
+/* Two parts out ahead (p1 decoded, p2 decoding) when p2's decode names p3,
+ * which cannot go ahead then: p3 goes once the reader gets p1, not only
+ * once it gets p2, so that p3 decodes beside p2's successor on a second
+ * CPU rather than after it. Each part once. */
+static void named_while_full(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "t");
+	struct sf_dcache_counts counts = { 0 };
+	struct sf_dcache *c = sf_dcache_new(1 << 20, &counts);
+	struct sf_cache *ic = sf_dcache_iface(c);
+	struct sf_part *p[4];
+	struct naming n = { &counts, NULL };
+	for (int i = 0; i < 4; i++) {
+		p[i] = sf_view_part(v, produce_naming, i == 2 ? &n : NULL, 1000, "piece");
+		p[i]->aux = 1000;
+	}
+	n.after = p[3];
+	atomic_store(&produced, 0);
+	struct sf_buf *b = NULL;
+	struct sf_err e;
+	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
+	sf_buf_unref(b);
+	sf_cache_ahead(ic, p[1]);
+	sf_cache_ahead(ic, p[2]);
+	CHECK(ahead_reaches(&counts, 2));
+	CHECK_EQ_U(atomic_load(&produced), 3);
+	CHECK_EQ_U(sf_part_get(ic, p[1], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK(ahead_reaches(&counts, 3));
+	CHECK_EQ_U(sf_part_get(ic, p[2], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(sf_part_get(ic, p[3], &b, &e), 0);
+	sf_buf_unref(b);
+	CHECK_EQ_U(atomic_load(&produced), 4);
+	sf_dcache_free(c);
+	sf_view_unref(v);
+	atomic_store(&produced, 0);
+}
+
 int main(void)
 {
 	idle_charges();
 	spares();
+	named_while_full();
 	struct sf_dcache_counts counts = { 0 };
 	struct sf_view *v = sf_view_new(NULL, "t");
 	struct sf_dcache *c = sf_dcache_new(1000, &counts);
