@@ -1,9 +1,9 @@
 /* The daemon's inodes. Each kernel-visible entry is an fnode whose address is
  * its node id (the kernel's handle on it) and whose inode number (st_ino,
- * d_ino) counts the nodes made before it; it lives while the kernel holds lookups on it (or while
- * it is the current entry of its name). An fnode stands for one version of
- * a source file: a file replaced in SRC gets a new fnode, so open handles of
- * the old one keep reading the old bytes. */
+ * d_ino) counts the nodes made before it; it lives while the kernel holds
+ * lookups on it (or while it is the current entry of its name). An fnode
+ * stands for one version of a source file: a file replaced in SRC gets a new
+ * fnode, so open handles of the old one keep reading the old bytes. */
 #ifndef FS_FNODE_H
 #define FS_FNODE_H
 

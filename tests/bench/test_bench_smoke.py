@@ -35,7 +35,7 @@ CASES = {"small_first_pass", "small_second_pass", "parallel_4_readers", "large_f
              for m in ("default", "open", "loader", "uring", "loader_uring", "loader_push")} | {
              f"ztar_{f}_{c}" for f in ("gzip", "pigz", "zstd", "xz", "pbzip2", "lz4")
              for c in ("first_member", "kept_first_member", "random_read", "random_read_cold",
-                       "large_read")}
+                       "large_read", "copy")}
 KEYS = {"case", "figure", "unit", "reference", "reference_figure", "ratio", "target",
         "target_op", "met"}
 
