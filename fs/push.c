@@ -170,7 +170,7 @@ static void *pusher(void *arg)
 		bool again = false;
 		pthread_mutex_lock(&p->lock);
 		if (rc == -ENOENT && it.tries < RETRIES && !p->stop) {
-			uint64_t wait = RETRY_NS << it.tries;
+			uint64_t wait = (uint64_t)RETRY_NS << it.tries;
 			again = enqueue(p, it.n, it.cost,
 					now_ns() + (wait < RETRY_MAX ? wait : RETRY_MAX), it.tries + 1);
 		}
