@@ -334,7 +334,8 @@ static uint64_t piece_len(const struct tx_z *z)
 
 /* Whether a decoder starts at start point s cheaply: anywhere but a zstd
  * block inside a frame, whose window (2 MiB and more) costs more to
- * restore than a piece to decode (5 against 3 ms here). */
+ * restore than a piece to decode (3 against 1.5-2.5 ms for a 2 MiB piece
+ * here, traced). */
 static bool start_cheap(const struct tx_z *z, uint32_t s)
 {
 	return !z->st[s].wlen || z->codec == TX_Z_GZIP;
