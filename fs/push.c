@@ -126,19 +126,19 @@ static void drop_waiting(struct daemon *dm)
 	free(q);
 }
 
-/* Whether pushing would now hurt readers: a request stuck at the source
- * (a push would wait there too), or parts decoded since the queue was
- * last empty (`decoded`, the pushes' and the readers' meanwhile) beyond
- * half the cache's budget: the window is more than the budget holds, and
- * going on would evict parts pushed files need before their readers come,
- * and what readers decode. */
-static bool hurts(struct daemon *dm, uint64_t decoded)
+/* Whether a request has been stuck at the source a second or more: a
+ * push would likely wait there too, and what it decodes competes with
+ * that request's work. Pushing waits instead of giving up, since the
+ * stall is not the listed files' doing. */
+static bool source_stuck(struct daemon *dm)
 {
 	struct stuck one;
 	size_t at_source;
-	return decoded > sf_dcache_budget(dm->cache) / 2 ||
-	       sections_stuck(&dm->stats.sections, &one, 1, &at_source) > 0;
+	return sections_stuck(&dm->stats.sections, &one, 1, &at_source) > 0;
 }
+
+/* how often a paused pusher looks again */
+#define PAUSE_NS (50 * 1000 * 1000)
 
 static void *pusher(void *arg)
 {
@@ -153,6 +153,22 @@ static void *pusher(void *arg)
 			pthread_cond_wait(&p->wake, &p->lock);
 		if (p->stop)
 			break;
+		/* looked at with no lock held: the sections' locks come
+		 * before this one in the lock order */
+		pthread_mutex_unlock(&p->lock);
+		bool paused = source_stuck(dm);
+		pthread_mutex_lock(&p->lock);
+		if (paused) {
+			struct timespec until;
+			clock_gettime(CLOCK_MONOTONIC, &until);
+			until.tv_nsec += PAUSE_NS;
+			if (until.tv_nsec >= 1000000000) {
+				until.tv_sec++;
+				until.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&p->wake, &p->lock, &until);
+			continue;
+		}
 		struct push_item it = p->q[p->head];
 		p->head = (p->head + 1) % p->cap;
 		p->len--;
@@ -166,7 +182,12 @@ static void *pusher(void *arg)
 		uint64_t before = atomic_load(&dm->stats.cache.bytes_decoded);
 		int rc = push_file(dm, it.n, false);
 		decoded += atomic_load(&dm->stats.cache.bytes_decoded) - before;
-		bool stop = hurts(dm, decoded);
+		/* parts decoded since the queue was last empty (the pushes'
+		 * and the readers' meanwhile) beyond half the cache's budget:
+		 * the window is more than the budget holds, and going on would
+		 * evict parts pushed files need before their readers come,
+		 * and what readers decode */
+		bool stop = decoded > sf_dcache_budget(dm->cache) / 2;
 		bool again = false;
 		pthread_mutex_lock(&p->lock);
 		if (rc == -ENOENT && it.tries < RETRIES && !p->stop) {
@@ -196,7 +217,11 @@ int push_start(struct daemon *dm, uint64_t window)
 		return -ENOMEM;
 	p->window = window;
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->wake, NULL);
+	pthread_condattr_t ca; /* a pause's deadline on the monotonic clock */
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&p->wake, &ca);
+	pthread_condattr_destroy(&ca);
 	dm->push = p; /* before the thread, which reads it */
 	int rc = pthread_create(&p->thread, NULL, pusher, dm);
 	if (rc) {

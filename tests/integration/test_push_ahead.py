@@ -5,11 +5,13 @@ changed container's files read their new bytes within the documented
 delay; decoded parts stay within the cache's budget (docs/options.md)."""
 import os
 import random
+import threading
 import time
 from pathlib import Path
 
 from conftest import mount_stats
 from test_no_open import make, one_pass, os_read
+from test_source_stall import source, timed, wait_stuck  # noqa: F401  (source: a fixture)
 from test_tar_compressed import gzip_bytes, small_tar_bytes
 
 LOADER = ("--readdirplus", "always")
@@ -123,3 +125,67 @@ def test_push_stops_when_the_budget_is_short(tmp_path, mount):
         assert os_read(mnt / "b" / name) == data, name
     c = mount_stats(mnt)["cache"]
     assert c["bytes_held"] + c["bytes_charged"] <= budget, c
+
+
+def window_of(names, sizes, window):
+    """The files a listing queues: the first in listing order whose costs
+    (a page at least each) fit the window, stopping at the first that does
+    not."""
+    took, used = [], 0
+    for n in names:
+        cost = max(sizes[n], 4096)
+        if used + cost > window:
+            break
+        took.append(n)
+        used += cost
+    return took
+
+
+def test_push_waits_while_the_source_is_stuck(source, mount):
+    """While a request is stuck at the source, pushing waits instead of
+    dropping what was listed (a push would wait there too, and the stall is
+    not the listed files' doing): no push reaches the stalled source and
+    none stops; once the source answers, every file the listing queued is
+    pushed. (Dropping the window here lost pushes whenever a busy machine
+    held any request a second.)"""
+    src = source()
+    rnd = random.Random(45)
+    members = {f"sub/{i:03d}.bin": rnd.randbytes(rnd.randint(1, 6000)) for i in range(40)}
+    (src.backing / "b.tar").write_bytes(small_tar_bytes(members))
+    cold = rnd.randbytes(4 << 20)
+    (src.backing / "c.tar").write_bytes(small_tar_bytes({"m.bin": cold}))
+    window = 8 * 4096
+    mnt = mount(src.mnt, *LOADER, "--push-ahead", str(window))
+    sizes = {n.split("/")[1]: len(d) for n, d in members.items()}
+    # opened before the outage (a lookup of b/ then checks the source)
+    sub = os.open(mnt / "b" / "sub", os.O_RDONLY | os.O_DIRECTORY)
+    held = os.open(mnt / "c" / "m.bin", os.O_RDONLY)
+    try:
+        got = {}
+        reader = threading.Thread(
+            target=lambda: got.setdefault("m", os.pread(held, 4096, 2 << 20)), daemon=True)
+        src.stop()
+        try:
+            reader.start()
+            wait_stuck(mnt, "c/m.bin", "read")
+            # the first listing of sub/ answers from what the daemon holds,
+            # and queues its window
+            names, _ = timed(lambda: os.listdir(sub), what="the listing")
+            assert sorted(names) == sorted(sizes)
+            time.sleep(1.5)  # a push at the source would now count as stuck
+            s = mount_stats(mnt)
+            assert s["push_stops"] == 0 and s["bytes_served"]["pushed_ahead"] == 0, s
+            assert [w for w in s["stuck"] if w["path"].startswith("b/")] == [], s["stuck"]
+            assert reader.is_alive()
+        finally:
+            src.cont()
+        reader.join(timeout=60)
+        assert got["m"] == cold[2 << 20:(2 << 20) + 4096]
+        want = sum(sizes[n] for n in window_of(names, sizes, window))
+        assert wait_pushed(mnt, want) == want
+        assert mount_stats(mnt)["push_stops"] == 0
+        for n in names:
+            assert os_read(mnt / "b" / "sub" / n) == members[f"sub/{n}"], n
+    finally:
+        os.close(held)
+        os.close(sub)
