@@ -431,7 +431,7 @@ static void forget_oldest_unread(struct sf_dcache *c)
  * fits now. Its placeholder goes in at once: a reader that gets there
  * first waits for this decode instead of making a second. True when p is
  * handed over or there already. */
-static bool launch(struct sf_dcache *c, struct sf_part *p)
+static bool launch(struct sf_dcache *c, struct sf_part *p, bool follows)
 {
 	uint64_t size = atomic_load(&p->size);
 	if (find(c, p->id))
@@ -446,7 +446,10 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	if (c->unread >= AHEAD || c->stop || c->ahead_failed || !p->view ||
 	    size == SF_SIZE_UNKNOWN || c->reserved + size > c->budget / 2 || !make_room(c, size))
 		return false;
-	if (c->busy + c->njobs == c->nthreads) {
+	/* named as this thread's decode ends, to go on from it: this
+	 * thread takes it next, no other is woken for it */
+	bool mine = follows && ahead_thread && depth > 0;
+	if (!mine && c->busy + c->njobs == c->nthreads) {
 		if (pthread_create(&c->ahead[c->nthreads], NULL, ahead_main, c)) {
 			c->ahead_failed = true;
 			return false;
@@ -461,7 +464,8 @@ static bool launch(struct sf_dcache *c, struct sf_part *p)
 	c->unread_e[c->unread++] = e;
 	c->reserved += size;
 	c->jobs[c->njobs++] = (struct job){ p, sf_view_ref(p->view), e };
-	pthread_cond_signal(&c->work);
+	if (!mine)
+		pthread_cond_signal(&c->work);
 	return true;
 }
 
@@ -483,11 +487,11 @@ static void name_later(struct sf_dcache *c, struct sf_part *next)
 	}
 }
 
-static void cache_ahead(struct sf_cache *iface, struct sf_part *next)
+static void cache_ahead(struct sf_cache *iface, struct sf_part *next, bool follows)
 {
 	struct sf_dcache *c = (struct sf_dcache *)iface;
 	pthread_mutex_lock(&c->lock);
-	if (!launch(c, next)) {
+	if (!launch(c, next, follows)) {
 		if (ahead_thread)
 			ahead_then = next;
 		if (c->unread >= AHEAD)
@@ -553,7 +557,7 @@ static void hit(struct sf_dcache *c, struct entry *e, struct sf_buf **out)
 	if (e->then) {
 		struct sf_part *then = e->then;
 		e->then = NULL;
-		launch(c, then);
+		launch(c, then, false);
 	}
 	holding = !depth || holding;
 }

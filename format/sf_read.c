@@ -77,7 +77,13 @@ bool sf_cache_keep(struct sf_cache *c, struct sf_part *part, struct sf_buf *buf)
 void sf_cache_ahead(struct sf_cache *c, struct sf_part *next)
 {
 	if (c->ahead)
-		c->ahead(c, next);
+		c->ahead(c, next, false);
+}
+
+void sf_cache_after(struct sf_cache *c, struct sf_part *next)
+{
+	if (c->ahead)
+		c->ahead(c, next, true);
 }
 
 void sf_cache_idle(struct sf_cache *c, struct sf_idle *i, bool keep)

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -102,6 +103,8 @@ struct tx_z {
 	 * still charged, for the next to start in (fresh pages cost a fault
 	 * each) */
 	struct zcur *spare;
+	/* cur and spare as a charge the cache drops when short (cur_drop) */
+	struct sf_idle idle;
 	struct sf_buf *last;   /* the last piece read (a walk reads one in turns) */
 	size_t last_piece;
 	size_t made;           /* the last piece begun, + 1 (0: none) */
@@ -174,17 +177,46 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 	return 0;
 }
 
+/* The cache's drop of z's kept cursors and piece at hand (sf_idle): those
+ * in z are not in use (a decode takes its cursor out), and the next piece
+ * starts a new one at its start point. Without it a view read once holds its decoder's
+ * memory (9 MiB for lz4) while other archives' reads wait for room. */
+static bool cur_drop(struct sf_idle *i)
+{
+	struct tx_z *z = (struct tx_z *)((char *)i - offsetof(struct tx_z, idle));
+	pthread_mutex_lock(&z->lock);
+	struct zcur *c = z->cur, *spare = z->spare;
+	struct sf_buf *last = z->last;
+	z->cur = z->spare = NULL;
+	z->last = NULL;
+	pthread_mutex_unlock(&z->lock);
+	cur_free(z, c);
+	cur_free(z, spare);
+	sf_buf_unref(last); /* the piece at hand, which the cache may then evict */
+	return true;
+}
+
+/* Offers z's kept cursors to the cache as a charge it may drop (z->lock
+ * not held: the cache's drop takes it), as recently used. */
+static void cur_offer(struct tx_z *z)
+{
+	sf_cache_idle(z->cache, &z->idle, true);
+}
+
 /* Lets go of cursor c (one that did not fail): kept as z's spare when it
  * has none. */
 static void cur_keep(struct tx_z *z, struct zcur *c)
 {
 	pthread_mutex_lock(&z->lock);
-	if (c && !z->spare) {
+	bool kept = c && !z->spare;
+	if (kept) {
 		z->spare = c;
 		c = NULL;
 	}
 	pthread_mutex_unlock(&z->lock);
 	cur_free(z, c);
+	if (kept)
+		cur_offer(z);
 }
 
 /* A cursor at start point s, its decoder's memory charged: the spare's
@@ -381,7 +413,8 @@ static size_t piece_of(const struct tx_z *z, uint64_t off)
  * cache (sf_cache_ahead), which decodes it on another thread while the
  * reader copies out this one: at once when it begins a start point a
  * decoder starts at cheaply (so that the two decode on two CPUs), else
- * once the cursor is back for it to go on from. A piece read out of turn
+ * once the cursor is back for it to go on from (sf_cache_after: a piece
+ * decoded ahead is followed on the same thread). A piece read out of turn
  * names none, so random reads
  * decode no more. In such a run, the pieces before this one whose next a
  * reader has got are let go (sf_cache_drop): their reader is past them
@@ -487,9 +520,10 @@ static int produce(const struct sf_part *part, struct sf_cache *cache, struct sf
 	}
 	pthread_mutex_unlock(&z->lock);
 	cur_keep(z, old);
+	cur_offer(z);
 	*out = b;
 	if (next && !alone)
-		sf_cache_ahead(cache, next);
+		sf_cache_after(cache, next);
 	return 0;
 }
 
@@ -517,6 +551,7 @@ static int zread(const struct sf_map *m, uint64_t off, uint64_t len, void *dst, 
 			z->last_piece = i;
 			pthread_mutex_unlock(&z->lock);
 			sf_buf_unref(old);
+			cur_offer(z);
 		}
 		uint64_t at = off - z->pc[i].out, k = b->len - at < len ? b->len - at : len;
 		memcpy(to, b->data + at, (size_t)k);
@@ -971,6 +1006,8 @@ void tx_zseek_put(struct tx_zseek *s)
 
 static void index_free(struct tx_z *z)
 {
+	/* out of the cache's reach first: a drop running ends before */
+	sf_cache_idle(z->cache, &z->idle, false);
 	cur_free(z, z->cur);
 	cur_free(z, z->spare);
 	z->spare = NULL;
@@ -1034,6 +1071,7 @@ int tx_z_map(struct sf_map *src, enum tx_zcodec c, struct sf_map **out, struct s
 	z->src = sf_map_ref(src);
 	z->codec = c;
 	z->cache = &sf_nocache;
+	z->idle.drop = cur_drop;
 	z->keepfd = z->keeptop = z->wfd = -1;
 	atomic_init(&m->refs, 1);
 	m->st = src->st;

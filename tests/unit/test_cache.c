@@ -283,11 +283,60 @@ static void named_while_full(void)
 	atomic_store(&produced, 0);
 }
 
+/* A part decoded ahead that names the part going on from it as its
+ * decode ends (sf_cache_after), then lingers: the thread that made it
+ * makes that one too, even though it is busy when naming it. */
+static pthread_t made_by[3];
+
+static int produce_after(const struct sf_part *p, struct sf_cache *cache, struct sf_buf **out,
+			 struct sf_err *e)
+{
+	atomic_fetch_add(&produced, 1);
+	made_by[p->aux % 3] = pthread_self();
+	if (p->arg) {
+		sf_cache_after(cache, p->arg);
+		usleep(20000); /* time for another thread to take the part named */
+	}
+	*out = sf_buf_new(100);
+	return *out ? 0 : -ENOMEM;
+}
+
+static void after_on_one_thread(void)
+{
+	struct sf_view *v = sf_view_new(NULL, "t");
+	struct sf_dcache_counts counts = { 0 };
+	struct sf_dcache *c = sf_dcache_new(1 << 20, &counts);
+	struct sf_cache *ic = sf_dcache_iface(c);
+	struct sf_part *p[3];
+	for (int i = 2; i >= 0; i--) {
+		p[i] = sf_view_part(v, produce_after, i == 1 ? p[2] : NULL, 100, "piece");
+		p[i]->aux = (uint64_t)i;
+	}
+	atomic_store(&produced, 0);
+	struct sf_buf *b = NULL;
+	struct sf_err e;
+	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
+	sf_buf_unref(b);
+	sf_cache_ahead(ic, p[1]);
+	CHECK(ahead_reaches(&counts, 2));
+	CHECK(!pthread_equal(made_by[1], pthread_self()));
+	CHECK(pthread_equal(made_by[1], made_by[2]));
+	for (int i = 1; i < 3; i++) {
+		CHECK_EQ_U(sf_part_get(ic, p[i], &b, &e), 0);
+		sf_buf_unref(b);
+	}
+	CHECK_EQ_U(atomic_load(&produced), 3);
+	sf_dcache_free(c);
+	sf_view_unref(v);
+	atomic_store(&produced, 0);
+}
+
 int main(void)
 {
 	idle_charges();
 	spares();
 	named_while_full();
+	after_on_one_thread();
 	struct sf_dcache_counts counts = { 0 };
 	struct sf_view *v = sf_view_new(NULL, "t");
 	struct sf_dcache *c = sf_dcache_new(1000, &counts);
