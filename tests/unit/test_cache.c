@@ -244,43 +244,63 @@ static bool ahead_reaches(struct sf_dcache_counts *counts, uint64_t n)
 	return atomic_load(&counts->parts_ahead) >= n;
 }
 
+/* A view and a cache of 1 MiB that decodes ahead, for the tests of decode
+ * ahead. */
+struct rig {
+	struct sf_view *v;
+	struct sf_dcache_counts counts;
+	struct sf_dcache *c;
+	struct sf_cache *ic;
+};
+
+static void rig_init(struct rig *r)
+{
+	*r = (struct rig){ .v = sf_view_new(NULL, "t") };
+	r->c = sf_dcache_new(1 << 20, &r->counts);
+	r->ic = sf_dcache_iface(r->c);
+	atomic_store(&produced, 0);
+}
+
+static void rig_fini(struct rig *r)
+{
+	sf_dcache_free(r->c);
+	sf_view_unref(r->v);
+	atomic_store(&produced, 0);
+}
+
 /* Two parts out ahead (p1 decoded, p2 decoding) when p2's decode names p3,
  * which cannot go ahead then: p3 goes once the reader gets p1, not only
  * once it gets p2, so that p3 decodes beside p2's successor on a second
  * CPU rather than after it. Each part once. */
 static void named_while_full(void)
 {
-	struct sf_view *v = sf_view_new(NULL, "t");
-	struct sf_dcache_counts counts = { 0 };
-	struct sf_dcache *c = sf_dcache_new(1 << 20, &counts);
-	struct sf_cache *ic = sf_dcache_iface(c);
+	struct rig r;
+	rig_init(&r);
+	struct sf_cache *ic = r.ic;
 	struct sf_part *p[4];
-	struct naming n = { &counts, NULL };
+	struct naming n = { &r.counts, NULL };
 	for (int i = 0; i < 4; i++) {
-		p[i] = sf_view_part(v, produce_naming, i == 2 ? &n : NULL, 1000, "piece");
+		p[i] = sf_view_part(r.v, produce_naming, i == 2 ? &n : NULL, 1000, "piece");
 		p[i]->aux = 1000;
 	}
 	n.after = p[3];
-	atomic_store(&produced, 0);
 	struct sf_buf *b = NULL;
 	struct sf_err e;
 	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
 	sf_buf_unref(b);
 	sf_cache_ahead(ic, p[1]);
 	sf_cache_ahead(ic, p[2]);
-	CHECK(ahead_reaches(&counts, 2));
+	CHECK(ahead_reaches(&r.counts, 2));
 	CHECK_EQ_U(atomic_load(&produced), 3);
 	CHECK_EQ_U(sf_part_get(ic, p[1], &b, &e), 0);
 	sf_buf_unref(b);
-	CHECK(ahead_reaches(&counts, 3));
+	CHECK(ahead_reaches(&r.counts, 3));
 	CHECK_EQ_U(sf_part_get(ic, p[2], &b, &e), 0);
 	sf_buf_unref(b);
 	CHECK_EQ_U(sf_part_get(ic, p[3], &b, &e), 0);
 	sf_buf_unref(b);
 	CHECK_EQ_U(atomic_load(&produced), 4);
-	sf_dcache_free(c);
-	sf_view_unref(v);
-	atomic_store(&produced, 0);
+	rig_fini(&r);
 }
 
 /* A part decoded ahead that names the part going on from it as its
@@ -303,22 +323,20 @@ static int produce_after(const struct sf_part *p, struct sf_cache *cache, struct
 
 static void after_on_one_thread(void)
 {
-	struct sf_view *v = sf_view_new(NULL, "t");
-	struct sf_dcache_counts counts = { 0 };
-	struct sf_dcache *c = sf_dcache_new(1 << 20, &counts);
-	struct sf_cache *ic = sf_dcache_iface(c);
+	struct rig r;
+	rig_init(&r);
+	struct sf_cache *ic = r.ic;
 	struct sf_part *p[3];
 	for (int i = 2; i >= 0; i--) {
-		p[i] = sf_view_part(v, produce_after, i == 1 ? p[2] : NULL, 100, "piece");
+		p[i] = sf_view_part(r.v, produce_after, i == 1 ? p[2] : NULL, 100, "piece");
 		p[i]->aux = (uint64_t)i;
 	}
-	atomic_store(&produced, 0);
 	struct sf_buf *b = NULL;
 	struct sf_err e;
 	CHECK_EQ_U(sf_part_get(ic, p[0], &b, &e), 0);
 	sf_buf_unref(b);
 	sf_cache_ahead(ic, p[1]);
-	CHECK(ahead_reaches(&counts, 2));
+	CHECK(ahead_reaches(&r.counts, 2));
 	CHECK(!pthread_equal(made_by[1], pthread_self()));
 	CHECK(pthread_equal(made_by[1], made_by[2]));
 	for (int i = 1; i < 3; i++) {
@@ -326,9 +344,7 @@ static void after_on_one_thread(void)
 		sf_buf_unref(b);
 	}
 	CHECK_EQ_U(atomic_load(&produced), 3);
-	sf_dcache_free(c);
-	sf_view_unref(v);
-	atomic_store(&produced, 0);
+	rig_fini(&r);
 }
 
 int main(void)
