@@ -179,8 +179,9 @@ static int xz_block_begin(const struct tx_z *z, struct zcur *c, const struct tx_
 
 /* The cache's drop of z's kept cursors and piece at hand (sf_idle): those
  * in z are not in use (a decode takes its cursor out), and the next piece
- * starts a new one at its start point. Without it a view read once holds its decoder's
- * memory (9 MiB for lz4) while other archives' reads wait for room. */
+ * starts a new one at its start point. Without it a view read once holds
+ * its decoders' memory (13.7 MB for lz4) while another archive's pass or
+ * read waits for room, then fails. */
 static bool cur_drop(struct sf_idle *i)
 {
 	struct tx_z *z = (struct tx_z *)((char *)i - offsetof(struct tx_z, idle));
