@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "stats.h"
+#include "waits.h"
 
 struct vopen {
 	struct sf_view *view;
@@ -432,17 +433,7 @@ static void *run(void *arg)
 		}
 		/* over the bound: soon when forgets are on their way, else
 		 * when a reader may have let a view go */
-		struct timespec t;
-		clock_gettime(CLOCK_REALTIME, &t);
-		if (waiting)
-			t.tv_nsec += POLL_TOLD_NS;
-		else
-			t.tv_sec += 1;
-		if (t.tv_nsec >= 1000000000L) {
-			t.tv_sec++;
-			t.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&ov->wake, &ov->lock, &t);
+		wait_at_most(&ov->wake, &ov->lock, waiting ? POLL_TOLD_NS : 1000000000L);
 	}
 	pthread_mutex_unlock(&ov->lock);
 	return NULL;

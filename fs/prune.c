@@ -5,6 +5,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "waits.h"
+
 /* Entries asked to be dropped at a time, and the pause after each batch:
  * their FORGETs come back meanwhile, so the count is not read before they
  * could (which would ask for more than needed). Past the cap the tree is
@@ -14,14 +16,7 @@
 
 static void pause_locked(struct prune *p)
 {
-	struct timespec at;
-	clock_gettime(CLOCK_REALTIME, &at);
-	at.tv_nsec += PAUSE_NS;
-	if (at.tv_nsec >= 1000000000L) {
-		at.tv_sec++;
-		at.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&p->tree->crowded, &p->tree->lock, &at);
+	wait_at_most(&p->tree->crowded, &p->tree->lock, PAUSE_NS);
 }
 
 static void *run(void *arg)

@@ -11,6 +11,7 @@
 #include "daemon.h"
 #include "reading.h"
 #include "vnode.h"
+#include "waits.h"
 
 struct push {
 	uint64_t window;          /* --push-ahead: 0 is off */
@@ -138,7 +139,7 @@ static bool source_stuck(struct daemon *dm)
 }
 
 /* how often a paused pusher looks again */
-#define PAUSE_NS (50 * 1000 * 1000)
+#define PAUSE_NS (50 * 1000 * 1000L)
 
 static void *pusher(void *arg)
 {
@@ -159,14 +160,7 @@ static void *pusher(void *arg)
 		bool paused = source_stuck(dm);
 		pthread_mutex_lock(&p->lock);
 		if (paused) {
-			struct timespec until;
-			clock_gettime(CLOCK_MONOTONIC, &until);
-			until.tv_nsec += PAUSE_NS;
-			if (until.tv_nsec >= 1000000000) {
-				until.tv_sec++;
-				until.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&p->wake, &p->lock, &until);
+			wait_at_most(&p->wake, &p->lock, PAUSE_NS);
 			continue;
 		}
 		struct push_item it = p->q[p->head];
@@ -217,11 +211,7 @@ int push_start(struct daemon *dm, uint64_t window)
 		return -ENOMEM;
 	p->window = window;
 	pthread_mutex_init(&p->lock, NULL);
-	pthread_condattr_t ca; /* a pause's deadline on the monotonic clock */
-	pthread_condattr_init(&ca);
-	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-	pthread_cond_init(&p->wake, &ca);
-	pthread_condattr_destroy(&ca);
+	pthread_cond_init(&p->wake, NULL);
 	dm->push = p; /* before the thread, which reads it */
 	int rc = pthread_create(&p->thread, NULL, pusher, dm);
 	if (rc) {

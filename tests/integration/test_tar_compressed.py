@@ -19,6 +19,7 @@ import zlib
 import pytest
 
 from conftest import TOOLS, mount_stats
+from test_cache_budget import proc_status
 import test_tar_writers as tw
 
 TREES = ["short", "mid", "long", "smalls", "holes/many.bin", "holes/tailhole.bin"]
@@ -924,7 +925,7 @@ def test_idle_decoders_give_way(mount, single_frames):
     held open, in a budget short of every view's: the next view's pass
     (two decoders) and reads get their room from the idle decoders of the
     others rather than fail (EIO, "did not have free"; it did at the fourth
-    view, and once in three runs of the test after this one)."""
+    view, and in 3-4 of 10 runs of the out-of-order test above alone)."""
     src, plain = single_frames
     with tarfile.open(plain / "all.tar") as t:
         big = t.extractfile("big.bin").read()
@@ -940,6 +941,11 @@ def test_idle_decoders_give_way(mount, single_frames):
         assert s["errors"] == 0, (mnt / ".shardfs" / "errors").read_text()
         assert s["views_open"] >= len(FRAMES), s
         assert s["cache"]["bytes_charged"] <= budget, s["cache"]
+        # the daemon's own memory, not only what the cache counts (the
+        # documented bound: --cache-size + 48 MiB + the nodes'); 23 MiB
+        # here in a release build, 34 under ASan
+        anon = proc_status(mount.last.proc.pid, "RssAnon")
+        assert anon <= budget + (48 << 20), (anon, s["cache"])
     finally:
         for fd in held:
             os.close(fd)
