@@ -64,10 +64,12 @@ static inline const char *node_path(const struct fnode *n, char buf[FNODE_PATH_M
 static inline bool section_begin(fuse_req_t req, const char *op, const char *path, const char *name)
 {
 	struct stats *s = &daemon_of(req)->stats;
-	if (section_open(&s->sections, op, path, name, true) == 0)
+	int rc = section_open(&s->sections, op, path, name, true);
+	if (rc == 0)
 		return true;
-	errlog_add(s, path,
-		   "refused: every request thread the source may hold (twice --threads) waits on it");
+	errlog_add(s, path, rc == -EBUSY
+		   ? "refused: the source held every request thread but the one kept for requests that need none, for 0.1 s"
+		   : "refused: every request thread the source may hold (twice --threads) waits on it, one for over a second");
 	fuse_reply_err(req, EIO);
 	return false;
 }

@@ -1,10 +1,13 @@
 #include "section.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "waits.h"
 
 struct section {
 	struct sections *w;
@@ -47,6 +50,8 @@ void sections_init(struct sections *w)
 {
 	memset(w, 0, sizeof *w);
 	pthread_mutex_init(&w->lock, NULL);
+	pthread_mutex_init(&w->left_lock, NULL);
+	pthread_cond_init(&w->left, NULL);
 	pthread_key_create(&w->key, unlink_section);
 }
 
@@ -61,6 +66,8 @@ void sections_fini(struct sections *w)
 	}
 	me = NULL;
 	pthread_key_delete(w->key);
+	pthread_cond_destroy(&w->left);
+	pthread_mutex_destroy(&w->left_lock);
 	pthread_mutex_destroy(&w->lock);
 }
 
@@ -106,6 +113,26 @@ static bool any_stuck(struct sections *w)
 	return stuck;
 }
 
+/* Asks the loop again as sections close, for LAST_WAIT_NS at most, while
+ * it has only its last thread to give and nothing is stuck: on_open's
+ * answer. Counted as waiting before it asks again, so that a section
+ * closing after that question wakes it. */
+static int wait_last(struct sections *w, bool may_refuse)
+{
+	uint64_t end = mono_ns() + LAST_WAIT_NS, now;
+	atomic_fetch_add(&w->last_waits, 1);
+	pthread_mutex_lock(&w->left_lock);
+	atomic_fetch_add(&w->waiting, 1);
+	int rc = w->on_open(may_refuse);
+	while (rc == -EBUSY && (now = mono_ns()) < end && !any_stuck(w)) {
+		wait_at_most(&w->left, &w->left_lock, (long)(end - now));
+		rc = w->on_open(may_refuse);
+	}
+	atomic_fetch_sub(&w->waiting, 1);
+	pthread_mutex_unlock(&w->left_lock);
+	return rc;
+}
+
 int section_open(struct sections *w, const char *op, const char *path, const char *name,
 		 bool may_refuse)
 {
@@ -117,10 +144,12 @@ int section_open(struct sections *w, const char *op, const char *path, const cha
 	/* a full pool refuses only while the source is stuck: a burst of
 	 * quick requests (thousands of releases) just waits */
 	int rc = w->on_open ? w->on_open(may_refuse) : 0;
+	if (rc == -EBUSY)
+		rc = wait_last(w, may_refuse);
 	if (rc) {
 		if (rc == -EBUSY || any_stuck(w)) {
 			r->depth--;
-			return -EIO;
+			return rc == -EBUSY ? -EBUSY : -EIO;
 		}
 		w->on_open(false);
 	}
@@ -148,6 +177,11 @@ void section_close(struct sections *w)
 	pthread_mutex_unlock(&r->lock);
 	if (w->on_close)
 		w->on_close();
+	if (atomic_load(&w->waiting)) {
+		pthread_mutex_lock(&w->left_lock);
+		pthread_cond_broadcast(&w->left);
+		pthread_mutex_unlock(&w->left_lock);
+	}
 }
 
 static int older(const void *a, const void *b)

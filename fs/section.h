@@ -10,12 +10,18 @@
 #define FS_SECTION_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <time.h>
 
 /* A request waits this long before it counts as stuck. */
 #define STUCK_NS 1000000000ull
+/* A request that would take the last thread waits this long at most for
+ * another to leave the source, before it is refused: a burst of quick
+ * requests (16 lookups of one user's loop) frees one in microseconds,
+ * while a source that stopped answering keeps them. */
+#define LAST_WAIT_NS 100000000L
 
 struct section;
 
@@ -28,6 +34,12 @@ struct sections {
 	 * set by main; NULL: not counted) */
 	int (*on_open)(bool may_refuse);
 	void (*on_close)(void);
+	/* requests waiting for the last thread (LAST_WAIT_NS), woken as a
+	 * section closes */
+	pthread_mutex_t left_lock;
+	pthread_cond_t left;
+	atomic_uint waiting;
+	atomic_uint_fast64_t last_waits; /* such waits, ever (stats.json) */
 };
 
 /* A request stuck at the source, as reported. */
@@ -46,10 +58,10 @@ void sections_fini(struct sections *w);
  * for a lookup in a directory). Sections nest: only the outermost one
  * counts. `may_refuse`: when the request loop has no thread left to give
  * the source and some request has been stuck there STUCK_NS or more,
- * returns -EIO instead (and when only its last thread is left, stuck or
- * not: fs/transport/loop.h), with no section open (the request is answered
- * EIO); requests that cannot fail (FORGET, RELEASE) pass false and always
- * open one. */
+ * returns -EIO instead, and -EBUSY when only its last thread is left
+ * (fs/transport/loop.h) for LAST_WAIT_NS, with no section open (the request
+ * is answered EIO); requests that cannot fail (FORGET, RELEASE) pass false
+ * and always open one. */
 int section_open(struct sections *w, const char *op, const char *path, const char *name,
 		 bool may_refuse);
 /* Closes it. */

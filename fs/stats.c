@@ -284,6 +284,7 @@ struct sf_buf *stats_json(struct stats *s, uint64_t cache_bytes, uint64_t cache_
 		json_array_append_new(list, o);
 	}
 	json_object_set_new(root, "at_source", json_integer((json_int_t)total));
+	json_object_set_new(root, "last_thread_waits", num(&s->sections.last_waits));
 	json_object_set_new(root, "stuck", list);
 	struct sf_buf *b = sf_json_pretty(root);
 	json_decref(root);

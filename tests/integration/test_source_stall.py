@@ -579,14 +579,25 @@ def test_stuck_readers_after_a_quiet_second(source, mount):
     where nobody hands the lead on: the thread woken to lead after the first
     must wake the last one when the second holds it too, or nobody leads and
     stats.json never answers (it did not, every time, before the fix)."""
+    one_thread_fold(source, mount, 38, quiet_second)
+
+
+def one_thread_fold(source, mount, seed, body):
+    """A fold of three 1 MiB members and a directory `d` of four one-byte
+    files on a passfs source, mounted with one request thread: runs
+    body(src, mnt, members, handles) with the members open, then lets the
+    source go and waits until nothing is stuck."""
     src = source()
-    rng = np.random.default_rng(38)
+    rng = np.random.default_rng(seed)
     members = [rng.bytes(1 << 20) for _ in range(3)]
     xw.write_fold(src.backing, "fold", [(f"{i:06d}", {"bin": m}) for i, m in enumerate(members)])
+    (src.backing / "d").mkdir()
+    for k in range(4):
+        (src.backing / "d" / f"x{k}").write_bytes(b"%d" % k)
     mnt = mount(src.mnt, "--threads", "1", "--io-uring", "off")
     handles = [os.open(mnt / "fold" / f"{i:06d}.bin", os.O_RDONLY) for i in range(3)]
     try:
-        quiet_second(src, mnt, members, handles)
+        body(src, mnt, members, handles)
     finally:
         src.cont()
         for fd in handles:
@@ -643,6 +654,91 @@ def quiet_second(src, mnt, members, handles):
         src.cont()
     readers_done(held, results)
     assert all(r is True for r in results.values()), results
+
+
+def test_last_thread_waits_for_a_burst_to_pass(source, mount):
+    """One request thread: the source may hold three of the pool's four, the
+    last kept for requests that need none. Three readers held by the
+    stopped source over 0.1 s take the three; a lookup of a SRC file, which
+    would take the last, waits for one of them to leave rather than fail
+    at once: the source answers again 20 ms later, and the stat answers
+    right. A quick burst (one user's 16 lookups on a busy machine) so no
+    longer fails another user's open. Left stopped, the lookup is refused
+    (EIO) after its 0.1 s, and stats.json answers again."""
+    one_thread_fold(source, mount, 41, burst_then_last)
+
+
+def burst_then_last(src, mnt, members, handles):
+    """The body of test_last_thread_waits_for_a_burst_to_pass, its files
+    open. Each round reads a fresh quarter of the members and looks up a
+    fresh name; a round whose lookup reached the daemon only after the
+    source was back (a slow machine) proves nothing and is made again."""
+    os.stat(mnt / "d")
+    def hold(round_, count):
+        results, done = {}, {}
+        at = round_ << 18
+
+        def reader(i):
+            try:
+                results[i] = os.pread(handles[i], 4096, at) == members[i][at:at + 4096]
+            except OSError as e:
+                results[i] = e.errno
+            done[i] = time.monotonic()
+
+        threads = []
+        for i in range(count):
+            threads.append(threading.Thread(target=reader, args=(i,), daemon=True))
+            threads[-1].start()
+            deadline = time.monotonic() + 20
+            while stats(mnt)["at_source"] < i + 1:
+                assert time.monotonic() < deadline, f"reader {i} never reached the source"
+                time.sleep(0.02)
+        time.sleep(0.15)  # the third, past the kept threads, counts after 0.1 s
+        return threads, results, done
+
+    waited = False
+    for round_ in range(3):
+        before = stats(mnt)["last_thread_waits"]
+        src.stop()
+        try:
+            threads, results, done = hold(round_, 3)
+            t0 = time.monotonic()
+
+            def last():
+                try:
+                    results[3] = os.stat(mnt / "d" / f"x{round_}").st_size == 1
+                except OSError as e:
+                    results[3] = e.errno
+                done[3] = time.monotonic()
+            fourth = threading.Thread(target=last, daemon=True)
+            fourth.start()
+            time.sleep(0.02)
+            back = time.monotonic()
+        finally:
+            src.cont()
+        threads.append(fourth)
+        readers_done(threads, results)
+        # refused before the source came back: the old rule, no wait
+        assert not (results[3] == errno.EIO and done[3] < back), (results, done[3] - t0)
+        if stats(mnt)["last_thread_waits"] > before:
+            assert all(r is True for r in results.values()), results
+            waited = True
+            break
+    assert waited, "the lookup never waited for the last thread"
+    # left stopped: refused after its wait, and stats.json answers again
+    src.stop()
+    try:
+        threads, results, done = hold(3, 3)
+        t0 = time.monotonic()
+        with pytest.raises(OSError) as e:
+            timed(lambda: os.stat(mnt / "d" / "x3"), what="the lookup")
+        assert e.value.errno == errno.EIO
+        assert time.monotonic() - t0 >= 0.1
+        assert timed(lambda: stats(mnt))[1] < 1.0
+    finally:
+        src.cont()
+    readers_done(threads, results)
+    assert "held every request thread but the one kept" in (mnt / ".shardfs" / "errors").read_text()
 
 
 def test_replaced_through_the_client_before_first_read(source, mount):

@@ -215,10 +215,10 @@ static void test_meta(void)
 
 /* The stall rules: sections nest; with no thread left for the source a
  * section that may be refused is, when its last thread would go (-EBUSY
- * from the loop) or some request has been stuck there STUCK_NS; requests
- * that cannot fail always open one. */
-static int pool; /* what the loop's count answers: 0, -EAGAIN (full), -EBUSY (last) */
-static int opened, closed;
+ * from the loop) and none leaves within LAST_WAIT_NS, or some request has
+ * been stuck there STUCK_NS; requests that cannot fail always open one. */
+static _Atomic int pool; /* what the loop's count answers: 0, -EAGAIN (full), -EBUSY (last) */
+static _Atomic int opened, closed;
 static int on_open(bool may_refuse)
 {
 	opened++;
@@ -232,6 +232,27 @@ static void on_close(void)
 static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t held_cond = PTHREAD_COND_INITIALIZER;
 static int held; /* 1: the slow request is at the source; 2: let it go */
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + t.tv_nsec / 1e9;
+}
+
+/* A quick request leaving the source once another waits for the last
+ * thread, freeing one. */
+static void *leaver(void *arg)
+{
+	struct sections *w = arg;
+	struct timespec wait = { 0, 1000000 };
+	while (!atomic_load(&w->waiting))
+		nanosleep(&wait, NULL);
+	CHECK_EQ_U(section_open(w, "lookup", "quick", NULL, false), 0);
+	pool = 0;
+	section_close(w);
+	return NULL;
+}
 
 /* A request waiting on a source that does not answer. */
 static void *slow_request(void *arg)
@@ -269,11 +290,22 @@ static void test_sections(void)
 	pool = -EAGAIN;
 	CHECK_EQ_U(section_open(w, "read", "a.txt", NULL, true), 0);
 	section_close(w);
-	/* its last thread is never given */
+	/* its last thread is not given: refused once none left within
+	 * LAST_WAIT_NS... */
 	pool = -EBUSY;
-	CHECK(section_open(w, "read", "a.txt", NULL, true) == -EIO);
+	double t0 = now_s();
+	CHECK(section_open(w, "read", "a.txt", NULL, true) == -EBUSY);
+	CHECK(now_s() - t0 >= LAST_WAIT_NS / 1e9);
 	CHECK_EQ_U(section_open(w, "release", "a.txt", NULL, false), 0);
 	section_close(w);
+	/* ...while one leaving meanwhile lets the waiting request in */
+	pthread_t quick;
+	uint64_t waits = atomic_load(&w->last_waits);
+	CHECK_EQ_U(pthread_create(&quick, NULL, leaver, w), 0);
+	CHECK_EQ_U(section_open(w, "read", "a.txt", NULL, true), 0);
+	CHECK_EQ_U(atomic_load(&w->last_waits), waits + 1);
+	section_close(w);
+	pthread_join(quick, NULL);
 	/* a request stuck at the source: a full pool refuses */
 	pool = 0;
 	pthread_t th;
