@@ -1,6 +1,7 @@
 /* A wait on a condition variable of at most `ns` nanoseconds (on its
  * default clock, CLOCK_REALTIME), shared by the daemon's threads that look
- * again after a pause (prune.c, openviews.c, push.c). */
+ * again after a pause (prune.c, openviews.c, push.c) and by a request
+ * waiting for the last thread (section.c). */
 #ifndef FS_WAITS_H
 #define FS_WAITS_H
 
